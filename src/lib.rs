@@ -1,0 +1,24 @@
+//! tokenmeter: a transparent reverse proxy that meters LLM token streams.
+//!
+//! Crate map (the data path, outside in):
+//! - [`config`]: typed configuration, defaults, validation, environment overrides.
+//! - [`server`]: listeners (traffic and admin), the tower stack, graceful shutdown.
+//! - [`meter`]: request inspection, usage injection, the metered response body.
+//! - [`sse`]: the byte-level, incremental Server-Sent Events scanner.
+//! - [`proxy`]: forwarding to upstreams over one pooled client, header hygiene, errors.
+//! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter.
+//! - [`sim`], [`bench`], [`demo`]: the testbed (a simulated vLLM replica, a load
+//!   generator, and the one-command demo).
+pub mod bench;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod meter;
+pub mod metrics;
+pub mod proxy;
+pub mod server;
+pub mod sim;
+pub mod sse;
+
+/// The boxed error type used at the command-line boundary.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -1,0 +1,1 @@
+//! Stream dialects: what counts as a token event in each API's stream.

@@ -1,0 +1,2 @@
+//! Metering: request inspection, usage injection, the metered response body.
+pub mod dialect;

@@ -1,0 +1,1 @@
+//! Forwarding to upstreams.

@@ -1,0 +1,1 @@
+//! Byte-level, incremental Server-Sent Events scanner (WHATWG rules).
