@@ -165,7 +165,8 @@ impl Scanner {
             self.pending_cr = false;
             if chunk[i] == b'\n' {
                 i += 1;
-                // The LF completes a blank line's CRLF: it belongs to no block.
+                // The LF completes the previous frame's CRLF. When that CR ended a blank line, the
+                // LF belongs to no block: the next one starts after it.
                 if self.block_start == base {
                     self.block_start = base + 1;
                 }
