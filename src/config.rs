@@ -1,1 +1,374 @@
-//! config
+//! Typed configuration: defaults, validation, environment overrides.
+//!
+//! The shipped `config/tokenmeter.toml` holds every key with its default value; a unit test keeps the
+//! file and [`Config::default`] identical, so `tokenmeter serve` without `--config` behaves exactly as
+//! with the shipped file. Unknown keys and bad values are rejected at start with the full key path
+//! (`upstream.idle_timeout: invalid duration ...`), because a sidecar that silently ignores a typo'd
+//! SLO target reports the wrong attainment for weeks.
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// Where a configuration problem was found, and what it is.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("config: {key}: {message}")]
+    Invalid { key: String, message: String },
+    #[error("environment variable {var}: {message}")]
+    Env { var: &'static str, message: String },
+}
+
+/// The whole configuration of `tokenmeter serve`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub upstream: UpstreamConfig,
+    pub metering: MeteringConfig,
+    pub slo: SloConfig,
+    pub buckets: BucketConfig,
+}
+
+/// Listeners and request limits.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Traffic listener (clients connect here). HTTP/1.1 and h2c on one port.
+    pub listen: SocketAddr,
+    /// Admin listener: `/metrics`, `/healthz`, `/readyz`. Kept apart from traffic so that metrics are
+    /// never exposed to API clients.
+    pub admin_listen: SocketAddr,
+    /// Largest request body buffered for inspection (chat and completions requests); larger -> 413.
+    pub max_request_body_bytes: usize,
+    /// How long in-flight streams may run after SIGTERM before they are cut.
+    #[serde(deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
+}
+
+/// Upstream inference servers and the timeouts of talking to them.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// Base URLs (`http://host:port`), balanced round-robin.
+    pub urls: Vec<String>,
+    /// TCP connect timeout.
+    #[serde(deserialize_with = "duration")]
+    pub connect_timeout: Duration,
+    /// From sending the request to the response head (status and headers).
+    #[serde(deserialize_with = "duration")]
+    pub response_timeout: Duration,
+    /// Longest silence between two body frames (and before the first one); reset by every frame, so
+    /// long streams are fine. Long prefills under queueing need a generous value.
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+    /// Bound on a whole request, head to end of body; `"0s"` = none.
+    #[serde(deserialize_with = "duration")]
+    pub total_timeout: Duration,
+    /// Idle keep-alive connections to upstreams are closed after this long.
+    #[serde(deserialize_with = "duration")]
+    pub pool_idle_timeout: Duration,
+    /// Idle keep-alive connections kept per upstream.
+    pub pool_max_idle_per_host: usize,
+}
+
+/// How streams are metered.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MeteringConfig {
+    /// Ask the backend for `usage` on streams whose client did not (and strip the usage chunk from what
+    /// the client receives), so token counts are exact.
+    pub inject_usage: bool,
+    /// An inter-token gap at least this long is counted as a stall.
+    #[serde(deserialize_with = "duration")]
+    pub stall_threshold: Duration,
+    /// Model names always given their own label value.
+    pub models: Vec<String>,
+    /// Further model names observed at run time that get their own label value; the rest are `other`.
+    pub max_observed_models: usize,
+    /// Cap on one SSE line (and one event's data); longer lines are skipped and counted.
+    pub max_sse_line_bytes: usize,
+}
+
+/// Service-level objectives; each target is also made an exact histogram bucket edge.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SloConfig {
+    #[serde(deserialize_with = "duration")]
+    pub ttft: Duration,
+    #[serde(deserialize_with = "duration")]
+    pub tpot: Duration,
+}
+
+/// Histogram bucket upper bounds, in seconds (token counts for `tokens`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BucketConfig {
+    pub ttft: Vec<f64>,
+    pub itl: Vec<f64>,
+    pub tpot: Vec<f64>,
+    pub e2e: Vec<f64>,
+    pub tokens: Vec<f64>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8000)),
+            admin_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            max_request_body_bytes: 16 * 1024 * 1024,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            urls: vec!["http://127.0.0.1:8001".to_owned()],
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+            total_timeout: Duration::ZERO,
+            pool_idle_timeout: Duration::from_secs(90),
+            pool_max_idle_per_host: 1024,
+        }
+    }
+}
+
+impl Default for MeteringConfig {
+    fn default() -> Self {
+        Self {
+            inject_usage: true,
+            stall_threshold: Duration::from_millis(500),
+            models: Vec::new(),
+            max_observed_models: 32,
+            max_sse_line_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl Default for SloConfig {
+    fn default() -> Self {
+        Self {
+            ttft: Duration::from_millis(800),
+            tpot: Duration::from_millis(35),
+        }
+    }
+}
+
+impl Default for BucketConfig {
+    fn default() -> Self {
+        // Finer than OpenTelemetry's below 50 ms, where decode steps (5-35 ms) live.
+        let latency = vec![
+            0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1,
+            0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+            40.0, 80.0,
+        ];
+        let gap = vec![
+            0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.0175, 0.02, 0.025, 0.03,
+            0.035, 0.04, 0.05, 0.06, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
+        ];
+        Self {
+            ttft: latency,
+            itl: gap.clone(),
+            tpot: gap,
+            e2e: vec![
+                0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+                81.92, 163.84, 327.68, 655.36,
+            ],
+            tokens: vec![
+                1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
+                4194304.0, 16777216.0, 67108864.0,
+            ],
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            server: ServerConfig::default(),
+            upstream: UpstreamConfig::default(),
+            metering: MeteringConfig::default(),
+            slo: SloConfig::default(),
+            buckets: BucketConfig::default(),
+        }
+    }
+}
+
+/// The shipped configuration file, which doubles as the documentation of every key.
+pub const SHIPPED: &str = include_str!("../config/tokenmeter.toml");
+
+/// Environment variables a sidecar sets per pod; they win over the file.
+pub const ENV_LISTEN: &str = "TOKENMETER_LISTEN";
+pub const ENV_ADMIN_LISTEN: &str = "TOKENMETER_ADMIN_LISTEN";
+pub const ENV_UPSTREAM: &str = "TOKENMETER_UPSTREAM";
+
+impl Config {
+    /// Parses TOML text, naming the full key path of the first problem.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let deserializer = toml::Deserializer::new(text);
+        let config: Config = serde_path_to_error::deserialize(deserializer).map_err(|err| {
+            let key = err.path().to_string();
+            let message = err.inner().message().trim().to_owned();
+            ConfigError::Invalid { key, message }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads a file, or the shipped defaults when no path is given, then applies the environment.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut config = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                Self::from_toml(&text)?
+            }
+            None => Self::default(),
+        };
+        config.apply_env(|var| std::env::var(var).ok())?;
+        Ok(config)
+    }
+
+    /// Applies `TOKENMETER_LISTEN`, `TOKENMETER_ADMIN_LISTEN` and `TOKENMETER_UPSTREAM` (a URL, or
+    /// several separated by commas). `lookup` is injectable so tests need not touch the process env.
+    pub fn apply_env(
+        &mut self,
+        lookup: impl Fn(&'static str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        let addr = |var: &'static str, text: String| {
+            text.trim()
+                .parse::<SocketAddr>()
+                .map_err(|err| ConfigError::Env {
+                    var,
+                    message: format!("{err} (expected HOST:PORT, e.g. 0.0.0.0:8000)"),
+                })
+        };
+        if let Some(text) = lookup(ENV_LISTEN) {
+            self.server.listen = addr(ENV_LISTEN, text)?;
+        }
+        if let Some(text) = lookup(ENV_ADMIN_LISTEN) {
+            self.server.admin_listen = addr(ENV_ADMIN_LISTEN, text)?;
+        }
+        if let Some(text) = lookup(ENV_UPSTREAM) {
+            let urls: Vec<String> = text
+                .split(',')
+                .map(str::trim)
+                .filter(|url| !url.is_empty())
+                .map(str::to_owned)
+                .collect();
+            for url in &urls {
+                validate_upstream_url(url).map_err(|message| ConfigError::Env {
+                    var: ENV_UPSTREAM,
+                    message,
+                })?;
+            }
+            if urls.is_empty() {
+                return Err(ConfigError::Env {
+                    var: ENV_UPSTREAM,
+                    message: "is empty".to_owned(),
+                });
+            }
+            self.upstream.urls = urls;
+        }
+        Ok(())
+    }
+
+    /// Checks what serde cannot: value ranges and cross-field rules.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: &str| ConfigError::Invalid {
+            key: key.to_owned(),
+            message: message.to_owned(),
+        };
+        if self.upstream.urls.is_empty() {
+            return Err(invalid("upstream.urls", "needs at least one upstream URL"));
+        }
+        for (i, url) in self.upstream.urls.iter().enumerate() {
+            validate_upstream_url(url).map_err(|m| invalid(&format!("upstream.urls[{i}]"), &m))?;
+        }
+        let positive = [
+            ("upstream.connect_timeout", self.upstream.connect_timeout),
+            ("upstream.response_timeout", self.upstream.response_timeout),
+            ("upstream.idle_timeout", self.upstream.idle_timeout),
+            ("slo.ttft", self.slo.ttft),
+            ("slo.tpot", self.slo.tpot),
+            ("metering.stall_threshold", self.metering.stall_threshold),
+        ];
+        for (key, value) in positive {
+            if value.is_zero() {
+                return Err(invalid(key, "must be greater than zero"));
+            }
+        }
+        if self.server.max_request_body_bytes == 0 {
+            return Err(invalid(
+                "server.max_request_body_bytes",
+                "must be greater than zero",
+            ));
+        }
+        if self.metering.max_sse_line_bytes < 1024 {
+            return Err(invalid(
+                "metering.max_sse_line_bytes",
+                "must be at least 1024",
+            ));
+        }
+        let buckets = [
+            ("buckets.ttft", &self.buckets.ttft),
+            ("buckets.itl", &self.buckets.itl),
+            ("buckets.tpot", &self.buckets.tpot),
+            ("buckets.e2e", &self.buckets.e2e),
+            ("buckets.tokens", &self.buckets.tokens),
+        ];
+        for (key, edges) in buckets {
+            if edges.is_empty() {
+                return Err(invalid(key, "needs at least one bucket edge"));
+            }
+            if edges.iter().any(|edge| !edge.is_finite() || *edge <= 0.0) {
+                return Err(invalid(key, "bucket edges must be finite and positive"));
+            }
+            if edges.windows(2).any(|pair| pair[0] >= pair[1]) {
+                return Err(invalid(key, "bucket edges must be strictly increasing"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Accepts `http://host:port` with no path beyond `/`; the proxy appends the client's path.
+fn validate_upstream_url(url: &str) -> Result<(), String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|err| format!("{url:?} is not a URL: {err}"))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(format!("{url:?}: only http:// upstreams are supported"));
+    }
+    if uri.authority().is_none() {
+        return Err(format!("{url:?} has no host"));
+    }
+    if uri.path() != "/" && !uri.path().is_empty() {
+        return Err(format!("{url:?}: a base URL takes no path"));
+    }
+    Ok(())
+}
+
+/// Human durations (`"800ms"`, `"2s"`, `"1m 30s"`), never bare numbers whose unit a reader must guess.
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    humantime::parse_duration(&text).map_err(|err| {
+        serde::de::Error::custom(format!(
+            "invalid duration {text:?}: {err} (write e.g. \"800ms\" or \"2s\")"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,524 @@
-//! metrics
+//! Metric names, buckets, bounded labels and the Prometheus exporter.
+//!
+//! Names follow the OpenTelemetry GenAI semantic conventions where one exists (Prometheus spelling),
+//! `tokenmeter_` otherwise. Every latency and size is a real histogram with configured buckets (never a
+//! summary: many sidecars must be aggregated in PromQL), and each SLO target is inserted as an exact
+//! bucket edge so attainment can be read from the histogram too.
+//!
+//! Each [`Metrics`] owns its own recorder instead of installing the process-global one, so a test or the
+//! demo can run several proxies (and simulated replicas) in one process without their series mixing.
+//! Handles are resolved once per request ([`Metrics::stream`]) and only touched per token after that.
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use metrics::{
+    Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder, SharedString, Unit,
+};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+
+use crate::config::Config;
+
+/// Time from the request head to the first token event (OpenTelemetry GenAI).
+pub const TTFT: &str = "gen_ai_server_time_to_first_token_seconds";
+/// Per request: (last token - first token) / (output tokens - 1) (OpenTelemetry GenAI).
+pub const TPOT: &str = "gen_ai_server_time_per_output_token_seconds";
+/// Time from the request head to the end of the response stream (OpenTelemetry GenAI).
+pub const E2E: &str = "gen_ai_server_request_duration_seconds";
+/// Tokens per request, by `gen_ai_token_type` = input | output (OpenTelemetry GenAI).
+pub const TOKEN_USAGE: &str = "gen_ai_client_token_usage";
+/// Every gap between two consecutive token events: one observation per gap.
+pub const ITL: &str = "tokenmeter_inter_token_latency_seconds";
+/// Time from the request head to the first response body byte.
+pub const TTFB: &str = "tokenmeter_time_to_first_byte_seconds";
+/// Finished requests by `outcome`.
+pub const REQUESTS: &str = "tokenmeter_requests_total";
+/// Requests between their head arriving and their stream finishing.
+pub const STREAMS_ACTIVE: &str = "tokenmeter_streams_active";
+/// Successful token streams by `slo` (ttft, tpot, all) and `result` (met, missed): goodput.
+pub const SLO_REQUESTS: &str = "tokenmeter_slo_requests_total";
+/// Tokens by `gen_ai_token_type`, for tokens/s panels.
+pub const TOKENS: &str = "tokenmeter_tokens_total";
+/// Where a request's output token count came from: `usage` (exact) or `events` (counted fallback).
+pub const TOKEN_COUNT_SOURCE: &str = "tokenmeter_token_count_source_total";
+/// Inter-token gaps at least the configured stall threshold long.
+pub const STALLS: &str = "tokenmeter_stalls_total";
+/// SSE lines longer than the configured cap (skipped by the scanner, forwarded untouched).
+pub const SSE_OVERFLOWS: &str = "tokenmeter_sse_overflows_total";
+/// Usage injection decisions by `result` (injected, not_needed, declined).
+pub const USAGE_INJECTIONS: &str = "tokenmeter_usage_injections_total";
+
+/// Label names shared by all per-request series.
+pub const LABEL_OPERATION: &str = "gen_ai_operation_name";
+pub const LABEL_MODEL: &str = "gen_ai_request_model";
+pub const LABEL_BACKEND: &str = "backend";
+pub const LABEL_OUTCOME: &str = "outcome";
+pub const LABEL_TOKEN_TYPE: &str = "gen_ai_token_type";
+
+/// Label value for models beyond the label budget.
+pub const MODEL_OTHER: &str = "other";
+/// Label value when a request names no model.
+pub const MODEL_UNKNOWN: &str = "unknown";
+/// Longest model name given its own label value.
+const MAX_MODEL_LABEL_BYTES: usize = 128;
+
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// What kind of request a stream answers (`gen_ai_operation_name`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Chat,
+    TextCompletion,
+    /// Any other path: proxied, counted, not metered as a token stream.
+    Other,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Chat => "chat",
+            Operation::TextCompletion => "text_completion",
+            Operation::Other => "other",
+        }
+    }
+}
+
+/// How a request ended (`outcome` label), named by where it went wrong (client / upstream / proxy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// 2xx and a cleanly ended stream with no error event.
+    Ok,
+    /// The client went away before the end.
+    Cancelled,
+    /// The upstream answered 4xx, or the proxy rejected the request (413 ...).
+    ClientError,
+    /// Upstream unreachable, 5xx, an error event in a 200 stream, or the stream broke.
+    UpstreamError,
+    /// A connect, response, idle or total timeout fired.
+    Timeout,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Cancelled => "cancelled",
+            Outcome::ClientError => "client_error",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Timeout => "timeout",
+        }
+    }
+}
+
+/// The proxy's metrics: a private recorder, its render handle, and the label budget.
+pub struct Metrics {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    models: ModelLabels,
+    stall_threshold: Duration,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// Errors building the exporter (bad bucket lists).
+#[derive(Debug, thiserror::Error)]
+#[error("metrics exporter: {0}")]
+pub struct MetricsError(String);
+
+impl Metrics {
+    /// Builds the recorder with the configured buckets (SLO targets inserted as exact edges).
+    pub fn new(config: &Config) -> Result<Self, MetricsError> {
+        let b = &config.buckets;
+        let ttft = with_edge(&b.ttft, config.slo.ttft);
+        let tpot = with_edge(&b.tpot, config.slo.tpot);
+        let itl = with_edge(&b.itl, config.slo.tpot);
+        let per_metric = [
+            (TTFT, &ttft),
+            (TTFB, &ttft),
+            (TPOT, &tpot),
+            (ITL, &itl),
+            (E2E, &b.e2e),
+            (TOKEN_USAGE, &b.tokens),
+        ];
+        // A global default too, so no histogram can ever fall back to a summary.
+        let mut builder = PrometheusBuilder::new()
+            .set_buckets(&b.e2e)
+            .map_err(|err| MetricsError(err.to_string()))?;
+        for (name, buckets) in per_metric {
+            builder = builder
+                .set_buckets_for_metric(Matcher::Full(name.to_owned()), buckets)
+                .map_err(|err| MetricsError(err.to_string()))?;
+        }
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        let metrics = Self {
+            recorder,
+            handle,
+            models: ModelLabels::new(&config.metering.models, config.metering.max_observed_models),
+            stall_threshold: config.metering.stall_threshold,
+        };
+        metrics.describe();
+        Ok(metrics)
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn render(&self) -> String {
+        self.handle.render()
+    }
+
+    /// Folds recorded histogram samples into buckets; call periodically so memory stays flat between
+    /// scrapes (the server does every 5 s).
+    pub fn run_upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+
+    /// The bounded label value for a request's model name.
+    pub fn model_label(&self, model: Option<&str>) -> Arc<str> {
+        self.models.label(model)
+    }
+
+    /// The gauge of streams in flight for an operation and model.
+    pub fn streams_active(&self, operation: Operation, model: &Arc<str>) -> Gauge {
+        let labels = vec![
+            Label::new(LABEL_OPERATION, operation.as_str()),
+            Label::new(LABEL_MODEL, SharedString::from(Arc::clone(model))),
+        ];
+        self.recorder
+            .register_gauge(&Key::from_parts(STREAMS_ACTIVE, labels), &METADATA)
+    }
+
+    /// Resolves every per-stream handle once, when the response head names the backend.
+    pub fn stream(
+        &self,
+        operation: Operation,
+        model: &Arc<str>,
+        backend: &Arc<str>,
+    ) -> StreamMetrics {
+        let labels = RequestLabels {
+            operation,
+            model: Arc::clone(model),
+            backend: Arc::clone(backend),
+        };
+        let histogram = |name: &'static str| self.histogram(name, labels.base());
+        let tokens = |kind: &'static str| {
+            let mut set = labels.base();
+            set.push(Label::new(LABEL_TOKEN_TYPE, kind));
+            set
+        };
+        StreamMetrics {
+            ttfb: histogram(TTFB),
+            ttft: histogram(TTFT),
+            itl: histogram(ITL),
+            tpot: histogram(TPOT),
+            e2e: histogram(E2E),
+            input_tokens: self.histogram(TOKEN_USAGE, tokens("input")),
+            output_tokens: self.histogram(TOKEN_USAGE, tokens("output")),
+            input_total: self.counter(TOKENS, tokens("input")),
+            output_total: self.counter(TOKENS, tokens("output")),
+            stalls: self.counter(STALLS, labels.base()),
+            stall_threshold: self.stall_threshold,
+            labels,
+        }
+    }
+
+    /// Counts one finished request.
+    pub fn request_finished(&self, labels: &RequestLabels, outcome: Outcome) {
+        let mut set = labels.base();
+        set.push(Label::new(LABEL_OUTCOME, outcome.as_str()));
+        self.counter(REQUESTS, set).increment(1);
+    }
+
+    /// Counts one SLO verdict (`slo` = ttft | tpot | all).
+    pub fn slo_verdict(&self, labels: &RequestLabels, slo: &'static str, met: bool) {
+        let mut set = labels.base();
+        set.push(Label::new("slo", slo));
+        set.push(Label::new("result", if met { "met" } else { "missed" }));
+        self.counter(SLO_REQUESTS, set).increment(1);
+    }
+
+    /// Counts where a request's output token count came from (`usage` or `events`).
+    pub fn token_count_source(&self, labels: &RequestLabels, source: &'static str) {
+        let mut set = labels.base();
+        set.push(Label::new("source", source));
+        self.counter(TOKEN_COUNT_SOURCE, set).increment(1);
+    }
+
+    /// Counts SSE lines the scanner skipped for being over the cap.
+    pub fn sse_overflows(&self, labels: &RequestLabels, count: u64) {
+        self.counter(SSE_OVERFLOWS, labels.base()).increment(count);
+    }
+
+    /// Counts a usage-injection decision (`injected`, `not_needed`, `declined`).
+    pub fn usage_injection(&self, operation: Operation, result: &'static str) {
+        let set = vec![
+            Label::new(LABEL_OPERATION, operation.as_str()),
+            Label::new("result", result),
+        ];
+        self.counter(USAGE_INJECTIONS, set).increment(1);
+    }
+
+    fn histogram(&self, name: &'static str, labels: Vec<Label>) -> Histogram {
+        self.recorder
+            .register_histogram(&Key::from_parts(name, labels), &METADATA)
+    }
+
+    fn counter(&self, name: &'static str, labels: Vec<Label>) -> Counter {
+        self.recorder
+            .register_counter(&Key::from_parts(name, labels), &METADATA)
+    }
+
+    fn describe(&self) {
+        let seconds = Some(Unit::Seconds);
+        let describe = [
+            (
+                TTFT,
+                seconds,
+                "Time from the request head to the first token event.",
+            ),
+            (
+                TPOT,
+                seconds,
+                "Per request: (last token event - first token event) / (output tokens - 1).",
+            ),
+            (
+                E2E,
+                seconds,
+                "Time from the request head to the end of the response stream.",
+            ),
+            (
+                ITL,
+                seconds,
+                "Every gap between two consecutive token events (one observation per gap).",
+            ),
+            (
+                TTFB,
+                seconds,
+                "Time from the request head to the first response body byte.",
+            ),
+            (
+                TOKEN_USAGE,
+                Some(Unit::Count),
+                "Tokens per request by gen_ai_token_type (input, output).",
+            ),
+        ];
+        for (name, unit, help) in describe {
+            self.recorder
+                .describe_histogram(name.into(), unit, help.into());
+        }
+        let counters = [
+            (REQUESTS, "Finished requests by outcome."),
+            (SLO_REQUESTS, "Successful token streams by SLO (ttft, tpot, all) and result (met, missed)."),
+            (TOKENS, "Tokens by gen_ai_token_type (input, output)."),
+            (TOKEN_COUNT_SOURCE, "Requests by where the output token count came from: usage (exact) or events (counted)."),
+            (STALLS, "Inter-token gaps at or above the stall threshold."),
+            (SSE_OVERFLOWS, "SSE lines over the configured cap, skipped by the scanner (bytes still forwarded)."),
+            (USAGE_INJECTIONS, "Usage-injection decisions by result (injected, not_needed, declined)."),
+        ];
+        for (name, help) in counters {
+            self.recorder
+                .describe_counter(name.into(), None, help.into());
+        }
+        self.recorder.describe_gauge(
+            STREAMS_ACTIVE.into(),
+            None,
+            "Requests between their head arriving and their stream finishing.".into(),
+        );
+    }
+}
+
+/// The labels every per-request series carries.
+#[derive(Debug, Clone)]
+pub struct RequestLabels {
+    pub operation: Operation,
+    pub model: Arc<str>,
+    pub backend: Arc<str>,
+}
+
+impl RequestLabels {
+    fn base(&self) -> Vec<Label> {
+        vec![
+            Label::new(LABEL_OPERATION, self.operation.as_str()),
+            Label::new(LABEL_MODEL, SharedString::from(Arc::clone(&self.model))),
+            Label::new(LABEL_BACKEND, SharedString::from(Arc::clone(&self.backend))),
+        ]
+    }
+}
+
+/// Handles for one stream, resolved once; recording through them is a few atomic operations.
+#[derive(Debug, Clone)]
+pub struct StreamMetrics {
+    pub ttfb: Histogram,
+    pub ttft: Histogram,
+    pub itl: Histogram,
+    pub tpot: Histogram,
+    pub e2e: Histogram,
+    pub input_tokens: Histogram,
+    pub output_tokens: Histogram,
+    pub input_total: Counter,
+    pub output_total: Counter,
+    pub stalls: Counter,
+    pub stall_threshold: Duration,
+    pub labels: RequestLabels,
+}
+
+impl StreamMetrics {
+    /// Records one inter-token gap, counting it as a stall when long enough.
+    pub fn record_gap(&self, gap: Duration) {
+        self.itl.record(gap.as_secs_f64());
+        if gap >= self.stall_threshold {
+            self.stalls.increment(1);
+        }
+    }
+}
+
+/// Bounded model label values: configured names, then the first `max_observed` names seen, then
+/// `other`. A client sending 10 000 model names creates at most `configured + max_observed + 2` values.
+#[derive(Debug)]
+struct ModelLabels {
+    fixed: HashMap<String, Arc<str>>,
+    observed: RwLock<HashMap<String, Arc<str>>>,
+    max_observed: usize,
+    other: Arc<str>,
+    unknown: Arc<str>,
+}
+
+impl ModelLabels {
+    fn new(configured: &[String], max_observed: usize) -> Self {
+        Self {
+            fixed: configured
+                .iter()
+                .map(|name| (name.clone(), Arc::from(name.as_str())))
+                .collect(),
+            observed: RwLock::new(HashMap::new()),
+            max_observed,
+            other: Arc::from(MODEL_OTHER),
+            unknown: Arc::from(MODEL_UNKNOWN),
+        }
+    }
+
+    fn label(&self, model: Option<&str>) -> Arc<str> {
+        let Some(name) = model else {
+            return Arc::clone(&self.unknown);
+        };
+        if let Some(label) = self.fixed.get(name) {
+            return Arc::clone(label);
+        }
+        if name.len() > MAX_MODEL_LABEL_BYTES || name.is_empty() {
+            return Arc::clone(&self.other);
+        }
+        // A poisoned lock only means another thread panicked mid-insert; the map is still usable.
+        if let Some(label) = self
+            .observed
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+        {
+            return Arc::clone(label);
+        }
+        let mut observed = self
+            .observed
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(label) = observed.get(name) {
+            return Arc::clone(label);
+        }
+        if observed.len() >= self.max_observed {
+            return Arc::clone(&self.other);
+        }
+        let label: Arc<str> = Arc::from(name);
+        observed.insert(name.to_owned(), Arc::clone(&label));
+        label
+    }
+}
+
+/// The bucket list with `edge` (an SLO target) inserted, kept sorted and free of duplicates.
+fn with_edge(buckets: &[f64], edge: Duration) -> Vec<f64> {
+    let edge = edge.as_secs_f64();
+    let mut out = buckets.to_vec();
+    if !out.iter().any(|b| (b - edge).abs() < 1e-12) {
+        out.push(edge);
+        out.sort_by(f64::total_cmp);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slo_target_becomes_an_exact_edge() {
+        let edges = with_edge(&[0.01, 0.05, 0.1], Duration::from_millis(35));
+        assert_eq!(
+            edges,
+            vec![0.01, 0.035, 0.05, 0.1],
+            "35 ms inserted in order"
+        );
+        let same = with_edge(&[0.01, 0.035], Duration::from_millis(35));
+        assert_eq!(
+            same,
+            vec![0.01, 0.035],
+            "an existing edge is not duplicated"
+        );
+    }
+
+    #[test]
+    fn model_labels_are_bounded() {
+        let labels = ModelLabels::new(&["llama".to_owned()], 2);
+        assert_eq!(&*labels.label(Some("llama")), "llama", "configured");
+        assert_eq!(&*labels.label(Some("a")), "a", "first observed");
+        assert_eq!(&*labels.label(Some("b")), "b", "second observed");
+        assert_eq!(&*labels.label(Some("c")), MODEL_OTHER, "over budget");
+        assert_eq!(&*labels.label(Some("a")), "a", "still known");
+        assert_eq!(&*labels.label(None), MODEL_UNKNOWN, "no model");
+        let long = "x".repeat(MAX_MODEL_LABEL_BYTES + 1);
+        assert_eq!(&*labels.label(Some(&long)), MODEL_OTHER, "over-long name");
+    }
+
+    #[test]
+    fn ten_thousand_model_names_make_bounded_series() {
+        let metrics = Metrics::new(&Config::default()).expect("metrics");
+        let backend: Arc<str> = Arc::from("b");
+        for i in 0..10_000 {
+            let model = metrics.model_label(Some(&format!("model-{i}")));
+            let stream = metrics.stream(Operation::Chat, &model, &backend);
+            metrics.request_finished(&stream.labels, Outcome::Ok);
+        }
+        let text = metrics.render();
+        let series = text
+            .lines()
+            .filter(|line| line.starts_with(REQUESTS))
+            .count();
+        assert_eq!(series, 33, "32 observed models + other");
+    }
+
+    #[test]
+    fn histograms_render_as_histograms_with_slo_edges() {
+        let metrics = Metrics::new(&Config::default()).expect("metrics");
+        let model = metrics.model_label(Some("m"));
+        let stream = metrics.stream(Operation::Chat, &model, &Arc::from("b"));
+        stream.ttft.record(0.5);
+        stream.tpot.record(0.02);
+        let text = metrics.render();
+        assert!(
+            text.contains("# TYPE gen_ai_server_time_to_first_token_seconds histogram"),
+            "TTFT is a histogram:\n{text}"
+        );
+        assert!(
+            text.contains(r#"gen_ai_server_time_to_first_token_seconds_bucket{gen_ai_operation_name="chat",gen_ai_request_model="m",backend="b",le="0.8"} 1"#),
+            "the 800 ms SLO is an edge:\n{text}"
+        );
+        assert!(
+            text.contains(r#"gen_ai_server_time_per_output_token_seconds_bucket{gen_ai_operation_name="chat",gen_ai_request_model="m",backend="b",le="0.035"} 1"#),
+            "the 35 ms SLO is an edge:\n{text}"
+        );
+        assert!(!text.contains("quantile="), "no summaries:\n{text}");
+    }
+}

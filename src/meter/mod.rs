@@ -1,2 +1,4 @@
 //! Metering: request inspection, usage injection, the metered response body.
 pub mod dialect;
+pub mod record;
+pub mod strip;

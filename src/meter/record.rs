@@ -1,0 +1,247 @@
+//! The per-stream record: the instants and counts the phases of a stream fill in, and the one place
+//! they are turned into observations when the stream finishes (pingora's per-request context).
+//!
+//! Definitions (REFERENCE §1): t0 = the proxy has the request head; TTFB = first body byte - t0;
+//! TTFT = first token event - t0; ITL = every gap between consecutive token events; TPOT = (last
+//! token event - first token event) / (N_out - 1) for N_out >= 2; E2E = end of stream - t0; N_out =
+//! `usage.completion_tokens` when the stream carries usage, else the number of token events.
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::meter::dialect::openai::Usage;
+
+/// What one stream has shown so far.
+#[derive(Debug, Clone)]
+pub struct StreamRecord {
+    pub t0: Instant,
+    pub first_byte: Option<Instant>,
+    pub first_token: Option<Instant>,
+    pub last_token: Option<Instant>,
+    pub token_events: u64,
+    /// The latest usage the stream reported (cumulative when continuous usage is on).
+    pub usage: Usage,
+    pub error_event: bool,
+}
+
+/// The observations a finished stream yields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub e2e: Duration,
+    pub ttft: Option<Duration>,
+    pub tpot: Option<Duration>,
+    pub output_tokens: u64,
+    /// `true` when `output_tokens` came from usage, `false` when counted from token events.
+    pub exact_output: bool,
+    pub input_tokens: Option<u64>,
+}
+
+/// The SLO targets a stream is judged against.
+#[derive(Debug, Clone, Copy)]
+pub struct SloTargets {
+    pub ttft: Duration,
+    pub tpot: Duration,
+}
+
+/// The verdicts for one successful stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SloVerdict {
+    pub ttft_met: bool,
+    /// `None` when the stream had fewer than two output tokens (TTFT alone decides).
+    pub tpot_met: Option<bool>,
+}
+
+impl SloVerdict {
+    pub fn all_met(self) -> bool {
+        self.ttft_met && self.tpot_met.unwrap_or(true)
+    }
+}
+
+impl StreamRecord {
+    pub fn new(t0: Instant) -> Self {
+        Self {
+            t0,
+            first_byte: None,
+            first_token: None,
+            last_token: None,
+            token_events: 0,
+            usage: Usage::default(),
+            error_event: false,
+        }
+    }
+
+    /// Notes a body frame; returns TTFB when this is the first byte.
+    pub fn on_bytes(&mut self, now: Instant) -> Option<Duration> {
+        if self.first_byte.is_some() {
+            return None;
+        }
+        self.first_byte = Some(now);
+        Some(now.saturating_duration_since(self.t0))
+    }
+
+    /// Notes a token event; returns what to record: TTFT for the first, the gap for later ones.
+    pub fn on_token(&mut self, now: Instant) -> TokenMark {
+        self.token_events += 1;
+        let mark = match self.last_token {
+            None => {
+                self.first_token = Some(now);
+                TokenMark::First(now.saturating_duration_since(self.t0))
+            }
+            Some(previous) => TokenMark::Gap(now.saturating_duration_since(previous)),
+        };
+        self.last_token = Some(now);
+        mark
+    }
+
+    /// Keeps the latest non-empty usage numbers the stream reported.
+    pub fn on_usage(&mut self, usage: Usage) {
+        if usage.prompt_tokens.is_some() {
+            self.usage.prompt_tokens = usage.prompt_tokens;
+        }
+        if usage.completion_tokens.is_some() {
+            self.usage.completion_tokens = usage.completion_tokens;
+        }
+    }
+
+    /// The observations of the stream ending at `end`.
+    pub fn finish(&self, end: Instant) -> Finished {
+        let (output_tokens, exact_output) = match self.usage.completion_tokens {
+            Some(tokens) => (tokens, true),
+            None => (self.token_events, false),
+        };
+        let tpot = match (self.first_token, self.last_token) {
+            (Some(first), Some(last)) if output_tokens >= 2 => {
+                let span = last.saturating_duration_since(first);
+                // u32 is plenty: a stream of 4 billion tokens is not a thing.
+                let divisor = u32::try_from(output_tokens - 1).unwrap_or(u32::MAX);
+                Some(span / divisor)
+            }
+            _ => None,
+        };
+        Finished {
+            e2e: end.saturating_duration_since(self.t0),
+            ttft: self
+                .first_token
+                .map(|first| first.saturating_duration_since(self.t0)),
+            tpot,
+            output_tokens,
+            exact_output,
+            input_tokens: self.usage.prompt_tokens,
+        }
+    }
+}
+
+impl Finished {
+    /// SLO verdicts; `None` for a stream without any token (nothing to judge).
+    pub fn verdict(&self, targets: SloTargets) -> Option<SloVerdict> {
+        let ttft = self.ttft?;
+        Some(SloVerdict {
+            ttft_met: ttft <= targets.ttft,
+            tpot_met: self.tpot.map(|tpot| tpot <= targets.tpot),
+        })
+    }
+}
+
+/// What a token event adds to the histograms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenMark {
+    First(Duration),
+    Gap(Duration),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn ttft_gaps_and_tpot_follow_the_definitions() {
+        let t0 = Instant::now();
+        let mut record = StreamRecord::new(t0);
+        assert_eq!(
+            record.on_bytes(t0 + ms(5)),
+            Some(ms(5)),
+            "TTFB at the first frame"
+        );
+        assert_eq!(record.on_bytes(t0 + ms(6)), None, "TTFB only once");
+        assert_eq!(record.on_token(t0 + ms(100)), TokenMark::First(ms(100)));
+        assert_eq!(record.on_token(t0 + ms(130)), TokenMark::Gap(ms(30)));
+        assert_eq!(record.on_token(t0 + ms(190)), TokenMark::Gap(ms(60)));
+        let finished = record.finish(t0 + ms(200));
+        assert_eq!(finished.e2e, ms(200), "E2E");
+        assert_eq!(finished.ttft, Some(ms(100)), "TTFT");
+        assert_eq!(
+            finished.output_tokens, 3,
+            "counted from events without usage"
+        );
+        assert!(!finished.exact_output, "fallback is flagged");
+        assert_eq!(finished.tpot, Some(ms(45)), "(190 - 100) / (3 - 1)");
+    }
+
+    #[test]
+    fn usage_overrides_event_count_for_tpot() {
+        // Speculative decoding: 2 chunks carrying 5 tokens.
+        let t0 = Instant::now();
+        let mut record = StreamRecord::new(t0);
+        record.on_token(t0 + ms(100));
+        record.on_token(t0 + ms(180));
+        record.on_usage(Usage {
+            prompt_tokens: Some(20),
+            completion_tokens: Some(5),
+        });
+        let finished = record.finish(t0 + ms(190));
+        assert_eq!(finished.output_tokens, 5, "usage wins");
+        assert!(finished.exact_output, "exact");
+        assert_eq!(finished.input_tokens, Some(20), "prompt tokens from usage");
+        assert_eq!(finished.tpot, Some(ms(20)), "(180 - 100) / (5 - 1)");
+    }
+
+    #[test]
+    fn single_token_streams_are_judged_on_ttft_only() {
+        let t0 = Instant::now();
+        let mut record = StreamRecord::new(t0);
+        record.on_token(t0 + ms(900));
+        let finished = record.finish(t0 + ms(901));
+        assert_eq!(finished.tpot, None, "no TPOT for one token");
+        let targets = SloTargets {
+            ttft: ms(800),
+            tpot: ms(35),
+        };
+        let verdict = finished.verdict(targets).expect("a token was seen");
+        assert_eq!(
+            verdict,
+            SloVerdict {
+                ttft_met: false,
+                tpot_met: None
+            }
+        );
+        assert!(!verdict.all_met(), "TTFT missed");
+        assert_eq!(
+            StreamRecord::new(t0).finish(t0).verdict(targets),
+            None,
+            "no token, no verdict"
+        );
+    }
+
+    #[test]
+    fn slo_edges_are_inclusive() {
+        let t0 = Instant::now();
+        let mut record = StreamRecord::new(t0);
+        record.on_token(t0 + ms(800));
+        record.on_token(t0 + ms(835));
+        let verdict = record
+            .finish(t0 + ms(840))
+            .verdict(SloTargets {
+                ttft: ms(800),
+                tpot: ms(35),
+            })
+            .expect("verdict");
+        assert!(
+            verdict.all_met(),
+            "TTFT == target and TPOT == target both meet: {verdict:?}"
+        );
+    }
+}

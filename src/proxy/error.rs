@@ -1,0 +1,165 @@
+//! Errors a request can meet on its way upstream, and the one place they become HTTP responses.
+//!
+//! Every error answers with an OpenAI-style JSON body (`{"error": {"message", "type", "param",
+//! "code"}}`), because the clients in front of tokenmeter are OpenAI SDKs that parse exactly that.
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::Full;
+
+use crate::metrics::Outcome;
+
+/// Why a request got no upstream response (or a rejected one).
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The TCP connection could not be made (refused, unreachable, connect timeout).
+    #[error("upstream {backend} unreachable: {detail}")]
+    Connect {
+        backend: Arc<str>,
+        detail: String,
+        timed_out: bool,
+    },
+    /// No response head within `upstream.response_timeout`.
+    #[error("upstream {backend} sent no response within {timeout:?}")]
+    ResponseTimeout {
+        backend: Arc<str>,
+        timeout: std::time::Duration,
+    },
+    /// The connection broke before a response head arrived.
+    #[error("upstream {backend} failed: {detail}")]
+    Upstream { backend: Arc<str>, detail: String },
+    /// No upstream was chosen for the request (a routing bug or an empty pool).
+    #[error("no upstream available for this request")]
+    NoUpstream,
+    /// The request body is larger than `server.max_request_body_bytes`.
+    #[error("request body exceeds the limit of {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    /// The client's request body broke off while the proxy was reading it.
+    #[error("could not read the request body: {detail}")]
+    ClientBody { detail: String },
+}
+
+impl ProxyError {
+    /// The status the client receives.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::Connect {
+                timed_out: true, ..
+            }
+            | ProxyError::ResponseTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::Connect { .. } | ProxyError::Upstream { .. } => StatusCode::BAD_GATEWAY,
+            ProxyError::NoUpstream => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::ClientBody { .. } => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The OpenAI-style error `type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProxyError::Connect {
+                timed_out: true, ..
+            }
+            | ProxyError::ResponseTimeout { .. } => "upstream_timeout",
+            ProxyError::Connect { .. } => "upstream_unavailable",
+            ProxyError::Upstream { .. } => "upstream_error",
+            ProxyError::NoUpstream => "no_upstream",
+            ProxyError::BodyTooLarge { .. } | ProxyError::ClientBody { .. } => {
+                "invalid_request_error"
+            }
+        }
+    }
+
+    /// How the request is counted.
+    pub fn outcome(&self) -> Outcome {
+        match self.status() {
+            StatusCode::GATEWAY_TIMEOUT => Outcome::Timeout,
+            status if status.is_client_error() => Outcome::ClientError,
+            _ => Outcome::UpstreamError,
+        }
+    }
+
+    /// The backend the error is about, when one was chosen.
+    pub fn backend(&self) -> Option<&Arc<str>> {
+        match self {
+            ProxyError::Connect { backend, .. }
+            | ProxyError::ResponseTimeout { backend, .. }
+            | ProxyError::Upstream { backend, .. } => Some(backend),
+            _ => None,
+        }
+    }
+
+    /// The response the client sees.
+    pub fn to_response(&self) -> Response<Full<Bytes>> {
+        json_error(self.status(), self.kind(), &self.to_string())
+    }
+}
+
+/// An OpenAI-style JSON error response.
+pub fn json_error(status: StatusCode, kind: &str, message: &str) -> Response<Full<Bytes>> {
+    let body = serde_json::json!({
+        "error": {
+            "message": message,
+            "type": kind,
+            "param": null,
+            "code": status.as_u16(),
+        }
+    });
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn refused_upstream_is_a_502_json_error() {
+        let err = ProxyError::Connect {
+            backend: Arc::from("127.0.0.1:1"),
+            detail: "connection refused".to_owned(),
+            timed_out: false,
+        };
+        let response = err.to_response();
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "status");
+        assert_eq!(err.outcome(), Outcome::UpstreamError, "outcome");
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+        assert_eq!(
+            json["error"]["type"], "upstream_unavailable",
+            "type: {json}"
+        );
+        assert_eq!(json["error"]["code"], 502, "code: {json}");
+        assert!(
+            json["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("127.0.0.1:1")),
+            "message names the backend: {json}"
+        );
+    }
+
+    #[test]
+    fn timeouts_are_504_and_counted_as_timeouts() {
+        let err = ProxyError::ResponseTimeout {
+            backend: Arc::from("b"),
+            timeout: std::time::Duration::from_secs(1),
+        };
+        assert_eq!(err.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(err.outcome(), Outcome::Timeout);
+        let too_large = ProxyError::BodyTooLarge { limit: 10 };
+        assert_eq!(too_large.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(too_large.outcome(), Outcome::ClientError);
+    }
+}

@@ -1,0 +1,138 @@
+//! The innermost service: sends a request to the [`Target`] in its extensions over the shared client.
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::uri::{PathAndQuery, Uri};
+use http::{Request, Response, Version};
+use hyper_util::client::legacy::Error as ClientError;
+use tokio::time::Instant;
+use tower::Service;
+
+use super::client::UpstreamClient;
+use super::{headers, ClientAddr, ProxyError, RequestBody, Target, TimeoutBody, UpstreamBody};
+use crate::config::UpstreamConfig;
+
+/// Forwards requests upstream and applies the response, idle and total timeouts.
+#[derive(Debug, Clone)]
+pub struct Forward {
+    client: UpstreamClient,
+    response_timeout: Duration,
+    idle_timeout: Duration,
+    total_timeout: Option<Duration>,
+}
+
+impl Forward {
+    pub fn new(client: UpstreamClient, config: &UpstreamConfig) -> Self {
+        Self {
+            client,
+            response_timeout: config.response_timeout,
+            idle_timeout: config.idle_timeout,
+            total_timeout: (!config.total_timeout.is_zero()).then_some(config.total_timeout),
+        }
+    }
+}
+
+/// The backend that answered, put in the response extensions for the meter's `backend` label.
+#[derive(Debug, Clone)]
+pub struct AnsweredBy(pub Target);
+
+impl Service<Request<RequestBody>> for Forward {
+    type Response = Response<UpstreamBody>;
+    type Error = ProxyError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, ProxyError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ProxyError>> {
+        // The pooled client has no readiness of its own: it opens connections on demand.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<RequestBody>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move { this.forward(req).await })
+    }
+}
+
+impl Forward {
+    async fn forward(
+        self,
+        mut req: Request<RequestBody>,
+    ) -> Result<Response<UpstreamBody>, ProxyError> {
+        let started = Instant::now();
+        let target = req
+            .extensions_mut()
+            .remove::<Target>()
+            .ok_or(ProxyError::NoUpstream)?;
+        let client_ip = req.extensions().get::<ClientAddr>().map(|addr| addr.0.ip());
+        let path = req
+            .uri()
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"));
+        *req.uri_mut() = Uri::builder()
+            .scheme(target.scheme.clone())
+            .authority(target.authority.clone())
+            .path_and_query(path)
+            .build()
+            .map_err(|err| ProxyError::Upstream {
+                backend: target.label.clone(),
+                detail: format!("cannot build the upstream URI: {err}"),
+            })?;
+        // Upstreams are spoken to in HTTP/1.1 whatever the client used (h2c clients included).
+        *req.version_mut() = Version::HTTP_11;
+        headers::strip_hop_by_hop(req.headers_mut());
+        headers::add_forwarded(req.headers_mut(), client_ip, "http");
+
+        let sent = tokio::time::timeout(self.response_timeout, self.client.request(req)).await;
+        let response = match sent {
+            Err(_elapsed) => {
+                return Err(ProxyError::ResponseTimeout {
+                    backend: target.label.clone(),
+                    timeout: self.response_timeout,
+                })
+            }
+            Ok(Err(err)) => return Err(classify(&target, &err)),
+            Ok(Ok(response)) => response,
+        };
+        let (mut parts, body) = response.into_parts();
+        headers::strip_hop_by_hop(&mut parts.headers);
+        parts.extensions.insert(AnsweredBy(target));
+        let total = self.total_timeout.map(|limit| (limit, started + limit));
+        Ok(Response::from_parts(
+            parts,
+            TimeoutBody::new(body, self.idle_timeout, total),
+        ))
+    }
+}
+
+/// Maps a client error to what the proxy reports: connect failures (and their timeouts) apart from
+/// failures after the connection was made.
+fn classify(target: &Target, err: &ClientError) -> ProxyError {
+    let detail = error_chain(err);
+    if err.is_connect() {
+        let timed_out = detail.contains("timed out") || detail.contains("timeout");
+        ProxyError::Connect {
+            backend: target.label.clone(),
+            detail,
+            timed_out,
+        }
+    } else {
+        ProxyError::Upstream {
+            backend: target.label.clone(),
+            detail,
+        }
+    }
+}
+
+/// The error and its sources, `: `-joined, for messages that say what actually happened.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,113 @@
+//! Reverse-proxy header hygiene: hop-by-hop headers stop here, `x-forwarded-*` are added, everything
+//! else (including `authorization`) passes through unchanged.
+use std::net::IpAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Headers that describe one connection, not the message (RFC 9110 §7.6.1), plus the de-facto ones.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// Removes hop-by-hop headers, including every header the `Connection` header names.
+/// `upgrade` goes too: the proxy does not tunnel protocol upgrades.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+    headers.remove(header::UPGRADE);
+}
+
+/// Appends the client address to `x-forwarded-for`, sets `x-forwarded-proto`, and moves the client's
+/// `host` to `x-forwarded-host` (the upstream gets its own authority as `host`, as nginx does).
+pub fn add_forwarded(headers: &mut HeaderMap, client: Option<IpAddr>, proto: &'static str) {
+    if let Some(ip) = client {
+        let value = match headers
+            .get(HeaderName::from_static("x-forwarded-for"))
+            .and_then(|v| v.to_str().ok())
+        {
+            Some(previous) => format!("{previous}, {ip}"),
+            None => ip.to_string(),
+        };
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static("x-forwarded-for"), value);
+        }
+    }
+    headers.insert(
+        HeaderName::from_static("x-forwarded-proto"),
+        HeaderValue::from_static(proto),
+    );
+    if let Some(host) = headers.remove(header::HOST) {
+        headers.insert(HeaderName::from_static("x-forwarded-host"), host);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_and_connection_named_headers_are_removed() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        headers.insert("x-secret-hop", HeaderValue::from_static("1"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer sk-test"),
+        );
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        strip_hop_by_hop(&mut headers);
+        let names: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(
+            names,
+            vec!["authorization", "content-type"],
+            "only end-to-end headers remain"
+        );
+    }
+
+    #[test]
+    fn forwarded_headers_are_appended() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
+        headers.insert(header::HOST, HeaderValue::from_static("api.example"));
+        add_forwarded(&mut headers, Some("127.0.0.1".parse().expect("ip")), "http");
+        assert_eq!(
+            headers["x-forwarded-for"], "10.0.0.1, 127.0.0.1",
+            "appended"
+        );
+        assert_eq!(headers["x-forwarded-proto"], "http");
+        assert_eq!(headers["x-forwarded-host"], "api.example", "host moved");
+        assert!(
+            headers.get(header::HOST).is_none(),
+            "host is set by the client from the URI"
+        );
+    }
+}
