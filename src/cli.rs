@@ -1,5 +1,9 @@
 //! The command line: `serve`, `sim`, `bench`, `demo`.
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::Config;
 
 /// tokenmeter: meter LLM token streams (TTFT, ITL, TPOT) as they pass.
 #[derive(Parser, Debug)]
@@ -11,16 +15,74 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run the metering proxy.
+    Serve(ServeArgs),
     /// Run the simulated vLLM replica.
     Sim(crate::sim::SimArgs),
     /// Run the load generator.
     Bench(crate::bench::BenchArgs),
 }
 
+/// Arguments of `tokenmeter serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Configuration file; without it the shipped defaults apply. TOKENMETER_LISTEN,
+    /// TOKENMETER_ADMIN_LISTEN and TOKENMETER_UPSTREAM override either.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Check the configuration, print it and exit.
+    #[arg(long)]
+    pub check: bool,
+}
+
 /// Runs the parsed command line.
 pub async fn run(cli: Cli) -> Result<(), crate::BoxError> {
     match cli.command {
+        Command::Serve(args) => serve(args).await,
         Command::Sim(args) => crate::sim::run(args).await,
         Command::Bench(args) => crate::bench::run(args).await,
     }
+}
+
+async fn serve(args: ServeArgs) -> Result<(), crate::BoxError> {
+    let config = Config::load(args.config.as_deref())?;
+    if args.check {
+        println!("{config:#?}");
+        return Ok(());
+    }
+    let (traffic, admin) = crate::server::bind(&config).await?;
+    tracing::info!(
+        listen = %config.server.listen,
+        admin = %config.server.admin_listen,
+        upstreams = ?config.upstream.urls,
+        "tokenmeter serving"
+    );
+    let metrics = std::sync::Arc::new(crate::metrics::Metrics::new(&config)?);
+    let server = crate::server::Server::new(config, metrics)?;
+    server.run(traffic, admin, shutdown_signal()).await;
+    Ok(())
+}
+
+/// Resolves on SIGTERM (Kubernetes) or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutdown signal received");
 }

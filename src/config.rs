@@ -26,7 +26,7 @@ pub enum ConfigError {
 }
 
 /// The whole configuration of `tokenmeter serve`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -191,17 +191,6 @@ impl Default for BucketConfig {
     }
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            server: ServerConfig::default(),
-            upstream: UpstreamConfig::default(),
-            metering: MeteringConfig::default(),
-            slo: SloConfig::default(),
-            buckets: BucketConfig::default(),
-        }
-    }
-}
 
 /// The shipped configuration file, which doubles as the documentation of every key.
 pub const SHIPPED: &str = include_str!("../config/tokenmeter.toml");

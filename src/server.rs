@@ -1,1 +1,248 @@
-//! server
+//! Listeners, the tower stack, admin routes and graceful shutdown.
+//!
+//! The traffic listener serves HTTP/1.1 and h2c on one port (hyper-util's auto builder) through the
+//! stack `meter -> balance -> forward`. The admin listener, kept on its own port so API clients never
+//! see metrics, serves `/metrics`, `/healthz` and `/readyz`.
+//!
+//! Shutdown: `/readyz` turns 503, the traffic listener closes, in-flight streams may finish for
+//! `server.shutdown_grace`, then whatever is left is cut (its bodies are dropped, so each is counted
+//! as `cancelled`).
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tower::ServiceExt;
+
+use crate::config::Config;
+use crate::meter::layer::MeterLayer;
+use crate::metrics::{Metrics, MetricsError};
+use crate::proxy::balance::RoundRobinLayer;
+use crate::proxy::upstream::UpstreamError;
+use crate::proxy::{client, ClientAddr, Forward, Upstreams};
+
+/// How often histogram samples are folded into buckets (keeps memory flat between scrapes).
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot bind {what} listener on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+}
+
+/// Binds the traffic and admin listeners from the config.
+pub async fn bind(config: &Config) -> Result<(TcpListener, TcpListener), ServerError> {
+    let bind = |what, addr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { what, addr, source })
+    };
+    let traffic = bind("traffic", config.server.listen).await?;
+    let admin = bind("admin", config.server.admin_listen).await?;
+    Ok((traffic, admin))
+}
+
+/// A running proxy started by [`spawn`] (tests and the demo use it).
+#[derive(Debug)]
+pub struct ServerHandle {
+    pub traffic_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl ServerHandle {
+    /// Starts the graceful shutdown and waits until it is complete.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Starts the proxy on bound listeners in a background task.
+pub fn spawn(
+    config: Config,
+    traffic: TcpListener,
+    admin: TcpListener,
+) -> Result<ServerHandle, ServerError> {
+    let traffic_addr = local_addr(&traffic)?;
+    let admin_addr = local_addr(&admin)?;
+    let metrics = Arc::new(Metrics::new(&config)?);
+    let (stop, mut stopped) = watch::channel(false);
+    let shutdown = async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let server = Server::new(config, Arc::clone(&metrics))?;
+    let task = tokio::spawn(server.run(traffic, admin, shutdown));
+    Ok(ServerHandle {
+        traffic_addr,
+        admin_addr,
+        metrics,
+        stop,
+        task,
+    })
+}
+
+fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ServerError> {
+    listener.local_addr().map_err(|source| ServerError::Bind {
+        what: "local",
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })
+}
+
+/// The proxy: its config, metrics, and readiness.
+pub struct Server {
+    config: Config,
+    metrics: Arc<Metrics>,
+    upstreams: Upstreams,
+    ready: Arc<AtomicBool>,
+}
+
+impl Server {
+    pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ServerError> {
+        let upstreams = Upstreams::from_config(&config.upstream)?;
+        Ok(Self {
+            config,
+            metrics,
+            upstreams,
+            ready: Arc::new(AtomicBool::new(true)),
+        })
+    }
+
+    /// Serves until `shutdown` resolves, then drains (see the module docs).
+    pub async fn run(self, traffic: TcpListener, admin: TcpListener, shutdown: impl Future<Output = ()>) {
+        let stack = tower::ServiceBuilder::new()
+            .layer(MeterLayer::new(&self.config, Arc::clone(&self.metrics)))
+            .layer(RoundRobinLayer::new(self.upstreams.clone()))
+            .service(Forward::new(client::build(&self.config.upstream), &self.config.upstream));
+
+        let upkeep = tokio::spawn(upkeep(Arc::clone(&self.metrics)));
+        let admin_task = tokio::spawn(serve_admin(
+            admin,
+            Arc::clone(&self.metrics),
+            Arc::clone(&self.ready),
+        ));
+
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder.http1().timer(TokioTimer::new());
+        builder.http2().timer(TokioTimer::new());
+        let graceful = GracefulShutdown::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                accepted = traffic.accept() => {
+                    let (stream, peer) = match accepted {
+                        Ok(accepted) => accepted,
+                        Err(err) => {
+                            // Out of file descriptors and the like: back off instead of spinning.
+                            tracing::warn!(error = %err, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let service = stack.clone().map_request(move |mut req: Request<Incoming>| {
+                        req.extensions_mut().insert(ClientAddr(peer));
+                        req
+                    });
+                    let connection = builder
+                        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+                        .into_owned();
+                    let connection = graceful.watch(connection);
+                    tokio::spawn(async move {
+                        if let Err(err) = connection.await {
+                            tracing::debug!(error = %err, %peer, "connection ended with an error");
+                        }
+                    });
+                }
+            }
+        }
+
+        self.ready.store(false, Ordering::SeqCst);
+        drop(traffic);
+        let grace = self.config.server.shutdown_grace;
+        tracing::info!(grace_seconds = grace.as_secs_f64(), "draining in-flight streams");
+        tokio::select! {
+            () = graceful.shutdown() => tracing::info!("all streams finished"),
+            () = tokio::time::sleep(grace) => tracing::warn!("grace period over: cutting remaining streams"),
+        }
+        admin_task.abort();
+        upkeep.abort();
+        self.metrics.run_upkeep();
+    }
+}
+
+async fn upkeep(metrics: Arc<Metrics>) {
+    let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
+    loop {
+        tick.tick().await;
+        metrics.run_upkeep();
+    }
+}
+
+async fn serve_admin(listener: TcpListener, metrics: Arc<Metrics>, ready: Arc<AtomicBool>) {
+    loop {
+        let Ok((stream, _peer)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let metrics = Arc::clone(&metrics);
+        let ready = Arc::clone(&ready);
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let response = admin_route(req.uri().path(), &metrics, &ready);
+            async move { Ok::<_, Infallible>(response) }
+        });
+        tokio::spawn(async move {
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+fn admin_route(path: &str, metrics: &Metrics, ready: &AtomicBool) -> Response<Full<Bytes>> {
+    let text = |status: StatusCode, body: String, content_type: &'static str| {
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = status;
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        response
+    };
+    const PLAIN: &str = "text/plain; charset=utf-8";
+    match path {
+        "/metrics" => text(
+            StatusCode::OK,
+            metrics.render(),
+            "text/plain; version=0.0.4; charset=utf-8",
+        ),
+        "/healthz" => text(StatusCode::OK, "ok\n".to_owned(), PLAIN),
+        "/readyz" if ready.load(Ordering::SeqCst) => text(StatusCode::OK, "ready\n".to_owned(), PLAIN),
+        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_owned(), PLAIN),
+        _ => text(StatusCode::NOT_FOUND, "not found\n".to_owned(), PLAIN),
+    }
+}

@@ -1,0 +1,263 @@
+//! The metered response body: observes every upstream frame as it passes and finishes exactly once.
+//!
+//! In the linkerd style: a small wrapper whose per-stream state lives in an `Option` that is taken
+//! exactly once — at the end of the stream, on an upstream error, or on drop (the client went away:
+//! `cancelled`). Each data frame is stamped with the monotonic clock when it arrives, scanned for SSE
+//! events in place (no copy), and forwarded at once as the same `Bytes`. The only exception is the
+//! usage chunk the proxy itself asked for, which [`UsageStripper`] removes.
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::StatusCode;
+use http_body::{Body, Frame, SizeHint};
+use metrics::Gauge;
+use tokio::time::Instant;
+
+use super::dialect::openai;
+use super::record::{SloTargets, StreamRecord, TokenMark};
+use super::strip::{Span, UsageStripper};
+use crate::metrics::{Metrics, Outcome, StreamMetrics};
+use crate::proxy::BodyError;
+use crate::sse::Scanner;
+
+/// A response body under metering. `meter` is `None` for bodies that are only passed through.
+#[derive(Debug)]
+pub struct MeteredBody<B> {
+    inner: B,
+    meter: Option<StreamMeter>,
+    /// Bytes released by the stripper at the end of the stream, sent before the end.
+    tail: Option<Bytes>,
+    ended: bool,
+}
+
+/// Everything one stream's metering needs, resolved once when the response head arrived.
+#[derive(Debug)]
+pub struct StreamMeter {
+    pub record: StreamRecord,
+    pub handles: StreamMetrics,
+    pub metrics: Arc<Metrics>,
+    pub active: Gauge,
+    pub status: StatusCode,
+    pub slo: SloTargets,
+    /// `Some` for SSE responses: the scanner that finds the events.
+    pub scanner: Option<Scanner>,
+    /// `Some` when the proxy injected `include_usage` and must strip the usage chunk.
+    pub stripper: Option<UsageStripper>,
+}
+
+impl<B> MeteredBody<B> {
+    pub fn new(inner: B, meter: StreamMeter) -> Self {
+        Self {
+            inner,
+            meter: Some(meter),
+            tail: None,
+            ended: false,
+        }
+    }
+
+    /// A body that is forwarded without metering.
+    pub fn passthrough(inner: B) -> Self {
+        Self {
+            inner,
+            meter: None,
+            tail: None,
+            ended: false,
+        }
+    }
+}
+
+impl<B> Body for MeteredBody<B>
+where
+    B: Body<Data = Bytes, Error = BodyError> + Unpin,
+{
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(tail) = this.tail.take() {
+                return Poll::Ready(Some(Ok(Frame::data(tail))));
+            }
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            let polled = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+            let Some(meter) = this.meter.as_mut() else {
+                return Poll::Ready(polled);
+            };
+            match polled {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => match meter.observe(data, Instant::now()) {
+                        Some(forward) => return Poll::Ready(Some(Ok(Frame::data(forward)))),
+                        // The whole frame was held back or stripped: wait for the next one.
+                        None => continue,
+                    },
+                    Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+                },
+                Some(Err(err)) => {
+                    let outcome = if err.is_timeout() {
+                        Outcome::Timeout
+                    } else {
+                        Outcome::UpstreamError
+                    };
+                    if let Some(meter) = this.meter.take() {
+                        meter.finish(outcome, Instant::now());
+                    }
+                    this.ended = true;
+                    return Poll::Ready(Some(Err(err)));
+                }
+                None => {
+                    if let Some(mut meter) = this.meter.take() {
+                        this.tail = meter.stripper.as_mut().and_then(UsageStripper::finish);
+                        let outcome = meter.end_outcome();
+                        meter.finish(outcome, Instant::now());
+                    }
+                    this.ended = true;
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.tail.is_none() && (self.ended || self.inner.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.meter {
+            // Stripping may shorten the body: promise nothing exact.
+            Some(StreamMeter {
+                stripper: Some(_), ..
+            }) => SizeHint::default(),
+            _ => self.inner.size_hint(),
+        }
+    }
+}
+
+impl<B> Drop for MeteredBody<B> {
+    fn drop(&mut self) {
+        // Still metering at drop: the client went away before the end of the stream.
+        if let Some(meter) = self.meter.take() {
+            meter.finish(Outcome::Cancelled, Instant::now());
+        }
+    }
+}
+
+impl StreamMeter {
+    /// Stamps and scans one data frame; returns what to forward now.
+    fn observe(&mut self, data: Bytes, now: Instant) -> Option<Bytes> {
+        let Self {
+            record,
+            handles,
+            scanner,
+            stripper,
+            ..
+        } = self;
+        if data.is_empty() {
+            return Some(data);
+        }
+        if let Some(ttfb) = record.on_bytes(now) {
+            handles.ttfb.record(ttfb.as_secs_f64());
+        }
+        let Some(scanner) = scanner.as_mut() else {
+            return Some(data);
+        };
+        let frame_start = scanner.position();
+        // A usage-only chunk comes once per stream, so this Vec allocates at most once per stream.
+        let mut cuts: Vec<Span> = Vec::new();
+        let stripping = stripper.is_some();
+        scanner.feed(&data, |event| {
+            let summary = openai::classify(event.data);
+            if summary.token {
+                match record.on_token(now) {
+                    TokenMark::First(ttft) => handles.ttft.record(ttft.as_secs_f64()),
+                    TokenMark::Gap(gap) => handles.record_gap(gap),
+                }
+            }
+            if let Some(usage) = summary.usage {
+                record.on_usage(usage);
+            }
+            if summary.error {
+                record.error_event = true;
+            }
+            if stripping && summary.usage_only {
+                cuts.push((event.start, event.end));
+            }
+        });
+        match stripper {
+            Some(stripper) => stripper.process(data, frame_start, &cuts, scanner.block_start()),
+            None => Some(data),
+        }
+    }
+
+    /// How a stream that reached its end cleanly is counted.
+    fn end_outcome(&self) -> Outcome {
+        if self.status.is_success() {
+            if self.record.error_event {
+                Outcome::UpstreamError
+            } else {
+                Outcome::Ok
+            }
+        } else if self.status.is_client_error() {
+            Outcome::ClientError
+        } else {
+            Outcome::UpstreamError
+        }
+    }
+
+    /// Records everything the stream yields; runs exactly once (the meter is consumed).
+    fn finish(self, outcome: Outcome, now: Instant) {
+        let Self {
+            record,
+            handles,
+            metrics,
+            active,
+            status: _,
+            slo,
+            scanner,
+            stripper: _,
+        } = self;
+        let finished = record.finish(now);
+        handles.e2e.record(finished.e2e.as_secs_f64());
+        if let Some(scanner) = &scanner {
+            if let Some(tpot) = finished.tpot {
+                handles.tpot.record(tpot.as_secs_f64());
+            }
+            handles.output_tokens.record(finished.output_tokens as f64);
+            handles.output_total.increment(finished.output_tokens);
+            let source = if finished.exact_output { "usage" } else { "events" };
+            metrics.token_count_source(&handles.labels, source);
+            if scanner.overflows() > 0 {
+                metrics.sse_overflows(&handles.labels, scanner.overflows());
+            }
+        }
+        if let Some(input) = finished.input_tokens {
+            handles.input_tokens.record(input as f64);
+            handles.input_total.increment(input);
+        }
+        if outcome == Outcome::Ok {
+            if let Some(verdict) = finished.verdict(slo) {
+                metrics.slo_verdict(&handles.labels, "ttft", verdict.ttft_met);
+                if let Some(tpot_met) = verdict.tpot_met {
+                    metrics.slo_verdict(&handles.labels, "tpot", tpot_met);
+                }
+                metrics.slo_verdict(&handles.labels, "all", verdict.all_met());
+            }
+        }
+        metrics.request_finished(&handles.labels, outcome);
+        active.decrement(1.0);
+        tracing::debug!(
+            outcome = outcome.as_str(),
+            backend = &*handles.labels.backend,
+            model = &*handles.labels.model,
+            e2e_ms = finished.e2e.as_millis() as u64,
+            output_tokens = finished.output_tokens,
+            "stream finished"
+        );
+    }
+}

@@ -1,0 +1,302 @@
+//! The metering service: the outermost layer of the proxy stack.
+//!
+//! It stamps `t0` when the request head arrives, buffers and inspects chat / completions request bodies
+//! (model, `stream`, usage injection), calls the inner stack (balancing, then forwarding), and wraps
+//! the response body in a [`MeteredBody`]. Every other path is proxied as a plain stream and only
+//! counted. It never fails: upstream errors become OpenAI-style JSON responses here, in one place.
+//!
+//! ```no_run
+//! # use tokenmeter::{config::Config, meter::layer::MeterLayer, metrics::Metrics, proxy};
+//! # use std::sync::Arc;
+//! let config = Config::default();
+//! let metrics = Arc::new(Metrics::new(&config).unwrap());
+//! let client = proxy::client::build(&config.upstream);
+//! let upstreams = proxy::Upstreams::from_config(&config.upstream).unwrap();
+//! let stack = tower::ServiceBuilder::new()
+//!     .layer(MeterLayer::new(&config, metrics))
+//!     .layer(proxy::balance::RoundRobinLayer::new(upstreams))
+//!     .service(proxy::Forward::new(client, &config.upstream));
+//! ```
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderValue, Method, Request, Response};
+use http_body_util::{BodyExt, Either, Full, Limited};
+use hyper::body::Incoming;
+use tokio::time::Instant;
+use tower::{Layer, Service, ServiceExt};
+
+use super::body::{MeteredBody, StreamMeter};
+use super::record::{SloTargets, StreamRecord};
+use super::request::{self, Injection};
+use super::strip::UsageStripper;
+use crate::config::Config;
+use crate::metrics::{Metrics, Operation, Outcome, RequestLabels};
+use crate::proxy::forward::AnsweredBy;
+use crate::proxy::{ProxyError, RequestBody, UpstreamBody};
+use crate::sse::Scanner;
+
+/// The body of every response the proxy sends: an upstream body (metered or passed through) or a
+/// response the proxy wrote itself (errors).
+pub type ResponseBody = Either<MeteredBody<UpstreamBody>, Full<Bytes>>;
+
+/// Backend label for requests that never reached a backend.
+const NO_BACKEND: &str = "none";
+
+/// Configures [`Meter`].
+#[derive(Debug, Clone)]
+pub struct MeterLayer {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    metrics: Arc<Metrics>,
+    inject_usage: bool,
+    max_body: usize,
+    max_line: usize,
+    slo: SloTargets,
+    no_backend: Arc<str>,
+}
+
+impl MeterLayer {
+    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                metrics,
+                inject_usage: config.metering.inject_usage,
+                max_body: config.server.max_request_body_bytes,
+                max_line: config.metering.max_sse_line_bytes,
+                slo: SloTargets {
+                    ttft: config.slo.ttft,
+                    tpot: config.slo.tpot,
+                },
+                no_backend: Arc::from(NO_BACKEND),
+            }),
+        }
+    }
+}
+
+impl<S> Layer<S> for MeterLayer {
+    type Service = Meter<S>;
+
+    fn layer(&self, inner: S) -> Meter<S> {
+        Meter {
+            inner,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// Meters every request passing to `S`.
+#[derive(Debug, Clone)]
+pub struct Meter<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> Service<Request<Incoming>> for Meter<S>
+where
+    S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    // One allocation per request (not per frame): the future spans body buffering and forwarding.
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Readiness of the inner stack is awaited per request inside the future.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+        let t0 = Instant::now();
+        let inner = self.inner.clone();
+        let shared = Arc::clone(&self.shared);
+        Box::pin(async move { Ok(shared.handle(inner, req, t0).await) })
+    }
+}
+
+/// Which operation a request is, from its method and path.
+pub fn operation_of(method: &Method, path: &str) -> Operation {
+    if method != Method::POST {
+        return Operation::Other;
+    }
+    if path.ends_with("/chat/completions") {
+        Operation::Chat
+    } else if path.ends_with("/completions") {
+        Operation::TextCompletion
+    } else {
+        Operation::Other
+    }
+}
+
+impl Shared {
+    async fn handle<S>(&self, inner: S, req: Request<Incoming>, t0: Instant) -> Response<ResponseBody>
+    where
+        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>,
+    {
+        let operation = operation_of(req.method(), req.uri().path());
+        if operation == Operation::Other {
+            return self.passthrough(inner, req).await;
+        }
+        let unknown = self.metrics.model_label(None);
+        let (mut parts, body) = req.into_parts();
+        let bytes = match self.read_body(&parts.headers, body).await {
+            Ok(bytes) => bytes,
+            Err(err) => return self.reject(operation, unknown, &err),
+        };
+        let facts = request::inspect(&bytes);
+        let model = self
+            .metrics
+            .model_label(facts.as_ref().and_then(|facts| facts.model.as_deref()));
+        let streaming = facts.as_ref().is_some_and(|facts| facts.stream);
+        let (bytes, injected) = self.maybe_inject(operation, streaming, bytes);
+        parts
+            .headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        let active = self.metrics.streams_active(operation, &model);
+        active.increment(1.0);
+        let req = Request::from_parts(parts, RequestBody::buffered(bytes));
+        let response = match call(inner, req).await {
+            Ok(response) => response,
+            Err(err) => {
+                active.decrement(1.0);
+                return self.reject(operation, model, &err);
+            }
+        };
+        let backend = response
+            .extensions()
+            .get::<AnsweredBy>()
+            .map_or_else(|| Arc::clone(&self.no_backend), |by| Arc::clone(&by.0.label));
+        let is_sse = response.status().is_success()
+            && response
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|value| value.to_str().ok())
+                .is_some_and(|value| value.trim_start().starts_with("text/event-stream"));
+        let strip = injected && is_sse;
+        let (mut parts, body) = response.into_parts();
+        if strip {
+            // The stripped body is shorter than the upstream said.
+            parts.headers.remove(CONTENT_LENGTH);
+        }
+        let meter = StreamMeter {
+            record: StreamRecord::new(t0),
+            handles: self.metrics.stream(operation, &model, &backend),
+            metrics: Arc::clone(&self.metrics),
+            active,
+            status: parts.status,
+            slo: self.slo,
+            scanner: is_sse.then(|| Scanner::new(self.max_line)),
+            stripper: strip.then(UsageStripper::default),
+        };
+        Response::from_parts(parts, Either::Left(MeteredBody::new(body, meter)))
+    }
+
+    /// Buffers a request body up to the configured limit.
+    async fn read_body(&self, headers: &http::HeaderMap, body: Incoming) -> Result<Bytes, ProxyError> {
+        let too_large = ProxyError::BodyTooLarge {
+            limit: self.max_body,
+        };
+        let declared = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.parse::<u64>().ok());
+        if declared.is_some_and(|length| length > self.max_body as u64) {
+            return Err(too_large);
+        }
+        match Limited::new(body, self.max_body).collect().await {
+            Ok(collected) => Ok(collected.to_bytes()),
+            Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(too_large),
+            Err(err) => Err(ProxyError::ClientBody {
+                detail: err.to_string(),
+            }),
+        }
+    }
+
+    /// Adds `include_usage` to a streaming request when configured; returns the body to send and
+    /// whether the usage chunk must be stripped from the response.
+    fn maybe_inject(&self, operation: Operation, streaming: bool, bytes: Bytes) -> (Bytes, bool) {
+        if !self.inject_usage || !streaming {
+            return (bytes, false);
+        }
+        match request::inject_include_usage(&bytes) {
+            Injection::Injected(rewritten) => {
+                self.metrics.usage_injection(operation, "injected");
+                (rewritten, true)
+            }
+            Injection::NotNeeded => {
+                self.metrics.usage_injection(operation, "not_needed");
+                (bytes, false)
+            }
+            Injection::Declined(reason) => {
+                tracing::debug!(reason, "usage injection declined");
+                self.metrics.usage_injection(operation, "declined");
+                (bytes, false)
+            }
+        }
+    }
+
+    /// Answers a request that got no upstream response, and counts it.
+    fn reject(&self, operation: Operation, model: Arc<str>, err: &ProxyError) -> Response<ResponseBody> {
+        let labels = RequestLabels {
+            operation,
+            model,
+            backend: err
+                .backend()
+                .map_or_else(|| Arc::clone(&self.no_backend), Arc::clone),
+        };
+        self.metrics.request_finished(&labels, err.outcome());
+        tracing::warn!(error = %err, operation = operation.as_str(), "request failed before a response");
+        err.to_response().map(Either::Right)
+    }
+
+    /// Proxies a request that is not a token stream: streamed both ways, counted by status.
+    async fn passthrough<S>(&self, inner: S, req: Request<Incoming>) -> Response<ResponseBody>
+    where
+        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>,
+    {
+        let model = self.metrics.model_label(None);
+        match call(inner, req.map(RequestBody::Streaming)).await {
+            Ok(response) => {
+                let labels = RequestLabels {
+                    operation: Operation::Other,
+                    model,
+                    backend: response
+                        .extensions()
+                        .get::<AnsweredBy>()
+                        .map_or_else(|| Arc::clone(&self.no_backend), |by| Arc::clone(&by.0.label)),
+                };
+                let status = response.status();
+                let outcome = if status.is_success() || status.is_redirection() {
+                    Outcome::Ok
+                } else if status.is_client_error() {
+                    Outcome::ClientError
+                } else {
+                    Outcome::UpstreamError
+                };
+                self.metrics.request_finished(&labels, outcome);
+                response.map(|body| Either::Left(MeteredBody::passthrough(body)))
+            }
+            Err(err) => self.reject(Operation::Other, model, &err),
+        }
+    }
+}
+
+/// Waits for the inner service to be ready, then calls it.
+async fn call<S>(mut inner: S, req: Request<RequestBody>) -> Result<Response<UpstreamBody>, ProxyError>
+where
+    S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>,
+{
+    inner.ready().await?.call(req).await
+}
