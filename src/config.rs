@@ -191,7 +191,6 @@ impl Default for BucketConfig {
     }
 }
 
-
 /// The shipped configuration file, which doubles as the documentation of every key.
 pub const SHIPPED: &str = include_str!("../config/tokenmeter.toml");
 

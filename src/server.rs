@@ -134,11 +134,19 @@ impl Server {
     }
 
     /// Serves until `shutdown` resolves, then drains (see the module docs).
-    pub async fn run(self, traffic: TcpListener, admin: TcpListener, shutdown: impl Future<Output = ()>) {
+    pub async fn run(
+        self,
+        traffic: TcpListener,
+        admin: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) {
         let stack = tower::ServiceBuilder::new()
             .layer(MeterLayer::new(&self.config, Arc::clone(&self.metrics)))
             .layer(RoundRobinLayer::new(self.upstreams.clone()))
-            .service(Forward::new(client::build(&self.config.upstream), &self.config.upstream));
+            .service(Forward::new(
+                client::build(&self.config.upstream),
+                &self.config.upstream,
+            ));
 
         let upkeep = tokio::spawn(upkeep(Arc::clone(&self.metrics)));
         let admin_task = tokio::spawn(serve_admin(
@@ -186,7 +194,10 @@ impl Server {
         self.ready.store(false, Ordering::SeqCst);
         drop(traffic);
         let grace = self.config.server.shutdown_grace;
-        tracing::info!(grace_seconds = grace.as_secs_f64(), "draining in-flight streams");
+        tracing::info!(
+            grace_seconds = grace.as_secs_f64(),
+            "draining in-flight streams"
+        );
         tokio::select! {
             () = graceful.shutdown() => tracing::info!("all streams finished"),
             () = tokio::time::sleep(grace) => tracing::warn!("grace period over: cutting remaining streams"),
@@ -219,7 +230,9 @@ async fn serve_admin(listener: TcpListener, metrics: Arc<Metrics>, ready: Arc<At
         });
         tokio::spawn(async move {
             let builder = auto::Builder::new(TokioExecutor::new());
-            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+            let _ = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         });
     }
 }
@@ -241,8 +254,14 @@ fn admin_route(path: &str, metrics: &Metrics, ready: &AtomicBool) -> Response<Fu
             "text/plain; version=0.0.4; charset=utf-8",
         ),
         "/healthz" => text(StatusCode::OK, "ok\n".to_owned(), PLAIN),
-        "/readyz" if ready.load(Ordering::SeqCst) => text(StatusCode::OK, "ready\n".to_owned(), PLAIN),
-        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_owned(), PLAIN),
+        "/readyz" if ready.load(Ordering::SeqCst) => {
+            text(StatusCode::OK, "ready\n".to_owned(), PLAIN)
+        }
+        "/readyz" => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining\n".to_owned(),
+            PLAIN,
+        ),
         _ => text(StatusCode::NOT_FOUND, "not found\n".to_owned(), PLAIN),
     }
 }

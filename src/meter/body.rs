@@ -230,7 +230,11 @@ impl StreamMeter {
             }
             handles.output_tokens.record(finished.output_tokens as f64);
             handles.output_total.increment(finished.output_tokens);
-            let source = if finished.exact_output { "usage" } else { "events" };
+            let source = if finished.exact_output {
+                "usage"
+            } else {
+                "events"
+            };
             metrics.token_count_source(&handles.labels, source);
             if scanner.overflows() > 0 {
                 metrics.sse_overflows(&handles.labels, scanner.overflows());

@@ -141,7 +141,12 @@ pub fn operation_of(method: &Method, path: &str) -> Operation {
 }
 
 impl Shared {
-    async fn handle<S>(&self, inner: S, req: Request<Incoming>, t0: Instant) -> Response<ResponseBody>
+    async fn handle<S>(
+        &self,
+        inner: S,
+        req: Request<Incoming>,
+        t0: Instant,
+    ) -> Response<ResponseBody>
     where
         S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>,
     {
@@ -174,10 +179,10 @@ impl Shared {
                 return self.reject(operation, model, &err);
             }
         };
-        let backend = response
-            .extensions()
-            .get::<AnsweredBy>()
-            .map_or_else(|| Arc::clone(&self.no_backend), |by| Arc::clone(&by.0.label));
+        let backend = response.extensions().get::<AnsweredBy>().map_or_else(
+            || Arc::clone(&self.no_backend),
+            |by| Arc::clone(&by.0.label),
+        );
         let is_sse = response.status().is_success()
             && response
                 .headers()
@@ -204,7 +209,11 @@ impl Shared {
     }
 
     /// Buffers a request body up to the configured limit.
-    async fn read_body(&self, headers: &http::HeaderMap, body: Incoming) -> Result<Bytes, ProxyError> {
+    async fn read_body(
+        &self,
+        headers: &http::HeaderMap,
+        body: Incoming,
+    ) -> Result<Bytes, ProxyError> {
         let too_large = ProxyError::BodyTooLarge {
             limit: self.max_body,
         };
@@ -248,7 +257,12 @@ impl Shared {
     }
 
     /// Answers a request that got no upstream response, and counts it.
-    fn reject(&self, operation: Operation, model: Arc<str>, err: &ProxyError) -> Response<ResponseBody> {
+    fn reject(
+        &self,
+        operation: Operation,
+        model: Arc<str>,
+        err: &ProxyError,
+    ) -> Response<ResponseBody> {
         let labels = RequestLabels {
             operation,
             model,
@@ -272,10 +286,10 @@ impl Shared {
                 let labels = RequestLabels {
                     operation: Operation::Other,
                     model,
-                    backend: response
-                        .extensions()
-                        .get::<AnsweredBy>()
-                        .map_or_else(|| Arc::clone(&self.no_backend), |by| Arc::clone(&by.0.label)),
+                    backend: response.extensions().get::<AnsweredBy>().map_or_else(
+                        || Arc::clone(&self.no_backend),
+                        |by| Arc::clone(&by.0.label),
+                    ),
                 };
                 let status = response.status();
                 let outcome = if status.is_success() || status.is_redirection() {
@@ -294,7 +308,10 @@ impl Shared {
 }
 
 /// Waits for the inner service to be ready, then calls it.
-async fn call<S>(mut inner: S, req: Request<RequestBody>) -> Result<Response<UpstreamBody>, ProxyError>
+async fn call<S>(
+    mut inner: S,
+    req: Request<RequestBody>,
+) -> Result<Response<UpstreamBody>, ProxyError>
 where
     S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>,
 {

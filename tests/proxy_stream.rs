@@ -1,0 +1,444 @@
+//! End to end over loopback: a scripted vLLM-like upstream, the proxy, and a client that stamps every
+//! frame. What the proxy records must equal what the script did, and what the client receives must
+//! equal what the upstream sent.
+mod support;
+
+use std::time::Duration;
+
+use support::backend::{Backend, Script, Seen};
+use support::{client, config_for, events_of, fixture, prom, start_proxy};
+
+const CHAT: &str = "/v1/chat/completions";
+const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn chat_body(include_usage: Option<bool>) -> String {
+    let options = match include_usage {
+        Some(flag) => format!(r#","stream_options":{{"include_usage":{flag}}}"#),
+        None => String::new(),
+    };
+    format!(
+        r#"{{"model":"{MODEL}","messages":[{{"role":"user","content":"Hi"}}],"stream":true,"max_tokens":7{options}}}"#
+    )
+}
+
+/// Answers like vLLM with `fixture`'s events: the usage-only chunk only when the request asked for
+/// usage. `first` is the prefill time (before the role and first token, sent back to back) and `gap`
+/// the decode step between later token chunks.
+fn vllm_like(
+    fixture_name: &'static str,
+    first: Duration,
+    gap: Duration,
+) -> impl Fn(&Seen) -> Script {
+    let events = events_of(&fixture(fixture_name));
+    move |seen: &Seen| {
+        let body = String::from_utf8_lossy(&seen.body);
+        let wants_usage = body.contains(r#""include_usage":true"#);
+        let mut script = Vec::new();
+        for (i, event) in events.iter().enumerate() {
+            let text = String::from_utf8_lossy(event);
+            let usage_only = text.contains(r#""choices":[]"#);
+            if usage_only && !wants_usage {
+                continue;
+            }
+            let delay = match i {
+                0 => first,
+                1 => Duration::ZERO,
+                _ if usage_only || text.contains("[DONE]") => Duration::ZERO,
+                _ => gap,
+            };
+            script.push((delay, event.clone()));
+        }
+        Script::sse(script)
+    }
+}
+
+#[tokio::test]
+async fn scripted_delays_are_metered_exactly() {
+    let backend = Backend::start(vllm_like("vllm-chat-usage.sse", ms(300), ms(80))).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    let streamed = client::post(proxy.traffic_addr, CHAT, &chat_body(Some(true))).await;
+    assert_eq!(streamed.status, 200, "status");
+    assert!(streamed.error.is_none(), "clean end: {:?}", streamed.error);
+
+    let text = proxy.metrics.render();
+    let chat = [
+        ("gen_ai_operation_name", "chat"),
+        ("gen_ai_request_model", MODEL),
+    ];
+    let ttft = prom::value(
+        &text,
+        "gen_ai_server_time_to_first_token_seconds_sum",
+        &chat,
+    );
+    assert!(
+        (0.300..0.340).contains(&ttft),
+        "TTFT {ttft} ~ the scripted 300 ms"
+    );
+    let gaps = prom::value(&text, "tokenmeter_inter_token_latency_seconds_count", &chat);
+    assert_eq!(
+        gaps, 6.0,
+        "7 token events give 6 gaps, one observation each"
+    );
+    let itl_sum = prom::value(&text, "tokenmeter_inter_token_latency_seconds_sum", &chat);
+    assert!(
+        (0.480..0.540).contains(&itl_sum),
+        "ITL sum {itl_sum} ~ 6 x 80 ms"
+    );
+    let fast = [chat[0], chat[1], ("le", "0.05")];
+    let slow = [chat[0], chat[1], ("le", "0.15")];
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_inter_token_latency_seconds_bucket",
+            &fast
+        ),
+        0.0,
+        "no gap under 50 ms"
+    );
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_inter_token_latency_seconds_bucket",
+            &slow
+        ),
+        6.0,
+        "every gap under 150 ms"
+    );
+    let tpot = prom::value(
+        &text,
+        "gen_ai_server_time_per_output_token_seconds_sum",
+        &chat,
+    );
+    assert!(
+        (0.080..0.090).contains(&tpot),
+        "TPOT {tpot} = (last - first) / (7 - 1) ~ 80 ms"
+    );
+    let e2e = prom::value(&text, "gen_ai_server_request_duration_seconds_sum", &chat);
+    assert!((0.780..0.860).contains(&e2e), "E2E {e2e} ~ 300 + 6 x 80 ms");
+    let ttfb = prom::value(&text, "tokenmeter_time_to_first_byte_seconds_sum", &chat);
+    assert!(
+        (0.300..0.340).contains(&ttfb),
+        "TTFB {ttfb}: the role chunk comes with the first token"
+    );
+
+    let output = [chat[0], chat[1], ("gen_ai_token_type", "output")];
+    let input = [chat[0], chat[1], ("gen_ai_token_type", "input")];
+    assert_eq!(
+        prom::value(&text, "tokenmeter_tokens_total", &output),
+        7.0,
+        "completion_tokens"
+    );
+    assert_eq!(
+        prom::value(&text, "tokenmeter_tokens_total", &input),
+        12.0,
+        "prompt_tokens"
+    );
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_requests_total",
+            &[chat[0], ("outcome", "ok")]
+        ),
+        1.0
+    );
+    let slo = |slo: &'static str, result: &'static str| {
+        prom::sum(
+            &text,
+            "tokenmeter_slo_requests_total",
+            &[("slo", slo), ("result", result)],
+        )
+    };
+    assert_eq!(slo("ttft", "met"), 1.0, "300 ms <= 800 ms");
+    assert_eq!(slo("tpot", "missed"), 1.0, "80 ms > 35 ms");
+    assert_eq!(
+        slo("all", "missed"),
+        1.0,
+        "one SLO missed is the request missed"
+    );
+    assert_eq!(slo("all", "met"), 0.0, "not goodput");
+
+    // The proxy's clock starts after the client's: its TTFT is never above the client's.
+    let first_token_at = streamed
+        .frames
+        .iter()
+        .find(|(_, bytes)| bytes.windows(8).any(|w| w == b"\"Hello\"}"))
+        .map(|(at, _)| *at)
+        .expect("the client saw the first token");
+    let client_ttft = (first_token_at - streamed.sent_at).as_secs_f64();
+    assert!(
+        ttft <= client_ttft,
+        "proxy TTFT {ttft} <= client TTFT {client_ttft}"
+    );
+}
+
+/// Sends the same request straight to the backend (no proxy) and returns the body bytes.
+async fn direct(backend: &Backend, body: &str) -> Vec<u8> {
+    let addr = backend
+        .url
+        .trim_start_matches("http://")
+        .parse()
+        .expect("backend addr");
+    client::post(addr, CHAT, body).await.bytes()
+}
+
+#[tokio::test]
+async fn client_without_usage_gets_exactly_the_direct_bytes_and_exact_counts() {
+    let mut backend = Backend::start(vllm_like("vllm-chat-usage.sse", ms(20), ms(5))).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    let body = chat_body(None);
+
+    let expected = direct(&backend, &body).await;
+    let seen_direct = backend.next_request().await;
+    assert_eq!(
+        seen_direct.body,
+        body.as_bytes(),
+        "sanity: direct request untouched"
+    );
+    assert_eq!(
+        expected,
+        fixture("vllm-chat-no-usage.sse"),
+        "sanity: no usage chunk when not asked"
+    );
+
+    let streamed = client::post(proxy.traffic_addr, CHAT, &body).await;
+    let seen = backend.next_request().await;
+    let injected = body.replacen(
+        r#""max_tokens":7"#,
+        r#""max_tokens":7,"stream_options":{"include_usage":true}"#,
+        1,
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&seen.body),
+        injected,
+        "the proxy only added include_usage"
+    );
+    assert_eq!(
+        seen.header("content-length"),
+        Some(injected.len().to_string()),
+        "length fixed"
+    );
+    assert_eq!(
+        streamed.text(),
+        String::from_utf8_lossy(&expected),
+        "byte-identical to direct"
+    );
+    assert_eq!(
+        streamed.frames.len(),
+        9,
+        "one frame per upstream event, usage chunk removed"
+    );
+
+    let text = proxy.metrics.render();
+    let output = [("gen_ai_token_type", "output")];
+    assert_eq!(
+        prom::value(&text, "tokenmeter_tokens_total", &output),
+        7.0,
+        "exact from usage"
+    );
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "input")]
+        ),
+        12.0
+    );
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_token_count_source_total",
+            &[("source", "usage")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_usage_injections_total",
+            &[("result", "injected")]
+        ),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn client_that_asked_for_usage_gets_it_untouched() {
+    let mut backend = Backend::start(vllm_like("vllm-chat-usage.sse", ms(10), ms(5))).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    let body = chat_body(Some(true));
+    let streamed = client::post(proxy.traffic_addr, CHAT, &body).await;
+    let seen = backend.next_request().await;
+    assert_eq!(
+        seen.body,
+        body.as_bytes(),
+        "nothing injected: the client asked"
+    );
+    assert_eq!(
+        streamed.bytes(),
+        fixture("vllm-chat-usage.sse"),
+        "usage chunk delivered"
+    );
+    assert_eq!(streamed.frames.len(), 10, "frames forwarded one to one");
+    let text = proxy.metrics.render();
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+        7.0
+    );
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_usage_injections_total",
+            &[("result", "not_needed")]
+        ),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn without_usage_tokens_are_counted_from_events_and_flagged() {
+    let backend = Backend::start(vllm_like("vllm-chat-usage.sse", ms(10), ms(5))).await;
+    let mut config = config_for(&backend.url);
+    config.metering.inject_usage = false;
+    let proxy = start_proxy(config).await;
+    let streamed = client::post(proxy.traffic_addr, CHAT, &chat_body(None)).await;
+    assert_eq!(streamed.bytes(), fixture("vllm-chat-no-usage.sse"));
+    let text = proxy.metrics.render();
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+        7.0,
+        "7 token events"
+    );
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_token_count_source_total",
+            &[("source", "events")]
+        ),
+        1.0,
+        "fallback flagged"
+    );
+    assert!(
+        prom::find(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "input")]
+        )
+        .iter()
+        .all(|s| s.value == 0.0),
+        "no input count without usage"
+    );
+}
+
+#[tokio::test]
+async fn tpot_divides_by_usage_tokens_not_chunks() {
+    // Speculative decoding: 4 token chunks carry 9 tokens; TPOT = (last - first) / 8.
+    let backend = Backend::start(vllm_like(
+        "vllm-chat-multi-token-chunks.sse",
+        ms(50),
+        ms(80),
+    ))
+    .await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    let streamed = client::post(proxy.traffic_addr, CHAT, &chat_body(Some(true))).await;
+    assert!(streamed.error.is_none());
+    let text = proxy.metrics.render();
+    let tpot = prom::value(
+        &text,
+        "gen_ai_server_time_per_output_token_seconds_sum",
+        &[],
+    );
+    assert!(
+        (0.030..0.034).contains(&tpot),
+        "TPOT {tpot} ~ 3 x 80 ms / 8 = 30 ms"
+    );
+    assert_eq!(
+        prom::value(&text, "tokenmeter_inter_token_latency_seconds_count", &[]),
+        3.0,
+        "3 gaps"
+    );
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+        9.0
+    );
+}
+
+#[tokio::test]
+async fn every_fixture_passes_through_unchanged_and_counted() {
+    for (name, events, tokens) in [
+        ("vllm-chat-n2.sse", 6, 6),
+        ("vllm-chat-reasoning.sse", 5, 5),
+        ("vllm-chat-tool-calls.sse", 4, 12),
+        ("vllm-chat-continuous-usage.sse", 5, 5),
+    ] {
+        let backend = Backend::start(vllm_like(name, ms(5), ms(2))).await;
+        let proxy = start_proxy(config_for(&backend.url)).await;
+        let streamed = client::post(proxy.traffic_addr, CHAT, &chat_body(Some(true))).await;
+        assert_eq!(streamed.bytes(), fixture(name), "{name}: bytes unchanged");
+        let text = proxy.metrics.render();
+        let gaps = prom::value(&text, "tokenmeter_inter_token_latency_seconds_count", &[]);
+        assert_eq!(gaps, f64::from(events - 1), "{name}: token events - 1 gaps");
+        assert_eq!(
+            prom::value(
+                &text,
+                "tokenmeter_tokens_total",
+                &[("gen_ai_token_type", "output")]
+            ),
+            f64::from(tokens),
+            "{name}: output tokens"
+        );
+        proxy.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn completions_are_metered_as_text_completion() {
+    let backend = Backend::start(vllm_like("vllm-completions.sse", ms(30), ms(10))).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    let body = format!(r#"{{"model":"{MODEL}","prompt":"Once","stream":true,"max_tokens":4}}"#);
+    let streamed = client::post(proxy.traffic_addr, "/v1/completions", &body).await;
+    let mut expected = fixture("vllm-completions.sse");
+    let usage = events_of(&expected)
+        .into_iter()
+        .find(|e| e.windows(12).any(|w| w == br#""choices":[]"#))
+        .expect("usage event");
+    let at = expected
+        .windows(usage.len())
+        .position(|w| w == usage.as_slice())
+        .expect("position");
+    expected.drain(at..at + usage.len());
+    assert_eq!(
+        streamed.text(),
+        String::from_utf8_lossy(&expected),
+        "usage chunk stripped"
+    );
+    let text = proxy.metrics.render();
+    let op = [
+        ("gen_ai_operation_name", "text_completion"),
+        ("outcome", "ok"),
+    ];
+    assert_eq!(prom::value(&text, "tokenmeter_requests_total", &op), 1.0);
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+        4.0
+    );
+}

@@ -1,0 +1,174 @@
+//! A test client that opens its own connection per request and stamps every body frame on arrival.
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// A response being read frame by frame.
+pub struct OpenStream {
+    pub sent_at: Instant,
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    body: Incoming,
+    connection: JoinHandle<()>,
+}
+
+/// A fully read response.
+#[derive(Debug)]
+pub struct Streamed {
+    pub sent_at: Instant,
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub frames: Vec<(Instant, Bytes)>,
+    /// The body ended with an error (a broken stream) rather than cleanly.
+    pub error: Option<String>,
+}
+
+impl Streamed {
+    pub fn bytes(&self) -> Vec<u8> {
+        self.frames
+            .iter()
+            .flat_map(|(_, b)| b.iter().copied())
+            .collect()
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes()).into_owned()
+    }
+}
+
+/// Which protocol the client speaks to the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    H2c,
+}
+
+/// Sends a POST with a JSON body over a new connection.
+pub async fn open(addr: SocketAddr, path: &str, body: &str) -> OpenStream {
+    open_with(addr, Protocol::Http1, "POST", path, body, &[]).await
+}
+
+/// Sends any request over a new connection.
+pub async fn open_with(
+    addr: SocketAddr,
+    protocol: Protocol,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> OpenStream {
+    let stream = TcpStream::connect(addr)
+        .await
+        .expect("connect to the proxy");
+    stream.set_nodelay(true).expect("nodelay");
+    let io = TokioIo::new(stream);
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("content-type", "application/json");
+    if protocol == Protocol::Http1 {
+        builder = builder.header("host", addr.to_string());
+    }
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    let request = builder
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .expect("request");
+    let sent_at = Instant::now();
+    let (response, connection) = match protocol {
+        Protocol::Http1 => {
+            let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
+                .await
+                .expect("handshake");
+            let connection = tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            (sender.send_request(request).await, connection)
+        }
+        Protocol::H2c => {
+            let (mut sender, connection) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), io)
+                    .await
+                    .expect("h2 handshake");
+            let connection = tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            (sender.send_request(request).await, connection)
+        }
+    };
+    let response = response.expect("a response head from the proxy");
+    let (parts, body) = response.into_parts();
+    OpenStream {
+        sent_at,
+        status: parts.status,
+        headers: parts.headers,
+        body,
+        connection,
+    }
+}
+
+impl OpenStream {
+    /// The next data frame, `None` at a clean end, `Some(Err)` for a broken stream.
+    pub async fn next_frame(&mut self) -> Option<Result<(Instant, Bytes), String>> {
+        loop {
+            match self.body.frame().await? {
+                Ok(frame) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Some(Ok((Instant::now(), data)));
+                    }
+                }
+                Err(err) => return Some(Err(err.to_string())),
+            }
+        }
+    }
+
+    /// Reads to the end.
+    pub async fn collect(mut self) -> Streamed {
+        let mut frames = Vec::new();
+        let mut error = None;
+        while let Some(frame) = self.next_frame().await {
+            match frame {
+                Ok(frame) => frames.push(frame),
+                Err(err) => {
+                    error = Some(err);
+                    break;
+                }
+            }
+        }
+        Streamed {
+            sent_at: self.sent_at,
+            status: self.status,
+            headers: self.headers,
+            frames,
+            error,
+        }
+    }
+
+    /// Hangs up: the connection is closed at once.
+    pub fn disconnect(self) {
+        self.connection.abort();
+        drop(self.body);
+    }
+}
+
+/// POSTs and reads the whole response.
+pub async fn post(addr: SocketAddr, path: &str, body: &str) -> Streamed {
+    open(addr, path, body).await.collect().await
+}
+
+/// GETs a path and returns status and body text.
+pub async fn get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
+    let streamed = open_with(addr, Protocol::Http1, "GET", path, "", &[])
+        .await
+        .collect()
+        .await;
+    (streamed.status, streamed.text())
+}
