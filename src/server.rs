@@ -24,7 +24,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tower::ServiceExt;
 
 use crate::config::Config;
@@ -159,10 +159,13 @@ impl Server {
         builder.http1().timer(TokioTimer::new());
         builder.http2().timer(TokioTimer::new());
         let graceful = GracefulShutdown::new();
+        // Connection tasks live in a set so that, past the grace period, they can be cut.
+        let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 accepted = traffic.accept() => {
                     let (stream, peer) = match accepted {
                         Ok(accepted) => accepted,
@@ -182,7 +185,7 @@ impl Server {
                         .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
                         .into_owned();
                     let connection = graceful.watch(connection);
-                    tokio::spawn(async move {
+                    connections.spawn(async move {
                         if let Err(err) = connection.await {
                             tracing::debug!(error = %err, %peer, "connection ended with an error");
                         }
@@ -200,8 +203,12 @@ impl Server {
         );
         tokio::select! {
             () = graceful.shutdown() => tracing::info!("all streams finished"),
-            () = tokio::time::sleep(grace) => tracing::warn!("grace period over: cutting remaining streams"),
+            () = tokio::time::sleep(grace) => {
+                tracing::warn!(connections = connections.len(), "grace period over: cutting remaining streams");
+            }
         }
+        // Dropping a connection drops its response bodies: each unfinished stream counts as cancelled.
+        connections.shutdown().await;
         admin_task.abort();
         upkeep.abort();
         self.metrics.run_upkeep();

@@ -1,0 +1,293 @@
+//! End to end: HTTP hygiene, other paths, h2c, the admin endpoints and graceful shutdown.
+mod support;
+
+use std::time::Duration;
+
+use support::backend::{Backend, Script, Step};
+use support::client::{self, Protocol};
+use support::{config_for, events_of, fixture, prom, start_proxy};
+
+const CHAT: &str = "/v1/chat/completions";
+const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"stream_options":{"include_usage":true}}"#;
+
+fn fixture_script(gap: Duration) -> Script {
+    Script::sse(
+        events_of(&fixture("vllm-chat-usage.sse"))
+            .into_iter()
+            .map(|event| (gap, event))
+            .collect(),
+    )
+}
+
+#[tokio::test]
+async fn headers_pass_through_hop_by_hop_stop_and_forwarded_is_set() {
+    let mut backend = Backend::start(|_| Script::json(200, r#"{"object":"list","data":[]}"#)).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    let (status, text) = {
+        let streamed = client::open_with(
+            proxy.traffic_addr,
+            Protocol::Http1,
+            "GET",
+            "/v1/models?x=1",
+            "",
+            &[
+                ("authorization", "Bearer sk-secret"),
+                ("x-request-id", "abc"),
+                ("connection", "keep-alive, x-hop"),
+                ("x-hop", "1"),
+            ],
+        )
+        .await
+        .collect()
+        .await;
+        (streamed.status, streamed.text())
+    };
+    assert_eq!(status, 200);
+    assert_eq!(
+        text, r#"{"object":"list","data":[]}"#,
+        "any path is proxied"
+    );
+    let seen = backend.next_request().await;
+    assert!(
+        seen.head.starts_with("GET /v1/models?x=1 HTTP/1.1"),
+        "method, path and query kept: {}",
+        seen.head
+    );
+    assert_eq!(
+        seen.header("authorization").as_deref(),
+        Some("Bearer sk-secret"),
+        "authorization kept"
+    );
+    assert_eq!(
+        seen.header("x-request-id").as_deref(),
+        Some("abc"),
+        "end-to-end header kept"
+    );
+    assert_eq!(
+        seen.header("x-hop"),
+        None,
+        "header named by Connection stripped"
+    );
+    assert_eq!(seen.header("x-forwarded-for").as_deref(), Some("127.0.0.1"));
+    assert_eq!(seen.header("x-forwarded-proto").as_deref(), Some("http"));
+    assert_eq!(
+        seen.header("x-forwarded-host"),
+        Some(proxy.traffic_addr.to_string()),
+        "the client's host"
+    );
+    let metrics = proxy.metrics.render();
+    let other = [("gen_ai_operation_name", "other"), ("outcome", "ok")];
+    assert_eq!(
+        prom::value(&metrics, "tokenmeter_requests_total", &other),
+        1.0,
+        "counted, not metered"
+    );
+    assert!(
+        prom::find(
+            &metrics,
+            "gen_ai_server_request_duration_seconds_count",
+            &[("gen_ai_operation_name", "other")]
+        )
+        .is_empty(),
+        "other paths are not token streams"
+    );
+}
+
+#[tokio::test]
+async fn h2c_clients_stream_through_unchanged() {
+    let backend = Backend::start(|_| fixture_script(Duration::from_millis(5))).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    let streamed = client::open_with(proxy.traffic_addr, Protocol::H2c, "POST", CHAT, BODY, &[])
+        .await
+        .collect()
+        .await;
+    assert_eq!(streamed.status, 200);
+    assert_eq!(
+        streamed.bytes(),
+        fixture("vllm-chat-usage.sse"),
+        "same bytes over h2c"
+    );
+    let text = proxy.metrics.render();
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+        7.0
+    );
+}
+
+#[tokio::test]
+async fn admin_serves_metrics_health_and_readiness_apart_from_traffic() {
+    let backend = Backend::start(|_| fixture_script(Duration::from_millis(2))).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    client::post(proxy.traffic_addr, CHAT, BODY).await;
+
+    let (status, text) = client::get(proxy.admin_addr, "/metrics").await;
+    assert_eq!(status, 200);
+    let histograms = prom::histogram_names(&text);
+    for name in [
+        "gen_ai_server_time_to_first_token_seconds",
+        "gen_ai_server_time_per_output_token_seconds",
+        "gen_ai_server_request_duration_seconds",
+        "gen_ai_client_token_usage",
+        "tokenmeter_inter_token_latency_seconds",
+        "tokenmeter_time_to_first_byte_seconds",
+    ] {
+        assert!(
+            histograms.iter().any(|h| h == name),
+            "{name} is a histogram:\n{text}"
+        );
+    }
+    for name in &histograms {
+        let infinity = prom::find(&text, &format!("{name}_bucket"), &[("le", "+Inf")]);
+        assert!(!infinity.is_empty(), "{name} has _bucket series up to +Inf");
+        for top in infinity {
+            let mut labels: Vec<(&str, &str)> = top
+                .labels
+                .iter()
+                .filter(|(k, _)| *k != "le")
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let count = prom::value(&text, &format!("{name}_count"), &labels);
+            assert_eq!(top.value, count, "{name}: +Inf bucket equals _count");
+            labels.push(("le", ""));
+            let _ = prom::value(&text, &format!("{name}_sum"), &labels[..labels.len() - 1]);
+        }
+    }
+    assert!(!text.contains("quantile="), "no summaries");
+
+    assert_eq!(client::get(proxy.admin_addr, "/healthz").await.0, 200);
+    assert_eq!(client::get(proxy.admin_addr, "/readyz").await.0, 200);
+    let (_, upstream) = client::get(proxy.traffic_addr, "/metrics").await;
+    assert!(
+        upstream.contains("chatcmpl") && !upstream.contains("tokenmeter_requests_total"),
+        "the traffic port proxies /metrics upstream; it never serves the proxy's own: {upstream}"
+    );
+}
+
+#[tokio::test]
+async fn promtool_accepts_the_scrape() {
+    let backend = Backend::start(|_| fixture_script(Duration::from_millis(2))).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    for _ in 0..3 {
+        client::post(proxy.traffic_addr, CHAT, BODY).await;
+    }
+    let (_, text) = client::get(proxy.admin_addr, "/metrics").await;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (Debian package `prometheus`; .ci/run installs it)");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(text.as_bytes()).expect("write scrape");
+    }
+    let output = child.wait_with_output().expect("promtool ran");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "promtool check metrics failed:\n{report}\n{text}"
+    );
+}
+
+#[tokio::test]
+async fn graceful_shutdown_lets_streams_finish_and_turns_readiness_off() {
+    let backend = Backend::start(|_| fixture_script(Duration::from_millis(60))).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    let traffic = proxy.traffic_addr;
+    let admin = proxy.admin_addr;
+    let mut stream = client::open(traffic, CHAT, BODY).await;
+    let first = stream.next_frame().await.expect("frame").expect("ok");
+    assert!(!first.1.is_empty());
+
+    let metrics = std::sync::Arc::clone(&proxy.metrics);
+    let shutdown = tokio::spawn(proxy.shutdown());
+    // Readiness turns off while the stream is still running.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let (status, _) = client::get(admin, "/readyz").await;
+        if status == 503 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "/readyz never turned 503"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        tokio::net::TcpStream::connect(traffic).await.is_err(),
+        "new connections are refused while draining"
+    );
+    let rest = stream.collect().await;
+    assert!(
+        rest.error.is_none(),
+        "the in-flight stream finished cleanly"
+    );
+    assert!(rest.text().contains("[DONE]"), "to the end");
+    tokio::time::timeout(Duration::from_secs(5), shutdown)
+        .await
+        .expect("shutdown completes once streams are done")
+        .expect("no panic");
+    let text = metrics.render();
+    assert_eq!(
+        prom::sum(&text, "tokenmeter_requests_total", &[("outcome", "ok")]),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn shutdown_past_the_grace_period_cuts_streams_and_counts_them() {
+    let mut steps: Vec<Step> = events_of(&fixture("vllm-chat-usage.sse"))
+        .into_iter()
+        .take(2)
+        .map(|e| Step::Chunk(Duration::from_millis(5), e))
+        .collect();
+    steps.push(Step::Pause(Duration::from_secs(30)));
+    let backend = Backend::start(move |_| Script {
+        status: 200,
+        content_type: "text/event-stream".to_owned(),
+        steps: steps.clone(),
+    })
+    .await;
+    let mut config = config_for(&backend.url);
+    config.server.shutdown_grace = Duration::from_millis(200);
+    let proxy = start_proxy(config).await;
+    let mut stream = client::open(proxy.traffic_addr, CHAT, BODY).await;
+    stream.next_frame().await.expect("frame").expect("ok");
+    let metrics = std::sync::Arc::clone(&proxy.metrics);
+    let started = tokio::time::Instant::now();
+    proxy.shutdown().await;
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_secs(3),
+        "waited the grace period: {took:?}"
+    );
+    let rest = stream.collect().await;
+    assert!(
+        rest.error.is_some() || !rest.text().contains("[DONE]"),
+        "the stream was cut"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while prom::sum(
+        &metrics.render(),
+        "tokenmeter_requests_total",
+        &[("outcome", "cancelled")],
+    ) < 1.0
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "cut stream counted as cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
