@@ -98,7 +98,7 @@ pub struct BenchArgs {
     /// Time per load point instead of a request count, e.g. 30s.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
-    /// A mix of request classes (see below).
+    /// A mix of request classes, e.g. "chat:0.9:prompt=uniform:200-600:output=64;doc:0.1:prompt=8000:output=128" (--help: syntax).
     #[arg(long, value_parser = parse_workload, long_help = WORKLOAD_HELP,
           conflicts_with_all = ["prompt_tokens", "output_tokens"])]
     pub workload: Option<Workload>,

@@ -76,6 +76,8 @@ pub fn write_plot(points: &[PointReport], path: &Path) -> Result<(), BenchError>
         .configure_mesh()
         .x_desc(x_label)
         .y_desc("latency (ms)")
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 15))
         .draw()
         .map_err(|e| fail(e.to_string()))?;
     let colors = [BLUE.mix(1.0), BLUE.mix(0.45), RED.mix(1.0), RED.mix(0.45)];
@@ -92,6 +94,7 @@ pub fn write_plot(points: &[PointReport], path: &Path) -> Result<(), BenchError>
     }
     chart
         .configure_series_labels()
+        .label_font(("sans-serif", 14))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .position(SeriesLabelPosition::UpperLeft)

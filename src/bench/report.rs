@@ -119,6 +119,10 @@ impl PointReport {
                 .collect();
             let _ = writeln!(out, "  errors ({}): {}", c.class, kinds.join(" "));
         }
+        // One example says more than a count: "connection refused" vs "HTTP 429".
+        if let Some(first) = self.requests.iter().find_map(|r| r.error.as_deref()) {
+            let _ = writeln!(out, "  first error: {}", truncate(first, 160));
+        }
         out
     }
 }
