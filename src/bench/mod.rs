@@ -10,7 +10,7 @@
 //! - [`spec`]: what one load point is ([`LoadSpec`]);
 //! - [`workload`]: length distributions and class mixes;
 //! - [`load`]: arrival processes, the closed and open loop drivers, [`run_point`];
-//! - [`client`]: one timed request over the shared client; [`events`](self) splits SSE;
+//! - [`client`]: one timed request over the shared client; `events` splits SSE (private);
 //! - [`stats`]: numpy-compatible percentiles, per-class summaries, goodput;
 //! - [`report`] and [`plot`]: the table, the JSON file, the SVG.
 //!
