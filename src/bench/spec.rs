@@ -1,0 +1,244 @@
+//! What one load point is: the target, the shape of the load (closed or open loop), when to
+//! stop, what to send (the workload) and the SLO that decides goodput.
+use std::time::Duration;
+
+use hyper::Uri;
+use serde::{Deserialize, Serialize};
+
+use super::workload::Workload;
+use super::BenchError;
+
+/// Which OpenAI-compatible API to call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    /// `POST /v1/chat/completions`.
+    Chat,
+    /// `POST /v1/completions`.
+    Completions,
+}
+
+impl Endpoint {
+    /// The request path below the base URL.
+    pub fn path(self) -> &'static str {
+        match self {
+            Endpoint::Chat => "/v1/chat/completions",
+            Endpoint::Completions => "/v1/completions",
+        }
+    }
+}
+
+/// How the gaps between open-loop arrivals are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Arrival {
+    /// Exponential gaps (a Poisson process): what independent users look like.
+    Poisson,
+    /// Evenly spaced arrivals: no burst at all.
+    Constant,
+    /// Gamma-distributed gaps with shape `burstiness` (vLLM's `--burstiness`): below 1 is
+    /// burstier than Poisson, above 1 is smoother, exactly 1 is Poisson.
+    Gamma { burstiness: f64 },
+}
+
+/// Closed loop (a fixed number of users, each waiting for its answer) or open loop (arrivals
+/// at a rate, whatever the server does): the second exposes queueing, the first hides it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum LoadMode {
+    /// `concurrency` requests always in flight.
+    Closed { concurrency: usize },
+    /// Arrivals at `rate` requests per second (`inf`: all at once; JSON `null`).
+    Open {
+        #[serde(with = "inf_as_null")]
+        rate: f64,
+        arrival: Arrival,
+    },
+}
+
+impl LoadMode {
+    /// The value a sweep varies (concurrency or rate): the x axis of the plot.
+    pub fn x(&self) -> f64 {
+        match *self {
+            LoadMode::Closed { concurrency } => concurrency as f64,
+            LoadMode::Open { rate, .. } => rate,
+        }
+    }
+
+    /// A short label such as `concurrency=4` or `rate=2 (poisson)`.
+    pub fn label(&self) -> String {
+        match *self {
+            LoadMode::Closed { concurrency } => format!("concurrency={concurrency}"),
+            LoadMode::Open { rate, arrival } => {
+                let arrival = match arrival {
+                    Arrival::Poisson => "poisson".to_string(),
+                    Arrival::Constant => "constant".to_string(),
+                    Arrival::Gamma { burstiness } => format!("gamma b={burstiness}"),
+                };
+                format!("rate={rate} ({arrival})")
+            }
+        }
+    }
+}
+
+/// When a load point ends. Requests already sent are always waited for (each is bounded by
+/// [`LoadSpec::request_timeout`]), so every point ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    /// Send exactly this many requests.
+    Requests(u64),
+    /// Send requests until this much time has passed since the point started.
+    Duration(#[serde(with = "secs")] Duration),
+}
+
+/// The service-level objective a request must meet to count towards goodput.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slo {
+    #[serde(rename = "ttft_s", with = "secs")]
+    pub ttft: Duration,
+    #[serde(rename = "tpot_s", with = "secs")]
+    pub tpot: Duration,
+}
+
+impl Default for Slo {
+    fn default() -> Self {
+        Slo {
+            ttft: Duration::from_millis(800),
+            tpot: Duration::from_millis(35),
+        }
+    }
+}
+
+/// Everything one load point needs.
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    /// Base URL of the server, e.g. `http://127.0.0.1:8000` (plain HTTP).
+    pub url: String,
+    pub endpoint: Endpoint,
+    /// The model to request; `None` asks `GET /v1/models` (first entry, else `"default"`).
+    pub model: Option<String>,
+    pub mode: LoadMode,
+    pub stop: Stop,
+    pub workload: Workload,
+    pub slo: Slo,
+    /// Seeds the arrival process and every request's workload sample.
+    pub seed: u64,
+    /// Upper bound on one request, head to end of stream; past it the request is a `timeout`.
+    pub request_timeout: Duration,
+}
+
+impl LoadSpec {
+    /// A spec with the defaults of the command line: chat, concurrency 1, 100 requests,
+    /// 128-token prompts and outputs, SLO 800 ms / 35 ms, seed 0, 120 s request timeout.
+    pub fn new(url: impl Into<String>) -> Self {
+        LoadSpec {
+            url: url.into(),
+            endpoint: Endpoint::Chat,
+            model: None,
+            mode: LoadMode::Closed { concurrency: 1 },
+            stop: Stop::Requests(100),
+            workload: Workload::single(super::Dist::Fixed(128), super::Dist::Fixed(128)),
+            slo: Slo::default(),
+            seed: 0,
+            request_timeout: Duration::from_secs(120),
+        }
+    }
+
+    /// Checks what the types cannot: positive counts and rates, a bounded stop, a usable URL.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        match self.mode {
+            LoadMode::Closed { concurrency: 0 } => {
+                return Err(BenchError::Spec("concurrency must be at least 1".into()))
+            }
+            LoadMode::Open { rate, arrival } => {
+                if rate.is_nan() || rate <= 0.0 {
+                    return Err(BenchError::Spec(format!("rate must be > 0, got {rate}")));
+                }
+                if rate.is_infinite() && matches!(self.stop, Stop::Duration(_)) {
+                    return Err(BenchError::Spec(
+                        "rate inf sends everything at once: stop it with a request count".into(),
+                    ));
+                }
+                if let Arrival::Gamma { burstiness } = arrival {
+                    if !(burstiness.is_finite() && burstiness > 0.0) {
+                        return Err(BenchError::Spec(format!(
+                            "burstiness must be a finite number > 0, got {burstiness}"
+                        )));
+                    }
+                }
+            }
+            LoadMode::Closed { .. } => {}
+        }
+        match self.stop {
+            Stop::Requests(0) => {
+                return Err(BenchError::Spec("requests must be at least 1".into()))
+            }
+            Stop::Duration(d) if d.is_zero() => {
+                return Err(BenchError::Spec("duration must be > 0".into()))
+            }
+            _ => {}
+        }
+        if self.request_timeout.is_zero() {
+            return Err(BenchError::Spec("request timeout must be > 0".into()));
+        }
+        self.endpoint_uri().map(|_| ())
+    }
+
+    /// The full URI of the generation endpoint.
+    pub fn endpoint_uri(&self) -> Result<Uri, BenchError> {
+        join_url(&self.url, self.endpoint.path())
+    }
+}
+
+/// Appends `path` to a base URL that must be plain `http://` (the client has no TLS: a load
+/// generator belongs next to the server, not across the internet).
+pub(crate) fn join_url(base: &str, path: &str) -> Result<Uri, BenchError> {
+    let bad = |reason: &str| BenchError::Url {
+        url: base.to_string(),
+        reason: reason.to_string(),
+    };
+    let uri: Uri = format!("{}{}", base.trim_end_matches('/'), path)
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| bad(&e.to_string()))?;
+    if uri.scheme_str() != Some("http") {
+        return Err(bad("only http:// URLs are supported"));
+    }
+    if uri.host().is_none() {
+        return Err(bad("no host"));
+    }
+    Ok(uri)
+}
+
+/// Durations as seconds (`f64`) in JSON, so tools read them without a duration parser.
+pub(crate) mod secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let v = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// JSON has no infinity: an unlimited rate is written as `null`.
+mod inf_as_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        if v.is_finite() {
+            s.serialize_f64(*v)
+        } else {
+            s.serialize_none()
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
+    }
+}
