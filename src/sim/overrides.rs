@@ -180,6 +180,27 @@ mod tests {
     }
 
     #[test]
+    fn example_files_resolve() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim");
+        let file =
+            SimOverrides::from_file(&dir.join("8b-chunked-2k.toml")).expect("example parses");
+        let config = resolve(&file, &SimOverrides::default()).expect("example resolves");
+        assert_eq!(config.max_num_batched_tokens, 2048, "the example's budget");
+        let file = SimOverrides::from_file(&dir.join("70b-4xh100-spec-decode.toml"))
+            .expect("example parses");
+        let config = resolve(&file, &SimOverrides::default()).expect("example resolves");
+        assert_eq!(
+            (config.tokens_per_chunk, config.t_fixed),
+            (3, Duration::from_micros(3500)),
+            "spec decode example"
+        );
+        assert_eq!(
+            config.model, "meta-llama/Llama-3.1-70B-Instruct",
+            "the file's profile applies"
+        );
+    }
+
+    #[test]
     fn unknown_keys_are_named() {
         let err = parse("max_num_seq = 4\n")
             .expect_err("typo must be rejected")
