@@ -1,0 +1,278 @@
+//! Parsing and validating the OpenAI request bodies the sim accepts.
+//!
+//! Only what shapes the simulated work is read: the prompt (for its length), `max_tokens` /
+//! `max_completion_tokens` (default [`DEFAULT_MAX_TOKENS`]), `stream` and `stream_options`.
+//! Sampling parameters and `ignore_eos` are accepted and ignored: the sim always generates
+//! exactly `max_tokens` tokens.
+use serde::Deserialize;
+
+use super::stream::{Endpoint, UsageOptions};
+use super::tokenizer::{count_chat_tokens, count_prompt_tokens};
+
+/// Output length when the request names none (vLLM's completions default).
+pub const DEFAULT_MAX_TOKENS: u64 = 16;
+
+/// A request as the engine needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimRequest {
+    pub endpoint: Endpoint,
+    /// `model` from the request, echoed in responses.
+    pub model: Option<String>,
+    pub prompt_tokens: u64,
+    pub max_tokens: u64,
+    pub stream: bool,
+    pub usage: UsageOptions,
+}
+
+/// Why a request is a 400.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct BadRequest(pub String);
+
+#[derive(Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+    #[serde(default)]
+    continuous_usage_stats: Option<bool>,
+}
+
+/// Both endpoints' fields in one struct (no `flatten`, which would hide error paths).
+#[derive(Deserialize)]
+struct RequestBody {
+    #[serde(default)]
+    messages: Option<Vec<Message>>,
+    #[serde(default)]
+    prompt: Option<Prompt>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    max_completion_tokens: Option<u64>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    n: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    #[allow(dead_code)]
+    role: String,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Deserialize)]
+struct Part {
+    #[serde(default)]
+    text: Option<String>,
+}
+
+/// A completions prompt: text, several texts (their lengths add up: the sim serves one
+/// choice), or token ids (their count is the length).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Prompt {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<u64>),
+}
+
+/// Parses a request body for `endpoint`.
+pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<SimRequest, BadRequest> {
+    let body: RequestBody = from_json(body)?;
+    let prompt_tokens = match endpoint {
+        Endpoint::Chat => {
+            let Some(messages) = &body.messages else {
+                return Err(BadRequest("messages: field required".to_owned()));
+            };
+            if messages.is_empty() {
+                return Err(BadRequest(
+                    "messages: must contain at least one message".to_owned(),
+                ));
+            }
+            let texts: Vec<String> = messages
+                .iter()
+                .map(|m| match &m.content {
+                    None => String::new(),
+                    Some(Content::Text(text)) => text.clone(),
+                    Some(Content::Parts(parts)) => parts
+                        .iter()
+                        .filter_map(|p| p.text.as_deref())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                })
+                .collect();
+            count_chat_tokens(texts.iter().map(String::as_str))
+        }
+        Endpoint::Completions => {
+            let tokens = match &body.prompt {
+                None => return Err(BadRequest("prompt: field required".to_owned())),
+                Some(Prompt::Text(text)) => count_prompt_tokens(text),
+                Some(Prompt::Texts(texts)) => texts.iter().map(|t| count_prompt_tokens(t)).sum(),
+                Some(Prompt::Ids(ids)) => ids.len() as u64,
+            };
+            if tokens == 0 {
+                return Err(BadRequest("prompt: the prompt cannot be empty".to_owned()));
+            }
+            tokens
+        }
+    };
+    let RequestBody {
+        model,
+        stream,
+        max_tokens,
+        max_completion_tokens,
+        stream_options,
+        n,
+        ..
+    } = body;
+    let max_tokens = max_completion_tokens
+        .or(max_tokens)
+        .unwrap_or(DEFAULT_MAX_TOKENS);
+    if max_tokens == 0 {
+        return Err(BadRequest(
+            "max_tokens must be at least 1, got 0.".to_owned(),
+        ));
+    }
+    if n.is_some_and(|n| n != 1) {
+        return Err(BadRequest(
+            "n: only n = 1 is supported by the simulated replica".to_owned(),
+        ));
+    }
+    let stream = stream.unwrap_or(false);
+    let usage = match stream_options {
+        Some(_) if !stream => {
+            return Err(BadRequest(
+                "Stream options can only be defined when `stream=True`.".to_owned(),
+            ))
+        }
+        Some(o) => UsageOptions {
+            include_usage: o.include_usage.unwrap_or(false),
+            continuous: o.continuous_usage_stats.unwrap_or(false),
+        },
+        None => UsageOptions::default(),
+    };
+    Ok(SimRequest {
+        endpoint,
+        model,
+        prompt_tokens,
+        max_tokens,
+        stream,
+        usage,
+    })
+}
+
+fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, BadRequest> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        let malformed = matches!(
+            inner.classify(),
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof
+        );
+        if malformed || path == "." {
+            BadRequest(format!("invalid request body: {inner}"))
+        } else {
+            BadRequest(format!("{path}: {inner}"))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::tokenizer::{CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_PER_REQUEST};
+
+    fn chat(body: &str) -> Result<SimRequest, BadRequest> {
+        parse(Endpoint::Chat, body.as_bytes())
+    }
+
+    fn completion(body: &str) -> Result<SimRequest, BadRequest> {
+        parse(Endpoint::Completions, body.as_bytes())
+    }
+
+    #[test]
+    fn chat_request_fields() {
+        let req = chat(
+            r#"{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"a b c"}]}],"stream":true,"max_completion_tokens":7,"max_tokens":3,"stream_options":{"include_usage":true},"temperature":0.5,"ignore_eos":true}"#,
+        )
+        .expect("valid chat request");
+        assert_eq!(
+            req,
+            SimRequest {
+                endpoint: Endpoint::Chat,
+                model: Some("m".to_owned()),
+                prompt_tokens: 2 + 3 + 2 * CHAT_TOKENS_PER_MESSAGE + CHAT_TOKENS_PER_REQUEST,
+                max_tokens: 7,
+                stream: true,
+                usage: UsageOptions {
+                    include_usage: true,
+                    continuous: false
+                },
+            },
+            "max_completion_tokens wins over max_tokens; parts are read"
+        );
+    }
+
+    #[test]
+    fn completion_prompt_forms_and_default_max_tokens() {
+        let text = completion(r#"{"prompt":"w w w w"}"#).expect("string prompt");
+        assert_eq!(
+            (text.prompt_tokens, text.max_tokens, text.stream),
+            (4, 16, false),
+            "4 words, default 16"
+        );
+        let list = completion(r#"{"prompt":["a b","c"],"max_tokens":2}"#).expect("list prompt");
+        assert_eq!(list.prompt_tokens, 3, "lengths of a list add up");
+        let ids = completion(r#"{"prompt":[1,2,3,4,5]}"#).expect("token id prompt");
+        assert_eq!(ids.prompt_tokens, 5, "token ids count one each");
+    }
+
+    #[test]
+    fn bad_requests_say_why() {
+        let cases = [
+            (Endpoint::Chat, r#"{"messages":"hi"}"#, "messages"),
+            (Endpoint::Chat, r#"{"messages":[]}"#, "at least one"),
+            (Endpoint::Chat, r#"{"model":"m"}"#, "messages"),
+            (
+                Endpoint::Completions,
+                r#"{"prompt":"x","max_tokens":0}"#,
+                "at least 1",
+            ),
+            (
+                Endpoint::Completions,
+                r#"{"prompt":"x","max_tokens":-3}"#,
+                "max_tokens",
+            ),
+            (Endpoint::Completions, r#"{"prompt":""}"#, "empty"),
+            (Endpoint::Completions, r#"{"prompt":"x","n":2}"#, "n = 1"),
+            (
+                Endpoint::Completions,
+                r#"{"prompt":"x","stream_options":{"include_usage":true}}"#,
+                "stream=True",
+            ),
+            (Endpoint::Completions, "{not json", "invalid request body"),
+        ];
+        for (endpoint, body, want) in cases {
+            let err = parse(endpoint, body.as_bytes()).expect_err("must be rejected");
+            assert!(
+                err.0.contains(want),
+                "{body}: error {:?} should mention {want:?}",
+                err.0
+            );
+        }
+    }
+}
