@@ -13,6 +13,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The subcommands; parsed once, so the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the metering proxy.

@@ -7,7 +7,7 @@
 //! - [`sse`]: the byte-level, incremental Server-Sent Events scanner.
 //! - [`proxy`]: forwarding to upstreams over one pooled client, header hygiene, errors.
 //! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter.
-//! - [`sim`], [`bench`], [`demo`]: the testbed (a simulated vLLM replica, a load
+//! - [`sim`], [`mod@bench`], [`demo`]: the testbed (a simulated vLLM replica, a load
 //!   generator, and the one-command demo).
 pub mod bench;
 pub mod cli;
