@@ -23,6 +23,8 @@ pub enum Command {
     Sim(crate::sim::SimArgs),
     /// Run the load generator.
     Bench(crate::bench::BenchArgs),
+    /// Simulated replicas + the proxy + a mixed load, then the SLO table.
+    Demo(crate::demo::DemoArgs),
 }
 
 /// Arguments of `tokenmeter serve`.
@@ -43,6 +45,7 @@ pub async fn run(cli: Cli) -> Result<(), crate::BoxError> {
         Command::Serve(args) => serve(args).await,
         Command::Sim(args) => crate::sim::run(args).await,
         Command::Bench(args) => crate::bench::run(args).await,
+        Command::Demo(args) => crate::demo::run(args).await,
     }
 }
 

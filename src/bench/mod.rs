@@ -249,7 +249,7 @@ pub async fn run(args: BenchArgs) -> Result<(), crate::BoxError> {
 }
 
 /// Rewrites one stderr line a few times a second until told to stop, then clears it.
-fn spawn_progress_line(
+pub(crate) fn spawn_progress_line(
     label: String,
     stop: Stop,
     progress: Arc<Progress>,
