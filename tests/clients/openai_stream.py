@@ -1,0 +1,51 @@
+"""Streams one chat completion through tokenmeter with the official OpenAI Python SDK.
+
+Prints one JSON line: the text received, the number of chunks with content, and the usage the SDK
+saw (only when asked for). Exits non-zero on any SDK error. Used by tests/real_clients.rs.
+"""
+import argparse
+import json
+import sys
+
+import openai
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--max-tokens", type=int, default=12)
+    parser.add_argument("--usage", action="store_true", help="ask for include_usage")
+    args = parser.parse_args()
+
+    client = openai.OpenAI(base_url=args.base_url, api_key="sk-test-not-a-secret")
+    kwargs = {}
+    if args.usage:
+        kwargs["stream_options"] = {"include_usage": True}
+    stream = client.chat.completions.create(
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        messages=[{"role": "user", "content": "Say something."}],
+        max_tokens=args.max_tokens,
+        stream=True,
+        **kwargs,
+    )
+    text = []
+    content_chunks = 0
+    usage = None
+    chunks = 0
+    for chunk in stream:
+        chunks += 1
+        if chunk.usage is not None:
+            usage = {
+                "prompt_tokens": chunk.usage.prompt_tokens,
+                "completion_tokens": chunk.usage.completion_tokens,
+            }
+        for choice in chunk.choices:
+            if choice.delta.content:
+                content_chunks += 1
+                text.append(choice.delta.content)
+    print(json.dumps({"text": "".join(text), "content_chunks": content_chunks, "chunks": chunks, "usage": usage}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
