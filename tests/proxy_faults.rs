@@ -240,3 +240,35 @@ async fn oversized_request_body_is_a_413_json_error() {
     assert_eq!(json["error"]["type"], "invalid_request_error", "{json}");
     assert_eq!(outcome(&proxy.metrics.render(), "client_error"), 1.0);
 }
+
+#[tokio::test]
+async fn total_timeout_bounds_a_stream_that_keeps_trickling() {
+    // A frame every 100 ms never trips the idle timeout; the total timeout still ends it.
+    let events = events_of(&fixture("vllm-chat-usage.sse"));
+    let backend = Backend::start(move |_| {
+        let mut steps = Vec::new();
+        for _ in 0..50 {
+            steps.push(Step::Chunk(ms(100), events[2].clone()));
+        }
+        sse(steps)
+    })
+    .await;
+    let mut config = config_for(&backend.url);
+    config.upstream.idle_timeout = ms(400);
+    config.upstream.total_timeout = ms(700);
+    let proxy = start_proxy(config).await;
+    let started = Instant::now();
+    let streamed = client::post(proxy.traffic_addr, CHAT, BODY).await;
+    let took = started.elapsed();
+    assert!(streamed.error.is_some(), "cut, not ended cleanly");
+    assert!(
+        took >= ms(700) && took < ms(1500),
+        "cut at the total timeout: {took:?}"
+    );
+    assert!(
+        streamed.frames.len() >= 5,
+        "frames flowed until then: {}",
+        streamed.frames.len()
+    );
+    assert_eq!(outcome(&proxy.metrics.render(), "timeout"), 1.0);
+}

@@ -17,7 +17,9 @@ async fn replica() -> sim::SimHandle {
 }
 
 fn run(command: &mut Command) -> String {
-    let output = command.output().unwrap_or_else(|err| panic!("cannot run {command:?}: {err}"));
+    let output = command
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run {command:?}: {err}"));
     assert!(
         output.status.success(),
         "{command:?} failed: {}\n{}",
@@ -34,17 +36,52 @@ async fn curl_streams_through_the_proxy() {
     let url = format!("http://{}/v1/chat/completions", proxy.traffic_addr);
     let body = r#"{"model":"m","messages":[{"role":"user","content":"hello there"}],"stream":true,"max_tokens":5}"#;
     let out = tokio::task::spawn_blocking(move || {
-        run(Command::new("curl").args(["-sSN", "--max-time", "20", "-H", "content-type: application/json", "-d", body, &url]))
+        run(Command::new("curl").args([
+            "-sSN",
+            "--max-time",
+            "20",
+            "-H",
+            "content-type: application/json",
+            "-d",
+            body,
+            &url,
+        ]))
     })
     .await
     .expect("curl ran");
     let events: Vec<&str> = out.split("\n\n").filter(|e| !e.is_empty()).collect();
-    assert_eq!(events.len(), 1 + 5 + 1, "role chunk, 5 token chunks, [DONE]: {out}");
-    assert_eq!(events.last().copied(), Some("data: [DONE]"), "clean end: {out}");
-    assert!(!out.contains(r#""choices":[]"#), "the injected usage chunk was stripped: {out}");
+    assert_eq!(
+        events.len(),
+        1 + 5 + 1,
+        "role chunk, 5 token chunks, [DONE]: {out}"
+    );
+    assert_eq!(
+        events.last().copied(),
+        Some("data: [DONE]"),
+        "clean end: {out}"
+    );
+    assert!(
+        !out.contains(r#""choices":[]"#),
+        "the injected usage chunk was stripped: {out}"
+    );
     let text = proxy.metrics.render();
-    assert_eq!(prom::sum(&text, "tokenmeter_tokens_total", &[("gen_ai_token_type", "output")]), 5.0);
-    assert_eq!(prom::sum(&text, "tokenmeter_token_count_source_total", &[("source", "usage")]), 1.0, "exact from injected usage");
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+        5.0
+    );
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_token_count_source_total",
+            &[("source", "usage")]
+        ),
+        1.0,
+        "exact from injected usage"
+    );
 }
 
 #[tokio::test]
@@ -52,7 +89,10 @@ async fn openai_python_sdk_streams_through_the_proxy() {
     let replica = replica().await;
     let proxy = start_proxy(config_for(&format!("http://{}", replica.local_addr()))).await;
     let base = format!("http://{}/v1", proxy.traffic_addr);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/openai_stream.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/openai_stream.py"
+    );
     let plain = {
         let base = base.clone();
         tokio::task::spawn_blocking(move || {
@@ -62,12 +102,28 @@ async fn openai_python_sdk_streams_through_the_proxy() {
         .expect("python ran")
     };
     let plain: serde_json::Value = serde_json::from_str(plain.trim()).expect("JSON line");
-    assert_eq!(plain["content_chunks"], 12, "one content chunk per token: {plain}");
-    assert_eq!(plain["chunks"], 13, "role chunk + 12 tokens, no usage chunk: {plain}");
-    assert!(plain["usage"].is_null(), "a client that did not ask sees no usage: {plain}");
+    assert_eq!(
+        plain["content_chunks"], 12,
+        "one content chunk per token: {plain}"
+    );
+    assert_eq!(
+        plain["chunks"], 13,
+        "role chunk + 12 tokens, no usage chunk: {plain}"
+    );
+    assert!(
+        plain["usage"].is_null(),
+        "a client that did not ask sees no usage: {plain}"
+    );
 
     let with_usage = tokio::task::spawn_blocking(move || {
-        run(Command::new("python3").args([script, "--base-url", &base, "--max-tokens", "7", "--usage"]))
+        run(Command::new("python3").args([
+            script,
+            "--base-url",
+            &base,
+            "--max-tokens",
+            "7",
+            "--usage",
+        ]))
     })
     .await
     .expect("python ran");
@@ -77,5 +133,12 @@ async fn openai_python_sdk_streams_through_the_proxy() {
     let text = proxy.metrics.render();
     let ok = [("gen_ai_operation_name", "chat"), ("outcome", "ok")];
     assert_eq!(prom::sum(&text, "tokenmeter_requests_total", &ok), 2.0);
-    assert_eq!(prom::sum(&text, "tokenmeter_tokens_total", &[("gen_ai_token_type", "output")]), 19.0);
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+        19.0
+    );
 }

@@ -1,0 +1,133 @@
+//! The real binary: `tokenmeter serve` configured by environment, drained by SIGTERM, and refusing a
+//! bad config with the key named.
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::backend::{Backend, Script};
+use support::{client, events_of, fixture};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tokenmeter");
+
+/// A port that was free a moment ago (the binary binds it next).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+#[tokio::test]
+async fn serve_runs_from_env_and_drains_on_sigterm() {
+    let backend = Backend::start(|_| {
+        Script::sse(
+            events_of(&fixture("vllm-chat-usage.sse"))
+                .into_iter()
+                .map(|e| (Duration::from_millis(2), e))
+                .collect(),
+        )
+    })
+    .await;
+    let (traffic, admin) = (free_port(), free_port());
+    let child = Command::new(BIN)
+        .arg("serve")
+        .env("TOKENMETER_LISTEN", format!("127.0.0.1:{traffic}"))
+        .env("TOKENMETER_ADMIN_LISTEN", format!("127.0.0.1:{admin}"))
+        .env("TOKENMETER_UPSTREAM", &backend.url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tokenmeter serve starts");
+    let admin_addr = format!("127.0.0.1:{admin}").parse().expect("addr");
+    let traffic_addr = format!("127.0.0.1:{traffic}").parse().expect("addr");
+
+    // Wait (bounded) until the admin port answers ready.
+    let mut ready = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(admin_addr).await.is_ok()
+            && client::get(admin_addr, "/readyz").await.0 == 200
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(ready, "the admin port became ready");
+
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true}"#;
+    let streamed = client::post(traffic_addr, "/v1/chat/completions", body).await;
+    assert_eq!(
+        streamed.bytes(),
+        fixture("vllm-chat-no-usage.sse"),
+        "usage injected and stripped"
+    );
+    let (_, metrics) = client::get(admin_addr, "/metrics").await;
+    assert_eq!(
+        support::prom::sum(
+            &metrics,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+        7.0,
+        "exact count from the injected usage"
+    );
+
+    let pid = child.id().to_string();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "SIGTERM sent");
+    let exited = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("wait");
+    assert!(
+        exited.status.success(),
+        "exit 0 after draining: {:?}",
+        exited.status
+    );
+    let log = String::from_utf8_lossy(&exited.stderr);
+    assert!(log.contains("draining"), "the drain is logged: {log}");
+    assert!(!log.contains("Hi\""), "no prompt text in the log: {log}");
+}
+
+#[test]
+fn bad_config_is_refused_naming_the_key() {
+    let dir = std::env::temp_dir().join(format!("tokenmeter-bad-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "[upstream]\nidle_timeout = \"soon\"\n").expect("write config");
+    let output = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .expect("tokenmeter runs");
+    assert_eq!(output.status.code(), Some(1), "start refused");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("upstream.idle_timeout") && stderr.contains("invalid duration"),
+        "the message names the key and the problem: {stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn shipped_config_checks() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/tokenmeter.toml");
+    let output = Command::new(BIN)
+        .args(["serve", "--check", "--config", config])
+        .output()
+        .expect("tokenmeter runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        printed.contains("ttft: 800ms"),
+        "the parsed config is printed: {printed}"
+    );
+}
