@@ -345,8 +345,7 @@ mod tests {
     use crate::config::{BalanceLoad, PoolConfig, RuleConfig};
 
     fn router(edit: impl FnOnce(&mut Config)) -> Router {
-        let mut config = Config::default();
-        config.pools = vec![
+        let pools = vec![
             PoolConfig {
                 name: "prefill".to_owned(),
                 urls: vec!["http://127.0.0.1:8101".to_owned()],
@@ -359,7 +358,7 @@ mod tests {
                 ..PoolConfig::default()
             },
         ];
-        config.rules = vec![
+        let rules = vec![
             RuleConfig {
                 pool: "prefill".to_owned(),
                 min_prompt_tokens: Some(2048),
@@ -371,6 +370,11 @@ mod tests {
                 ..RuleConfig::default()
             },
         ];
+        let mut config = Config {
+            pools,
+            rules,
+            ..Config::default()
+        };
         edit(&mut config);
         config.validate().expect("valid config");
         let metrics = Arc::new(Metrics::new(&config).expect("metrics"));
