@@ -1,7 +1,7 @@
 //! The routing service: between the meter (which buffered the body) and forwarding.
 //!
 //! Per request: estimate the prompt, plan the candidate pools from the rules, pick a backend by
-//! power of two choices, and put its [`Target`] and an [`InFlight`] load guard in the request
+//! power of two choices, and put its [`Target`](crate::proxy::Target) and an [`InFlight`] load guard in the request
 //! extensions for [`crate::proxy::Forward`]. A failure before any response byte (connect refused or
 //! timed out, a connection that broke before the head) is retried on another backend, of the same
 //! pool first, up to `routing.retries` times; nothing was streamed, so a retry cannot duplicate
