@@ -34,6 +34,12 @@ pub struct Config {
     pub metering: MeteringConfig,
     pub slo: SloConfig,
     pub buckets: BucketConfig,
+    /// Prompt-length estimation, health and retry settings of the router.
+    pub routing: RoutingConfig,
+    /// Named backend pools (`[[pools]]`); none = one implicit pool `default` of `upstream.urls`.
+    pub pools: Vec<PoolConfig>,
+    /// Ordered routing rules (`[[rules]]`); the first that matches picks the pool.
+    pub rules: Vec<RuleConfig>,
 }
 
 /// Listeners and request limits.
@@ -56,7 +62,7 @@ pub struct ServerConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
-    /// Base URLs (`http://host:port`), balanced round-robin.
+    /// Base URLs (`http://host:port`): the implicit pool `default` when no `[[pools]]` are configured.
     pub urls: Vec<String>,
     /// TCP connect timeout.
     #[serde(deserialize_with = "duration")]
@@ -105,6 +111,92 @@ pub struct SloConfig {
     #[serde(deserialize_with = "duration")]
     pub tpot: Duration,
 }
+
+/// Router settings shared by every pool.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoutingConfig {
+    /// Tokens per byte of prompt text assumed for a model before any response calibrated it.
+    pub prior_tokens_per_byte: f64,
+    /// Calibration memory, in observations: each response with `usage.prompt_tokens` weighs
+    /// `1/calibration_window` against the history (an exponentially weighted tokens/bytes ratio).
+    pub calibration_window: u32,
+    /// When a request's pool has no healthy backend, try the next matching rule's pool (or the
+    /// rule's `fallback`).
+    pub fallback: bool,
+    /// Attempts on other backends after a connect failure (or a connection that broke before any
+    /// response byte); never after the first byte.
+    pub retries: u32,
+    /// Consecutive failures (connect errors, 5xx) that eject a backend.
+    pub eject_after_failures: u32,
+    /// First ejection length; doubled on each further ejection without a success in between.
+    #[serde(deserialize_with = "duration")]
+    pub eject_base: Duration,
+    /// Longest ejection.
+    #[serde(deserialize_with = "duration")]
+    pub eject_max: Duration,
+    /// How often a pool's `dns` name is resolved again.
+    #[serde(deserialize_with = "duration")]
+    pub dns_refresh: Duration,
+}
+
+/// How a pool chooses among its healthy backends (power of two choices on a load).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BalanceLoad {
+    /// Streams in flight (head to end of stream): what loads a decode replica.
+    #[default]
+    Streams,
+    /// Prompt tokens sent and not yet past their first response byte: what queues on a prefill
+    /// replica.
+    PromptTokens,
+    /// Plain round-robin (a baseline for benchmarks).
+    RoundRobin,
+}
+
+/// One named pool of interchangeable backends.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PoolConfig {
+    /// The pool's name: rules refer to it, and it is the `pool` label.
+    pub name: String,
+    /// Static base URLs (`http://host:port`).
+    pub urls: Vec<String>,
+    /// `host:port` resolved every `routing.dns_refresh` (a Kubernetes headless Service); every
+    /// address becomes a backend, in addition to `urls`.
+    pub dns: Option<String>,
+    /// The load power-of-two-choices compares.
+    pub balance: BalanceLoad,
+    /// Interval of active `GET /health` checks; `"0s"` = passive health only.
+    #[serde(deserialize_with = "duration")]
+    pub health_check: Duration,
+    /// Interval of scraping each backend's `/metrics` (`vllm:num_requests_waiting`,
+    /// `vllm:kv_cache_usage_perc`) to weight its load; `"0s"` = off.
+    #[serde(deserialize_with = "duration")]
+    pub scrape_metrics: Duration,
+}
+
+/// One routing rule: every condition given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuleConfig {
+    /// The pool requests matching this rule go to.
+    pub pool: String,
+    /// Matches when the estimated prompt is at least this many tokens.
+    pub min_prompt_tokens: Option<u64>,
+    /// Matches this model name exactly, or by prefix when it ends in `*`.
+    pub model: Option<String>,
+    /// Matches this request path exactly, or by prefix when it ends in `*`.
+    pub path: Option<String>,
+    /// Pool to use when `pool` has no healthy backend (default: the next matching rule's pool).
+    pub fallback: Option<String>,
+    /// Spill to the fallback pool when the least-loaded backend of `pool` has more than this many
+    /// prompt tokens queued (not yet past their first byte).
+    pub spill_queue_tokens: Option<u64>,
+}
+
+/// Name of the implicit pool formed by `upstream.urls` when no `[[pools]]` are configured.
+pub const DEFAULT_POOL: &str = "default";
 
 /// Histogram bucket upper bounds, in seconds (token counts for `tokens`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -187,6 +279,21 @@ impl Default for BucketConfig {
                 1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0,
                 4194304.0, 16777216.0, 67108864.0,
             ],
+        }
+    }
+}
+
+impl Default for RoutingConfig {
+    fn default() -> Self {
+        Self {
+            prior_tokens_per_byte: 0.25,
+            calibration_window: 100,
+            fallback: true,
+            retries: 2,
+            eject_after_failures: 3,
+            eject_base: Duration::from_secs(1),
+            eject_max: Duration::from_secs(30),
+            dns_refresh: Duration::from_secs(5),
         }
     }
 }
@@ -327,8 +434,120 @@ impl Config {
                 return Err(invalid(key, "bucket edges must be strictly increasing"));
             }
         }
+        self.validate_routing()
+    }
+
+    /// The pools requests are routed to: the configured ones, or the implicit `default` pool of
+    /// `upstream.urls` (so a sidecar config stays a one-liner).
+    pub fn effective_pools(&self) -> Vec<PoolConfig> {
+        if !self.pools.is_empty() {
+            return self.pools.clone();
+        }
+        vec![PoolConfig {
+            name: DEFAULT_POOL.to_owned(),
+            urls: self.upstream.urls.clone(),
+            ..PoolConfig::default()
+        }]
+    }
+
+    fn validate_routing(&self) -> Result<(), ConfigError> {
+        let invalid = |key: String, message: &str| ConfigError::Invalid {
+            key,
+            message: message.to_owned(),
+        };
+        let r = &self.routing;
+        if !(r.prior_tokens_per_byte.is_finite()
+            && r.prior_tokens_per_byte > 0.0
+            && r.prior_tokens_per_byte <= 16.0)
+        {
+            return Err(invalid(
+                "routing.prior_tokens_per_byte".into(),
+                "must be in (0, 16]",
+            ));
+        }
+        if r.calibration_window == 0 {
+            return Err(invalid(
+                "routing.calibration_window".into(),
+                "must be at least 1",
+            ));
+        }
+        if r.eject_after_failures == 0 {
+            return Err(invalid(
+                "routing.eject_after_failures".into(),
+                "must be at least 1",
+            ));
+        }
+        for (key, value) in [
+            ("routing.eject_base", r.eject_base),
+            ("routing.dns_refresh", r.dns_refresh),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(key.into(), "must be greater than zero"));
+            }
+        }
+        if r.eject_max < r.eject_base {
+            return Err(invalid(
+                "routing.eject_max".into(),
+                "must be at least routing.eject_base",
+            ));
+        }
+        let pools = self.effective_pools();
+        for (i, pool) in self.pools.iter().enumerate() {
+            if pool.name.is_empty() {
+                return Err(invalid(format!("pools[{i}].name"), "must not be empty"));
+            }
+            if pools.iter().filter(|p| p.name == pool.name).count() > 1 {
+                return Err(invalid(
+                    format!("pools[{i}].name"),
+                    &format!("pool {:?} is defined twice", pool.name),
+                ));
+            }
+            if pool.urls.is_empty() && pool.dns.is_none() {
+                return Err(invalid(
+                    format!("pools[{i}]"),
+                    "needs `urls` or `dns` (or both)",
+                ));
+            }
+            for (j, url) in pool.urls.iter().enumerate() {
+                validate_upstream_url(url)
+                    .map_err(|m| invalid(format!("pools[{i}].urls[{j}]"), &m))?;
+            }
+            if let Some(dns) = &pool.dns {
+                validate_dns_name(dns).map_err(|m| invalid(format!("pools[{i}].dns"), &m))?;
+            }
+        }
+        let known = |name: &str| pools.iter().any(|p| p.name == name);
+        for (i, rule) in self.rules.iter().enumerate() {
+            if !known(&rule.pool) {
+                return Err(invalid(
+                    format!("rules[{i}].pool"),
+                    &format!("no pool named {:?}", rule.pool),
+                ));
+            }
+            if let Some(fallback) = &rule.fallback {
+                if !known(fallback) {
+                    return Err(invalid(
+                        format!("rules[{i}].fallback"),
+                        &format!("no pool named {fallback:?}"),
+                    ));
+                }
+            }
+        }
         Ok(())
     }
+}
+
+/// Accepts `host:port` (a name to resolve, so no scheme and no path).
+fn validate_dns_name(text: &str) -> Result<(), String> {
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!("{text:?}: expected HOST:PORT"));
+    };
+    if host.is_empty() || host.contains('/') {
+        return Err(format!("{text:?}: expected HOST:PORT"));
+    }
+    port.parse::<u16>()
+        .map_err(|_| format!("{text:?}: the port is not a number"))?;
+    Ok(())
 }
 
 /// Accepts `http://host:port` with no path beyond `/`; the proxy appends the client's path.

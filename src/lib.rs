@@ -5,6 +5,7 @@
 //! - [`server`]: listeners (traffic and admin), the tower stack, graceful shutdown.
 //! - [`meter`]: request inspection, usage injection, the metered response body.
 //! - [`sse`]: the byte-level, incremental Server-Sent Events scanner.
+//! - [`route`]: pools, rules, prompt-length estimate, power-of-two-choices balancing, health.
 //! - [`proxy`]: forwarding to upstreams over one pooled client, header hygiene, errors.
 //! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter.
 //! - [`sim`], [`mod@bench`], [`demo`]: the testbed (a simulated vLLM replica, a load
@@ -16,6 +17,7 @@ pub mod demo;
 pub mod meter;
 pub mod metrics;
 pub mod proxy;
+pub mod route;
 pub mod server;
 pub mod sim;
 pub mod sse;

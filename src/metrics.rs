@@ -50,10 +50,27 @@ pub const SSE_OVERFLOWS: &str = "tokenmeter_sse_overflows_total";
 /// Usage injection decisions by `result` (injected, not_needed, declined).
 pub const USAGE_INJECTIONS: &str = "tokenmeter_usage_injections_total";
 
+/// Routing decisions by `pool` and `reason` (rule, fallback, spill).
+pub const ROUTE_DECISIONS: &str = "tokenmeter_route_decisions_total";
+/// Requests retried on another backend after a failure before any response byte, by the failed
+/// backend's `pool` and `backend`.
+pub const ROUTE_RETRIES: &str = "tokenmeter_route_retries_total";
+/// 1 while a backend takes traffic, 0 while it is ejected, by `pool` and `backend`.
+pub const BACKEND_HEALTHY: &str = "tokenmeter_backend_healthy";
+/// Requests sent to a backend whose stream has not ended, by `pool` and `backend`.
+pub const BACKEND_INFLIGHT: &str = "tokenmeter_backend_inflight";
+/// Ejections of a backend by passive or active health checking.
+pub const BACKEND_EJECTIONS: &str = "tokenmeter_backend_ejections_total";
+/// (estimated - actual) / actual prompt tokens, per response that reported `usage.prompt_tokens`.
+pub const PROMPT_ESTIMATE_ERROR: &str = "tokenmeter_prompt_estimate_error_ratio";
+/// The calibrated tokens-per-byte ratio of each model's prompts.
+pub const PROMPT_TOKENS_PER_BYTE: &str = "tokenmeter_prompt_tokens_per_byte";
+
 /// Label names shared by all per-request series.
 pub const LABEL_OPERATION: &str = "gen_ai_operation_name";
 pub const LABEL_MODEL: &str = "gen_ai_request_model";
 pub const LABEL_BACKEND: &str = "backend";
+pub const LABEL_POOL: &str = "pool";
 pub const LABEL_OUTCOME: &str = "outcome";
 pub const LABEL_TOKEN_TYPE: &str = "gen_ai_token_type";
 
@@ -63,6 +80,11 @@ pub const MODEL_OTHER: &str = "other";
 pub const MODEL_UNKNOWN: &str = "unknown";
 /// Longest model name given its own label value.
 const MAX_MODEL_LABEL_BYTES: usize = 128;
+
+/// Relative error edges of the prompt estimate: symmetric around 0, finer near it.
+const ESTIMATE_ERROR_BUCKETS: [f64; 13] = [
+    -0.5, -0.25, -0.1, -0.05, -0.02, -0.01, 0.0, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
+];
 
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
@@ -146,6 +168,7 @@ impl Metrics {
             (ITL, &itl),
             (E2E, &b.e2e),
             (TOKEN_USAGE, &b.tokens),
+            (PROMPT_ESTIMATE_ERROR, &ESTIMATE_ERROR_BUCKETS.to_vec()),
         ];
         // A global default too, so no histogram can ever fall back to a summary.
         let mut builder = PrometheusBuilder::new()
@@ -200,11 +223,13 @@ impl Metrics {
         operation: Operation,
         model: &Arc<str>,
         backend: &Arc<str>,
+        pool: &Arc<str>,
     ) -> StreamMetrics {
         let labels = RequestLabels {
             operation,
             model: Arc::clone(model),
             backend: Arc::clone(backend),
+            pool: Arc::clone(pool),
         };
         let histogram = |name: &'static str| self.histogram(name, labels.base());
         let tokens = |kind: &'static str| {
@@ -264,6 +289,50 @@ impl Metrics {
         self.counter(USAGE_INJECTIONS, set).increment(1);
     }
 
+    /// Counts one routing decision (`reason` = rule | fallback | spill).
+    pub fn route_decision(&self, pool: &Arc<str>, reason: &'static str) {
+        let set = vec![
+            Label::new(LABEL_POOL, SharedString::from(Arc::clone(pool))),
+            Label::new("reason", reason),
+        ];
+        self.counter(ROUTE_DECISIONS, set).increment(1);
+    }
+
+    /// The per-backend routing handles, resolved once per backend.
+    pub fn backend(&self, pool: &Arc<str>, backend: &Arc<str>) -> BackendMetrics {
+        let set = || {
+            vec![
+                Label::new(LABEL_POOL, SharedString::from(Arc::clone(pool))),
+                Label::new(LABEL_BACKEND, SharedString::from(Arc::clone(backend))),
+            ]
+        };
+        BackendMetrics {
+            healthy: self.gauge(BACKEND_HEALTHY, set()),
+            inflight: self.gauge(BACKEND_INFLIGHT, set()),
+            retries: self.counter(ROUTE_RETRIES, set()),
+            ejections: self.counter(BACKEND_EJECTIONS, set()),
+        }
+    }
+
+    /// The estimate-error histogram and the calibrated ratio gauge of one model label.
+    pub fn prompt_estimate(&self, model: &Arc<str>) -> (Histogram, Gauge) {
+        let set = || {
+            vec![Label::new(
+                LABEL_MODEL,
+                SharedString::from(Arc::clone(model)),
+            )]
+        };
+        (
+            self.histogram(PROMPT_ESTIMATE_ERROR, set()),
+            self.gauge(PROMPT_TOKENS_PER_BYTE, set()),
+        )
+    }
+
+    fn gauge(&self, name: &'static str, labels: Vec<Label>) -> Gauge {
+        self.recorder
+            .register_gauge(&Key::from_parts(name, labels), &METADATA)
+    }
+
     fn histogram(&self, name: &'static str, labels: Vec<Label>) -> Histogram {
         self.recorder
             .register_histogram(&Key::from_parts(name, labels), &METADATA)
@@ -307,6 +376,11 @@ impl Metrics {
                 Some(Unit::Count),
                 "Tokens per request by gen_ai_token_type (input, output).",
             ),
+            (
+                PROMPT_ESTIMATE_ERROR,
+                None,
+                "(estimated - actual) / actual prompt tokens of the router's estimate, per response with usage.",
+            ),
         ];
         for (name, unit, help) in describe {
             self.recorder
@@ -320,6 +394,9 @@ impl Metrics {
             (STALLS, "Inter-token gaps at or above the stall threshold."),
             (SSE_OVERFLOWS, "SSE lines over the configured cap, skipped by the scanner (bytes still forwarded)."),
             (USAGE_INJECTIONS, "Usage-injection decisions by result (injected, not_needed, declined)."),
+            (ROUTE_DECISIONS, "Routing decisions by pool and reason (rule, fallback, spill)."),
+            (ROUTE_RETRIES, "Requests retried elsewhere after this backend failed before any response byte."),
+            (BACKEND_EJECTIONS, "Times a backend was ejected by health checking."),
         ];
         for (name, help) in counters {
             self.recorder
@@ -330,6 +407,23 @@ impl Metrics {
             None,
             "Requests between their head arriving and their stream finishing.".into(),
         );
+        let gauges = [
+            (
+                BACKEND_HEALTHY,
+                "1 while a backend takes traffic, 0 while it is ejected.",
+            ),
+            (
+                BACKEND_INFLIGHT,
+                "Requests sent to a backend whose response stream has not ended.",
+            ),
+            (
+                PROMPT_TOKENS_PER_BYTE,
+                "Calibrated tokens per byte of prompt text, by model.",
+            ),
+        ];
+        for (name, help) in gauges {
+            self.recorder.describe_gauge(name.into(), None, help.into());
+        }
     }
 }
 
@@ -339,6 +433,8 @@ pub struct RequestLabels {
     pub operation: Operation,
     pub model: Arc<str>,
     pub backend: Arc<str>,
+    /// The routing pool (`default` for the implicit pool, `none` when no pool applied).
+    pub pool: Arc<str>,
 }
 
 impl RequestLabels {
@@ -347,8 +443,18 @@ impl RequestLabels {
             Label::new(LABEL_OPERATION, self.operation.as_str()),
             Label::new(LABEL_MODEL, SharedString::from(Arc::clone(&self.model))),
             Label::new(LABEL_BACKEND, SharedString::from(Arc::clone(&self.backend))),
+            Label::new(LABEL_POOL, SharedString::from(Arc::clone(&self.pool))),
         ]
     }
+}
+
+/// One backend's routing series, resolved when the backend is first seen.
+#[derive(Debug, Clone)]
+pub struct BackendMetrics {
+    pub healthy: Gauge,
+    pub inflight: Gauge,
+    pub retries: Counter,
+    pub ejections: Counter,
 }
 
 /// Handles for one stream, resolved once; recording through them is a few atomic operations.
@@ -488,7 +594,7 @@ mod tests {
         let backend: Arc<str> = Arc::from("b");
         for i in 0..10_000 {
             let model = metrics.model_label(Some(&format!("model-{i}")));
-            let stream = metrics.stream(Operation::Chat, &model, &backend);
+            let stream = metrics.stream(Operation::Chat, &model, &backend, &backend);
             metrics.request_finished(&stream.labels, Outcome::Ok);
         }
         let text = metrics.render();
@@ -503,7 +609,7 @@ mod tests {
     fn histograms_render_as_histograms_with_slo_edges() {
         let metrics = Metrics::new(&Config::default()).expect("metrics");
         let model = metrics.model_label(Some("m"));
-        let stream = metrics.stream(Operation::Chat, &model, &Arc::from("b"));
+        let stream = metrics.stream(Operation::Chat, &model, &Arc::from("b"), &Arc::from("p"));
         stream.ttft.record(0.5);
         stream.tpot.record(0.02);
         let text = metrics.render();
@@ -512,11 +618,11 @@ mod tests {
             "TTFT is a histogram:\n{text}"
         );
         assert!(
-            text.contains(r#"gen_ai_server_time_to_first_token_seconds_bucket{gen_ai_operation_name="chat",gen_ai_request_model="m",backend="b",le="0.8"} 1"#),
+            text.contains(r#"gen_ai_server_time_to_first_token_seconds_bucket{gen_ai_operation_name="chat",gen_ai_request_model="m",backend="b",pool="p",le="0.8"} 1"#),
             "the 800 ms SLO is an edge:\n{text}"
         );
         assert!(
-            text.contains(r#"gen_ai_server_time_per_output_token_seconds_bucket{gen_ai_operation_name="chat",gen_ai_request_model="m",backend="b",le="0.035"} 1"#),
+            text.contains(r#"gen_ai_server_time_per_output_token_seconds_bucket{gen_ai_operation_name="chat",gen_ai_request_model="m",backend="b",pool="p",le="0.035"} 1"#),
             "the 35 ms SLO is an edge:\n{text}"
         );
         assert!(!text.contains("quantile="), "no summaries:\n{text}");

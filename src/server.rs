@@ -1,7 +1,7 @@
 //! Listeners, the tower stack, admin routes and graceful shutdown.
 //!
 //! The traffic listener serves HTTP/1.1 and h2c on one port (hyper-util's auto builder) through the
-//! stack `meter -> balance -> forward`. The admin listener, kept on its own port so API clients never
+//! stack `meter -> route -> forward`. The admin listener, kept on its own port so API clients never
 //! see metrics, serves `/metrics`, `/healthz` and `/readyz`.
 //!
 //! Shutdown: `/readyz` turns 503, the traffic listener closes, in-flight streams may finish for
@@ -30,9 +30,9 @@ use tower::ServiceExt;
 use crate::config::Config;
 use crate::meter::layer::MeterLayer;
 use crate::metrics::{Metrics, MetricsError};
-use crate::proxy::balance::RoundRobinLayer;
 use crate::proxy::upstream::UpstreamError;
-use crate::proxy::{client, ClientAddr, Forward, Upstreams};
+use crate::proxy::{client, ClientAddr, Forward};
+use crate::route::{self, RouteError, RouteLayer, Router};
 
 /// How often histogram samples are folded into buckets (keeps memory flat between scrapes).
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -50,6 +50,8 @@ pub enum ServerError {
     Metrics(#[from] MetricsError),
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    #[error(transparent)]
+    Route(#[from] RouteError),
 }
 
 /// Binds the traffic and admin listeners from the config.
@@ -118,17 +120,17 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ServerError> {
 pub struct Server {
     config: Config,
     metrics: Arc<Metrics>,
-    upstreams: Upstreams,
+    router: Arc<Router>,
     ready: Arc<AtomicBool>,
 }
 
 impl Server {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ServerError> {
-        let upstreams = Upstreams::from_config(&config.upstream)?;
+        let router = Arc::new(Router::from_config(&config, Arc::clone(&metrics))?);
         Ok(Self {
             config,
             metrics,
-            upstreams,
+            router,
             ready: Arc::new(AtomicBool::new(true)),
         })
     }
@@ -140,13 +142,12 @@ impl Server {
         admin: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) {
+        let client = client::build(&self.config.upstream);
+        let probes = route::probe::spawn(&self.router, &client);
         let stack = tower::ServiceBuilder::new()
             .layer(MeterLayer::new(&self.config, Arc::clone(&self.metrics)))
-            .layer(RoundRobinLayer::new(self.upstreams.clone()))
-            .service(Forward::new(
-                client::build(&self.config.upstream),
-                &self.config.upstream,
-            ));
+            .layer(RouteLayer::new(Arc::clone(&self.router)))
+            .service(Forward::new(client, &self.config.upstream));
 
         let upkeep = tokio::spawn(upkeep(Arc::clone(&self.metrics)));
         let admin_task = tokio::spawn(serve_admin(
@@ -211,6 +212,7 @@ impl Server {
         connections.shutdown().await;
         admin_task.abort();
         upkeep.abort();
+        probes.iter().for_each(JoinHandle::abort);
         self.metrics.run_upkeep();
     }
 }

@@ -106,3 +106,81 @@ fn bad_env_names_the_variable() {
         "message names the variable: {err}"
     );
 }
+
+#[test]
+fn shipped_examples_parse_as_documented() {
+    let sidecar = Config::from_toml(include_str!("../../config/examples/sidecar.toml"))
+        .expect("sidecar.toml parses");
+    let pools = sidecar.effective_pools();
+    assert_eq!(pools.len(), 1, "one implicit pool");
+    assert_eq!(pools[0].name, DEFAULT_POOL, "named default");
+    assert_eq!(
+        pools[0].urls,
+        vec!["http://127.0.0.1:8001"],
+        "the one backend"
+    );
+    assert!(sidecar.rules.is_empty(), "no rules");
+
+    let split = Config::from_toml(include_str!("../../config/examples/pools.toml"))
+        .expect("pools.toml parses");
+    let names: Vec<(&str, &str)> = split
+        .pools
+        .iter()
+        .map(|p| (p.name.as_str(), p.urls[0].as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            ("prefill", "http://127.0.0.1:8101"),
+            ("decode", "http://127.0.0.1:8102")
+        ],
+        "pools and their backends"
+    );
+    assert_eq!(
+        split.pools[0].balance,
+        BalanceLoad::PromptTokens,
+        "prefill balance"
+    );
+    assert_eq!(split.rules[0].min_prompt_tokens, Some(2048), "threshold");
+    assert_eq!(
+        split.rules[0].fallback.as_deref(),
+        Some("decode"),
+        "fallback"
+    );
+    assert_eq!(split.rules[1].pool, "decode", "catch-all");
+}
+
+#[test]
+fn routing_mistakes_name_the_key() {
+    let two = "[[pools]]\nname = \"a\"\nurls = [\"http://x:1\"]\n";
+    assert_eq!(
+        invalid_key(&format!("{two}[[rules]]\npool = \"b\"\n")),
+        "rules[0].pool"
+    );
+    assert_eq!(
+        invalid_key(&format!(
+            "{two}[[rules]]\npool = \"a\"\nfallback = \"zz\"\n"
+        )),
+        "rules[0].fallback"
+    );
+    assert_eq!(invalid_key(&format!("{two}{two}")), "pools[0].name");
+    assert_eq!(invalid_key("[[pools]]\nname = \"a\"\n"), "pools[0]");
+    assert_eq!(
+        invalid_key("[[pools]]\nname = \"a\"\ndns = \"no-port\"\n"),
+        "pools[0].dns"
+    );
+    assert_eq!(
+        invalid_key("[[pools]]\nname = \"a\"\nurls = [\"http://x:1\"]\nbalance = \"fastest\"\n"),
+        "pools[0].balance"
+    );
+    assert_eq!(
+        invalid_key("[routing]\neject_base = \"5s\"\neject_max = \"1s\"\n"),
+        "routing.eject_max"
+    );
+    let err = Config::from_toml("[[rules]]\npool = \"default\"\nmodle = \"x\"\n")
+        .expect_err("typo rejected");
+    assert!(
+        err.to_string().contains("modle"),
+        "unknown rule key named: {err}"
+    );
+}

@@ -20,6 +20,7 @@ use super::record::{SloTargets, StreamRecord, TokenMark};
 use super::strip::{Span, UsageStripper};
 use crate::metrics::{Metrics, Outcome, StreamMetrics};
 use crate::proxy::BodyError;
+use crate::route::PromptEstimate;
 use crate::sse::Scanner;
 
 /// A response body under metering. `meter` is `None` for bodies that are only passed through.
@@ -45,6 +46,8 @@ pub struct StreamMeter {
     pub scanner: Option<Scanner>,
     /// `Some` when the proxy injected `include_usage` and must strip the usage chunk.
     pub stripper: Option<UsageStripper>,
+    /// The router's prompt estimate: calibrated by `usage.prompt_tokens`, or N_in without it.
+    pub estimate: Option<PromptEstimate>,
 }
 
 impl<B> MeteredBody<B> {
@@ -217,10 +220,11 @@ impl StreamMeter {
             handles,
             metrics,
             active,
-            status: _,
+            status,
             slo,
             scanner,
             stripper: _,
+            estimate,
         } = self;
         let finished = record.finish(now);
         handles.e2e.record(finished.e2e.as_secs_f64());
@@ -240,7 +244,18 @@ impl StreamMeter {
                 metrics.sse_overflows(&handles.labels, scanner.overflows());
             }
         }
-        if let Some(input) = finished.input_tokens {
+        // N_in: usage.prompt_tokens when known (and it calibrates the estimate), else the estimate.
+        let input = match (finished.input_tokens, &estimate) {
+            (Some(actual), Some(estimate)) => {
+                estimate.observe(actual);
+                Some(actual)
+            }
+            (Some(actual), None) => Some(actual),
+            // A rejected request processed no prompt.
+            (None, Some(estimate)) if status.is_success() => Some(estimate.estimated_tokens),
+            (None, _) => None,
+        };
+        if let Some(input) = input {
             handles.input_tokens.record(input as f64);
             handles.input_total.increment(input);
         }

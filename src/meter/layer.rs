@@ -1,8 +1,10 @@
 //! The metering service: the outermost layer of the proxy stack.
 //!
 //! It stamps `t0` when the request head arrives, buffers and inspects chat / completions request bodies
-//! (model, `stream`, usage injection), calls the inner stack (balancing, then forwarding), and wraps
-//! the response body in a [`MeteredBody`]. Every other path is proxied as a plain stream and only
+//! (model, `stream`, usage injection), calls the inner stack (routing, then forwarding), and wraps
+//! the response body in a [`MeteredBody`]. The router needs the request too: the buffered body
+//! ([`BufferedBody`]) and its [`request::RequestFacts`] travel in the request extensions, and a
+//! [`PoolSlot`] comes back with the pool chosen. Every other path is proxied as a plain stream and only
 //! counted. It never fails: upstream errors become OpenAI-style JSON responses here, in one place.
 //!
 //! ```no_run
@@ -11,10 +13,10 @@
 //! let config = Config::default();
 //! let metrics = Arc::new(Metrics::new(&config).unwrap());
 //! let client = proxy::client::build(&config.upstream);
-//! let upstreams = proxy::Upstreams::from_config(&config.upstream).unwrap();
+//! let router = Arc::new(tokenmeter::route::Router::from_config(&config, Arc::clone(&metrics)).unwrap());
 //! let stack = tower::ServiceBuilder::new()
 //!     .layer(MeterLayer::new(&config, metrics))
-//!     .layer(proxy::balance::RoundRobinLayer::new(upstreams))
+//!     .layer(tokenmeter::route::RouteLayer::new(router))
 //!     .service(proxy::Forward::new(client, &config.upstream));
 //! ```
 use std::convert::Infallible;
@@ -39,14 +41,20 @@ use crate::config::Config;
 use crate::metrics::{Metrics, Operation, Outcome, RequestLabels};
 use crate::proxy::forward::AnsweredBy;
 use crate::proxy::{ProxyError, RequestBody, UpstreamBody};
+use crate::route::{PoolSlot, PromptEstimate};
 use crate::sse::Scanner;
 
 /// The body of every response the proxy sends: an upstream body (metered or passed through) or a
 /// response the proxy wrote itself (errors).
 pub type ResponseBody = Either<MeteredBody<UpstreamBody>, Full<Bytes>>;
 
-/// Backend label for requests that never reached a backend.
+/// Backend (and pool) label for requests that never reached one.
 const NO_BACKEND: &str = "none";
+
+/// A request extension: the chat / completions body as it is forwarded (a cheap `Bytes` clone), for
+/// the router's prompt estimate and for a retry on another backend.
+#[derive(Debug, Clone)]
+pub struct BufferedBody(pub Bytes);
 
 /// Configures [`Meter`].
 #[derive(Debug, Clone)]
@@ -158,7 +166,10 @@ impl Shared {
         let (mut parts, body) = req.into_parts();
         let bytes = match self.read_body(&parts.headers, body).await {
             Ok(bytes) => bytes,
-            Err(err) => return self.reject(operation, unknown, &err),
+            Err(err) => {
+                let none = Arc::clone(&self.no_backend);
+                return self.reject(operation, unknown, none, &err);
+            }
         };
         let facts = request::inspect(&bytes);
         let model = self
@@ -169,6 +180,12 @@ impl Shared {
         parts
             .headers
             .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        let slot = PoolSlot::default();
+        parts.extensions.insert(slot.clone());
+        parts.extensions.insert(BufferedBody(bytes.clone()));
+        if let Some(facts) = facts {
+            parts.extensions.insert(facts);
+        }
         let active = self.metrics.streams_active(operation, &model);
         active.increment(1.0);
         let req = Request::from_parts(parts, RequestBody::buffered(bytes));
@@ -176,9 +193,10 @@ impl Shared {
             Ok(response) => response,
             Err(err) => {
                 active.decrement(1.0);
-                return self.reject(operation, model, &err);
+                return self.reject(operation, model, self.pool_of(&slot), &err);
             }
         };
+        let pool = self.pool_of(&slot);
         let backend = response.extensions().get::<AnsweredBy>().map_or_else(
             || Arc::clone(&self.no_backend),
             |by| Arc::clone(&by.0.label),
@@ -191,19 +209,21 @@ impl Shared {
                 .is_some_and(|value| value.trim_start().starts_with("text/event-stream"));
         let strip = injected && is_sse;
         let (mut parts, body) = response.into_parts();
+        let estimate = parts.extensions.remove::<PromptEstimate>();
         if strip {
             // The stripped body is shorter than the upstream said.
             parts.headers.remove(CONTENT_LENGTH);
         }
         let meter = StreamMeter {
             record: StreamRecord::new(t0),
-            handles: self.metrics.stream(operation, &model, &backend),
+            handles: self.metrics.stream(operation, &model, &backend, &pool),
             metrics: Arc::clone(&self.metrics),
             active,
             status: parts.status,
             slo: self.slo,
             scanner: is_sse.then(|| Scanner::new(self.max_line)),
             stripper: strip.then(UsageStripper::default),
+            estimate,
         };
         Response::from_parts(parts, Either::Left(MeteredBody::new(body, meter)))
     }
@@ -256,16 +276,23 @@ impl Shared {
         }
     }
 
+    /// The pool the router chose, `none` when it chose none.
+    fn pool_of(&self, slot: &PoolSlot) -> Arc<str> {
+        slot.get().unwrap_or_else(|| Arc::clone(&self.no_backend))
+    }
+
     /// Answers a request that got no upstream response, and counts it.
     fn reject(
         &self,
         operation: Operation,
         model: Arc<str>,
+        pool: Arc<str>,
         err: &ProxyError,
     ) -> Response<ResponseBody> {
         let labels = RequestLabels {
             operation,
             model,
+            pool,
             backend: err
                 .backend()
                 .map_or_else(|| Arc::clone(&self.no_backend), Arc::clone),
@@ -281,11 +308,15 @@ impl Shared {
         S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>,
     {
         let model = self.metrics.model_label(None);
-        match call(inner, req.map(RequestBody::Streaming)).await {
+        let slot = PoolSlot::default();
+        let mut req = req.map(RequestBody::Streaming);
+        req.extensions_mut().insert(slot.clone());
+        match call(inner, req).await {
             Ok(response) => {
                 let labels = RequestLabels {
                     operation: Operation::Other,
                     model,
+                    pool: self.pool_of(&slot),
                     backend: response.extensions().get::<AnsweredBy>().map_or_else(
                         || Arc::clone(&self.no_backend),
                         |by| Arc::clone(&by.0.label),
@@ -302,7 +333,7 @@ impl Shared {
                 self.metrics.request_finished(&labels, outcome);
                 response.map(|body| Either::Left(MeteredBody::passthrough(body)))
             }
-            Err(err) => self.reject(Operation::Other, model, &err),
+            Err(err) => self.reject(Operation::Other, model, self.pool_of(&slot), &err),
         }
     }
 }

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use tower::Service;
 
 use super::client::UpstreamClient;
+use super::timeout::InFlight;
 use super::{headers, ClientAddr, ProxyError, RequestBody, Target, TimeoutBody, UpstreamBody};
 use crate::config::UpstreamConfig;
 
@@ -64,6 +65,8 @@ impl Forward {
             .extensions_mut()
             .remove::<Target>()
             .ok_or(ProxyError::NoUpstream)?;
+        // Dropped with this future on an error, else carried by the response body to its end.
+        let guard = req.extensions_mut().remove::<InFlight>();
         let client_ip = req.extensions().get::<ClientAddr>().map(|addr| addr.0.ip());
         let path = req
             .uri()
@@ -101,7 +104,7 @@ impl Forward {
         let total = self.total_timeout.map(|limit| (limit, started + limit));
         Ok(Response::from_parts(
             parts,
-            TimeoutBody::new(body, self.idle_timeout, total),
+            TimeoutBody::new(body, self.idle_timeout, total).with_guard(guard),
         ))
     }
 }

@@ -1,10 +1,9 @@
 //! Forwarding to upstreams: one pooled client, header hygiene, timeouts, and the errors a client sees.
 //!
-//! The stack (outside in) is `meter` -> balance (this module's round-robin [`balance::RoundRobinLayer`],
-//! later the router) -> [`forward::Forward`]. Balancing only chooses a [`upstream::Target`] and puts it
-//! in the request extensions; `Forward` sends to whatever target it finds there, so a routing layer can
-//! replace round-robin without touching forwarding or metering.
-pub mod balance;
+//! The stack (outside in) is `meter` -> `route` (pools, rules, balancing, health) ->
+//! [`forward::Forward`]. The router only chooses a [`upstream::Target`] and puts it in the request
+//! extensions (with an [`InFlight`] load guard); `Forward` sends to whatever target it finds there
+//! and moves the guard into the response body.
 pub mod body;
 pub mod client;
 pub mod error;
@@ -16,7 +15,7 @@ pub mod upstream;
 pub use body::RequestBody;
 pub use error::ProxyError;
 pub use forward::Forward;
-pub use timeout::{BodyError, TimeoutBody};
+pub use timeout::{BodyError, BodyGuard, InFlight, TimeoutBody};
 pub use upstream::{Target, Upstreams};
 
 /// The body of an upstream response as it leaves the proxy layer: hyper's body under the idle and

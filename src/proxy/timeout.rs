@@ -3,8 +3,13 @@
 //! The idle timer is re-armed lazily: a frame only stores its arrival time, and the timer, when it
 //! fires, checks whether a frame came since and sleeps again for the remainder. Streams with a frame
 //! every 10 ms thus cost no timer operation per frame.
+//!
+//! The body also carries the router's [`InFlight`] guard, so a backend's load lasts exactly as long
+//! as its response: the guard hears of the first frame (a prefill is over) and is dropped when the
+//! stream ends, breaks, or the client goes away.
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,6 +34,17 @@ impl BodyError {
     }
 }
 
+/// Load accounting that must live as long as a response body (the router's per-backend counts).
+/// Dropping the last handle ends the accounting.
+pub trait BodyGuard: Send + Sync + std::fmt::Debug {
+    /// The first body frame arrived: the backend finished the prompt's prefill.
+    fn first_frame(&self);
+}
+
+/// A request extension holding a [`BodyGuard`]; [`super::Forward`] moves it into the response body.
+#[derive(Debug, Clone)]
+pub struct InFlight(pub Arc<dyn BodyGuard>);
+
 /// An upstream body under an idle timeout (between frames) and an optional total deadline.
 #[derive(Debug)]
 pub struct TimeoutBody<B> {
@@ -38,6 +54,9 @@ pub struct TimeoutBody<B> {
     idle_timer: Pin<Box<Sleep>>,
     total: Option<(Duration, Pin<Box<Sleep>>)>,
     done: bool,
+    /// Told of the first frame, dropped at the end of the stream.
+    guard: Option<InFlight>,
+    first_seen: bool,
 }
 
 impl<B> TimeoutBody<B> {
@@ -52,7 +71,20 @@ impl<B> TimeoutBody<B> {
             total: total
                 .map(|(limit, deadline)| (limit, Box::pin(tokio::time::sleep_until(deadline)))),
             done: false,
+            guard: None,
+            first_seen: false,
         }
+    }
+
+    /// Keeps `guard` alive until the body ends (or is dropped).
+    pub fn with_guard(mut self, guard: Option<InFlight>) -> Self {
+        self.guard = guard;
+        self
+    }
+
+    fn end(&mut self) {
+        self.done = true;
+        self.guard = None;
     }
 }
 
@@ -73,21 +105,30 @@ where
         }
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
             match &frame {
-                Some(Ok(_)) => this.last_frame = Instant::now(),
-                _ => this.done = true,
+                Some(Ok(_)) => {
+                    this.last_frame = Instant::now();
+                    if !this.first_seen {
+                        this.first_seen = true;
+                        if let Some(InFlight(guard)) = &this.guard {
+                            guard.first_frame();
+                        }
+                    }
+                }
+                _ => this.end(),
             }
             return Poll::Ready(frame.map(|result| result.map_err(BodyError::from)));
         }
         if let Some((limit, deadline)) = &mut this.total {
             if deadline.as_mut().poll(cx).is_ready() {
-                this.done = true;
-                return Poll::Ready(Some(Err(BodyError::TotalTimeout(*limit))));
+                let limit = *limit;
+                this.end();
+                return Poll::Ready(Some(Err(BodyError::TotalTimeout(limit))));
             }
         }
         while this.idle_timer.as_mut().poll(cx).is_ready() {
             let due = this.last_frame + this.idle;
             if Instant::now() >= due {
-                this.done = true;
+                this.end();
                 return Poll::Ready(Some(Err(BodyError::IdleTimeout(this.idle))));
             }
             // A frame arrived since the timer was armed: sleep for the rest of the idle window.

@@ -1,0 +1,371 @@
+//! Pools of backends, each backend's load and health, and the guard that holds a request's load.
+//!
+//! A pool's backend set is a snapshot (`Arc<[Arc<Backend>]>`) swapped whole when DNS re-resolution
+//! changes it; a backend that stays keeps its `Arc`, so its load counts and health survive, and a
+//! backend that leaves is freed when its last in-flight response ends.
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use http::uri::{Authority, Scheme};
+use tokio::time::Instant;
+
+use super::health::{EjectPolicy, Health};
+use crate::config::{BalanceLoad, PoolConfig};
+use crate::metrics::{BackendMetrics, Metrics};
+use crate::proxy::{BodyGuard, Target};
+
+/// One backend of one pool.
+#[derive(Debug)]
+pub struct Backend {
+    pub target: Target,
+    pub pool: Arc<str>,
+    /// Requests whose response stream has not ended.
+    streams: AtomicU64,
+    /// Estimated prompt tokens of requests not yet past their first response byte.
+    queued_tokens: AtomicU64,
+    health: Mutex<Health>,
+    /// Scraped `vllm:num_requests_waiting`.
+    waiting: AtomicU64,
+    /// Scraped `vllm:kv_cache_usage_perc`, as `f64` bits.
+    kv_usage: AtomicU64,
+    metrics: Option<BackendMetrics>,
+}
+
+impl Backend {
+    pub fn new(target: Target, pool: Arc<str>, metrics: Option<&Metrics>) -> Self {
+        let metrics = metrics.map(|m| m.backend(&pool, &target.label));
+        if let Some(m) = &metrics {
+            m.healthy.set(1.0);
+        }
+        Self {
+            target,
+            pool,
+            streams: AtomicU64::new(0),
+            queued_tokens: AtomicU64::new(0),
+            health: Mutex::new(Health::default()),
+            waiting: AtomicU64::new(0),
+            kv_usage: AtomicU64::new(0f64.to_bits()),
+            metrics,
+        }
+    }
+
+    /// Whether the backend takes traffic now (and the `healthy` gauge says so).
+    pub fn available(&self, now: Instant) -> bool {
+        let available = self.lock_health().available(now);
+        if let Some(m) = &self.metrics {
+            m.healthy.set(if available { 1.0 } else { 0.0 });
+        }
+        available
+    }
+
+    pub fn streams(&self) -> u64 {
+        self.streams.load(Ordering::Relaxed)
+    }
+
+    pub fn queued_tokens(&self) -> u64 {
+        self.queued_tokens.load(Ordering::Relaxed)
+    }
+
+    /// The load power-of-two-choices compares, weighted by scraped gauges when there are any: a
+    /// backend with a queue or a full KV cache looks proportionally busier.
+    pub fn score(&self, kind: BalanceLoad) -> f64 {
+        let load = match kind {
+            BalanceLoad::PromptTokens => self.queued_tokens() as f64,
+            BalanceLoad::Streams | BalanceLoad::RoundRobin => self.streams() as f64,
+        };
+        let waiting = self.waiting.load(Ordering::Relaxed) as f64;
+        let kv = f64::from_bits(self.kv_usage.load(Ordering::Relaxed));
+        (load + 1.0) * (1.0 + waiting) * (1.0 + kv)
+    }
+
+    /// Records scraped gauges.
+    pub fn set_scraped(&self, waiting: u64, kv_usage: f64) {
+        self.waiting.store(waiting, Ordering::Relaxed);
+        self.kv_usage.store(kv_usage.to_bits(), Ordering::Relaxed);
+    }
+
+    pub fn on_success(&self) {
+        self.lock_health().on_success();
+    }
+
+    pub fn on_failure(&self, now: Instant, policy: &EjectPolicy) {
+        let ejected = self.lock_health().on_failure(now, policy);
+        if let Some(length) = ejected {
+            self.ejected(length);
+        }
+    }
+
+    /// A failed active check: eject now (unless already ejected).
+    pub fn eject(&self, now: Instant, policy: &EjectPolicy) {
+        let mut health = self.lock_health();
+        if health.available(now) {
+            let length = health.eject(now, policy);
+            drop(health);
+            self.ejected(length);
+        }
+    }
+
+    fn ejected(&self, length: Duration) {
+        tracing::warn!(
+            pool = &*self.pool,
+            backend = &*self.target.label,
+            seconds = length.as_secs_f64(),
+            "backend ejected"
+        );
+        if let Some(m) = &self.metrics {
+            m.healthy.set(0.0);
+            m.ejections.increment(1);
+        }
+    }
+
+    /// Counts a retry away from this backend.
+    pub fn retried(&self) {
+        if let Some(m) = &self.metrics {
+            m.retries.increment(1);
+        }
+    }
+
+    fn lock_health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A request's load on its backend: counted from the pick until the response body ends (the
+/// guard travels in the body), its prompt tokens only until the first response byte.
+#[derive(Debug)]
+pub struct LoadGuard {
+    backend: Arc<Backend>,
+    prompt_tokens: u64,
+    prefill_done: AtomicBool,
+}
+
+impl LoadGuard {
+    pub fn new(backend: Arc<Backend>, prompt_tokens: u64) -> Self {
+        backend.streams.fetch_add(1, Ordering::Relaxed);
+        backend
+            .queued_tokens
+            .fetch_add(prompt_tokens, Ordering::Relaxed);
+        if let Some(m) = &backend.metrics {
+            m.inflight.increment(1.0);
+        }
+        Self {
+            backend,
+            prompt_tokens,
+            prefill_done: AtomicBool::new(false),
+        }
+    }
+
+    fn end_prefill(&self) {
+        if !self.prefill_done.swap(true, Ordering::Relaxed) {
+            self.backend
+                .queued_tokens
+                .fetch_sub(self.prompt_tokens, Ordering::Relaxed);
+        }
+    }
+}
+
+impl BodyGuard for LoadGuard {
+    fn first_frame(&self) {
+        self.end_prefill();
+    }
+}
+
+impl Drop for LoadGuard {
+    fn drop(&mut self) {
+        self.end_prefill();
+        self.backend.streams.fetch_sub(1, Ordering::Relaxed);
+        if let Some(m) = &self.backend.metrics {
+            m.inflight.decrement(1.0);
+        }
+    }
+}
+
+/// A named set of interchangeable backends.
+#[derive(Debug)]
+pub struct Pool {
+    pub name: Arc<str>,
+    pub balance: BalanceLoad,
+    /// `host:port` re-resolved periodically, if configured.
+    pub dns: Option<String>,
+    pub health_check: Duration,
+    pub scrape_metrics: Duration,
+    statics: Vec<Target>,
+    backends: RwLock<Arc<[Arc<Backend>]>>,
+    /// Round-robin position (the `round_robin` balance only).
+    pub(crate) next: AtomicUsize,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Pool {
+    pub fn new(
+        config: &PoolConfig,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Result<Self, crate::proxy::upstream::UpstreamError> {
+        let name: Arc<str> = Arc::from(config.name.as_str());
+        let statics = config
+            .urls
+            .iter()
+            .map(|url| Target::from_url(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let backends: Vec<Arc<Backend>> = statics
+            .iter()
+            .map(|t| {
+                Arc::new(Backend::new(
+                    t.clone(),
+                    Arc::clone(&name),
+                    metrics.as_deref(),
+                ))
+            })
+            .collect();
+        Ok(Self {
+            name,
+            balance: config.balance,
+            dns: config.dns.clone(),
+            health_check: config.health_check,
+            scrape_metrics: config.scrape_metrics,
+            statics,
+            backends: RwLock::new(backends.into()),
+            next: AtomicUsize::new(0),
+            metrics,
+        })
+    }
+
+    /// The current backends.
+    pub fn backends(&self) -> Arc<[Arc<Backend>]> {
+        Arc::clone(
+            &self
+                .backends
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
+    }
+
+    /// Replaces the resolved part of the set: static backends always stay; resolved addresses
+    /// already known keep their backend (and its load and health).
+    pub fn set_resolved(&self, addrs: &[SocketAddr]) {
+        let current = self.backends();
+        let mut next: Vec<Arc<Backend>> = Vec::with_capacity(self.statics.len() + addrs.len());
+        let mut wanted: Vec<String> = self
+            .statics
+            .iter()
+            .map(|t| t.authority.as_str().to_owned())
+            .collect();
+        wanted.extend(addrs.iter().map(SocketAddr::to_string));
+        for authority in wanted {
+            if next
+                .iter()
+                .any(|b| b.target.authority.as_str() == authority)
+            {
+                continue;
+            }
+            if let Some(known) = current
+                .iter()
+                .find(|b| b.target.authority.as_str() == authority)
+            {
+                next.push(Arc::clone(known));
+                continue;
+            }
+            let Ok(parsed) = authority.parse::<Authority>() else {
+                continue;
+            };
+            let target = Target {
+                scheme: Scheme::HTTP,
+                label: Arc::from(parsed.as_str()),
+                authority: parsed,
+            };
+            tracing::info!(pool = &*self.name, backend = %target.label, "backend added");
+            next.push(Arc::new(Backend::new(
+                target,
+                Arc::clone(&self.name),
+                self.metrics.as_deref(),
+            )));
+        }
+        for gone in current
+            .iter()
+            .filter(|b| !next.iter().any(|n| Arc::ptr_eq(n, b)))
+        {
+            tracing::info!(pool = &*self.name, backend = %gone.target.label, "backend removed");
+        }
+        *self
+            .backends
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = next.into();
+    }
+
+    /// Prompt tokens queued on the least-loaded available backend (`None`: none available).
+    pub fn shortest_queue(&self, now: Instant) -> Option<u64> {
+        self.backends()
+            .iter()
+            .filter(|b| b.available(now))
+            .map(|b| b.queued_tokens())
+            .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(urls: &[&str]) -> Pool {
+        let config = PoolConfig {
+            name: "p".to_owned(),
+            urls: urls.iter().map(|u| (*u).to_owned()).collect(),
+            ..PoolConfig::default()
+        };
+        Pool::new(&config, None).expect("valid pool")
+    }
+
+    #[test]
+    fn load_lasts_until_the_guard_drops_and_tokens_until_the_first_frame() {
+        let pool = pool(&["http://127.0.0.1:1"]);
+        let backend = Arc::clone(&pool.backends()[0]);
+        let guard = LoadGuard::new(Arc::clone(&backend), 3000);
+        assert_eq!(backend.streams(), 1, "a stream in flight");
+        assert_eq!(backend.queued_tokens(), 3000, "its prompt is queued");
+        guard.first_frame();
+        guard.first_frame();
+        assert_eq!(
+            backend.queued_tokens(),
+            0,
+            "prefill over at the first frame (once)"
+        );
+        assert_eq!(backend.streams(), 1, "still streaming");
+        drop(guard);
+        assert_eq!(backend.streams(), 0, "stream ended");
+        let early = LoadGuard::new(Arc::clone(&backend), 10);
+        drop(early);
+        assert_eq!(
+            (backend.streams(), backend.queued_tokens()),
+            (0, 0),
+            "a request that never got a byte releases both"
+        );
+    }
+
+    #[test]
+    fn re_resolution_keeps_known_backends_and_their_load() {
+        let pool = pool(&["http://127.0.0.1:1"]);
+        let a: SocketAddr = "10.0.0.1:8000".parse().expect("addr");
+        let b: SocketAddr = "10.0.0.2:8000".parse().expect("addr");
+        pool.set_resolved(&[a, b]);
+        let first = pool.backends();
+        let labels: Vec<&str> = first.iter().map(|b| &*b.target.label).collect();
+        assert_eq!(
+            labels,
+            vec!["127.0.0.1:1", "10.0.0.1:8000", "10.0.0.2:8000"],
+            "static plus resolved"
+        );
+        let _guard = LoadGuard::new(Arc::clone(&first[2]), 0);
+        pool.set_resolved(&[b]);
+        let second = pool.backends();
+        assert_eq!(second.len(), 2, "10.0.0.1 is gone");
+        assert!(
+            Arc::ptr_eq(&second[1], &first[2]),
+            "10.0.0.2 kept its backend object"
+        );
+        assert_eq!(second[1].streams(), 1, "and its load");
+    }
+}

@@ -1,0 +1,202 @@
+//! Background tasks of the router: DNS re-resolution, active health checks, and scraping of the
+//! backends' vLLM gauges. Each runs on a fixed interval; the server aborts them at shutdown.
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Limited};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use super::health::EjectPolicy;
+use super::pools::{Backend, Pool};
+use super::Router;
+use crate::proxy::client::UpstreamClient;
+use crate::proxy::RequestBody;
+
+/// Largest `/metrics` body read from a backend.
+const MAX_SCRAPE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Starts every background task the pools need.
+pub fn spawn(router: &Router, client: &UpstreamClient) -> Vec<JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for pool in router.pools() {
+        if let Some(name) = &pool.dns {
+            tasks.push(tokio::spawn(resolve_loop(
+                Arc::clone(pool),
+                name.clone(),
+                router.dns_refresh,
+            )));
+        }
+        if !pool.health_check.is_zero() {
+            tasks.push(tokio::spawn(health_loop(
+                Arc::clone(pool),
+                client.clone(),
+                router.policy,
+                router.probe_timeout,
+            )));
+        }
+        if !pool.scrape_metrics.is_zero() {
+            tasks.push(tokio::spawn(scrape_loop(
+                Arc::clone(pool),
+                client.clone(),
+                router.probe_timeout,
+            )));
+        }
+    }
+    tasks
+}
+
+async fn resolve_loop(pool: Arc<Pool>, name: String, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        match tokio::net::lookup_host(name.as_str()).await {
+            Ok(addrs) => {
+                let mut addrs: Vec<_> = addrs.collect();
+                addrs.sort_unstable();
+                addrs.dedup();
+                pool.set_resolved(&addrs);
+            }
+            // Keep the last known set: passive health covers backends that really went away.
+            Err(err) => {
+                tracing::warn!(pool = &*pool.name, %name, error = %err, "DNS lookup failed")
+            }
+        }
+    }
+}
+
+async fn health_loop(
+    pool: Arc<Pool>,
+    client: UpstreamClient,
+    policy: EjectPolicy,
+    timeout: Duration,
+) {
+    let mut tick = tokio::time::interval(pool.health_check);
+    loop {
+        tick.tick().await;
+        let mut checks = JoinSet::new();
+        for backend in pool.backends().iter() {
+            let backend = Arc::clone(backend);
+            let client = client.clone();
+            checks.spawn(async move {
+                match get(&client, &backend, "/health", timeout).await {
+                    Ok((status, _)) if status.is_success() => backend.on_success(),
+                    _ => backend.eject(Instant::now(), &policy),
+                }
+            });
+        }
+        while checks.join_next().await.is_some() {}
+    }
+}
+
+async fn scrape_loop(pool: Arc<Pool>, client: UpstreamClient, timeout: Duration) {
+    let mut tick = tokio::time::interval(pool.scrape_metrics);
+    loop {
+        tick.tick().await;
+        let mut scrapes = JoinSet::new();
+        for backend in pool.backends().iter() {
+            let backend = Arc::clone(backend);
+            let client = client.clone();
+            scrapes.spawn(async move {
+                if let Ok((status, body)) = get(&client, &backend, "/metrics", timeout).await {
+                    if status.is_success() {
+                        let gauges = VllmGauges::parse(&String::from_utf8_lossy(&body));
+                        backend.set_scraped(gauges.waiting, gauges.kv_usage);
+                    }
+                }
+            });
+        }
+        while scrapes.join_next().await.is_some() {}
+    }
+}
+
+/// `GET path` on a backend, bounded in time and size.
+async fn get(
+    client: &UpstreamClient,
+    backend: &Backend,
+    path: &str,
+    timeout: Duration,
+) -> Result<(StatusCode, Bytes), String> {
+    let uri = Uri::builder()
+        .scheme(backend.target.scheme.clone())
+        .authority(backend.target.authority.clone())
+        .path_and_query(path)
+        .build()
+        .map_err(|err| err.to_string())?;
+    let mut req = Request::new(RequestBody::buffered(Bytes::new()));
+    *req.method_mut() = Method::GET;
+    *req.uri_mut() = uri;
+    let exchange = async {
+        let response = client.request(req).await.map_err(|err| err.to_string())?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_SCRAPE_BYTES)
+            .collect()
+            .await
+            .map_err(|err| err.to_string())?
+            .to_bytes();
+        Ok((status, body))
+    };
+    tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| format!("no answer within {timeout:?}"))?
+}
+
+/// The vLLM gauges that weight a backend's load, summed over the series of every model it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct VllmGauges {
+    pub waiting: u64,
+    pub kv_usage: f64,
+}
+
+impl VllmGauges {
+    /// Reads `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc` (a fraction in 0..=1 in
+    /// vLLM V1, despite the name) from Prometheus text.
+    pub fn parse(text: &str) -> Self {
+        let mut gauges = VllmGauges::default();
+        for line in text.lines().filter(|line| !line.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let name = series.split('{').next().unwrap_or(series);
+            let Ok(value) = value.trim().parse::<f64>() else {
+                continue;
+            };
+            match name {
+                "vllm:num_requests_waiting" => gauges.waiting += value.max(0.0) as u64,
+                "vllm:kv_cache_usage_perc" => gauges.kv_usage = gauges.kv_usage.max(value),
+                _ => {}
+            }
+        }
+        gauges
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vllm_gauges_are_read_from_prometheus_text() {
+        let text = "# HELP vllm:num_requests_waiting Waiting.\n\
+# TYPE vllm:num_requests_waiting gauge\n\
+vllm:num_requests_waiting{model_name=\"a\"} 3.0\n\
+vllm:num_requests_waiting{model_name=\"b\"} 2\n\
+vllm:num_requests_running{model_name=\"a\"} 9\n\
+vllm:kv_cache_usage_perc{model_name=\"a\"} 0.42\n";
+        assert_eq!(
+            VllmGauges::parse(text),
+            VllmGauges {
+                waiting: 5,
+                kv_usage: 0.42
+            },
+            "waiting summed over models, KV usage read as a fraction"
+        );
+        assert_eq!(
+            VllmGauges::parse("garbage\n"),
+            VllmGauges::default(),
+            "unparseable text reads as idle"
+        );
+    }
+}
