@@ -28,6 +28,8 @@ const ROUTING_PENDING: &[&str] = &[
     "tokenmeter_route_decisions_total",
     "tokenmeter_backend_healthy",
     "tokenmeter_backend_inflight",
+    "tokenmeter_route_retries_total",
+    "tokenmeter_backend_ejections_total",
     "tokenmeter_prompt_estimate_error_ratio",
     // The $pool variable: request series carry a `pool` label only with routing.
     "count by (pool) (tokenmeter_requests_total)",
