@@ -26,14 +26,16 @@ fn dashboards_use_the_current_schema_and_unique_panel_ids() {
         let schema = dashboard["schemaVersion"].as_u64().unwrap_or(0);
         assert!(schema >= MIN_SCHEMA, "{name}: schemaVersion {schema}");
         assert!(
-            dashboard["uid"].as_str().is_some_and(|uid| !uid.is_empty() && uid.len() <= 40),
+            dashboard["uid"]
+                .as_str()
+                .is_some_and(|uid| !uid.is_empty() && uid.len() <= 40),
             "{name}: a stable uid of at most 40 characters"
         );
         let mut ids = HashSet::new();
         for panel in all_panels(&dashboard) {
-            let id = panel["id"]
-                .as_u64()
-                .unwrap_or_else(|| panic!("{name}: panel without a numeric id: {}", panel["title"]));
+            let id = panel["id"].as_u64().unwrap_or_else(|| {
+                panic!("{name}: panel without a numeric id: {}", panel["title"])
+            });
             assert!(ids.insert(id), "{name}: panel id {id} is used twice");
         }
         assert!(ids.len() >= 20, "{name}: {} panels", ids.len());
@@ -63,7 +65,10 @@ fn every_panel_and_target_uses_the_datasource_variable() {
                     target["datasource"]
                 );
                 let ref_id = target["refId"].as_str().expect("target refId");
-                assert!(refs.insert(ref_id), "{name}: panel {title} repeats refId {ref_id}");
+                assert!(
+                    refs.insert(ref_id),
+                    "{name}: panel {title} repeats refId {ref_id}"
+                );
             }
         }
     }
@@ -72,7 +77,9 @@ fn every_panel_and_target_uses_the_datasource_variable() {
 #[test]
 fn dashboards_have_the_datasource_model_pool_and_backend_variables() {
     for (name, dashboard) in dashboards() {
-        let vars = dashboard["templating"]["list"].as_array().expect("templating.list");
+        let vars = dashboard["templating"]["list"]
+            .as_array()
+            .expect("templating.list");
         let find = |wanted: &str| {
             vars.iter()
                 .find(|v| v["name"] == wanted)
@@ -80,7 +87,10 @@ fn dashboards_have_the_datasource_model_pool_and_backend_variables() {
         };
         let datasource = find("datasource");
         assert_eq!(datasource["type"], "datasource", "{name}: $datasource type");
-        assert_eq!(datasource["query"], "prometheus", "{name}: $datasource plugin");
+        assert_eq!(
+            datasource["query"], "prometheus",
+            "{name}: $datasource plugin"
+        );
         for (var, label) in [
             ("model", "gen_ai_request_model"),
             ("pool", "pool"),
@@ -93,7 +103,10 @@ fn dashboards_have_the_datasource_model_pool_and_backend_variables() {
                 "{name}: ${var} queries $datasource"
             );
             assert_eq!(v["includeAll"], true, "{name}: ${var} offers All");
-            assert_eq!(v["allValue"], ".*", "{name}: ${var} All is a regex match-all");
+            assert_eq!(
+                v["allValue"], ".*",
+                "{name}: ${var} All is a regex match-all"
+            );
             let query = v["query"]["query"].as_str().expect("variable query");
             assert!(
                 query.starts_with("label_values(") && query.ends_with(&format!(", {label})")),

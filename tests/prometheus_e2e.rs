@@ -35,12 +35,27 @@ const ROUTING_PENDING: &[&str] = &[
     "count by (pool) (tokenmeter_requests_total)",
 ];
 
-/// Requests each bench sends through its sidecar (4 in flight, 32 output tokens each).
-const REQUESTS_PER_SIDECAR: u64 = 120;
+/// Requests each bench sends through its sidecar (4 in flight, 16 output tokens each).
+const REQUESTS_PER_SIDECAR: u64 = 100;
+/// The replicas run 4x slower than the modelled H100: TTFTs of ~100-200 ms, where buckets are
+/// 50 ms wide and the client's scheduling noise is small beside them, and 4x fewer events per second
+/// competing for CI's two cores. (Decode steps of ~28 ms also make some requests miss the 35 ms
+/// TPOT SLO, so the "missed" series exist too.)
+const SIM_TIME_SCALE: f64 = 4.0;
 
-/// How much earlier the proxy sees a first token than the client does, at most: the proxy's TTFT
-/// starts when the request head arrives, the client's when it hands the request to its HTTP client.
-const CLIENT_OVERHEAD_S: f64 = 0.005;
+/// How much later the client may see a first token than the proxy does: the proxy's TTFT starts
+/// when the request head arrives, the client's when it hands the request to its HTTP client, and
+/// the client's event loop shares two busy CI cores with both replicas, both proxies and Prometheus.
+/// Measured with debug builds: 6-9 ms at the median; single requests in the tail up to 28 ms late,
+/// which moves a p99 drawn from 2-3 samples. At these TTFTs buckets are 50 ms wide, so the slack
+/// widens the accepted range by at most one bucket.
+fn client_overhead_s(q: f64) -> f64 {
+    if q <= 0.5 {
+        0.020
+    } else {
+        0.040
+    }
+}
 
 struct Sidecar {
     _sim: Proc,
@@ -52,7 +67,9 @@ struct Sidecar {
 fn start_sidecar(index: usize, dir: &std::path::Path) -> Sidecar {
     let sim_addr = free_addr();
     let mut sim = Command::new(TOKENMETER);
-    sim.args(["sim", "--profile", "llama-3.1-8b-h100", "--listen"])
+    sim.args(["sim", "--profile", "llama-3.1-8b-h100", "--time-scale"])
+        .arg(SIM_TIME_SCALE.to_string())
+        .arg("--listen")
         .arg(sim_addr.to_string());
     let sim = Proc::spawn(&format!("sim-{index}"), sim, dir);
     wait_for("simulated replica /health", Duration::from_secs(20), || {
@@ -78,7 +95,7 @@ fn start_sidecar(index: usize, dir: &std::path::Path) -> Sidecar {
     }
 }
 
-/// Runs one bench per sidecar at the same time; returns each one's JSON report.
+/// Runs one bench per sidecar, both at once; returns each one's JSON report.
 fn drive_load(sidecars: &[Sidecar], dir: &std::path::Path) -> Vec<Value> {
     let mut benches = Vec::new();
     for (index, sidecar) in sidecars.iter().enumerate() {
@@ -90,8 +107,20 @@ fn drive_load(sidecars: &[Sidecar], dir: &std::path::Path) -> Vec<Value> {
             .arg(format!("http://{}", sidecar.traffic))
             .args(["--concurrency", "4", "--requests"])
             .arg(REQUESTS_PER_SIDECAR.to_string())
-            .args(["--prompt-tokens", "uniform:50-300", "--output-tokens", "fixed:32"])
-            .args(["--seed", &index.to_string(), "--timeout", "30s", "--raw", "--json"])
+            .args([
+                "--prompt-tokens",
+                "uniform:50-300",
+                "--output-tokens",
+                "fixed:16",
+            ])
+            .args([
+                "--seed",
+                &index.to_string(),
+                "--timeout",
+                "30s",
+                "--raw",
+                "--json",
+            ])
             .arg(&json);
         benches.push((Proc::spawn(&format!("bench-{index}"), bench, dir), json));
     }
@@ -99,7 +128,11 @@ fn drive_load(sidecars: &[Sidecar], dir: &std::path::Path) -> Vec<Value> {
         .into_iter()
         .map(|(mut proc, json)| {
             let status = proc.wait(Duration::from_secs(120));
-            assert!(status.success(), "bench failed: {status}\n{}", proc.log_tail());
+            assert!(
+                status.success(),
+                "bench failed: {status}\n{}",
+                proc.log_tail()
+            );
             let text = std::fs::read_to_string(&json).expect("bench wrote its JSON");
             serde_json::from_str(&text).expect("bench JSON parses")
         })
@@ -168,7 +201,7 @@ fn assert_quantile_agrees(prometheus: &Prometheus, edges: &[f64], ttfts: &[f64],
     let first = ((n - 1) as f64 * q).floor() as usize;
     let last = (((n as f64) * q).ceil() as usize).clamp(1, n) - 1;
     let (low_sample, high_sample) = (ttfts[first.min(last)], ttfts[first.max(last)]);
-    let (lower, _) = bucket_of(edges, (low_sample - CLIENT_OVERHEAD_S).max(0.0));
+    let (lower, _) = bucket_of(edges, (low_sample - client_overhead_s(q)).max(0.0));
     let (_, upper) = bucket_of(edges, high_sample);
     let client = percentile(ttfts, q);
     assert!(
@@ -277,7 +310,11 @@ fn real_prometheus_over_two_sidecars_sees_every_expression_and_the_bench_quantil
     let reports = drive_load(&sidecars, dir);
     let ok: u64 = reports
         .iter()
-        .map(|r| r["points"][0]["classes"][0]["ok"].as_u64().expect("ok count"))
+        .map(|r| {
+            r["points"][0]["classes"][0]["ok"]
+                .as_u64()
+                .expect("ok count")
+        })
         .sum();
     let errors: Vec<&Value> = reports
         .iter()

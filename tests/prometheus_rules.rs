@@ -36,7 +36,10 @@ fn promtool_accepts_the_rules() {
 fn alert_unit_tests_pass() {
     let (ok, text) = promtool(&["test", "rules", "tokenmeter-rules.test.yaml"]);
     assert!(ok, "promtool test rules failed:\n{text}");
-    assert!(text.contains("SUCCESS"), "promtool reports success:\n{text}");
+    assert!(
+        text.contains("SUCCESS"),
+        "promtool reports success:\n{text}"
+    );
 }
 
 #[test]

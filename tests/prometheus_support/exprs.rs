@@ -109,13 +109,13 @@ pub fn comparisons_as_bool(expr: &str) -> String {
 
 /// `label_values(SELECTOR, LABEL)` as a query whose result shows the label's values.
 fn label_values(query: &str) -> Option<(String, String)> {
-    let inner = query.trim().strip_prefix("label_values(")?.strip_suffix(')')?;
+    let inner = query
+        .trim()
+        .strip_prefix("label_values(")?
+        .strip_suffix(')')?;
     let (selector, label) = inner.rsplit_once(',')?;
     let label = label.trim().to_owned();
-    Some((
-        format!("count by ({label}) ({})", selector.trim()),
-        label,
-    ))
+    Some((format!("count by ({label}) ({})", selector.trim()), label))
 }
 
 /// Every panel target and every query variable of a Grafana dashboard, substituted.
@@ -137,7 +137,11 @@ pub fn dashboard_exprs(name: &str, dashboard: &Value) -> Vec<Expr> {
             });
         }
     }
-    for var in dashboard["templating"]["list"].as_array().into_iter().flatten() {
+    for var in dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
         if var["type"] != "query" {
             continue;
         }

@@ -41,7 +41,10 @@ impl Prometheus {
         let mut command = Command::new(PROMETHEUS);
         command
             .arg(format!("--config.file={}", config_path.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
             .arg(format!("--web.listen-address={addr}"))
             .arg("--log.level=warn");
         let proc = Proc::spawn("prometheus", command, dir);
