@@ -10,8 +10,36 @@ use serde_json::{json, Value};
 
 use prometheus_support::dashboards;
 use prometheus_support::exprs::{
-    all_panels, comparisons_as_bool, dashboard_exprs, substitute_grafana, Expr,
+    all_panels, comparisons_as_bool, dashboard_exprs, label_names, substitute_grafana, Expr,
 };
+use prometheus_support::repo_path;
+
+/// Every label tokenmeter's series carry (src/metrics.rs), plus Prometheus' own target labels.
+/// A label outside this list in a dashboard or rule is a typo: matchers with `.*` and
+/// `sum by (typo)` still return data, so the end-to-end test alone would not catch it.
+const KNOWN_LABELS: &[&str] = &[
+    "le",
+    "gen_ai_operation_name",
+    "gen_ai_request_model",
+    "gen_ai_token_type",
+    "backend",
+    "pool",
+    "outcome",
+    "slo",
+    "result",
+    "source",
+    "reason",
+    "job",
+    "instance",
+];
+
+/// Values for the rewriting tests.
+const VARS: &[(&str, &str)] = &[
+    ("__rate_interval", "1m"),
+    ("model", ".+"),
+    ("pool", ".*"),
+    ("backend", ".+"),
+];
 
 /// Grafana 10.4 / 11.x write schemaVersion 39 and later.
 const MIN_SCHEMA: u64 = 39;
@@ -163,18 +191,19 @@ fn panels_do_not_overlap() {
 fn grafana_variables_become_concrete_values() {
     assert_eq!(
         substitute_grafana(
-            r#"rate(x_bucket{gen_ai_request_model=~"$model", pool=~"${pool}", backend=~"$backend"}[$__rate_interval])"#
+            r#"rate(x_bucket{gen_ai_request_model=~"$model", pool=~"${pool}", backend=~"$backend"}[$__rate_interval])"#,
+            VARS
         ),
-        r#"rate(x_bucket{gen_ai_request_model=~".*", pool=~".*", backend=~".*"}[1m])"#,
+        r#"rate(x_bucket{gen_ai_request_model=~".+", pool=~".*", backend=~".+"}[1m])"#,
         "every variable replaced"
     );
-    assert_eq!(substitute_grafana("up"), "up", "nothing to replace");
+    assert_eq!(substitute_grafana("up", VARS), "up", "nothing to replace");
 }
 
 #[test]
 #[should_panic(expected = "unknown Grafana variable $modle")]
 fn a_typod_variable_is_refused() {
-    substitute_grafana(r#"x{m=~"$modle"}"#);
+    substitute_grafana(r#"x{m=~"$modle"}"#, VARS);
 }
 
 #[test]
@@ -211,7 +240,7 @@ fn label_values_variables_become_count_by_queries() {
              "query": {"query": "label_values(y{pool=~\"$pool\"}, backend)"}}
         ]}
     });
-    let exprs = dashboard_exprs("d.json", &dashboard);
+    let exprs = dashboard_exprs("d.json", &dashboard, VARS);
     assert_eq!(
         exprs,
         vec![
@@ -227,5 +256,69 @@ fn label_values_variables_become_count_by_queries() {
             },
         ],
         "targets then query variables"
+    );
+}
+
+#[test]
+fn dashboards_use_only_known_labels() {
+    for (name, dashboard) in dashboards() {
+        for panel in all_panels(&dashboard) {
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                let expr = target["expr"].as_str().unwrap_or("");
+                let legend = target["legendFormat"].as_str().unwrap_or("");
+                let in_legend = legend
+                    .split("{{")
+                    .skip(1)
+                    .filter_map(|part| part.split_once("}}"))
+                    .map(|(label, _)| label.trim().to_owned());
+                for label in label_names(expr).into_iter().chain(in_legend) {
+                    assert!(
+                        KNOWN_LABELS.contains(&label.as_str()),
+                        "{name}: panel {}: unknown label {label:?} in {expr} / {legend}",
+                        panel["title"]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rules_use_only_known_labels() {
+    let path = repo_path("deploy/prometheus/tokenmeter-rules.yaml");
+    let text = std::fs::read_to_string(&path).expect("read the rules");
+    let used = label_names(&text);
+    assert!(used.len() > 50, "labels were found: {used:?}");
+    for label in used {
+        assert!(
+            KNOWN_LABELS.contains(&label.as_str()),
+            "rules: unknown label {label:?}"
+        );
+    }
+    for part in text.split("$labels.").skip(1) {
+        let label: String = part
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        assert!(
+            KNOWN_LABELS.contains(&label.as_str()),
+            "rules: annotation uses unknown label {label:?}"
+        );
+    }
+}
+
+#[test]
+fn label_names_are_found_in_groupings_and_matchers() {
+    assert_eq!(
+        label_names(
+            r#"sum by (le, pool) (rate(x{gen_ai_request_model=~"a=b", backend!="c"}[1m])) > on (slo) group_left () y"#
+        ),
+        vec!["le", "pool", "gen_ai_request_model", "backend", "slo"],
+        "by, matchers (not inside strings), on; group_left () is empty"
+    );
+    assert_eq!(
+        label_names("sum without (backend) (model_pool:x:rate5m)"),
+        vec!["backend"],
+        "without, and a recorded series name is no label"
     );
 }

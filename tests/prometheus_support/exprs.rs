@@ -13,14 +13,12 @@ pub struct Expr {
     pub label: Option<String>,
 }
 
-/// The value every multi-select variable takes: Grafana's "All" with `allValue: ".*"`.
-const ALL: &str = ".*";
-/// What `$__rate_interval` becomes: at least 4 scrape intervals, and inside the test's run.
-const RATE_INTERVAL: &str = "1m";
+/// Grafana variable values, by name (without `$`), e.g. `[("__rate_interval", "1m"), ("model", ".+")]`.
+pub type Vars<'a> = &'a [(&'a str, &'a str)];
 
-/// Replaces Grafana's variables (`$__rate_interval`, `$model`, `${pool}`, ...) with concrete values;
-/// panics on one it does not know, so a typo'd variable cannot slip through as literal text.
-pub fn substitute_grafana(expr: &str) -> String {
+/// Replaces Grafana's variables (`$__rate_interval`, `$model`, `${pool}`, ...) with `vars`; panics on
+/// one it does not know, so a typo'd variable cannot slip through as literal text.
+pub fn substitute_grafana(expr: &str, vars: Vars) -> String {
     let mut out = String::with_capacity(expr.len());
     let mut rest = expr;
     while let Some(at) = rest.find('$') {
@@ -40,11 +38,11 @@ pub fn substitute_grafana(expr: &str) -> String {
                 (&after[..end], end)
             }
         };
-        let value = match name {
-            "__rate_interval" => RATE_INTERVAL,
-            "model" | "pool" | "backend" => ALL,
-            other => panic!("unknown Grafana variable ${other} in {expr:?}"),
-        };
+        let value = vars
+            .iter()
+            .find(|(var, _)| *var == name)
+            .map(|(_, value)| *value)
+            .unwrap_or_else(|| panic!("unknown Grafana variable ${name} in {expr:?}"));
         out.push_str(value);
         rest = &after[used..];
     }
@@ -118,8 +116,8 @@ fn label_values(query: &str) -> Option<(String, String)> {
     Some((format!("count by ({label}) ({})", selector.trim()), label))
 }
 
-/// Every panel target and every query variable of a Grafana dashboard, substituted.
-pub fn dashboard_exprs(name: &str, dashboard: &Value) -> Vec<Expr> {
+/// Every panel target and every query variable of a Grafana dashboard, with `vars` substituted.
+pub fn dashboard_exprs(name: &str, dashboard: &Value, vars: Vars) -> Vec<Expr> {
     let mut out = Vec::new();
     for panel in all_panels(dashboard) {
         let title = panel["title"].as_str().unwrap_or("?");
@@ -132,7 +130,7 @@ pub fn dashboard_exprs(name: &str, dashboard: &Value) -> Vec<Expr> {
                     "{name}: panel {title:?} target {}",
                     target["refId"].as_str().unwrap_or("?")
                 ),
-                promql: substitute_grafana(expr),
+                promql: substitute_grafana(expr, vars),
                 label: None,
             });
         }
@@ -149,7 +147,7 @@ pub fn dashboard_exprs(name: &str, dashboard: &Value) -> Vec<Expr> {
             .as_str()
             .or_else(|| var["query"].as_str())
             .unwrap_or_else(|| panic!("{name}: variable without a query: {var}"));
-        let (promql, label) = label_values(&substitute_grafana(query))
+        let (promql, label) = label_values(&substitute_grafana(query, vars))
             .unwrap_or_else(|| panic!("{name}: variable query is not label_values(...): {query}"));
         out.push(Expr {
             origin: format!("{name}: variable ${}", var["name"].as_str().unwrap_or("?")),
@@ -196,4 +194,64 @@ pub fn rule_exprs(rules: &Value) -> Vec<Expr> {
         }
     }
     out
+}
+
+/// Label names an expression uses: in `by (...)`, `without (...)`, `on (...)`, `ignoring (...)`,
+/// `group_left (...)`, `group_right (...)`, and on the left of every matcher inside `{...}`.
+pub fn label_names(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes = expr.as_bytes();
+    let ident = |at: usize| -> (usize, &str) {
+        let end = expr[at..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map_or(expr.len(), |n| at + n);
+        (end, &expr[at..end])
+    };
+    let mut braces = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == b'"' || c == b'\'' || c == b'`' {
+            // Skip the string, honouring backslash escapes.
+            i += 1;
+            while i < bytes.len() && bytes[i] != c {
+                i += if bytes[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
+            continue;
+        }
+        if c == b'{' {
+            braces += 1;
+        } else if c == b'}' {
+            braces = braces.saturating_sub(1);
+        }
+        if !(c.is_ascii_alphabetic() || c == b'_') || (i > 0 && is_word(bytes[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let (end, word) = ident(i);
+        let rest = expr[end..].trim_start();
+        if braces > 0 && ["=", "!="].iter().any(|op| rest.starts_with(op)) {
+            out.push(word.to_owned());
+        } else if matches!(
+            word,
+            "by" | "without" | "on" | "ignoring" | "group_left" | "group_right"
+        ) && rest.starts_with('(')
+        {
+            let inner = &rest[1..rest.find(')').unwrap_or(rest.len())];
+            out.extend(
+                inner
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned),
+            );
+        }
+        i = end;
+    }
+    out
+}
+
+fn is_word(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'_' || byte == b':'
 }
