@@ -2,6 +2,7 @@
 # Installs what the test suite needs beyond Rust: promtool and prometheus (Debian's `prometheus`),
 # curl, and the official OpenAI Python SDK. Idempotent; needs root for apt-get.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 need_apt=()
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
@@ -13,4 +14,13 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 if ! python3 -c 'import openai' >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check openai
+fi
+# The manifest validators (kubernetes-validate bundles the Kubernetes schemas; the operator models
+# give the PodMonitor / PrometheusRule schemas) live in a virtualenv that scripts/check-deploy.sh uses.
+VENV=${DEPLOY_VENV:-target/deploy-venv}
+if [[ ! -x "$VENV/bin/kubernetes-validate" ]] \
+    || ! "$VENV/bin/python" -c 'import cloudcoil.models.prometheus_operator' >/dev/null 2>&1; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check \
+    'kubernetes-validate==1.37.0' 'cloudcoil-models-prometheus-operator==0.80.1.0'
 fi

@@ -59,7 +59,11 @@ async fn serve(args: ServeArgs) -> Result<(), crate::BoxError> {
     tracing::info!(
         listen = %config.server.listen,
         admin = %config.server.admin_listen,
-        upstreams = ?config.upstream.urls,
+        pools = ?config
+            .effective_pools()
+            .iter()
+            .map(|pool| format!("{}={:?}", pool.name, pool.urls))
+            .collect::<Vec<_>>(),
         "tokenmeter serving"
     );
     let metrics = std::sync::Arc::new(crate::metrics::Metrics::new(&config)?);

@@ -385,8 +385,11 @@ impl Config {
             key: key.to_owned(),
             message: message.to_owned(),
         };
-        if self.upstream.urls.is_empty() {
-            return Err(invalid("upstream.urls", "needs at least one upstream URL"));
+        if self.upstream.urls.is_empty() && self.pools.is_empty() {
+            return Err(invalid(
+                "upstream.urls",
+                "needs at least one upstream URL (or configure [[pools]])",
+            ));
         }
         for (i, url) in self.upstream.urls.iter().enumerate() {
             validate_upstream_url(url).map_err(|m| invalid(&format!("upstream.urls[{i}]"), &m))?;
