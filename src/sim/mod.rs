@@ -1,7 +1,8 @@
 //! `tokenmeter sim`: a simulated vLLM replica.
 //!
 //! An OpenAI-compatible HTTP/1.1 server (`/v1/chat/completions`, `/v1/completions`,
-//! `/v1/models`, `/health`, `/metrics`) whose timing comes from a model of vLLM V1's
+//! `/v1/models`, `/health`, `/metrics`), which also speaks the OpenAI Responses
+//! (`/v1/responses`) and Anthropic Messages (`/v1/messages`) stream dialects, whose timing comes from a model of vLLM V1's
 //! continuous-batching engine rather than from per-request sleeps, so load, batching and
 //! long-prompt stalls show up in TTFT and ITL the way they do on a GPU.
 //!
@@ -12,6 +13,8 @@
 //! - [`tokenizer`]: the deterministic prompt-length rule ([`count_prompt_tokens`]).
 //! - [`request`], [`stream`], [`body`], [`server`]: request parsing, vLLM's exact chunk shapes,
 //!   the one-frame-per-chunk body, and the routes.
+//! - [`responses`], [`messages`]: the Responses and Messages requests and event shapes, on the
+//!   same engine timing.
 //! - [`metrics`]: vLLM's metric names and buckets, one registry per replica.
 //!
 //! Output timing, as in vLLM: nothing until a request's prefill completes; that step emits the
@@ -42,10 +45,12 @@ use tokio::task::JoinHandle;
 pub mod body;
 pub mod engine;
 mod error;
+pub mod messages;
 pub mod metrics;
 pub mod overrides;
 pub mod profile;
 pub mod request;
+pub mod responses;
 pub mod scheduler;
 pub mod server;
 pub mod stream;

@@ -91,9 +91,15 @@ enum Prompt {
 
 /// Parses a request body for `endpoint`.
 pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<SimRequest, BadRequest> {
+    let chat = match endpoint {
+        Endpoint::Responses => return super::responses::parse(body),
+        Endpoint::Messages => return super::messages::parse(body),
+        Endpoint::Chat => true,
+        Endpoint::Completions => false,
+    };
     let body: RequestBody = from_json(body)?;
-    let prompt_tokens = match endpoint {
-        Endpoint::Chat => {
+    let prompt_tokens = match chat {
+        true => {
             let Some(messages) = &body.messages else {
                 return Err(BadRequest("messages: field required".to_owned()));
             };
@@ -116,7 +122,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<SimRequest, BadRequest> 
                 .collect();
             count_chat_tokens(texts.iter().map(String::as_str))
         }
-        Endpoint::Completions => {
+        false => {
             let tokens = match &body.prompt {
                 None => return Err(BadRequest("prompt: field required".to_owned())),
                 Some(Prompt::Text(text)) => count_prompt_tokens(text),
@@ -174,7 +180,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<SimRequest, BadRequest> 
     })
 }
 
-fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, BadRequest> {
+pub(super) fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, BadRequest> {
     let mut de = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();

@@ -3,12 +3,15 @@
 //! | route | answer |
 //! |---|---|
 //! | `POST /v1/chat/completions`, `POST /v1/completions` | a simulated generation (SSE or JSON) |
+//! | `POST /v1/responses` | the same, as OpenAI Responses events / object |
+//! | `POST /v1/messages` | the same, as Anthropic Messages events / message |
 //! | `GET /v1/models` | the served model |
 //! | `GET /health` | 200, empty (as vLLM) |
 //! | `GET /metrics` | vLLM's Prometheus metrics |
 //!
 //! Invalid requests get 400 with vLLM's error body
-//! `{"object":"error","message":...,"type":"BadRequestError","code":400}`.
+//! `{"object":"error","message":...,"type":"BadRequestError","code":400}`, or the API's own on
+//! `/v1/responses` (`{"error":{...}}`) and `/v1/messages` (`{"type":"error","error":{...}}`).
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,10 +29,12 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::body::SseBody;
+use super::body::{Formatter, SseBody};
 use super::engine::{self, EngineHandle, Submission};
+use super::messages::{self, MessagesFormatter};
 use super::metrics::SimMetrics;
 use super::request::{self, SimRequest};
+use super::responses::{self, ResponsesFormatter};
 use super::stream::{self, Endpoint, StreamFormatter};
 use super::SimConfig;
 
@@ -107,6 +112,8 @@ pub async fn handle(state: &State, req: Request<Incoming>) -> Response<SimBody> 
     let endpoint = match req.uri().path() {
         "/v1/chat/completions" => Some(Endpoint::Chat),
         "/v1/completions" => Some(Endpoint::Completions),
+        "/v1/responses" => Some(Endpoint::Responses),
+        "/v1/messages" => Some(Endpoint::Messages),
         _ => None,
     };
     match (req.method(), req.uri().path(), endpoint) {
@@ -142,7 +149,8 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
     {
         Ok(body) => body.to_bytes(),
         Err(err) => {
-            return error(
+            return api_error(
+                endpoint,
                 StatusCode::BAD_REQUEST,
                 &format!("could not read the request body: {err}"),
             )
@@ -151,7 +159,7 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
     let arrival = Instant::now();
     let request = match request::parse(endpoint, &body) {
         Ok(request) => request,
-        Err(err) => return error(StatusCode::BAD_REQUEST, &err.0),
+        Err(err) => return api_error(endpoint, StatusCode::BAD_REQUEST, &err.0),
     };
     let SimRequest {
         model,
@@ -169,7 +177,7 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
              of the messages or completion.",
             prompt_tokens + max_tokens
         );
-        return error(StatusCode::BAD_REQUEST, &message);
+        return api_error(endpoint, StatusCode::BAD_REQUEST, &message);
     }
     let model = model.unwrap_or_else(|| state.config.model.clone());
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -185,7 +193,15 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
     let id = stream::response_id(endpoint);
     let created = stream::unix_now();
     if stream {
-        let formatter = StreamFormatter::new(endpoint, &id, created, &model, prompt_tokens, usage);
+        let formatter: Formatter = match endpoint {
+            Endpoint::Chat | Endpoint::Completions => {
+                StreamFormatter::new(endpoint, &id, created, &model, prompt_tokens, usage).into()
+            }
+            Endpoint::Responses => {
+                ResponsesFormatter::new(&id, created, &model, prompt_tokens, max_tokens).into()
+            }
+            Endpoint::Messages => MessagesFormatter::new(&id, &model, prompt_tokens).into(),
+        };
         let mut response = Response::new(Either::Right(SseBody::new(rx, formatter)));
         response.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -226,6 +242,23 @@ fn full(status: StatusCode, content_type: &'static str, body: Bytes) -> Response
         header::HeaderValue::from_static(content_type),
     );
     response
+}
+
+/// The error body of the API `endpoint` speaks.
+fn api_error(endpoint: Endpoint, status: StatusCode, message: &str) -> Response<SimBody> {
+    match endpoint {
+        Endpoint::Chat | Endpoint::Completions => error(status, message),
+        Endpoint::Responses => full(
+            status,
+            "application/json",
+            responses::error_body(message).into(),
+        ),
+        Endpoint::Messages => full(
+            status,
+            "application/json",
+            messages::error_body(message).into(),
+        ),
+    }
 }
 
 /// vLLM's error body for `status` (400: `BadRequestError`).

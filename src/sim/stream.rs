@@ -16,13 +16,18 @@ use bytes::Bytes;
 
 use super::scheduler::Progress;
 
-/// The two OpenAI endpoints the sim serves.
+/// The generation endpoints the sim serves. This module formats the two OpenAI-compatible ones;
+/// [`super::responses`] and [`super::messages`] format the others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {
     /// `/v1/chat/completions`
     Chat,
     /// `/v1/completions`
     Completions,
+    /// `/v1/responses` (OpenAI Responses)
+    Responses,
+    /// `/v1/messages` (Anthropic Messages)
+    Messages,
 }
 
 /// The usage options of a streaming request.
@@ -56,6 +61,8 @@ pub fn response_id(endpoint: Endpoint) -> String {
     let prefix = match endpoint {
         Endpoint::Chat => "chatcmpl-",
         Endpoint::Completions => "cmpl-",
+        Endpoint::Responses => "resp_",
+        Endpoint::Messages => "msg_",
     };
     format!("{prefix}{:032x}", rand::random::<u128>())
 }
@@ -88,8 +95,8 @@ impl StreamFormatter {
         usage: UsageOptions,
     ) -> Self {
         let object = match endpoint {
-            Endpoint::Chat => "chat.completion.chunk",
             Endpoint::Completions => "text_completion",
+            Endpoint::Chat | Endpoint::Responses | Endpoint::Messages => "chat.completion.chunk",
         };
         let prefix = format!(
             "data: {{\"id\":{},\"object\":\"{object}\",\"created\":{created},\"model\":{},\"choices\":[",
@@ -126,7 +133,7 @@ impl StreamFormatter {
             "null"
         };
         let choice = match self.endpoint {
-            Endpoint::Chat => format!(
+            Endpoint::Chat | Endpoint::Responses | Endpoint::Messages => format!(
                 r#"{{"index":0,"delta":{{"content":{text}}},"logprobs":null,"finish_reason":{finish}}}"#
             ),
             Endpoint::Completions => {
@@ -170,7 +177,8 @@ fn usage_json(prompt: u64, completion: u64) -> String {
     )
 }
 
-/// A whole (non-streaming) response body, as vLLM sends it.
+/// A whole (non-streaming) response body, as vLLM sends it (Responses and Messages in their own
+/// APIs' shapes; the sim always generates `max_tokens`, so that is `completion_tokens`).
 pub fn full_response(
     endpoint: Endpoint,
     id: &str,
@@ -184,6 +192,7 @@ pub fn full_response(
         r#""usage":{{"prompt_tokens":{prompt_tokens},"total_tokens":{},"completion_tokens":{completion_tokens},"prompt_tokens_details":null}}"#,
         prompt_tokens + completion_tokens
     );
+    let (raw_id, raw_model) = (id, model);
     let (id, model) = (json_string(id), json_string(model));
     match endpoint {
         Endpoint::Chat => format!(
@@ -192,11 +201,22 @@ pub fn full_response(
         Endpoint::Completions => format!(
             r#"{{"id":{id},"object":"text_completion","created":{created},"model":{model},"choices":[{{"index":0,"text":{text},"logprobs":null,"finish_reason":"length","stop_reason":null,"prompt_logprobs":null}}],{usage}}}"#
         ),
+        Endpoint::Responses => super::responses::full_response(
+            raw_id,
+            created,
+            raw_model,
+            prompt_tokens,
+            completion_tokens,
+            completion_tokens,
+        ),
+        Endpoint::Messages => {
+            super::messages::full_response(raw_id, raw_model, prompt_tokens, completion_tokens)
+        }
     }
 }
 
 /// A JSON string literal (quotes included).
-fn json_string(s: &str) -> String {
+pub fn json_string(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
 }
 

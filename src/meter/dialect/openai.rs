@@ -19,11 +19,11 @@
 //! discarding the whole event, so one quirky field cannot hide a token. Input that is not JSON at
 //! all gives [`EventSummary::default()`]. Nothing here panics on any bytes.
 
-use std::fmt;
-
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{IgnoredAny, MapAccess, SeqAccess};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use super::walk::{self, is_nonempty_array, is_nonempty_string, Count, Lenient, Pick};
 
 #[cfg(test)]
 mod tests;
@@ -38,7 +38,8 @@ pub struct Usage {
     pub completion_tokens: Option<u64>,
 }
 
-/// What one event of the stream means to the meter.
+/// What one event of the stream means to the meter (every dialect reports in this shape; see
+/// [`super::Dialect::classify`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EventSummary {
     /// The event carries generated output: some choice has a non-empty `delta.content`,
@@ -53,8 +54,13 @@ pub struct EventSummary {
     pub usage_only: bool,
     /// A top-level non-null `error` member (an error sent after a 200).
     pub error: bool,
-    /// The data is exactly `[DONE]` (surrounding ASCII whitespace allowed).
+    /// The stream's end marker: `[DONE]` here (surrounding ASCII whitespace allowed); the
+    /// terminal event of the other dialects (see each module).
     pub done: bool,
+    /// How many output tokens this event carries, when the dialect says so per event (TGI and
+    /// Ollama: one per token event). `None` when unknown, as for every OpenAI chunk: a chunk may
+    /// hold several tokens (speculative decoding) or none, so only `usage` counts tokens here.
+    pub tokens: Option<u64>,
 }
 
 /// Classifies the `data` payload of one SSE event.
@@ -70,15 +76,9 @@ pub fn classify(data: &[u8]) -> EventSummary {
             ..EventSummary::default()
         };
     }
-    let mut de = serde_json::Deserializer::from_slice(data);
-    let chunk = match Lenient(ChunkPick).deserialize(&mut de) {
-        Ok(chunk) => chunk,
-        Err(_) => return EventSummary::default(),
-    };
-    // Trailing garbage means this is not the JSON document we think it is.
-    if de.end().is_err() {
+    let Some(chunk) = walk::parse(data, ChunkPick) else {
         return EventSummary::default();
-    }
+    };
     let Chunk {
         choices,
         usage,
@@ -90,6 +90,7 @@ pub fn classify(data: &[u8]) -> EventSummary {
         usage_only: usage.is_some() && choices.is_some_and(|c| c.empty),
         error,
         done: false,
+        tokens: None,
     }
 }
 
@@ -107,91 +108,6 @@ struct Chunk {
 struct Choices {
     empty: bool,
     token: bool,
-}
-
-/// A string value with at least one character. The raw text of a JSON string is its quoted,
-/// still-escaped form, so `""` is the only raw string that decodes to the empty string.
-fn is_nonempty_string(raw: &RawValue) -> bool {
-    let text = raw.get().as_bytes();
-    text.first() == Some(&b'"') && text.len() > 2
-}
-
-/// An array with at least one element (`[]` and `[ ]` are empty; `[[]]` is not).
-fn is_nonempty_array(raw: &RawValue) -> bool {
-    match raw.get().as_bytes().split_first() {
-        Some((b'[', rest)) => rest.trim_ascii_start().first() != Some(&b']'),
-        _ => false,
-    }
-}
-
-/// One level of the walk: what to extract when the value has the expected shape. Every other
-/// shape yields `Out::default()` (see [`Lenient`]).
-trait Pick<'de>: Sized {
-    type Out: Default;
-
-    fn u64(self, _value: u64) -> Self::Out {
-        Self::Out::default()
-    }
-
-    fn seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Out, A::Error> {
-        IgnoredAny.visit_seq(seq).map(|_| Self::Out::default())
-    }
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Out, A::Error> {
-        IgnoredAny.visit_map(map).map(|_| Self::Out::default())
-    }
-}
-
-/// Runs a [`Pick`] on any JSON value: the expected shape goes to the pick, every other shape is
-/// consumed and gives the default, so a wrong type is "nothing here" rather than a parse error.
-struct Lenient<P>(P);
-
-impl<'de, P: Pick<'de>> DeserializeSeed<'de> for Lenient<P> {
-    type Value = P::Out;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<P::Out, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de, P: Pick<'de>> Visitor<'de> for Lenient<P> {
-    type Value = P::Out;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_unit<E>(self) -> Result<P::Out, E> {
-        Ok(P::Out::default())
-    }
-
-    fn visit_bool<E>(self, _value: bool) -> Result<P::Out, E> {
-        Ok(P::Out::default())
-    }
-
-    fn visit_i64<E>(self, _value: i64) -> Result<P::Out, E> {
-        Ok(P::Out::default())
-    }
-
-    fn visit_u64<E>(self, value: u64) -> Result<P::Out, E> {
-        Ok(self.0.u64(value))
-    }
-
-    fn visit_f64<E>(self, _value: f64) -> Result<P::Out, E> {
-        Ok(P::Out::default())
-    }
-
-    fn visit_str<E>(self, _value: &str) -> Result<P::Out, E> {
-        Ok(P::Out::default())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<P::Out, A::Error> {
-        self.0.seq(seq)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<P::Out, A::Error> {
-        self.0.map(map)
-    }
 }
 
 // Key enums: serde matches a borrowed key against the names without allocating; any other key
@@ -357,17 +273,5 @@ impl<'de> Pick<'de> for UsagePick {
         }
         let readable = usage.prompt_tokens.is_some() || usage.completion_tokens.is_some();
         Ok(readable.then_some(usage))
-    }
-}
-
-/// A token count: a non-negative integer that fits in `u64`. serde_json hands larger integers,
-/// fractions and negative numbers to other visit methods, which give `None`.
-struct Count;
-
-impl<'de> Pick<'de> for Count {
-    type Out = Option<u64>;
-
-    fn u64(self, value: u64) -> Option<u64> {
-        Some(value)
     }
 }

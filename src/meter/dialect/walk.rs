@@ -1,0 +1,147 @@
+//! The zero-allocation JSON walk every dialect classifier is built on.
+//!
+//! A classifier runs once per streamed event, so it must not build a `serde_json::Value`: it
+//! walks the payload with serde visitors that keep a few booleans and counters. A [`Pick`] says
+//! what to extract from a value of the expected shape; [`Lenient`] runs it on any value and turns
+//! every other shape into "nothing here" (`Out::default()`), so one quirky field (a count sent as a
+//! string, `null` where an object was expected) cannot discard the whole event. Strings are never
+//! decoded: they are borrowed as [`RawValue`]s (slices of the input) and compared in their quoted
+//! form, so a key or value spelled with escapes simply does not match.
+
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// Walks a whole JSON document with `pick`. `None` when the bytes are not one JSON value (a
+/// syntax error, or trailing garbage after the value).
+pub(super) fn parse<'de, P: Pick<'de>>(data: &'de [u8], pick: P) -> Option<P::Out> {
+    let mut de = serde_json::Deserializer::from_slice(data);
+    let out = Lenient(pick).deserialize(&mut de).ok()?;
+    // Trailing garbage means this is not the JSON document we think it is.
+    de.end().ok()?;
+    Some(out)
+}
+
+/// A string value with at least one character. The raw text of a JSON string is its quoted,
+/// still-escaped form, so `""` is the only raw string that decodes to the empty string.
+pub(super) fn is_nonempty_string(raw: &RawValue) -> bool {
+    let text = raw.get().as_bytes();
+    text.first() == Some(&b'"') && text.len() > 2
+}
+
+/// An array with at least one element (`[]` and `[ ]` are empty; `[[]]` is not).
+pub(super) fn is_nonempty_array(raw: &RawValue) -> bool {
+    match raw.get().as_bytes().split_first() {
+        Some((b'[', rest)) => rest.trim_ascii_start().first() != Some(&b']'),
+        _ => false,
+    }
+}
+
+/// The text of a JSON string as written, quotes removed (escapes kept). Event type names are
+/// plain ASCII identifiers, which servers never escape, so this is enough to match them.
+pub(super) fn raw_str(raw: &RawValue) -> Option<&str> {
+    raw.get().strip_prefix('"')?.strip_suffix('"')
+}
+
+/// The value is present and not `null` (how servers signal an error member).
+pub(super) fn is_non_null(raw: &RawValue) -> bool {
+    raw.get() != "null"
+}
+
+/// One level of the walk: what to extract when the value has the expected shape. Every other
+/// shape yields `Out::default()` (see [`Lenient`]).
+pub(super) trait Pick<'de>: Sized {
+    type Out: Default;
+
+    fn u64(self, _value: u64) -> Self::Out {
+        Self::Out::default()
+    }
+
+    fn bool(self, _value: bool) -> Self::Out {
+        Self::Out::default()
+    }
+
+    fn seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Out, A::Error> {
+        IgnoredAny.visit_seq(seq).map(|_| Self::Out::default())
+    }
+
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Out, A::Error> {
+        IgnoredAny.visit_map(map).map(|_| Self::Out::default())
+    }
+}
+
+/// Runs a [`Pick`] on any JSON value: the expected shape goes to the pick, every other shape is
+/// consumed and gives the default, so a wrong type is "nothing here" rather than a parse error.
+pub(super) struct Lenient<P>(pub(super) P);
+
+impl<'de, P: Pick<'de>> DeserializeSeed<'de> for Lenient<P> {
+    type Value = P::Out;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<P::Out, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de, P: Pick<'de>> Visitor<'de> for Lenient<P> {
+    type Value = P::Out;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<P::Out, E> {
+        Ok(P::Out::default())
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<P::Out, E> {
+        Ok(self.0.bool(value))
+    }
+
+    fn visit_i64<E>(self, _value: i64) -> Result<P::Out, E> {
+        Ok(P::Out::default())
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<P::Out, E> {
+        Ok(self.0.u64(value))
+    }
+
+    fn visit_f64<E>(self, _value: f64) -> Result<P::Out, E> {
+        Ok(P::Out::default())
+    }
+
+    fn visit_str<E>(self, _value: &str) -> Result<P::Out, E> {
+        Ok(P::Out::default())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<P::Out, A::Error> {
+        self.0.seq(seq)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<P::Out, A::Error> {
+        self.0.map(map)
+    }
+}
+
+/// A token count: a non-negative integer that fits in `u64`. serde_json hands larger integers,
+/// fractions and negative numbers to other visit methods, which give `None`.
+pub(super) struct Count;
+
+impl Pick<'_> for Count {
+    type Out = Option<u64>;
+
+    fn u64(self, value: u64) -> Option<u64> {
+        Some(value)
+    }
+}
+
+/// A boolean flag; any other shape is `None`.
+pub(super) struct Flag;
+
+impl Pick<'_> for Flag {
+    type Out = Option<bool>;
+
+    fn bool(self, value: bool) -> Option<bool> {
+        Some(value)
+    }
+}

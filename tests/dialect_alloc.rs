@@ -1,0 +1,82 @@
+//! The classifiers run once per streamed event on the proxy's hot path: classifying a token
+//! event must not allocate, and no event may cost more than the one scratch buffer serde_json
+//! grows to skip a value nested two levels deep (the lifecycle events of Responses and Anthropic
+//! carry whole response objects). (Its own test binary: the counting allocator is
+//! process-wide, and this is the only test in it.)
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use http::Method;
+use tokenmeter::meter::dialect::{Dialect, Framer};
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn classifying_token_events_does_not_allocate() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/dialects");
+    let cases = [
+        ("openai-responses.sse", "/v1/responses"),
+        ("openai-responses-reasoning-tools.sse", "/v1/responses"),
+        ("openai-responses-failed.sse", "/v1/responses"),
+        ("anthropic-messages.sse", "/v1/messages"),
+        ("anthropic-messages-error.sse", "/v1/messages"),
+        ("tgi.sse", "/generate_stream"),
+        ("triton.sse", "/v2/models/ensemble/generate_stream"),
+        ("ollama-chat.ndjson", "/api/chat"),
+        ("ollama-generate.ndjson", "/api/generate"),
+        ("llamacpp-completion.sse", "/completion"),
+    ];
+    for (file, path) in cases {
+        let stream = std::fs::read(format!("{dir}/{file}")).expect("fixture");
+        let dialect = Dialect::for_request(&Method::POST, path).expect("a generation endpoint");
+        let content_type = if file.ends_with(".ndjson") {
+            "application/x-ndjson"
+        } else {
+            "text/event-stream"
+        };
+        let framing = dialect.framing(Some(content_type)).expect("a stream");
+        // Collect the events first: framing a whole stream in one frame borrows, but the test
+        // must only count what classification does.
+        let mut events: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        Framer::new(framing, 1 << 20).feed(&stream, |e| {
+            events.push((e.event.to_vec(), e.data.to_vec()))
+        });
+        let mut tokens = 0;
+        for (i, (event, data)) in events.iter().enumerate() {
+            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            let token = dialect.classify(event, data).token;
+            let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+            if token {
+                tokens += 1;
+                assert_eq!(
+                    allocations, 0,
+                    "{file}: token event {i} classified without allocating"
+                );
+            } else {
+                assert!(
+                    allocations <= 1,
+                    "{file}: event {i} made {allocations} allocations"
+                );
+            }
+        }
+        assert!(tokens > 0, "{file}: token events were classified");
+    }
+}

@@ -1,0 +1,203 @@
+//! The dialect table as the proxy sees it: request routing, response framing, and the
+//! OpenTelemetry GenAI labels each dialect is metered under.
+use http::Method;
+use tokenmeter::meter::dialect::{Dialect, Framing};
+
+#[test]
+fn routing_framing_and_labels() {
+    // path, dialect, content type it streams with, framing, operation, provider, injects usage
+    let table = [
+        (
+            "/v1/chat/completions",
+            Dialect::OpenAiChat,
+            "text/event-stream",
+            Framing::Sse,
+            "chat",
+            "openai",
+            true,
+        ),
+        (
+            "/v1/completions",
+            Dialect::OpenAiCompletions,
+            "text/event-stream",
+            Framing::Sse,
+            "text_completion",
+            "openai",
+            true,
+        ),
+        (
+            "/v1/responses",
+            Dialect::OpenAiResponses,
+            "text/event-stream",
+            Framing::Sse,
+            "chat",
+            "openai",
+            false,
+        ),
+        (
+            "/v1/messages",
+            Dialect::AnthropicMessages,
+            "text/event-stream",
+            Framing::Sse,
+            "chat",
+            "anthropic",
+            false,
+        ),
+        (
+            "/generate_stream",
+            Dialect::Tgi,
+            "text/event-stream",
+            Framing::Sse,
+            "text_completion",
+            "tgi",
+            false,
+        ),
+        (
+            "/v2/models/llama/generate_stream",
+            Dialect::Triton,
+            "text/event-stream; charset=utf-8",
+            Framing::Sse,
+            "text_completion",
+            "triton",
+            false,
+        ),
+        (
+            "/api/chat",
+            Dialect::Ollama,
+            "application/x-ndjson",
+            Framing::NdJson,
+            "chat",
+            "ollama",
+            false,
+        ),
+        (
+            "/api/generate",
+            Dialect::Ollama,
+            "application/x-ndjson",
+            Framing::NdJson,
+            "chat",
+            "ollama",
+            false,
+        ),
+        (
+            "/completion",
+            Dialect::LlamaCpp,
+            "text/event-stream",
+            Framing::Sse,
+            "text_completion",
+            "llama_cpp",
+            false,
+        ),
+        (
+            "/v1/audio/speech",
+            Dialect::Unknown,
+            "text/event-stream",
+            Framing::Sse,
+            "_OTHER",
+            "_OTHER",
+            false,
+        ),
+    ];
+    for (path, dialect, content_type, framing, operation, provider, injects) in table {
+        assert_eq!(
+            Dialect::for_request(&Method::POST, path),
+            Some(dialect),
+            "POST {path} speaks {dialect:?}"
+        );
+        assert_eq!(
+            dialect.framing(Some(content_type)),
+            Some(framing),
+            "{path}: {content_type}"
+        );
+        assert_eq!(
+            dialect.framing(Some("application/json")),
+            None,
+            "{path}: a JSON body (an error, or stream: false) is not a stream"
+        );
+        assert_eq!(
+            dialect.framing(None),
+            None,
+            "{path}: no content type, no stream"
+        );
+        assert_eq!(
+            dialect.operation(),
+            operation,
+            "{path}: gen_ai.operation.name"
+        );
+        assert_eq!(dialect.provider(), provider, "{path}: gen_ai.provider.name");
+        assert_eq!(
+            dialect.injects_usage(),
+            injects,
+            "{path}: include_usage injection"
+        );
+    }
+}
+
+#[test]
+fn not_generation_endpoints_are_not_metered() {
+    for (method, path) in [
+        (Method::GET, "/v1/models"),
+        (Method::GET, "/health"),
+        (Method::GET, "/v1/responses/resp_123"),
+        (Method::POST, "/v1/embeddings"),
+        (Method::POST, "/v1/messages/count_tokens"),
+        (Method::POST, "/api/pull"),
+        (Method::POST, "/api/embeddings"),
+        (Method::POST, "/tokenize"),
+    ] {
+        assert_eq!(
+            Dialect::for_request(&method, path),
+            None,
+            "{method} {path} is not metered"
+        );
+    }
+}
+
+#[test]
+fn the_model_comes_from_the_path_only_for_triton() {
+    let triton = Dialect::Triton;
+    assert_eq!(
+        triton.model_from_path("/v2/models/ensemble/generate_stream"),
+        Some("ensemble"),
+        "plain"
+    );
+    assert_eq!(
+        triton.model_from_path("/v2/models/llama-3-8b/versions/2/generate_stream"),
+        Some("llama-3-8b"),
+        "versioned"
+    );
+    assert_eq!(
+        triton.model_from_path("/generate_stream"),
+        None,
+        "no model in the path"
+    );
+    assert_eq!(
+        Dialect::Tgi.model_from_path("/v2/models/x/generate_stream"),
+        None,
+        "other dialects name the model in the body"
+    );
+}
+
+#[test]
+fn odd_paths_never_panic() {
+    for path in [
+        "",
+        "/",
+        "//",
+        "/v2/models/",
+        "/v2/models//",
+        "/api/",
+        "\u{1F600}/completion",
+        "/v1/chat/completions/",
+    ] {
+        let dialect = Dialect::for_request(&Method::POST, path);
+        if let Some(dialect) = dialect {
+            let _ = dialect.model_from_path(path);
+        }
+    }
+    assert_eq!(
+        Dialect::for_request(&Method::POST, "/v1/chat/completions/"),
+        Some(Dialect::OpenAiChat),
+        "a trailing slash is ignored"
+    );
+}
