@@ -20,6 +20,7 @@ use metrics_exporter_prometheus::{
 };
 
 use crate::config::Config;
+use crate::meter::dialect::Dialect;
 
 /// Time from the request head to the first token event (OpenTelemetry GenAI).
 pub const TTFT: &str = "gen_ai_server_time_to_first_token_seconds";
@@ -68,6 +69,7 @@ pub const PROMPT_TOKENS_PER_BYTE: &str = "tokenmeter_prompt_tokens_per_byte";
 
 /// Label names shared by all per-request series.
 pub const LABEL_OPERATION: &str = "gen_ai_operation_name";
+pub const LABEL_PROVIDER: &str = "gen_ai_provider_name";
 pub const LABEL_MODEL: &str = "gen_ai_request_model";
 pub const LABEL_BACKEND: &str = "backend";
 pub const LABEL_POOL: &str = "pool";
@@ -89,22 +91,35 @@ const ESTIMATE_ERROR_BUCKETS: [f64; 13] = [
 static METADATA: Metadata<'static> =
     Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
-/// What kind of request a stream answers (`gen_ai_operation_name`).
+/// What kind of request a stream answers: `gen_ai_operation_name` and `gen_ai_provider_name`, from
+/// the request's [`Dialect`] (OpenTelemetry GenAI values), or [`Operation::PASSTHROUGH`] for paths
+/// that are proxied and counted but are not generation endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    Chat,
-    TextCompletion,
-    /// Any other path: proxied, counted, not metered as a token stream.
-    Other,
+pub struct Operation {
+    name: &'static str,
+    provider: &'static str,
 }
 
 impl Operation {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Chat => "chat",
-            Operation::TextCompletion => "text_completion",
-            Operation::Other => "other",
+    /// Not a generation endpoint (`GET /v1/models`, embeddings, ...): proxied and counted only.
+    pub const PASSTHROUGH: Operation = Operation {
+        name: "other",
+        provider: "other",
+    };
+
+    pub fn of(dialect: Dialect) -> Self {
+        Operation {
+            name: dialect.operation(),
+            provider: dialect.provider(),
         }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.name
+    }
+
+    pub fn provider(self) -> &'static str {
+        self.provider
     }
 }
 
@@ -441,6 +456,7 @@ impl RequestLabels {
     fn base(&self) -> Vec<Label> {
         vec![
             Label::new(LABEL_OPERATION, self.operation.as_str()),
+            Label::new(LABEL_PROVIDER, self.operation.provider()),
             Label::new(LABEL_MODEL, SharedString::from(Arc::clone(&self.model))),
             Label::new(LABEL_BACKEND, SharedString::from(Arc::clone(&self.backend))),
             Label::new(LABEL_POOL, SharedString::from(Arc::clone(&self.pool))),
@@ -594,7 +610,12 @@ mod tests {
         let backend: Arc<str> = Arc::from("b");
         for i in 0..10_000 {
             let model = metrics.model_label(Some(&format!("model-{i}")));
-            let stream = metrics.stream(Operation::Chat, &model, &backend, &backend);
+            let stream = metrics.stream(
+                Operation::of(Dialect::OpenAiChat),
+                &model,
+                &backend,
+                &backend,
+            );
             metrics.request_finished(&stream.labels, Outcome::Ok);
         }
         let text = metrics.render();
@@ -609,7 +630,12 @@ mod tests {
     fn histograms_render_as_histograms_with_slo_edges() {
         let metrics = Metrics::new(&Config::default()).expect("metrics");
         let model = metrics.model_label(Some("m"));
-        let stream = metrics.stream(Operation::Chat, &model, &Arc::from("b"), &Arc::from("p"));
+        let stream = metrics.stream(
+            Operation::of(Dialect::OpenAiChat),
+            &model,
+            &Arc::from("b"),
+            &Arc::from("p"),
+        );
         stream.ttft.record(0.5);
         stream.tpot.record(0.02);
         let text = metrics.render();
@@ -618,11 +644,11 @@ mod tests {
             "TTFT is a histogram:\n{text}"
         );
         assert!(
-            text.contains(r#"gen_ai_server_time_to_first_token_seconds_bucket{gen_ai_operation_name="chat",gen_ai_request_model="m",backend="b",pool="p",le="0.8"} 1"#),
+            text.contains(r#"gen_ai_server_time_to_first_token_seconds_bucket{gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="m",backend="b",pool="p",le="0.8"} 1"#),
             "the 800 ms SLO is an edge:\n{text}"
         );
         assert!(
-            text.contains(r#"gen_ai_server_time_per_output_token_seconds_bucket{gen_ai_operation_name="chat",gen_ai_request_model="m",backend="b",pool="p",le="0.035"} 1"#),
+            text.contains(r#"gen_ai_server_time_per_output_token_seconds_bucket{gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="m",backend="b",pool="p",le="0.035"} 1"#),
             "the 35 ms SLO is an edge:\n{text}"
         );
         assert!(!text.contains("quantile="), "no summaries:\n{text}");

@@ -15,13 +15,12 @@ use http_body::{Body, Frame, SizeHint};
 use metrics::Gauge;
 use tokio::time::Instant;
 
-use super::dialect::openai;
+use super::dialect::{Dialect, EventSummary, Framer};
 use super::record::{SloTargets, StreamRecord, TokenMark};
 use super::strip::{Span, UsageStripper};
 use crate::metrics::{Metrics, Outcome, StreamMetrics};
 use crate::proxy::BodyError;
 use crate::route::PromptEstimate;
-use crate::sse::Scanner;
 
 /// A response body under metering. `meter` is `None` for bodies that are only passed through.
 #[derive(Debug)]
@@ -42,8 +41,10 @@ pub struct StreamMeter {
     pub active: Gauge,
     pub status: StatusCode,
     pub slo: SloTargets,
-    /// `Some` for SSE responses: the scanner that finds the events.
-    pub scanner: Option<Scanner>,
+    /// The API the stream speaks: what counts as a token event.
+    pub dialect: Dialect,
+    /// `Some` for a streaming response of that dialect (SSE or NDJSON): finds the events.
+    pub framer: Option<Framer>,
     /// `Some` when the proxy injected `include_usage` and must strip the usage chunk.
     pub stripper: Option<UsageStripper>,
     /// The router's prompt estimate: calibrated by `usage.prompt_tokens`, or N_in without it.
@@ -117,9 +118,11 @@ where
                 }
                 None => {
                     if let Some(mut meter) = this.meter.take() {
+                        let now = Instant::now();
+                        meter.drain(now);
                         this.tail = meter.stripper.as_mut().and_then(UsageStripper::finish);
                         let outcome = meter.end_outcome();
-                        meter.finish(outcome, Instant::now());
+                        meter.finish(outcome, now);
                     }
                     this.ended = true;
                 }
@@ -151,13 +154,30 @@ impl<B> Drop for MeteredBody<B> {
     }
 }
 
+/// Applies one classified event to the record and the live histograms (TTFT, ITL).
+fn apply(record: &mut StreamRecord, handles: &StreamMetrics, summary: &EventSummary, now: Instant) {
+    if summary.token {
+        match record.on_token(now, summary.tokens) {
+            TokenMark::First(ttft) => handles.ttft.record(ttft.as_secs_f64()),
+            TokenMark::Gap(gap) => handles.record_gap(gap),
+        }
+    }
+    if let Some(usage) = summary.usage {
+        record.on_usage(usage);
+    }
+    if summary.error {
+        record.error_event = true;
+    }
+}
+
 impl StreamMeter {
     /// Stamps and scans one data frame; returns what to forward now.
     fn observe(&mut self, data: Bytes, now: Instant) -> Option<Bytes> {
         let Self {
             record,
             handles,
-            scanner,
+            dialect,
+            framer,
             stripper,
             ..
         } = self;
@@ -167,34 +187,41 @@ impl StreamMeter {
         if let Some(ttfb) = record.on_bytes(now) {
             handles.ttfb.record(ttfb.as_secs_f64());
         }
-        let Some(scanner) = scanner.as_mut() else {
+        let Some(framer) = framer.as_mut() else {
             return Some(data);
         };
-        let frame_start = scanner.position();
+        let frame_start = framer.position();
         // A usage-only chunk comes once per stream, so this Vec allocates at most once per stream.
         let mut cuts: Vec<Span> = Vec::new();
         let stripping = stripper.is_some();
-        scanner.feed(&data, |event| {
-            let summary = openai::classify(event.data);
-            if summary.token {
-                match record.on_token(now) {
-                    TokenMark::First(ttft) => handles.ttft.record(ttft.as_secs_f64()),
-                    TokenMark::Gap(gap) => handles.record_gap(gap),
-                }
-            }
-            if let Some(usage) = summary.usage {
-                record.on_usage(usage);
-            }
-            if summary.error {
-                record.error_event = true;
-            }
+        framer.feed(&data, |event| {
+            let summary = dialect.classify(event.event, event.data);
+            apply(record, handles, &summary, now);
             if stripping && summary.usage_only {
                 cuts.push((event.start, event.end));
             }
         });
         match stripper {
-            Some(stripper) => stripper.process(data, frame_start, &cuts, scanner.block_start()),
+            Some(stripper) => stripper.process(data, frame_start, &cuts, framer.block_start()),
             None => Some(data),
+        }
+    }
+
+    /// At the end of the stream: the framer's unterminated last event (an NDJSON line without its
+    /// newline still counts; an SSE event without its blank line does not, per WHATWG).
+    fn drain(&mut self, now: Instant) {
+        let Self {
+            record,
+            handles,
+            dialect,
+            framer,
+            ..
+        } = self;
+        if let Some(framer) = framer.as_mut() {
+            framer.finish(|event| {
+                let summary = dialect.classify(event.event, event.data);
+                apply(record, handles, &summary, now);
+            });
         }
     }
 
@@ -222,13 +249,19 @@ impl StreamMeter {
             active,
             status,
             slo,
-            scanner,
+            dialect,
+            framer,
             stripper: _,
             estimate,
         } = self;
         let finished = record.finish(now);
         handles.e2e.record(finished.e2e.as_secs_f64());
-        if let Some(scanner) = &scanner {
+        if let Some(overflows) = framer.as_ref().map(Framer::overflows).filter(|&n| n > 0) {
+            metrics.sse_overflows(&handles.labels, overflows);
+        }
+        // Token figures only for a stream of a known dialect; an unknown one is timed only.
+        let tokens_known = framer.is_some() && dialect != Dialect::Unknown;
+        if tokens_known {
             if let Some(tpot) = finished.tpot {
                 handles.tpot.record(tpot.as_secs_f64());
             }
@@ -240,9 +273,6 @@ impl StreamMeter {
                 "events"
             };
             metrics.token_count_source(&handles.labels, source);
-            if scanner.overflows() > 0 {
-                metrics.sse_overflows(&handles.labels, scanner.overflows());
-            }
         }
         // N_in: usage.prompt_tokens when known (and it calibrates the estimate), else the estimate.
         let input = match (finished.input_tokens, &estimate) {

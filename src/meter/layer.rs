@@ -27,13 +27,14 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
-use http::{HeaderValue, Method, Request, Response};
+use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
 use super::body::{MeteredBody, StreamMeter};
+use super::dialect::{Dialect, Framer, Framing};
 use super::record::{SloTargets, StreamRecord};
 use super::request::{self, Injection};
 use super::strip::UsageStripper;
@@ -42,7 +43,6 @@ use crate::metrics::{Metrics, Operation, Outcome, RequestLabels};
 use crate::proxy::forward::AnsweredBy;
 use crate::proxy::{ProxyError, RequestBody, UpstreamBody};
 use crate::route::{PoolSlot, PromptEstimate};
-use crate::sse::Scanner;
 
 /// The body of every response the proxy sends: an upstream body (metered or passed through) or a
 /// response the proxy wrote itself (errors).
@@ -134,20 +134,6 @@ where
     }
 }
 
-/// Which operation a request is, from its method and path.
-pub fn operation_of(method: &Method, path: &str) -> Operation {
-    if method != Method::POST {
-        return Operation::Other;
-    }
-    if path.ends_with("/chat/completions") {
-        Operation::Chat
-    } else if path.ends_with("/completions") {
-        Operation::TextCompletion
-    } else {
-        Operation::Other
-    }
-}
-
 impl Shared {
     async fn handle<S>(
         &self,
@@ -158,37 +144,51 @@ impl Shared {
     where
         S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>,
     {
-        let operation = operation_of(req.method(), req.uri().path());
-        if operation == Operation::Other {
+        let Some(dialect) = Dialect::for_request(req.method(), req.uri().path()) else {
             return self.passthrough(inner, req).await;
-        }
-        let unknown = self.metrics.model_label(None);
-        let (mut parts, body) = req.into_parts();
-        let bytes = match self.read_body(&parts.headers, body).await {
-            Ok(bytes) => bytes,
-            Err(err) => {
-                let none = Arc::clone(&self.no_backend);
-                return self.reject(operation, unknown, none, &err);
-            }
         };
-        let facts = request::inspect(&bytes);
-        let model = self
-            .metrics
-            .model_label(facts.as_ref().and_then(|facts| facts.model.as_deref()));
-        let streaming = facts.as_ref().is_some_and(|facts| facts.stream);
-        let (bytes, injected) = self.maybe_inject(operation, streaming, bytes);
-        parts
-            .headers
-            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        let operation = Operation::of(dialect);
+        let path_model = dialect.model_from_path(req.uri().path()).map(str::to_owned);
+        let (mut parts, body) = req.into_parts();
         let slot = PoolSlot::default();
         parts.extensions.insert(slot.clone());
-        parts.extensions.insert(BufferedBody(bytes.clone()));
-        if let Some(facts) = facts {
-            parts.extensions.insert(facts);
-        }
+        // Known generation APIs are buffered (bounded) for inspection and routing; an unknown POST
+        // streams through untouched, whatever its size: it is only timed, never refused.
+        let (body, model_name, injected) = if dialect == Dialect::Unknown {
+            (RequestBody::Streaming(body), path_model, false)
+        } else {
+            let bytes = match self.read_body(&parts.headers, body).await {
+                Ok(bytes) => bytes,
+                Err(err) => {
+                    let unknown = self.metrics.model_label(None);
+                    let none = Arc::clone(&self.no_backend);
+                    return self.reject(operation, unknown, none, &err);
+                }
+            };
+            let facts = request::inspect(&bytes);
+            let model_name = facts
+                .as_ref()
+                .and_then(|facts| facts.model.clone())
+                .or(path_model);
+            let streaming = facts.as_ref().is_some_and(|facts| facts.stream);
+            let (bytes, injected) = if dialect.injects_usage() {
+                self.maybe_inject(operation, streaming, bytes)
+            } else {
+                (bytes, false)
+            };
+            parts
+                .headers
+                .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+            parts.extensions.insert(BufferedBody(bytes.clone()));
+            if let Some(facts) = facts {
+                parts.extensions.insert(facts);
+            }
+            (RequestBody::buffered(bytes), model_name, injected)
+        };
+        let model = self.metrics.model_label(model_name.as_deref());
         let active = self.metrics.streams_active(operation, &model);
         active.increment(1.0);
-        let req = Request::from_parts(parts, RequestBody::buffered(bytes));
+        let req = Request::from_parts(parts, body);
         let response = match call(inner, req).await {
             Ok(response) => response,
             Err(err) => {
@@ -201,13 +201,17 @@ impl Shared {
             || Arc::clone(&self.no_backend),
             |by| Arc::clone(&by.0.label),
         );
-        let is_sse = response.status().is_success()
-            && response
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|value| value.to_str().ok())
-                .is_some_and(|value| value.trim_start().starts_with("text/event-stream"));
-        let strip = injected && is_sse;
+        let framing = if response.status().is_success() {
+            dialect.framing(
+                response
+                    .headers()
+                    .get(CONTENT_TYPE)
+                    .and_then(|value| value.to_str().ok()),
+            )
+        } else {
+            None
+        };
+        let strip = injected && framing == Some(Framing::Sse);
         let (mut parts, body) = response.into_parts();
         let estimate = parts.extensions.remove::<PromptEstimate>();
         if strip {
@@ -221,7 +225,8 @@ impl Shared {
             active,
             status: parts.status,
             slo: self.slo,
-            scanner: is_sse.then(|| Scanner::new(self.max_line)),
+            dialect,
+            framer: framing.map(|framing| Framer::new(framing, self.max_line)),
             stripper: strip.then(UsageStripper::default),
             estimate,
         };
@@ -314,7 +319,7 @@ impl Shared {
         match call(inner, req).await {
             Ok(response) => {
                 let labels = RequestLabels {
-                    operation: Operation::Other,
+                    operation: Operation::PASSTHROUGH,
                     model,
                     pool: self.pool_of(&slot),
                     backend: response.extensions().get::<AnsweredBy>().map_or_else(
@@ -333,7 +338,7 @@ impl Shared {
                 self.metrics.request_finished(&labels, outcome);
                 response.map(|body| Either::Left(MeteredBody::passthrough(body)))
             }
-            Err(err) => self.reject(Operation::Other, model, self.pool_of(&slot), &err),
+            Err(err) => self.reject(Operation::PASSTHROUGH, model, self.pool_of(&slot), &err),
         }
     }
 }

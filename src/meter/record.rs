@@ -19,6 +19,9 @@ pub struct StreamRecord {
     pub first_token: Option<Instant>,
     pub last_token: Option<Instant>,
     pub token_events: u64,
+    /// Output tokens counted from the events themselves: the dialect's per-event count where it
+    /// gives one (TGI, Ollama), else one per token event. The fallback N_out without usage.
+    pub event_tokens: u64,
     /// The latest usage the stream reported (cumulative when continuous usage is on).
     pub usage: Usage,
     pub error_event: bool,
@@ -65,6 +68,7 @@ impl StreamRecord {
             first_token: None,
             last_token: None,
             token_events: 0,
+            event_tokens: 0,
             usage: Usage::default(),
             error_event: false,
         }
@@ -79,9 +83,11 @@ impl StreamRecord {
         Some(now.saturating_duration_since(self.t0))
     }
 
-    /// Notes a token event; returns what to record: TTFT for the first, the gap for later ones.
-    pub fn on_token(&mut self, now: Instant) -> TokenMark {
+    /// Notes a token event carrying `tokens` output tokens when the dialect says (else one);
+    /// returns what to record: TTFT for the first event, the gap for later ones.
+    pub fn on_token(&mut self, now: Instant, tokens: Option<u64>) -> TokenMark {
         self.token_events += 1;
+        self.event_tokens += tokens.unwrap_or(1);
         let mark = match self.last_token {
             None => {
                 self.first_token = Some(now);
@@ -107,7 +113,7 @@ impl StreamRecord {
     pub fn finish(&self, end: Instant) -> Finished {
         let (output_tokens, exact_output) = match self.usage.completion_tokens {
             Some(tokens) => (tokens, true),
-            None => (self.token_events, false),
+            None => (self.event_tokens, false),
         };
         let tpot = match (self.first_token, self.last_token) {
             (Some(first), Some(last)) if output_tokens >= 2 => {
@@ -167,9 +173,12 @@ mod tests {
             "TTFB at the first frame"
         );
         assert_eq!(record.on_bytes(t0 + ms(6)), None, "TTFB only once");
-        assert_eq!(record.on_token(t0 + ms(100)), TokenMark::First(ms(100)));
-        assert_eq!(record.on_token(t0 + ms(130)), TokenMark::Gap(ms(30)));
-        assert_eq!(record.on_token(t0 + ms(190)), TokenMark::Gap(ms(60)));
+        assert_eq!(
+            record.on_token(t0 + ms(100), None),
+            TokenMark::First(ms(100))
+        );
+        assert_eq!(record.on_token(t0 + ms(130), None), TokenMark::Gap(ms(30)));
+        assert_eq!(record.on_token(t0 + ms(190), None), TokenMark::Gap(ms(60)));
         let finished = record.finish(t0 + ms(200));
         assert_eq!(finished.e2e, ms(200), "E2E");
         assert_eq!(finished.ttft, Some(ms(100)), "TTFT");
@@ -186,8 +195,8 @@ mod tests {
         // Speculative decoding: 2 chunks carrying 5 tokens.
         let t0 = Instant::now();
         let mut record = StreamRecord::new(t0);
-        record.on_token(t0 + ms(100));
-        record.on_token(t0 + ms(180));
+        record.on_token(t0 + ms(100), None);
+        record.on_token(t0 + ms(180), None);
         record.on_usage(Usage {
             prompt_tokens: Some(20),
             completion_tokens: Some(5),
@@ -203,7 +212,7 @@ mod tests {
     fn single_token_streams_are_judged_on_ttft_only() {
         let t0 = Instant::now();
         let mut record = StreamRecord::new(t0);
-        record.on_token(t0 + ms(900));
+        record.on_token(t0 + ms(900), None);
         let finished = record.finish(t0 + ms(901));
         assert_eq!(finished.tpot, None, "no TPOT for one token");
         let targets = SloTargets {
@@ -230,8 +239,8 @@ mod tests {
     fn slo_edges_are_inclusive() {
         let t0 = Instant::now();
         let mut record = StreamRecord::new(t0);
-        record.on_token(t0 + ms(800));
-        record.on_token(t0 + ms(835));
+        record.on_token(t0 + ms(800), None);
+        record.on_token(t0 + ms(835), None);
         let verdict = record
             .finish(t0 + ms(840))
             .verdict(SloTargets {
