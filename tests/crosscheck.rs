@@ -189,6 +189,7 @@ async fn demo_runs_and_reports_both_sides() {
         listen: "127.0.0.1:0".parse().expect("addr"),
         admin_listen: "127.0.0.1:0".parse().expect("addr"),
         keep_running: false,
+        routed: false,
     };
     let outcome = demo::run_quiet(&args, false).await.expect("demo runs");
     let all = outcome.client.all().expect("all row");
@@ -216,4 +217,48 @@ async fn demo_runs_and_reports_both_sides() {
     ] {
         assert!(table.contains(heading), "table has {heading:?}:\n{table}");
     }
+}
+
+#[tokio::test]
+async fn routed_demo_sends_documents_to_prefill_and_chats_to_decode() {
+    let args = DemoArgs {
+        replicas: 2,
+        profile: "fast".to_owned(),
+        time_scale: 2.0,
+        rate: 20.0,
+        duration: Duration::from_secs(2),
+        workload: "chat:0.8:prompt=uniform:20-200:output=uniform:8-32,document:0.2:prompt=uniform:5000-6000:output=fixed:8"
+            .to_owned(),
+        seed: 3,
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        admin_listen: "127.0.0.1:0".parse().expect("addr"),
+        keep_running: false,
+        routed: true,
+    };
+    let outcome = demo::run_quiet(&args, false).await.expect("demo runs");
+    let documents = outcome
+        .client
+        .class("document")
+        .expect("documents were sent");
+    let chats = outcome.client.class("chat").expect("chats were sent");
+    assert!(documents.ok > 0 && chats.ok > 0, "both classes ran");
+    let per_pool = |pool: &str| {
+        prom::sum(
+            &outcome.proxy_metrics,
+            "tokenmeter_requests_total",
+            &[("pool", pool), ("gen_ai_operation_name", "chat"), ("outcome", "ok")],
+        )
+    };
+    assert_eq!(
+        per_pool("prefill"),
+        documents.ok as f64,
+        "every document went to prefill"
+    );
+    assert_eq!(
+        per_pool("decode"),
+        chats.ok as f64,
+        "every chat went to decode"
+    );
+    let table = demo::render(&args, &outcome);
+    assert!(table.contains("routed: "), "routing shown:\n{table}");
 }

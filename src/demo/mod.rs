@@ -58,7 +58,14 @@ pub struct DemoArgs {
     /// Keep the replicas and the proxy running after the load, until Ctrl-C.
     #[arg(long)]
     pub keep_running: bool,
+    /// Route instead of balancing: one prefill replica (max_num_batched_tokens 16384) and one
+    /// decode replica (2048) behind `config/examples/pools.toml` (prompts >= 2048 tokens to prefill).
+    #[arg(long)]
+    pub routed: bool,
 }
+
+/// The shipped prefill/decode example, which the routed demo runs with its own replica addresses.
+const POOLS_EXAMPLE: &str = include_str!("../../config/examples/pools.toml");
 
 /// What a demo run measured (the tests and the README use it).
 #[derive(Debug)]
@@ -83,13 +90,22 @@ pub async fn run_quiet(args: &DemoArgs, chatty: bool) -> Result<DemoOutcome, cra
     if args.replicas == 0 {
         return Err("--replicas must be at least 1".into());
     }
-    let mut replicas: Vec<SimHandle> = Vec::with_capacity(args.replicas);
-    for _ in 0..args.replicas {
+    // Routed: replica 0 is tuned for prefill, replica 1 for decode (pools.toml's two pools).
+    let batch_budgets: Vec<Option<u64>> = if args.routed {
+        vec![Some(16384), Some(2048)]
+    } else {
+        vec![None; args.replicas]
+    };
+    let mut replicas: Vec<SimHandle> = Vec::with_capacity(batch_budgets.len());
+    for budget in &batch_budgets {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let config = SimConfig {
+        let mut config = SimConfig {
             time_scale: args.time_scale,
             ..profile.clone()
         };
+        if let Some(budget) = budget {
+            config.max_num_batched_tokens = *budget;
+        }
         replicas.push(sim::spawn(listener, config).await?);
     }
     let urls: Vec<String> = replicas
@@ -97,17 +113,31 @@ pub async fn run_quiet(args: &DemoArgs, chatty: bool) -> Result<DemoOutcome, cra
         .map(|replica| format!("http://{}", replica.local_addr()))
         .collect();
 
-    // The shipped configuration, pointed at the replicas.
-    let mut config = Config::default();
-    config.upstream.urls = urls.clone();
+    // The shipped configuration (or the shipped pools example), pointed at the replicas.
+    let mut config = if args.routed {
+        let mut config = Config::from_toml(POOLS_EXAMPLE)?;
+        for (pool, url) in config.pools.iter_mut().zip(&urls) {
+            pool.urls = vec![url.clone()];
+        }
+        config
+    } else {
+        let mut config = Config::default();
+        config.upstream.urls = urls.clone();
+        config
+    };
     config.server.listen = args.listen;
     config.server.admin_listen = args.admin_listen;
     let (traffic, admin) = crate::server::bind(&config).await?;
     let proxy = crate::server::spawn(config.clone(), traffic, admin)?;
     if chatty {
+        let layout = if args.routed {
+            "prefill + decode, routed by config/examples/pools.toml"
+        } else {
+            "balanced by streams in flight"
+        };
         println!(
-            "tokenmeter demo: {} simulated replica(s) ({}, time scale {}) at {}",
-            args.replicas,
+            "tokenmeter demo: {} simulated replica(s) ({}, time scale {}; {layout}) at {}",
+            replicas.len(),
             args.profile,
             args.time_scale,
             urls.join(", ")
@@ -261,6 +291,21 @@ fn render_proxy(text: &str, wall_time_s: f64) -> String {
         attainment("all"),
         goodput
     );
+    let decisions: std::collections::BTreeMap<String, u64> = all
+        .iter()
+        .filter(|sample| sample.name == crate::metrics::ROUTE_DECISIONS)
+        .fold(Default::default(), |mut pools, sample| {
+            let pool = sample.labels.get("pool").cloned().unwrap_or_default();
+            let reason = sample.labels.get("reason").cloned().unwrap_or_default();
+            *pools.entry(format!("{pool} ({reason})")).or_default() += sample.value as u64;
+            pools
+        });
+    let decisions: Vec<String> = decisions
+        .iter()
+        .filter(|(_, count)| **count > 0)
+        .map(|(pool, count)| format!("{pool} {count}"))
+        .collect();
+    let _ = writeln!(out, "routed: {}", decisions.join(", "));
     let _ = writeln!(
         out,
         "requests: ok {} cancelled {} upstream_error {} timeout {} client_error {}; output tokens {}",
