@@ -14,6 +14,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod exposition;
 pub mod meter;
 pub mod metrics;
 pub mod proxy;

@@ -246,7 +246,11 @@ async fn routed_demo_sends_documents_to_prefill_and_chats_to_decode() {
         prom::sum(
             &outcome.proxy_metrics,
             "tokenmeter_requests_total",
-            &[("pool", pool), ("gen_ai_operation_name", "chat"), ("outcome", "ok")],
+            &[
+                ("pool", pool),
+                ("gen_ai_operation_name", "chat"),
+                ("outcome", "ok"),
+            ],
         )
     };
     assert_eq!(

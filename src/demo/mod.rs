@@ -5,8 +5,6 @@
 //! (only the upstreams and listen addresses differ), and the load is [`crate::bench`]. It prints the
 //! client-side table (what users felt, by workload class) and the proxy-side figures computed from
 //! tokenmeter's own histograms exactly as `histogram_quantile` would on a dashboard.
-mod exposition;
-
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -19,7 +17,7 @@ use crate::bench::{self, Arrival, LoadMode, LoadSpec, PointReport, Progress, Slo
 use crate::config::Config;
 use crate::sim::{self, SimConfig, SimHandle};
 
-pub use exposition::{histogram_quantile, samples, Sample};
+use crate::exposition::{self, histogram_quantile, samples};
 
 /// 90% chat turns, 10% long documents: the mix whose long prefills stall chat streams.
 pub const DEFAULT_WORKLOAD: &str =

@@ -1,6 +1,6 @@
-//! Reading the proxy's own Prometheus exposition the way Prometheus would: `histogram_quantile` over
-//! buckets summed across series, and counter sums. The demo prints the proxy's view with it, so the
-//! figures it shows are the ones a dashboard would show.
+//! Reading a Prometheus text exposition the way Prometheus would: sample lines, counter sums, and
+//! `histogram_quantile` over buckets summed across series. The demo prints the proxy's view with it
+//! (so its figures are the ones a dashboard would show); the tests read `/metrics` with it.
 use std::collections::BTreeMap;
 
 /// One parsed sample line.
@@ -19,10 +19,12 @@ pub fn samples(text: &str) -> Vec<Sample> {
         .collect()
 }
 
-fn parse_line(line: &str) -> Option<Sample> {
+/// One sample line (`name{labels} value`), `None` if it is not one.
+pub fn parse_line(line: &str) -> Option<Sample> {
     let (series, value) = line.rsplit_once(' ')?;
     let value = match value {
         "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
         other => other.parse().ok()?,
     };
     let (name, labels) = match series.split_once('{') {
@@ -47,7 +49,8 @@ fn parse_line(line: &str) -> Option<Sample> {
     })
 }
 
-fn matches(sample: &Sample, name: &str, filter: &[(&str, &str)]) -> bool {
+/// Whether the sample is named `name` and carries every label of `filter`.
+pub fn matches(sample: &Sample, name: &str, filter: &[(&str, &str)]) -> bool {
     sample.name == name
         && filter
             .iter()
