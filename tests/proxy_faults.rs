@@ -272,3 +272,33 @@ async fn total_timeout_bounds_a_stream_that_keeps_trickling() {
     );
     assert_eq!(outcome(&proxy.metrics.render(), "timeout"), 1.0);
 }
+
+#[tokio::test]
+async fn connect_timeout_is_a_504_counted_as_timeout() {
+    // A listener whose accept queue is full drops further SYNs: connecting to it times out.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind("127.0.0.1:0".parse().expect("addr"))
+        .expect("bind");
+    let addr = socket.local_addr().expect("addr");
+    let listener = socket.listen(1).expect("listen");
+    let mut fillers = Vec::new();
+    for _ in 0..8 {
+        match tokio::time::timeout(ms(200), tokio::net::TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => fillers.push(stream),
+            _ => break, // the queue is full: connects now hang
+        }
+    }
+    let mut config = config_for(&format!("http://{addr}"));
+    config.upstream.connect_timeout = ms(300);
+    let proxy = start_proxy(config).await;
+    let started = Instant::now();
+    let streamed = client::post(proxy.traffic_addr, CHAT, BODY).await;
+    let took = started.elapsed();
+    assert_eq!(streamed.status, 504, "connect timeout: {}", streamed.text());
+    let json: serde_json::Value = serde_json::from_slice(&streamed.bytes()).expect("JSON");
+    assert_eq!(json["error"]["type"], "upstream_timeout", "{json}");
+    assert!(took >= ms(300), "waited for the connect timeout: {took:?}");
+    assert_eq!(outcome(&proxy.metrics.render(), "timeout"), 1.0);
+    drop((listener, fillers));
+}

@@ -114,11 +114,10 @@ impl Forward {
 fn classify(target: &Target, err: &ClientError) -> ProxyError {
     let detail = error_chain(err);
     if err.is_connect() {
-        let timed_out = detail.contains("timed out") || detail.contains("timeout");
         ProxyError::Connect {
             backend: target.label.clone(),
             detail,
-            timed_out,
+            timed_out: is_timed_out(err),
         }
     } else {
         ProxyError::Upstream {
@@ -126,6 +125,22 @@ fn classify(target: &Target, err: &ClientError) -> ProxyError {
             detail,
         }
     }
+}
+
+/// Whether an `io::Error` of kind `TimedOut` is among the error's sources (the connector's connect
+/// timeout is reported that way, with "deadline has elapsed" as its text).
+fn is_timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(err);
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// The error and its sources, `: `-joined, for messages that say what actually happened.
