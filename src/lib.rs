@@ -3,6 +3,7 @@
 //! Crate map (the data path, outside in):
 //! - [`config`]: typed configuration, defaults, validation, environment overrides.
 //! - [`server`]: listeners (traffic and admin), the tower stack, graceful shutdown.
+//! - [`limits`]: admission limits on the traffic port (connections, requests in flight -> 503).
 //! - [`meter`]: request inspection, usage injection, the metered response body.
 //! - [`sse`]: the byte-level, incremental Server-Sent Events scanner.
 //! - [`route`]: pools, rules, prompt-length estimate, power-of-two-choices balancing, health.
@@ -14,6 +15,7 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod limits;
 pub mod meter;
 pub mod metrics;
 pub mod proxy;
