@@ -98,6 +98,8 @@ async fn serve(upstream: &str, log_level: &str, extra_env: &[(&str, &str)]) -> S
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("tokenmeter serve never became ready");
 }
 

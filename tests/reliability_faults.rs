@@ -78,7 +78,7 @@ impl Fault {
             }
             Fault::GiantLine => {
                 let mut bytes = b"data: {\"choices\":[{\"delta\":{\"content\":\"".to_vec();
-                bytes.extend(std::iter::repeat_n(b'x', 2 * 1024 * 1024));
+                bytes.extend(vec![b'x'; 2 * 1024 * 1024]);
                 bytes.extend_from_slice(b"\"}}]}\n\ndata: [DONE]\n\n");
                 bytes
             }
@@ -134,7 +134,9 @@ async fn misbehave(fault: Fault, mut stream: TcpStream) {
     match fault {
         Fault::Refused => {}
         Fault::Reset => {
-            // Linger 0: close() sends RST instead of FIN.
+            // Linger 0: close() sends RST instead of FIN (and, with a zero linger, never blocks,
+            // which is what the deprecation warns about).
+            #[allow(deprecated)]
             let _ = stream.set_linger(Some(Duration::ZERO));
             drop(stream);
         }

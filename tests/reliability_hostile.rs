@@ -19,10 +19,7 @@ const JSON_OK: &str = r#"{"id":"x","object":"chat.completion","choices":[{"index
 /// An upstream that answers every request with a small JSON completion, one per connection.
 async fn json_upstream() -> RawUpstream {
     RawUpstream::start(|_request: RawRequest, mut stream| async move {
-        let mut bytes = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n"
-        )
-        .into_bytes();
+        let mut bytes = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n".as_bytes().to_vec();
         bytes.extend(chunk(JSON_OK.as_bytes()));
         bytes.extend_from_slice(LAST_CHUNK);
         raw::write(&mut stream, &bytes).await;

@@ -191,7 +191,7 @@ async fn start_proxy(replicas: &[SocketAddr], concurrency: usize) -> Proxy {
     );
     let path = format!("{}/soak-{traffic}.toml", env!("CARGO_TARGET_TMPDIR"));
     std::fs::write(&path, config).expect("write config");
-    let child = Command::new(BIN)
+    let mut child = Command::new(BIN)
         .args(["serve", "--config", &path])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -211,6 +211,8 @@ async fn start_proxy(replicas: &[SocketAddr], concurrency: usize) -> Proxy {
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("the proxy never became ready");
 }
 
