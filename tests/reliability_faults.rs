@@ -193,11 +193,11 @@ async fn healthy(mut stream: TcpStream, resume: Arc<Notify>, sent: Arc<std::sync
     }
     let resumed = resume.notified();
     tokio::pin!(resumed);
-    // Bounded: 600 pings of 100 ms.
-    for _ in 0..600 {
+    // Bounded: 1200 pings of 50 ms (a tenth of the shortest idle timeout).
+    for _ in 0..1200 {
         tokio::select! {
             () = &mut resumed => break,
-            () = tokio::time::sleep(Duration::from_millis(100)) => {
+            () = tokio::time::sleep(Duration::from_millis(50)) => {
                 raw::write(&mut stream, &chunk(PING)).await;
                 body.extend_from_slice(PING);
             }
@@ -211,10 +211,15 @@ async fn healthy(mut stream: TcpStream, resume: Arc<Notify>, sent: Arc<std::sync
     raw::write(&mut stream, LAST_CHUNK).await;
 }
 
-fn config(main: &str, dead: &str) -> Config {
+fn config(fault: Fault, main: &str, dead: &str) -> Config {
     let mut config = support::config_for(main);
-    config.upstream.response_timeout = Duration::from_millis(300);
-    config.upstream.idle_timeout = Duration::from_millis(300);
+    // Short timeouts only where the fault needs them, so a busy machine cannot trip the others.
+    let (response, idle) = match fault {
+        Fault::HangBeforeHead | Fault::HangMidStream => (500, 500),
+        _ => (10_000, 10_000),
+    };
+    config.upstream.response_timeout = Duration::from_millis(response);
+    config.upstream.idle_timeout = Duration::from_millis(idle);
     config.routing.retries = 0;
     config.routing.fallback = false;
     config.routing.eject_after_failures = u32::MAX;
@@ -289,7 +294,7 @@ async fn check(fault: Fault) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         format!("http://{}", listener.local_addr().expect("addr"))
     };
-    let proxy = support::start_proxy(config(&upstream.url, &dead)).await;
+    let proxy = support::start_proxy(config(fault, &upstream.url, &dead)).await;
     let addr = proxy.traffic_addr;
     let model = if fault == Fault::Refused { "dead" } else { "m" };
 
@@ -423,72 +428,72 @@ async fn check(fault: Fault) {
     proxy.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_upstream_refuses() {
     check(Fault::Refused).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_upstream_resets() {
     check(Fault::Reset).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_upstream_hangs_before_headers() {
     check(Fault::HangBeforeHead).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_upstream_hangs_mid_stream() {
     check(Fault::HangMidStream).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_upstream_dies_mid_stream() {
     check(Fault::DieMidStream).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_truncated_chunked_body() {
     check(Fault::TruncatedChunk).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_sse_without_blank_lines() {
     check(Fault::NoBlankLines).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_sse_giant_line() {
     check(Fault::GiantLine).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_sse_invalid_utf8() {
     check(Fault::InvalidUtf8).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_sse_broken_json() {
     check(Fault::BrokenJson).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_error_event_after_200() {
     check(Fault::ErrorAfter200).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_non_sse_body_with_sse_content_type() {
     check(Fault::NotSse).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_4xx_json_error() {
     check(Fault::Json4xx).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_5xx_json_error() {
     check(Fault::Json5xx).await;
 }
