@@ -56,6 +56,20 @@ pub struct ServerConfig {
     /// How long in-flight streams may run after SIGTERM before they are cut.
     #[serde(deserialize_with = "duration")]
     pub shutdown_grace: Duration,
+    /// Open traffic connections; one more is answered 503 (`retry-after`) and closed at once.
+    pub max_connections: usize,
+    /// Requests in flight on the traffic port (head to end of response body), over all
+    /// connections and both protocols; one more is answered 503 (`retry-after`).
+    pub max_streams: usize,
+    /// A client must send a whole HTTP/1 request head within this long (slowloris).
+    #[serde(deserialize_with = "duration")]
+    pub header_read_timeout: Duration,
+    /// Largest request head (HTTP/1 read buffer; HTTP/2 header list); larger -> 431 / reset.
+    pub max_header_bytes: usize,
+    /// Most headers in one HTTP/1 request; more -> 431.
+    pub max_headers: usize,
+    /// Concurrent streams one HTTP/2 connection may open (advertised in SETTINGS).
+    pub http2_max_concurrent_streams: u32,
 }
 
 /// Upstream inference servers and the timeouts of talking to them.
@@ -195,6 +209,9 @@ pub struct RuleConfig {
     pub spill_queue_tokens: Option<u64>,
 }
 
+/// hyper's HTTP/1 read buffer cannot be smaller (it asserts), so neither can `server.max_header_bytes`.
+pub const MIN_HEADER_BYTES: usize = 8192;
+
 /// Name of the implicit pool formed by `upstream.urls` when no `[[pools]]` are configured.
 pub const DEFAULT_POOL: &str = "default";
 
@@ -216,6 +233,12 @@ impl Default for ServerConfig {
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
             max_request_body_bytes: 16 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(30),
+            max_connections: 10_000,
+            max_streams: 8_192,
+            header_read_timeout: Duration::from_secs(10),
+            max_header_bytes: 64 * 1024,
+            max_headers: 128,
+            http2_max_concurrent_streams: 256,
         }
     }
 }
@@ -413,6 +436,7 @@ impl Config {
                 "must be greater than zero",
             ));
         }
+        self.validate_limits()?;
         if self.metering.max_sse_line_bytes < 1024 {
             return Err(invalid(
                 "metering.max_sse_line_bytes",
@@ -451,6 +475,42 @@ impl Config {
             urls: self.upstream.urls.clone(),
             ..PoolConfig::default()
         }]
+    }
+
+    /// Request limits: every one must admit something (hyper also asserts an 8 KiB read buffer).
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: &str| ConfigError::Invalid {
+            key: key.to_owned(),
+            message: message.to_owned(),
+        };
+        let s = &self.server;
+        let at_least = [
+            ("server.max_connections", s.max_connections, 1),
+            ("server.max_streams", s.max_streams, 1),
+            ("server.max_headers", s.max_headers, 1),
+            (
+                "server.max_header_bytes",
+                s.max_header_bytes,
+                MIN_HEADER_BYTES,
+            ),
+            (
+                "server.http2_max_concurrent_streams",
+                s.http2_max_concurrent_streams as usize,
+                1,
+            ),
+        ];
+        for (key, value, min) in at_least {
+            if value < min {
+                return Err(invalid(key, &format!("must be at least {min}")));
+            }
+        }
+        if s.header_read_timeout.is_zero() {
+            return Err(invalid(
+                "server.header_read_timeout",
+                "must be greater than zero",
+            ));
+        }
+        Ok(())
     }
 
     fn validate_routing(&self) -> Result<(), ConfigError> {

@@ -3,11 +3,13 @@
 //! Crate map (the data path, outside in):
 //! - [`config`]: typed configuration, defaults, validation, environment overrides.
 //! - [`server`]: listeners (traffic and admin), the tower stack, graceful shutdown.
+//! - [`limits`]: admission limits on the traffic port (connections, requests in flight -> 503).
 //! - [`meter`]: request inspection, usage injection, the metered response body.
 //! - [`sse`]: the byte-level, incremental Server-Sent Events scanner.
 //! - [`route`]: pools, rules, prompt-length estimate, power-of-two-choices balancing, health.
 //! - [`proxy`]: forwarding to upstreams over one pooled client, header hygiene, errors.
-//! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter.
+//! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter;
+//!   [`exposition`]: reading the text format back (demo, tests).
 //! - [`sim`], [`mod@bench`], [`demo`]: the testbed (a simulated vLLM replica, a load
 //!   generator, and the one-command demo).
 pub mod bench;
@@ -15,6 +17,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod exposition;
+pub mod limits;
 pub mod meter;
 pub mod metrics;
 pub mod proxy;

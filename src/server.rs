@@ -4,6 +4,11 @@
 //! stack `meter -> route -> forward`. The admin listener, kept on its own port so API clients never
 //! see metrics, serves `/metrics`, `/healthz` and `/readyz`.
 //!
+//! Hostile clients meet the limits of `[server]`: the HTTP/1 head must arrive within
+//! `header_read_timeout` and fit `max_header_bytes` / `max_headers`; HTTP/2 connections get
+//! `http2_max_concurrent_streams`; connections past `max_connections` and requests past `max_streams`
+//! are answered 503 at once ([`crate::limits`]).
+//!
 //! Shutdown: `/readyz` turns 503, the traffic listener closes, in-flight streams may finish for
 //! `server.shutdown_grace`, then whatever is left is cut (its bodies are dropped, so each is counted
 //! as `cancelled`).
@@ -27,7 +32,8 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tower::ServiceExt;
 
-use crate::config::Config;
+use crate::config::{Config, ServerConfig};
+use crate::limits::{self, AdmissionLayer, Limit, Limits};
 use crate::meter::layer::MeterLayer;
 use crate::metrics::{Metrics, MetricsError};
 use crate::proxy::upstream::UpstreamError;
@@ -72,6 +78,8 @@ pub struct ServerHandle {
     pub traffic_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub metrics: Arc<Metrics>,
+    /// Admission state: open connections, requests in flight, rejections.
+    pub limits: Arc<Limits>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
@@ -98,11 +106,13 @@ pub fn spawn(
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     let server = Server::new(config, Arc::clone(&metrics))?;
+    let limits = Arc::clone(&server.limits);
     let task = tokio::spawn(server.run(traffic, admin, shutdown));
     Ok(ServerHandle {
         traffic_addr,
         admin_addr,
         metrics,
+        limits,
         stop,
         task,
     })
@@ -121,16 +131,19 @@ pub struct Server {
     config: Config,
     metrics: Arc<Metrics>,
     router: Arc<Router>,
+    limits: Arc<Limits>,
     ready: Arc<AtomicBool>,
 }
 
 impl Server {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ServerError> {
         let router = Arc::new(Router::from_config(&config, Arc::clone(&metrics))?);
+        let limits = Arc::new(Limits::new(&config.server));
         Ok(Self {
             config,
             metrics,
             router,
+            limits,
             ready: Arc::new(AtomicBool::new(true)),
         })
     }
@@ -145,6 +158,7 @@ impl Server {
         let client = client::build(&self.config.upstream);
         let probes = route::probe::spawn(&self.router, &client);
         let stack = tower::ServiceBuilder::new()
+            .layer(AdmissionLayer::new(Arc::clone(&self.limits)))
             .layer(MeterLayer::new(&self.config, Arc::clone(&self.metrics)))
             .layer(RouteLayer::new(Arc::clone(&self.router)))
             .service(Forward::new(client, &self.config.upstream));
@@ -153,12 +167,11 @@ impl Server {
         let admin_task = tokio::spawn(serve_admin(
             admin,
             Arc::clone(&self.metrics),
+            Arc::clone(&self.limits),
             Arc::clone(&self.ready),
         ));
 
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder.http1().timer(TokioTimer::new());
-        builder.http2().timer(TokioTimer::new());
+        let builder = traffic_builder(&self.config.server);
         let graceful = GracefulShutdown::new();
         // Connection tasks live in a set so that, past the grace period, they can be cut.
         let mut connections = JoinSet::new();
@@ -178,6 +191,10 @@ impl Server {
                         }
                     };
                     let _ = stream.set_nodelay(true);
+                    let Some(permit) = self.limits.try_connection() else {
+                        connections.spawn(refuse_connection(stream));
+                        continue;
+                    };
                     let service = stack.clone().map_request(move |mut req: Request<Incoming>| {
                         req.extensions_mut().insert(ClientAddr(peer));
                         req
@@ -187,6 +204,7 @@ impl Server {
                         .into_owned();
                     let connection = graceful.watch(connection);
                     connections.spawn(async move {
+                        let _permit = permit;
                         if let Err(err) = connection.await {
                             tracing::debug!(error = %err, %peer, "connection ended with an error");
                         }
@@ -217,6 +235,42 @@ impl Server {
     }
 }
 
+/// The traffic port's HTTP/1 + h2c builder with the request-head limits of `[server]`.
+fn traffic_builder(config: &ServerConfig) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout)
+        .max_buf_size(config.max_header_bytes)
+        .max_headers(config.max_headers);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(config.http2_max_concurrent_streams)
+        .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
+    builder
+}
+
+/// How long a connection past `max_connections` may take to read its 503.
+const REFUSE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Answers every request of a connection past `max_connections` with 503 and closes it. Bounded in
+/// time, so a flood of refused connections cannot pile up.
+async fn refuse_connection(stream: tokio::net::TcpStream) {
+    let service = hyper::service::service_fn(|_req: Request<Incoming>| async {
+        let mut response = limits::overloaded(Limit::Connections);
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        Ok::<_, Infallible>(response)
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().keep_alive(false);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(REFUSE_DEADLINE, connection).await;
+}
+
 async fn upkeep(metrics: Arc<Metrics>) {
     let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
     loop {
@@ -225,16 +279,22 @@ async fn upkeep(metrics: Arc<Metrics>) {
     }
 }
 
-async fn serve_admin(listener: TcpListener, metrics: Arc<Metrics>, ready: Arc<AtomicBool>) {
+async fn serve_admin(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    limits: Arc<Limits>,
+    ready: Arc<AtomicBool>,
+) {
     loop {
         let Ok((stream, _peer)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         let metrics = Arc::clone(&metrics);
+        let limits = Arc::clone(&limits);
         let ready = Arc::clone(&ready);
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let response = admin_route(req.uri().path(), &metrics, &ready);
+            let response = admin_route(req.uri().path(), &metrics, &limits, &ready);
             async move { Ok::<_, Infallible>(response) }
         });
         tokio::spawn(async move {
@@ -246,7 +306,12 @@ async fn serve_admin(listener: TcpListener, metrics: Arc<Metrics>, ready: Arc<At
     }
 }
 
-fn admin_route(path: &str, metrics: &Metrics, ready: &AtomicBool) -> Response<Full<Bytes>> {
+fn admin_route(
+    path: &str,
+    metrics: &Metrics,
+    limits: &Limits,
+    ready: &AtomicBool,
+) -> Response<Full<Bytes>> {
     let text = |status: StatusCode, body: String, content_type: &'static str| {
         let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = status;
@@ -259,7 +324,7 @@ fn admin_route(path: &str, metrics: &Metrics, ready: &AtomicBool) -> Response<Fu
     match path {
         "/metrics" => text(
             StatusCode::OK,
-            metrics.render(),
+            metrics.render() + &limits.render(),
             "text/plain; version=0.0.4; charset=utf-8",
         ),
         "/healthz" => text(StatusCode::OK, "ok\n".to_owned(), PLAIN),

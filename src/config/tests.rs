@@ -184,3 +184,36 @@ fn routing_mistakes_name_the_key() {
         "unknown rule key named: {err}"
     );
 }
+
+#[test]
+fn request_limits_must_admit_something() {
+    assert_eq!(
+        invalid_key("[server]\nmax_streams = 0\n"),
+        "server.max_streams"
+    );
+    assert_eq!(
+        invalid_key("[server]\nmax_connections = 0\n"),
+        "server.max_connections"
+    );
+    assert_eq!(
+        invalid_key("[server]\nmax_header_bytes = 4096\n"),
+        "server.max_header_bytes",
+        "hyper needs an 8 KiB read buffer"
+    );
+    assert_eq!(
+        invalid_key("[server]\nheader_read_timeout = \"0s\"\n"),
+        "server.header_read_timeout"
+    );
+    assert_eq!(
+        invalid_key("[server]\nhttp2_max_concurrent_streams = 0\n"),
+        "server.http2_max_concurrent_streams"
+    );
+    let config = Config::from_toml("[server]\nmax_streams = 3\nheader_read_timeout = \"250ms\"\n")
+        .expect("parses");
+    assert_eq!(config.server.max_streams, 3, "max_streams read");
+    assert_eq!(
+        config.server.header_read_timeout,
+        Duration::from_millis(250),
+        "header_read_timeout read"
+    );
+}

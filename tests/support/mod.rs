@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod client;
 pub mod prom;
+pub mod raw;
 
 use std::time::Duration;
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs each cargo-fuzz target for a bounded time (default 60 s each) on stable Rust.
+#
+#   scripts/fuzz.sh            # every target, 60 s each
+#   FUZZ_SECONDS=600 scripts/fuzz.sh sse_meter
+#
+# cargo-fuzz needs nightly-only flags (-Zsanitizer); RUSTC_BOOTSTRAP=1 lets the stable toolchain
+# accept them. Install once with `cargo install cargo-fuzz`. A crash leaves its input in
+# fuzz/artifacts/<target>/; turn it into a regular test (see docs/reliability.md) before fixing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${FUZZ_SECONDS:-60}"
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+    targets=(sse_meter prompt_extract)
+fi
+export RUSTC_BOOTSTRAP=1
+# Seed corpora from the byte-exact stream fixtures and a few request bodies.
+mkdir -p fuzz/corpus/sse_meter fuzz/corpus/prompt_extract
+for fixture in ../shared/fixtures/*.sse ../shared/fixtures/*.ndjson tests/fixtures/*.sse; do
+    [ -f "$fixture" ] || continue
+    # Selector byte 0 (OpenAI chat, SSE) and a 7-byte frame step, then the stream.
+    { printf '\x00\x07'; cat "$fixture"; } > "fuzz/corpus/sse_meter/$(basename "$fixture")"
+done
+printf '%s' '{"model":"m","stream":true,"messages":[{"role":"user","content":"Hi \u00e9"}]}' > fuzz/corpus/prompt_extract/chat.json
+printf '%s' '{"model":"m","prompt":[1,2,3],"stream":true,"stream_options":{"include_usage":false}}' > fuzz/corpus/prompt_extract/completions.json
+for target in "${targets[@]}"; do
+    echo "== fuzzing $target for ${seconds}s"
+    cargo fuzz run --fuzz-dir fuzz "$target" "fuzz/corpus/$target" -- \
+        -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1
+done

@@ -1,0 +1,110 @@
+use super::*;
+use http_body_util::BodyExt;
+
+fn limits(max_streams: usize, max_connections: usize) -> Limits {
+    let config = ServerConfig {
+        max_streams,
+        max_connections,
+        ..ServerConfig::default()
+    };
+    Limits::new(&config)
+}
+
+#[tokio::test]
+async fn overloaded_is_a_503_with_retry_after_and_openai_json() {
+    let response = overloaded(Limit::Streams);
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "status");
+    assert_eq!(
+        response.headers()[header::RETRY_AFTER],
+        "1",
+        "retry-after tells SDKs when to retry"
+    );
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+    assert_eq!(json["error"]["type"], "overloaded", "type: {json}");
+    assert_eq!(json["error"]["code"], 503, "code: {json}");
+    assert!(
+        json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("server.max_streams")),
+        "the message names the config key: {json}"
+    );
+}
+
+#[test]
+fn connection_permits_are_bounded_and_released_on_drop() {
+    let limits = limits(4, 2);
+    let first = limits.try_connection().expect("first connection admitted");
+    let second = limits.try_connection().expect("second connection admitted");
+    assert_eq!(limits.connections_open(), 2, "two open");
+    assert!(limits.try_connection().is_none(), "the third is refused");
+    assert_eq!(limits.rejections(Limit::Connections), 1, "and counted");
+    drop(first);
+    assert_eq!(
+        limits.connections_open(),
+        1,
+        "a dropped permit frees its slot"
+    );
+    let third = limits.try_connection();
+    assert!(third.is_some(), "a freed slot admits again");
+    drop((second, third));
+    assert_eq!(limits.connections_open(), 0, "all released");
+}
+
+#[tokio::test]
+async fn a_stream_permit_lives_until_the_body_ends() {
+    let limits = Arc::new(limits(1, 10));
+    let inner = tower::service_fn(|_req: Request<()>| async {
+        let body: ResponseBody = Either::Right(Full::new(Bytes::from_static(b"hello")));
+        Ok::<_, Infallible>(Response::new(body))
+    });
+    let mut service = AdmissionLayer::new(Arc::clone(&limits)).layer(inner);
+    let first = service.call(Request::new(())).await.expect("infallible");
+    assert_eq!(first.status(), StatusCode::OK, "the first is admitted");
+    assert_eq!(
+        limits.streams_admitted(),
+        1,
+        "its permit is held by the body"
+    );
+
+    let second = service.call(Request::new(())).await.expect("infallible");
+    assert_eq!(
+        second.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the second is over max_streams"
+    );
+    assert_eq!(limits.rejections(Limit::Streams), 1, "counted");
+
+    let body = first.into_body().collect().await.expect("body").to_bytes();
+    assert_eq!(&body[..], b"hello", "the body passes unchanged");
+    assert_eq!(
+        limits.streams_admitted(),
+        0,
+        "released at the end of the body"
+    );
+    let third = service.call(Request::new(())).await.expect("infallible");
+    assert_eq!(third.status(), StatusCode::OK, "admitted again");
+}
+
+#[test]
+fn render_is_prometheus_text_with_every_reason() {
+    let limits = limits(1, 1);
+    let _held = limits.try_connection();
+    assert!(limits.try_connection().is_none(), "refused");
+    let text = limits.render();
+    assert!(
+        text.contains("tokenmeter_rejected_total{reason=\"max_connections\"} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tokenmeter_rejected_total{reason=\"max_streams\"} 0\n"),
+        "{text}"
+    );
+    assert!(text.contains("tokenmeter_connections_open 1\n"), "{text}");
+    assert!(text.contains("tokenmeter_streams_admitted 0\n"), "{text}");
+}
