@@ -30,6 +30,7 @@ use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
+use metrics::Gauge;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
@@ -186,16 +187,16 @@ impl Shared {
             (RequestBody::buffered(bytes), model_name, injected)
         };
         let model = self.metrics.model_label(model_name.as_deref());
-        let active = self.metrics.streams_active(operation, &model);
-        active.increment(1.0);
+        let waiting = AwaitingHead::new(self, operation, &model, &slot);
         let req = Request::from_parts(parts, body);
         let response = match call(inner, req).await {
             Ok(response) => response,
             Err(err) => {
-                active.decrement(1.0);
+                waiting.disarm().decrement(1.0);
                 return self.reject(operation, model, self.pool_of(&slot), &err);
             }
         };
+        let active = waiting.disarm();
         let pool = self.pool_of(&slot);
         let backend = response.extensions().get::<AnsweredBy>().map_or_else(
             || Arc::clone(&self.no_backend),
@@ -340,6 +341,60 @@ impl Shared {
             }
             Err(err) => self.reject(Operation::PASSTHROUGH, model, self.pool_of(&slot), &err),
         }
+    }
+}
+
+/// A request between its head and its response head. If the client leaves in that time, hyper
+/// drops the service future and with it this guard, which takes the request off the active gauge
+/// and counts it `cancelled`; once the response head is there the stream meter takes over.
+struct AwaitingHead {
+    active: Gauge,
+    armed: bool,
+    metrics: Arc<Metrics>,
+    operation: Operation,
+    model: Arc<str>,
+    slot: PoolSlot,
+    no_backend: Arc<str>,
+}
+
+impl AwaitingHead {
+    fn new(shared: &Shared, operation: Operation, model: &Arc<str>, slot: &PoolSlot) -> Self {
+        let active = shared.metrics.streams_active(operation, model);
+        active.increment(1.0);
+        Self {
+            active,
+            armed: true,
+            metrics: Arc::clone(&shared.metrics),
+            operation,
+            model: Arc::clone(model),
+            slot: slot.clone(),
+            no_backend: Arc::clone(&shared.no_backend),
+        }
+    }
+
+    /// The response head arrived (or an error answer is being written): hand over the gauge.
+    fn disarm(mut self) -> Gauge {
+        self.armed = false;
+        self.active.clone()
+    }
+}
+
+impl Drop for AwaitingHead {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.active.decrement(1.0);
+        let labels = RequestLabels {
+            operation: self.operation,
+            model: Arc::clone(&self.model),
+            pool: self
+                .slot
+                .get()
+                .unwrap_or_else(|| Arc::clone(&self.no_backend)),
+            backend: Arc::clone(&self.no_backend),
+        };
+        self.metrics.request_finished(&labels, Outcome::Cancelled);
     }
 }
 
