@@ -17,7 +17,7 @@ use tokenmeter::sse::{Scanner, DEFAULT_MAX_LINE};
 #[path = "common/meter_fixture.rs"]
 mod fixture;
 
-use fixture::{metered, metrics, poll_one, Repeat, VLLM_CHUNK};
+use fixture::{metered, metrics, noop_waker, poll_one, Repeat, VLLM_CHUNK};
 
 fn per_chunk(c: &mut Criterion) {
     let mut group = c.benchmark_group("chunk");
@@ -43,6 +43,7 @@ fn per_chunk(c: &mut Criterion) {
     group.bench_function("metered_body", |b| {
         let metrics = metrics();
         let mut body = metered(&metrics, Repeat(Bytes::from_static(VLLM_CHUNK)));
+        let waker = noop_waker();
         let mut n = 0u64;
         b.iter(|| {
             n += 1;
@@ -51,7 +52,7 @@ fn per_chunk(c: &mut Criterion) {
             if n % 100_000 == 0 {
                 metrics.run_upkeep();
             }
-            poll_one(&mut body)
+            poll_one(&mut body, &waker)
         })
     });
     group.finish();
@@ -121,9 +122,10 @@ criterion_group! {
 fn callgrind(chunks: u64) {
     let metrics = metrics();
     let mut body = metered(&metrics, Repeat(Bytes::from_static(VLLM_CHUNK)));
+    let waker = noop_waker();
     let mut bytes = 0usize;
     for _ in 0..chunks {
-        bytes += poll_one(&mut body);
+        bytes += poll_one(&mut body, &waker);
     }
     println!("{chunks} chunks, {bytes} bytes through MeteredBody");
 }
@@ -131,7 +133,10 @@ fn callgrind(chunks: u64) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "callgrind") {
-        let chunks = args.get(at + 1).and_then(|n| n.parse().ok()).unwrap_or(100_000);
+        let chunks = args
+            .get(at + 1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(100_000);
         callgrind(chunks);
         return;
     }

@@ -38,7 +38,10 @@ if [ "$smoke" = 1 ]; then
 else
     profile_args=(--release)
     out=target/bench-overhead
-    run_args=()
+    # A proxy holds two sockets per stream; stay under the hard limit (a container may cap it).
+    idle=$(( ($(ulimit -n) - 1000) / 2 ))
+    [ "$idle" -gt 10000 ] && idle=10000
+    run_args=(--idle-streams "$idle")
 fi
 mode_dir=$([ "$smoke" = 1 ] && echo debug || echo release)
 

@@ -5,7 +5,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -69,9 +69,21 @@ pub fn metered<B>(metrics: &Arc<Metrics>, inner: B) -> MeteredBody<B> {
     MeteredBody::new(inner, meter)
 }
 
+/// Nothing to wake: the inner body is always ready.
+struct Noop;
+
+impl Wake for Noop {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// A waker that does nothing (made once: building it allocates its `Arc`).
+pub fn noop_waker() -> Waker {
+    Waker::from(Arc::new(Noop))
+}
+
 /// Polls one frame out of a body whose inner body is always ready; returns its length.
-pub fn poll_one<B: Body<Data = Bytes> + Unpin>(body: &mut B) -> usize {
-    let mut cx = Context::from_waker(Waker::noop());
+pub fn poll_one<B: Body<Data = Bytes> + Unpin>(body: &mut B, waker: &Waker) -> usize {
+    let mut cx = Context::from_waker(waker);
     match Pin::new(body).poll_frame(&mut cx) {
         Poll::Ready(Some(Ok(frame))) => frame.data_ref().map_or(0, Bytes::len),
         _ => 0,

@@ -114,7 +114,8 @@ impl StampScanner {
             keep_from = keep_from.max(at);
         }
         self.pending.clear();
-        self.pending.extend_from_slice(&buf[keep_from.min(buf.len())..]);
+        self.pending
+            .extend_from_slice(&buf[keep_from.min(buf.len())..]);
     }
 }
 
@@ -254,7 +255,11 @@ pub struct IdleResult {
 /// Opens `streams` idle streams (first chunk, then a pause of `hold_ms`) and reads the summed
 /// VmRSS of `pids` before and once all are open (or `deadline` passed).
 pub async fn idle(addr: SocketAddr, streams: usize, pids: &[u32], hold_ms: u64) -> IdleResult {
-    let rss = || pids.iter().filter_map(|&pid| proc_rss_kib(pid)).sum::<u64>();
+    let rss = || {
+        pids.iter()
+            .filter_map(|&pid| proc_rss_kib(pid))
+            .sum::<u64>()
+    };
     let before = rss();
     let open = Arc::new(AtomicU64::new(0));
     let gate = Arc::new(Semaphore::new(128));

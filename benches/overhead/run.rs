@@ -560,11 +560,20 @@ fn summarize(records: &[Record], args: &RunArgs) -> String {
             saturation_cpu.insert(path, per_million);
             out.push_str(&format!(
                 "| {streams} | {path} | {} | {} | {} | {} | {} |\n",
-                fmt(med(reps, |r| r.load.as_ref().map_or(f64::NAN, |l| l.chunks_per_s))),
+                fmt(med(reps, |r| r
+                    .load
+                    .as_ref()
+                    .map_or(f64::NAN, |l| l.chunks_per_s))),
                 fmt(per_million),
-                fmt(med(reps, |r| r.load.as_ref().map_or(f64::NAN, |l| l.client_cpu_s))),
+                fmt(med(reps, |r| r
+                    .load
+                    .as_ref()
+                    .map_or(f64::NAN, |l| l.client_cpu_s))),
                 fmt(med(reps, |r| r.backend_cpu_s)),
-                reps.values().map(|r| r.loadavg.clone()).collect::<Vec<_>>().join(" / "),
+                reps.values()
+                    .map(|r| r.loadavg.clone())
+                    .collect::<Vec<_>>()
+                    .join(" / "),
             ));
         }
     }
@@ -585,8 +594,13 @@ fn summarize(records: &[Record], args: &RunArgs) -> String {
         }
     }
     let ratio = |a: f64, b: f64| fmt(a / b);
-    out.push_str("\n### tokenmeter / nginx\n\n| figure | tokenmeter | nginx | ratio |\n|---|---|---|---|\n");
-    if let (Some(tm), Some(ng)) = (saturation_cpu.get("tokenmeter"), saturation_cpu.get("nginx")) {
+    out.push_str(
+        "\n### tokenmeter / nginx\n\n| figure | tokenmeter | nginx | ratio |\n|---|---|---|---|\n",
+    );
+    if let (Some(tm), Some(ng)) = (
+        saturation_cpu.get("tokenmeter"),
+        saturation_cpu.get("nginx"),
+    ) {
         out.push_str(&format!(
             "| CPU s per M chunks (saturation) | {} | {} | {} |\n",
             fmt(*tm),
@@ -605,7 +619,10 @@ fn summarize(records: &[Record], args: &RunArgs) -> String {
                     ratio(a, b)
                 ));
                 for (label, f) in [
-                    ("added chunk p99 µs", (|x: &LoadResult| x.chunk_p99_us) as fn(&LoadResult) -> f64),
+                    (
+                        "added chunk p99 µs",
+                        (|x: &LoadResult| x.chunk_p99_us) as fn(&LoadResult) -> f64,
+                    ),
                     ("added TTFT p99 µs", |x: &LoadResult| x.ttft_p99_us),
                 ] {
                     let (a, b) = (added(by_path, "tokenmeter", f), added(by_path, "nginx", f));
