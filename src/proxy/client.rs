@@ -103,14 +103,18 @@ impl ConnPool {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(config.connect_timeout));
         connector.enforce_http(true);
-        Self {
-            inner: Arc::new(PoolInner {
-                connector,
-                idle: Mutex::new(HashMap::new()),
-                idle_timeout: config.pool_idle_timeout,
-                max_idle_per_host: config.pool_max_idle_per_host,
-            }),
+        let inner = Arc::new(PoolInner {
+            connector,
+            idle: Mutex::new(HashMap::new()),
+            idle_timeout: config.pool_idle_timeout,
+            max_idle_per_host: config.pool_max_idle_per_host,
+        });
+        // Outside a runtime (a unit test building the stack) there is nothing to sweep with;
+        // checkout still skips dead connections.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(sweep(Arc::downgrade(&inner)));
         }
+        Self { inner }
     }
 
     /// An idle connection to `key` that is still open and ready, if any.
@@ -170,8 +174,35 @@ impl ConnPool {
     }
 }
 
+/// How often idle connections are looked at.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Drops idle connections that expired or that the upstream closed (a server's keep-alive
+/// timeout, uvicorn's is 5 s), so they do not sit in CLOSE_WAIT holding a descriptor until the
+/// next request for that backend. Ends when the pool is dropped.
+async fn sweep(pool: std::sync::Weak<PoolInner>) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(pool) = pool.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut cx = std::task::Context::from_waker(noop_waker());
+        let mut idle = lock(&pool.idle);
+        for stack in idle.values_mut() {
+            stack.retain_mut(|entry| {
+                now.saturating_duration_since(entry.since) < pool.idle_timeout
+                    && Pin::new(&mut entry.conn.driver).poll(&mut cx).is_pending()
+            });
+        }
+        idle.retain(|_, stack| !stack.is_empty());
+    }
+}
+
 /// A waker for the one look at an idle connection: nobody waits on that poll.
-fn noop_waker() -> &'static std::task::Waker {
+pub(super) fn noop_waker() -> &'static std::task::Waker {
     struct Noop;
     impl std::task::Wake for Noop {
         fn wake(self: Arc<Self>) {}

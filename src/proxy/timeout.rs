@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use super::client::{Conn, ConnPool};
+use super::client::{noop_waker, Conn, ConnPool};
 
 /// Why an upstream body ended in an error.
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +140,35 @@ impl<B> TimeoutBody<B> {
     }
 }
 
+/// Polls a body whose connection is driven here, without waking this task for what it does itself.
+///
+/// hyper's body channel wakes the reader when the connection hands it a frame and wakes the
+/// connection when the reader takes one; with both in this task each chunk would cost two
+/// spurious re-polls of the whole server connection. The body only ever gets data from
+/// `upstream.drive`, called right here, so the body is always polled with a no-op waker, and the
+/// connection is turned quietly first: only when nothing is ready is it turned with the real
+/// waker (registering for the socket and the channel) before returning `Pending`. A `Ready` needs
+/// no registration: the caller polls again.
+fn poll_driven<B>(
+    inner: &mut B,
+    upstream: &mut Upstream,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>>
+where
+    B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
+{
+    let mut quiet = Context::from_waker(noop_waker());
+    if let Poll::Ready(frame) = Pin::new(&mut *inner).poll_frame(&mut quiet) {
+        return Poll::Ready(frame);
+    }
+    upstream.drive(&mut quiet);
+    if let Poll::Ready(frame) = Pin::new(&mut *inner).poll_frame(&mut quiet) {
+        return Poll::Ready(frame);
+    }
+    upstream.drive(cx);
+    Pin::new(inner).poll_frame(&mut quiet)
+}
+
 impl<B> Body for TimeoutBody<B>
 where
     B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
@@ -159,10 +188,11 @@ where
             this.end();
             return Poll::Ready(Some(Err(err)));
         }
-        if let Some(upstream) = &mut this.upstream {
-            upstream.drive(cx);
-        }
-        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+        let polled = match &mut this.upstream {
+            Some(upstream) => poll_driven(&mut this.inner, upstream, cx),
+            None => Pin::new(&mut this.inner).poll_frame(cx),
+        };
+        if let Poll::Ready(frame) = polled {
             return match frame {
                 None => {
                     if let Some(upstream) = this.upstream.take() {
