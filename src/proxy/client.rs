@@ -188,16 +188,28 @@ async fn sweep(pool: std::sync::Weak<PoolInner>) {
         let Some(pool) = pool.upgrade() else {
             return;
         };
+        // Looked at outside the lock, so requests never wait on a sweep: the stacks are taken
+        // out, and the survivors go back under whatever was checked in meanwhile (LIFO kept).
+        let taken: Vec<(Arc<str>, Vec<Idle>)> = lock(&pool.idle).drain().collect();
         let now = Instant::now();
         let mut cx = std::task::Context::from_waker(noop_waker());
-        let mut idle = lock(&pool.idle);
-        for stack in idle.values_mut() {
+        let mut idle = Vec::with_capacity(taken.len());
+        for (key, mut stack) in taken {
             stack.retain_mut(|entry| {
                 now.saturating_duration_since(entry.since) < pool.idle_timeout
                     && Pin::new(&mut entry.conn.driver).poll(&mut cx).is_pending()
             });
+            idle.push((key, stack));
         }
-        idle.retain(|_, stack| !stack.is_empty());
+        let mut current = lock(&pool.idle);
+        for (key, mut survivors) in idle {
+            let stack = current.entry(key).or_default();
+            survivors.append(stack);
+            let excess = survivors.len().saturating_sub(pool.max_idle_per_host);
+            survivors.drain(..excess);
+            *stack = survivors;
+        }
+        current.retain(|_, stack| !stack.is_empty());
     }
 }
 
