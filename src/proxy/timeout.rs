@@ -17,8 +17,6 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use super::client::{noop_waker, Conn, ConnPool};
-
 /// Why an upstream body ended in an error.
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
@@ -59,46 +57,6 @@ pub struct TimeoutBody<B> {
     /// Told of the first frame, dropped at the end of the stream.
     guard: Option<InFlight>,
     first_seen: bool,
-    /// The connection the body is read from, driven here (see [`ConnPool`]); back to the pool
-    /// after a clean end, closed on an error or when the body is dropped early.
-    upstream: Option<Upstream>,
-    /// An upstream error held back for one poll (see `poll_frame`).
-    failed: Option<BodyError>,
-}
-
-/// The upstream connection of a response, and the pool it returns to.
-#[derive(Debug)]
-pub struct Upstream {
-    conn: Conn,
-    pool: ConnPool,
-    /// The connection future completed (closed or failed): never poll it again, never reuse it.
-    closed: bool,
-}
-
-impl Upstream {
-    pub fn new(conn: Conn, pool: ConnPool) -> Self {
-        Self {
-            conn,
-            pool,
-            closed: false,
-        }
-    }
-
-    /// Moves the connection on: reads, decodes, and hands the next body frame to the body.
-    fn drive(&mut self, cx: &mut Context<'_>) {
-        if !self.closed && Pin::new(&mut self.conn.driver).poll(cx).is_ready() {
-            self.closed = true;
-        }
-    }
-
-    /// After the body's clean end: one more turn lets the connection go idle, then it is pooled.
-    fn release(mut self, cx: &mut Context<'_>) {
-        self.drive(cx);
-        if !self.closed {
-            let Upstream { conn, pool, .. } = self;
-            pool.checkin(conn);
-        }
-    }
 }
 
 impl<B> TimeoutBody<B> {
@@ -115,15 +73,7 @@ impl<B> TimeoutBody<B> {
             done: false,
             guard: None,
             first_seen: false,
-            upstream: None,
-            failed: None,
         }
-    }
-
-    /// Drives `upstream` from this body (it is polled whenever the body is).
-    pub fn with_upstream(mut self, upstream: Upstream) -> Self {
-        self.upstream = Some(upstream);
-        self
     }
 
     /// Keeps `guard` alive until the body ends (or is dropped).
@@ -135,38 +85,7 @@ impl<B> TimeoutBody<B> {
     fn end(&mut self) {
         self.done = true;
         self.guard = None;
-        // Not released to the pool: after an error or a timeout the connection is closed.
-        self.upstream = None;
     }
-}
-
-/// Polls a body whose connection is driven here, without waking this task for what it does itself.
-///
-/// hyper's body channel wakes the reader when the connection hands it a frame and wakes the
-/// connection when the reader takes one; with both in this task each chunk would cost two
-/// spurious re-polls of the whole server connection. The body only ever gets data from
-/// `upstream.drive`, called right here, so the body is always polled with a no-op waker, and the
-/// connection is turned quietly first: only when nothing is ready is it turned with the real
-/// waker (registering for the socket and the channel) before returning `Pending`. A `Ready` needs
-/// no registration: the caller polls again.
-fn poll_driven<B>(
-    inner: &mut B,
-    upstream: &mut Upstream,
-    cx: &mut Context<'_>,
-) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>>
-where
-    B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
-{
-    let mut quiet = Context::from_waker(noop_waker());
-    if let Poll::Ready(frame) = Pin::new(&mut *inner).poll_frame(&mut quiet) {
-        return Poll::Ready(frame);
-    }
-    upstream.drive(&mut quiet);
-    if let Poll::Ready(frame) = Pin::new(&mut *inner).poll_frame(&mut quiet) {
-        return Poll::Ready(frame);
-    }
-    upstream.drive(cx);
-    Pin::new(inner).poll_frame(&mut quiet)
 }
 
 impl<B> Body for TimeoutBody<B>
@@ -184,24 +103,9 @@ where
         if this.done {
             return Poll::Ready(None);
         }
-        if let Some(err) = this.failed.take() {
-            this.end();
-            return Poll::Ready(Some(Err(err)));
-        }
-        let polled = match &mut this.upstream {
-            Some(upstream) => poll_driven(&mut this.inner, upstream, cx),
-            None => Pin::new(&mut this.inner).poll_frame(cx),
-        };
-        if let Poll::Ready(frame) = polled {
-            return match frame {
-                None => {
-                    if let Some(upstream) = this.upstream.take() {
-                        upstream.release(cx);
-                    }
-                    this.end();
-                    Poll::Ready(None)
-                }
-                Some(Ok(frame)) => {
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            match &frame {
+                Some(Ok(_)) => {
                     this.last_frame = Instant::now();
                     if !this.first_seen {
                         this.first_seen = true;
@@ -209,25 +113,10 @@ where
                             guard.first_frame();
                         }
                     }
-                    // A body of known length ends with its last frame: the server may never
-                    // poll for the end, so the connection is handed back now.
-                    if this.inner.is_end_stream() {
-                        if let Some(upstream) = this.upstream.take() {
-                            upstream.release(cx);
-                        }
-                    }
-                    Poll::Ready(Some(Ok(frame)))
                 }
-                Some(Err(err)) => {
-                    // The frames returned before this error may still sit in the server's write
-                    // buffer (frames that arrive together are written together, and hyper drops
-                    // its buffer when a body fails): yield once so it flushes them, then fail.
-                    this.failed = Some(BodyError::from(err));
-                    this.upstream = None;
-                    cx.waker().wake_by_ref();
-                    Poll::Pending
-                }
-            };
+                _ => this.end(),
+            }
+            return Poll::Ready(frame.map(|result| result.map_err(BodyError::from)));
         }
         if let Some((limit, deadline)) = &mut this.total {
             if deadline.as_mut().poll(cx).is_ready() {
