@@ -22,6 +22,10 @@ use metrics_exporter_prometheus::{
 use crate::config::Config;
 use crate::meter::dialect::Dialect;
 
+mod histogram;
+
+use histogram::Histograms;
+
 /// Time from the request head to the first token event (OpenTelemetry GenAI).
 pub const TTFT: &str = "gen_ai_server_time_to_first_token_seconds";
 /// Per request: (last token - first token) / (output tokens - 1) (OpenTelemetry GenAI).
@@ -152,8 +156,11 @@ impl Outcome {
 
 /// The proxy's metrics: a private recorder, its render handle, and the label budget.
 pub struct Metrics {
+    /// Counters and gauges.
     recorder: PrometheusRecorder,
     handle: PrometheusHandle,
+    /// Every histogram: fixed buckets on atomics, so a token costs no clock read or allocation.
+    histograms: Histograms,
     models: ModelLabels,
     stall_threshold: Duration,
 }
@@ -176,16 +183,18 @@ impl Metrics {
         let ttft = with_edge(&b.ttft, config.slo.ttft);
         let tpot = with_edge(&b.tpot, config.slo.tpot);
         let itl = with_edge(&b.itl, config.slo.tpot);
-        let per_metric = [
+        let estimate_error = ESTIMATE_ERROR_BUCKETS.to_vec();
+        let per_metric: [(&'static str, &[f64]); 7] = [
             (TTFT, &ttft),
             (TTFB, &ttft),
             (TPOT, &tpot),
             (ITL, &itl),
             (E2E, &b.e2e),
             (TOKEN_USAGE, &b.tokens),
-            (PROMPT_ESTIMATE_ERROR, &ESTIMATE_ERROR_BUCKETS.to_vec()),
+            (PROMPT_ESTIMATE_ERROR, &estimate_error),
         ];
-        // A global default too, so no histogram can ever fall back to a summary.
+        // The exporter's buckets are still set (and validated) so that a histogram registered
+        // through its recorder could never fall back to a summary.
         let mut builder = PrometheusBuilder::new()
             .set_buckets(&b.e2e)
             .map_err(|err| MetricsError(err.to_string()))?;
@@ -199,6 +208,7 @@ impl Metrics {
         let metrics = Self {
             recorder,
             handle,
+            histograms: Histograms::new(&b.e2e, &per_metric),
             models: ModelLabels::new(&config.metering.models, config.metering.max_observed_models),
             stall_threshold: config.metering.stall_threshold,
         };
@@ -208,7 +218,9 @@ impl Metrics {
 
     /// The Prometheus text exposition of every series.
     pub fn render(&self) -> String {
-        self.handle.render()
+        let mut text = self.handle.render();
+        self.histograms.render_into(&mut text);
+        text
     }
 
     /// Folds recorded histogram samples into buckets; call periodically so memory stays flat between
@@ -349,8 +361,7 @@ impl Metrics {
     }
 
     fn histogram(&self, name: &'static str, labels: Vec<Label>) -> Histogram {
-        self.recorder
-            .register_histogram(&Key::from_parts(name, labels), &METADATA)
+        self.histograms.register(name, &labels)
     }
 
     fn counter(&self, name: &'static str, labels: Vec<Label>) -> Counter {
@@ -397,9 +408,8 @@ impl Metrics {
                 "(estimated - actual) / actual prompt tokens of the router's estimate, per response with usage.",
             ),
         ];
-        for (name, unit, help) in describe {
-            self.recorder
-                .describe_histogram(name.into(), unit, help.into());
+        for (name, _unit, help) in describe {
+            self.histograms.describe(name, help);
         }
         let counters = [
             (REQUESTS, "Finished requests by outcome."),

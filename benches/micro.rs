@@ -1,0 +1,145 @@
+//! Micro benchmarks of the token path (criterion): SSE scan + meter per chunk, request prompt
+//! extraction and estimate per KiB, metric recording per token.
+//!
+//! `cargo bench --bench micro` runs them. `micro callgrind <n>` instead streams `n` chunks
+//! through the real `MeteredBody` and exits, for `valgrind --tool=callgrind` (deterministic
+//! instruction counts; see docs/performance.md).
+use std::hint::black_box;
+use std::time::Duration;
+
+use bytes::Bytes;
+use criterion::{criterion_group, Criterion, Throughput};
+use tokenmeter::meter::dialect::{Dialect, Framer, Framing};
+use tokenmeter::meter::request;
+use tokenmeter::route::estimate::prompt_size;
+use tokenmeter::sse::{Scanner, DEFAULT_MAX_LINE};
+
+#[path = "common/meter_fixture.rs"]
+mod fixture;
+
+use fixture::{metered, metrics, noop_waker, poll_one, Repeat, VLLM_CHUNK};
+
+fn per_chunk(c: &mut Criterion) {
+    let mut group = c.benchmark_group("chunk");
+    group.throughput(Throughput::Bytes(VLLM_CHUNK.len() as u64));
+    group.bench_function("sse_scan", |b| {
+        let mut scanner = Scanner::new(DEFAULT_MAX_LINE);
+        b.iter(|| {
+            let mut n = 0usize;
+            scanner.feed(black_box(VLLM_CHUNK), |event| n += event.data.len());
+            n
+        })
+    });
+    group.bench_function("sse_scan_classify", |b| {
+        let mut framer = Framer::new(Framing::Sse, DEFAULT_MAX_LINE);
+        b.iter(|| {
+            let mut tokens = 0u32;
+            framer.feed(black_box(VLLM_CHUNK), |event| {
+                tokens += u32::from(Dialect::OpenAiChat.classify(event.event, event.data).token);
+            });
+            tokens
+        })
+    });
+    group.bench_function("metered_body", |b| {
+        let metrics = metrics();
+        let mut body = metered(&metrics, Repeat(Bytes::from_static(VLLM_CHUNK)));
+        let waker = noop_waker();
+        let mut n = 0u64;
+        b.iter(|| {
+            n += 1;
+            // The exporter folds samples every 5 s in the server; do it here too so the
+            // sample buffer does not grow without bound over millions of iterations.
+            if n % 100_000 == 0 {
+                metrics.run_upkeep();
+            }
+            poll_one(&mut body, &waker)
+        })
+    });
+    group.finish();
+}
+
+/// A chat body whose prompt is about `kib` KiB of text.
+fn chat_body(kib: usize) -> Vec<u8> {
+    let word = "lorem ipsum dolor sit amet, ";
+    let text = word.repeat(kib * 1024 / word.len());
+    format!(
+        r#"{{"model":"meta-llama/Llama-3.1-8B-Instruct","messages":[{{"role":"system","content":"You are helpful."}},{{"role":"user","content":"{text}"}}],"stream":true,"max_tokens":256}}"#
+    )
+    .into_bytes()
+}
+
+fn per_request(c: &mut Criterion) {
+    let mut group = c.benchmark_group("request");
+    for kib in [1usize, 16, 64] {
+        let body = chat_body(kib);
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(format!("inspect_{kib}KiB"), |b| {
+            b.iter(|| request::inspect(black_box(&body)))
+        });
+        group.bench_function(format!("prompt_estimate_{kib}KiB"), |b| {
+            b.iter(|| prompt_size(black_box(&body)))
+        });
+        group.bench_function(format!("inject_include_usage_{kib}KiB"), |b| {
+            b.iter(|| request::inject_include_usage(black_box(&body)))
+        });
+    }
+    group.finish();
+}
+
+fn per_token(c: &mut Criterion) {
+    let metrics = metrics();
+    let model = metrics.model_label(Some("m"));
+    let (backend, pool) = (std::sync::Arc::from("b"), std::sync::Arc::from("p"));
+    let handles = metrics.stream(
+        tokenmeter::metrics::Operation::of(Dialect::OpenAiChat),
+        &model,
+        &backend,
+        &pool,
+    );
+    let mut group = c.benchmark_group("metric");
+    group.throughput(Throughput::Elements(1));
+    let mut n = 0u64;
+    group.bench_function("record_gap", |b| {
+        b.iter(|| {
+            n += 1;
+            if n % 100_000 == 0 {
+                metrics.run_upkeep();
+            }
+            handles.record_gap(black_box(Duration::from_micros(20_000)))
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = per_chunk, per_request, per_token
+}
+
+fn callgrind(chunks: u64) {
+    let metrics = metrics();
+    let mut body = metered(&metrics, Repeat(Bytes::from_static(VLLM_CHUNK)));
+    let waker = noop_waker();
+    let mut bytes = 0usize;
+    for _ in 0..chunks {
+        bytes += poll_one(&mut body, &waker);
+    }
+    println!("{chunks} chunks, {bytes} bytes through MeteredBody");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "callgrind") {
+        let chunks = args
+            .get(at + 1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(100_000);
+        callgrind(chunks);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The end-to-end overhead benchmark: direct vs tokenmeter vs nginx on loopback, interleaved.
+# Results: target/bench-overhead/{summary.md,results.jsonl,machine.txt}; method: docs/performance.md.
+#
+#   scripts/bench-overhead.sh            # the full run (~15 min on 2 cores; release build)
+#   scripts/bench-overhead.sh --smoke    # a few seconds per path, debug build: that it runs (CI)
+#   scripts/bench-overhead.sh -- --reps 5 --concurrency 1,64   # extra flags for `overhead run`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+smoke=0
+extra=()
+for arg in "$@"; do
+    case "$arg" in
+        --smoke) smoke=1 ;;
+        --) ;;
+        *) extra+=("$arg") ;;
+    esac
+done
+
+# nginx is the C baseline; install Debian's package when it is missing and we may.
+if ! [ -x /usr/sbin/nginx ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    apt-get install -y -q nginx >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q nginx >/dev/null; } || true
+fi
+if [ -x /usr/sbin/nginx ]; then
+    # The package starts a system nginx on :80; it is not ours to measure.
+    systemctl stop nginx >/dev/null 2>&1 || true
+fi
+
+# 10 000 idle streams = 20 000 sockets in the proxy, 10 000 in the client and the backend each.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+if [ "$smoke" = 1 ]; then
+    profile_args=()
+    out=target/bench-overhead-smoke
+    run_args=(--concurrency 1,8 --reps 1 --secs 2 --warmup 0.5 --saturation-secs 1
+              --saturation-streams 8 --idle-streams 50)
+else
+    profile_args=(--release)
+    out=target/bench-overhead
+    # A proxy holds two sockets per stream; stay under the hard limit (a container may cap it).
+    idle=$(( ($(ulimit -n) - 1000) / 2 ))
+    [ "$idle" -gt 10000 ] && idle=10000
+    run_args=(--idle-streams "$idle")
+fi
+mode_dir=$([ "$smoke" = 1 ] && echo debug || echo release)
+
+cargo build -q "${profile_args[@]}" --bin tokenmeter
+bin=$(cargo build "${profile_args[@]}" --bench overhead --message-format=json 2>/dev/null \
+    | grep '"name":"overhead"' | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
+[ -x "$bin" ] || { echo "bench-overhead: could not build the overhead harness" >&2; exit 1; }
+
+mkdir -p "$out"
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') x $(nproc)"
+    echo "memory: $(grep MemTotal /proc/meminfo | awk '{print $2/1024/1024 " GiB"}')"
+    echo "kernel: $(uname -r)"
+    echo "rustc: $(rustc -V)"
+    echo "nginx: $(/usr/sbin/nginx -v 2>&1 || echo none)"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "uptime: $(uptime)"
+} > "$out/machine.txt"
+cat "$out/machine.txt"
+
+"$bin" run --tokenmeter "target/$mode_dir/tokenmeter" --out "$out" "${run_args[@]}" "${extra[@]}"
+
+if [ "$smoke" = 1 ]; then
+    # The smoke run passes when every path produced chunks (not how fast they were).
+    for path in direct tokenmeter; do
+        grep -q "| $path |" "$out/summary.md" || { echo "bench-overhead smoke: no $path row" >&2; exit 1; }
+    done
+    if [ -x /usr/sbin/nginx ]; then
+        grep -q "| nginx |" "$out/summary.md" || { echo "bench-overhead smoke: no nginx row" >&2; exit 1; }
+    fi
+    if grep -q '"chunks_total":0' "$out/results.jsonl"; then
+        echo "bench-overhead smoke: a run received no chunks" >&2; exit 1
+    fi
+    echo "bench-overhead smoke: ok (every path streamed)"
+fi

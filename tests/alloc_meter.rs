@@ -1,0 +1,93 @@
+//! The token path allocates nothing per chunk in the steady state: a counting global allocator
+//! watches the real `MeteredBody` (SSE framer, OpenAI classifier, stream record, TTFB / TTFT /
+//! ITL histograms) forward thousands of vLLM chunks after a warm-up.
+//!
+//! The counter is per thread, so the test harness's other threads cannot disturb it.
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use bytes::Bytes;
+
+#[path = "../benches/common/meter_fixture.rs"]
+mod fixture;
+
+use fixture::{metered, metrics, noop_waker, poll_one, Repeat, VLLM_CHUNK};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the counter is a plain
+// thread-local `Cell` that never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+#[test]
+fn metering_a_chunk_allocates_nothing_in_the_steady_state() {
+    let metrics = metrics();
+    let mut body = metered(&metrics, Repeat(Bytes::from_static(VLLM_CHUNK)));
+    let waker = noop_waker();
+    // Warm-up: the first frame records TTFB and TTFT, scanner buffers reach their size.
+    for _ in 0..100 {
+        assert_eq!(
+            poll_one(&mut body, &waker),
+            VLLM_CHUNK.len(),
+            "chunk forwarded whole"
+        );
+    }
+    let before = allocations();
+    const CHUNKS: usize = 20_000;
+    let mut forwarded = 0;
+    for _ in 0..CHUNKS {
+        forwarded += poll_one(&mut body, &waker);
+    }
+    let during = allocations() - before;
+    assert_eq!(
+        forwarded,
+        CHUNKS * VLLM_CHUNK.len(),
+        "every chunk is forwarded unchanged"
+    );
+    assert_eq!(
+        during, 0,
+        "{during} heap allocations while metering {CHUNKS} chunks (want 0 per chunk)"
+    );
+    // The chunks were metered, not skipped: every one after the first is an ITL sample.
+    let rendered = metrics.render();
+    let itl_count = rendered
+        .lines()
+        .find(|line| line.starts_with(&format!("{}_count", tokenmeter::metrics::ITL)))
+        .map(str::to_owned);
+    assert!(
+        itl_count
+            .as_deref()
+            .is_some_and(|line| line.ends_with(&format!(" {}", 100 + CHUNKS - 1))),
+        "ITL histogram counted every gap: {itl_count:?}"
+    );
+}
