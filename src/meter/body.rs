@@ -29,6 +29,11 @@ pub struct MeteredBody<B> {
     meter: Option<StreamMeter>,
     /// Bytes released by the stripper at the end of the stream, sent before the end.
     tail: Option<Bytes>,
+    /// An upstream error held back for one poll: returned at once, hyper would close the client
+    /// connection with the bytes that came before it still unflushed in its write buffer (a client
+    /// of an upstream that died right after its head would then see no response at all). Returning
+    /// `Pending` once (with a wake-up) lets hyper flush them first.
+    failed: Option<BodyError>,
     ended: bool,
 }
 
@@ -57,6 +62,7 @@ impl<B> MeteredBody<B> {
             inner,
             meter: Some(meter),
             tail: None,
+            failed: None,
             ended: false,
         }
     }
@@ -67,6 +73,7 @@ impl<B> MeteredBody<B> {
             inner,
             meter: None,
             tail: None,
+            failed: None,
             ended: false,
         }
     }
@@ -84,6 +91,9 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
+        if let Some(err) = this.failed.take() {
+            return Poll::Ready(Some(Err(err)));
+        }
         loop {
             if let Some(tail) = this.tail.take() {
                 return Poll::Ready(Some(Ok(Frame::data(tail))));
@@ -91,19 +101,20 @@ where
             if this.ended {
                 return Poll::Ready(None);
             }
-            let polled = ready!(Pin::new(&mut this.inner).poll_frame(cx));
-            let Some(meter) = this.meter.as_mut() else {
-                return Poll::Ready(polled);
-            };
-            match polled {
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => match meter.observe(data, Instant::now()) {
-                        Some(forward) => return Poll::Ready(Some(Ok(Frame::data(forward)))),
-                        // The whole frame was held back or stripped: wait for the next one.
-                        None => continue,
-                    },
-                    Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
-                },
+            match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    let Some(meter) = this.meter.as_mut() else {
+                        return Poll::Ready(Some(Ok(frame)));
+                    };
+                    match frame.into_data() {
+                        Ok(data) => match meter.observe(data, Instant::now()) {
+                            Some(forward) => return Poll::Ready(Some(Ok(Frame::data(forward)))),
+                            // The whole frame was held back or stripped: wait for the next one.
+                            None => continue,
+                        },
+                        Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+                    }
+                }
                 Some(Err(err)) => {
                     let outcome = if err.is_timeout() {
                         Outcome::Timeout
@@ -114,7 +125,9 @@ where
                         meter.finish(outcome, Instant::now());
                     }
                     this.ended = true;
-                    return Poll::Ready(Some(Err(err)));
+                    this.failed = Some(err);
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
                 }
                 None => {
                     if let Some(mut meter) = this.meter.take() {
@@ -131,7 +144,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.tail.is_none() && (self.ended || self.inner.is_end_stream())
+        self.tail.is_none() && self.failed.is_none() && (self.ended || self.inner.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
