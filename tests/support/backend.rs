@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -172,9 +172,10 @@ where
     }
 }
 
-/// Reads one request head and its content-length body. `None` at EOF.
-async fn read_request(
-    read: &mut tokio::net::tcp::OwnedReadHalf,
+/// Reads one request head and its content-length body (bytes past it stay in `buffer` for the next
+/// request on the connection). `None` at EOF.
+pub async fn read_request<R: AsyncRead + Unpin>(
+    read: &mut R,
     buffer: &mut Vec<u8>,
 ) -> Option<Seen> {
     let mut chunk = [0u8; 8192];

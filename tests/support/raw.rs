@@ -57,39 +57,10 @@ impl RawUpstream {
 }
 
 async fn read_request(stream: &mut TcpStream) -> Option<RawRequest> {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 16384];
-    let head_end = loop {
-        if let Some(pos) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            break pos + 4;
-        }
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buffer.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
-    let length = head
-        .lines()
-        .find_map(|line| {
-            let (key, value) = line.split_once(':')?;
-            key.trim()
-                .eq_ignore_ascii_case("content-length")
-                .then(|| value.trim().parse::<usize>().ok())
-                .flatten()
-        })
-        .unwrap_or(0);
-    while buffer.len() < head_end + length {
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buffer.extend_from_slice(&chunk[..n]);
-    }
+    let seen = super::backend::read_request(stream, &mut Vec::new()).await?;
     Some(RawRequest {
-        head,
-        body: buffer[head_end..head_end + length].to_vec(),
+        head: seen.head,
+        body: seen.body,
     })
 }
 
