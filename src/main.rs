@@ -1,3 +1,5 @@
+use std::io::IsTerminal;
+
 use clap::Parser;
 use tokenmeter::cli::{Cli, Command};
 use tracing_subscriber::EnvFilter;
@@ -15,6 +17,8 @@ async fn main() {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never in `kubectl logs` or a log shipper.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     if let Err(err) = tokenmeter::cli::run(cli).await {
         eprintln!("tokenmeter: {err}");

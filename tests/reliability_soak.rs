@@ -178,6 +178,17 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A free port below Linux's ephemeral range (32768-60999), for a replica that is killed and
+/// restarted: an ephemeral port freed by the kill could meanwhile become the source port of some
+/// outgoing connection, and the restart's bind would then fail.
+fn free_low_port() -> u16 {
+    let start = 20_000 + (std::process::id() % 10_000) as u16;
+    (start..32_000)
+        .chain(20_000..start)
+        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .expect("a free port below the ephemeral range")
+}
+
 fn proc_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
@@ -334,10 +345,12 @@ struct Figures {
     fds_baseline: usize,
     fds_peak: usize,
     fds_after: usize,
+    /// The proxy's stderr (warnings: ejections, upstream errors), shown when a check fails.
+    proxy_log: String,
 }
 
 async fn soak(concurrency: usize, seconds: u64) -> Figures {
-    let addrs = [free_port(), free_port()].map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
+    let addrs = [free_low_port(), free_port()].map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
     let gap = Duration::from_millis(20);
     let mut a = Replica::start(addrs[0], "a", gap).await;
     let _b = Replica::start(addrs[1], "b", gap).await;
@@ -441,6 +454,7 @@ async fn soak(concurrency: usize, seconds: u64) -> Figures {
         fds_baseline,
         fds_peak,
         fds_after,
+        proxy_log: stderr,
     }
 }
 
@@ -457,7 +471,11 @@ impl Figures {
 
 fn check(figures: &Figures) {
     println!("SOAK {}", figures.summary());
-    assert_eq!(figures.unexpected, 0, "no unexpected errors");
+    assert_eq!(
+        figures.unexpected, 0,
+        "no unexpected errors; the proxy's log:\n{}",
+        figures.proxy_log
+    );
     assert!(figures.completed > 0, "streams completed");
     let counted = |outcome: &str| figures.counted.get(outcome).copied().unwrap_or(0.0) as u64;
     let total: f64 = figures.counted.values().sum();

@@ -397,7 +397,23 @@ async fn active_health_checks_eject_a_dead_backend_without_traffic() {
         1.0,
         "one ejection, not one per failed check"
     );
+    // Panic mode: with every backend ejected the request is tried anyway (health may be wrong);
+    // here the replica really is gone, so the connect is refused: 502, counted as a panic pick.
     let refused = client::post(proxy.traffic_addr, CHAT, &chat(10)).await;
-    assert_eq!(refused.status, 503, "no healthy backend left: 503");
+    assert_eq!(
+        refused.status,
+        502,
+        "tried anyway, refused: {}",
+        refused.text()
+    );
+    assert_eq!(
+        prom::value(
+            &proxy.metrics.render(),
+            "tokenmeter_route_decisions_total",
+            &[("pool", "checked"), ("reason", "panic")]
+        ),
+        1.0,
+        "counted as a panic-mode decision"
+    );
     proxy.shutdown().await;
 }

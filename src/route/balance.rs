@@ -4,7 +4,7 @@
 //! instance piling onto the same idle replica) and the blindness of round-robin to long requests.
 //! The load is the pool's ([`BalanceLoad`]): streams in flight for decode pools, queued prompt
 //! tokens for prefill pools. Ejected backends and those already tried for this request are never
-//! candidates.
+//! candidates, except in panic mode ([`choose_ignoring_health`]).
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -14,16 +14,40 @@ use tokio::time::Instant;
 use super::pools::{Backend, Pool};
 use crate::config::BalanceLoad;
 
-/// Chooses a backend of `pool` for one request, or `None` when no candidate is left.
+/// Chooses a healthy backend of `pool` for one request, or `None` when no candidate is left.
 pub fn choose(
     pool: &Pool,
     now: Instant,
     exclude: &[Arc<Backend>],
     rng: &mut impl Rng,
 ) -> Option<Arc<Backend>> {
+    choose_among(pool, |b| b.available(now) && !excluded(exclude, b), rng)
+}
+
+/// Panic mode, as Envoy's panic threshold: when every backend the request could go to is ejected,
+/// passive health is more likely wrong (a burst of errors, a restart just finished) than every
+/// replica dead, and a refused connection costs as little as a 503. So the request is balanced over
+/// the pool's backends whatever their health, still never twice to the same one.
+pub fn choose_ignoring_health(
+    pool: &Pool,
+    exclude: &[Arc<Backend>],
+    rng: &mut impl Rng,
+) -> Option<Arc<Backend>> {
+    choose_among(pool, |b| !excluded(exclude, b), rng)
+}
+
+fn excluded(exclude: &[Arc<Backend>], backend: &Arc<Backend>) -> bool {
+    exclude.iter().any(|x| Arc::ptr_eq(x, backend))
+}
+
+/// P2C (or round-robin) over the backends for which `eligible` holds.
+fn choose_among(
+    pool: &Pool,
+    eligible: impl Fn(&Arc<Backend>) -> bool,
+    rng: &mut impl Rng,
+) -> Option<Arc<Backend>> {
     let backends = pool.backends();
-    let eligible =
-        |b: &&Arc<Backend>| b.available(now) && !exclude.iter().any(|x| Arc::ptr_eq(x, b));
+    let eligible = |b: &&Arc<Backend>| eligible(b);
     // Counted, then indexed, so a pick allocates nothing.
     let n = backends.iter().filter(eligible).count();
     let nth = |k: usize| backends.iter().filter(eligible).nth(k).cloned();
@@ -108,6 +132,19 @@ mod tests {
         assert!(
             choose(&pool, now, &excluded, &mut rng).is_none(),
             "no candidate left"
+        );
+        for _ in 0..50 {
+            let chosen =
+                choose_ignoring_health(&pool, &excluded, &mut rng).expect("panic mode has three");
+            assert!(
+                !Arc::ptr_eq(&chosen, &backends[0]),
+                "panic mode still never repeats a tried backend"
+            );
+        }
+        let all: Vec<_> = backends.iter().cloned().collect();
+        assert!(
+            choose_ignoring_health(&pool, &all, &mut rng).is_none(),
+            "every backend tried: none"
         );
     }
 

@@ -111,7 +111,9 @@ impl Router {
         &self.calibrator
     }
 
-    /// The first backend to try, and why its pool: `rule`, `spill` or `fallback`.
+    /// The backend to try next, and why its pool: `rule`, `spill`, `fallback`, or `panic` when
+    /// every backend the plan allows is ejected (then the first pool's backends are balanced over
+    /// whatever their health; see [`balance::choose_ignoring_health`]).
     fn pick(
         &self,
         plan: &Plan,
@@ -139,7 +141,9 @@ impl Router {
             }
             reason = "fallback";
         }
-        None
+        let first = *plan.pools.first()?;
+        balance::choose_ignoring_health(&self.pools[first], tried, &mut rng)
+            .map(|backend| (first, backend, "panic"))
     }
 
     async fn route<S>(
@@ -420,8 +424,17 @@ mod tests {
         }
         assert_eq!(
             picked(&strict, &long_plan(&strict)),
-            None,
-            "fallback disabled: no backend"
+            Some(("prefill".to_owned(), "panic")),
+            "fallback disabled: the rule's pool, whatever its health (panic mode)"
+        );
+        let decode = Arc::clone(&router.pools[1].backends()[0]);
+        for _ in 0..router.policy.after {
+            decode.on_failure(Instant::now(), &router.policy);
+        }
+        assert_eq!(
+            picked(&router, &plan),
+            Some(("prefill".to_owned(), "panic")),
+            "every pool ejected: the first pool of the plan, in panic mode"
         );
     }
 
