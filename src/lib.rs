@@ -4,6 +4,7 @@
 //! - [`config`]: typed configuration, defaults, validation, environment overrides.
 //! - [`server`]: listeners (traffic and admin), the tower stack, graceful shutdown.
 //! - [`limits`]: admission limits on the traffic port (connections, requests in flight -> 503).
+//! - [`framing`]: the request-smuggling guard (`transfer-encoding` with `content-length` -> 400).
 //! - [`meter`]: request inspection, usage injection, the metered response body.
 //! - [`sse`]: the byte-level, incremental Server-Sent Events scanner.
 //! - [`route`]: pools, rules, prompt-length estimate, power-of-two-choices balancing, health.
@@ -17,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod exposition;
+pub mod framing;
 pub mod limits;
 pub mod meter;
 pub mod metrics;

@@ -33,6 +33,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tower::ServiceExt;
 
 use crate::config::{Config, ServerConfig};
+use crate::framing::{ConflictingFraming, ConnectionFraming, GuardedStream};
 use crate::limits::{self, AdmissionLayer, Limit, Limits};
 use crate::meter::layer::MeterLayer;
 use crate::metrics::{Metrics, MetricsError};
@@ -195,12 +196,17 @@ impl Server {
                         connections.spawn(refuse_connection(stream));
                         continue;
                     };
+                    let framing = ConnectionFraming::new();
+                    let io = GuardedStream::new(stream, Arc::clone(&framing), self.config.server.max_header_bytes);
                     let service = stack.clone().map_request(move |mut req: Request<Incoming>| {
                         req.extensions_mut().insert(ClientAddr(peer));
+                        if framing.next_request_conflicts() {
+                            req.extensions_mut().insert(ConflictingFraming);
+                        }
                         req
                     });
                     let connection = builder
-                        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+                        .serve_connection(TokioIo::new(io), TowerToHyperService::new(service))
                         .into_owned();
                     let connection = graceful.watch(connection);
                     connections.spawn(async move {

@@ -46,50 +46,84 @@ fn status_of(response: &str) -> u16 {
 }
 
 #[tokio::test]
-async fn smuggling_content_length_and_chunked_uses_chunked_and_closes() {
-    let upstream = RawUpstream::start(|request: RawRequest, mut stream| async move {
-        // Echo what arrived, so the test sees exactly which body the proxy forwarded.
-        let mut bytes = chunked_head(200, "application/json");
-        bytes.extend(chunk(
-            format!(
-                "{}|{}",
-                request.head.lines().next().unwrap_or(""),
-                String::from_utf8_lossy(&request.body)
-            )
-            .as_bytes(),
-        ));
-        bytes.extend_from_slice(LAST_CHUNK);
-        raw::write(&mut stream, &bytes).await;
-    })
-    .await;
+async fn smuggling_content_length_with_chunked_is_refused_and_the_connection_closed() {
+    let upstream = json_upstream().await;
     let proxy = support::start_proxy(support::config_for(&upstream.url)).await;
     let json = r#"{"model":"m","messages":[]}"#;
     // Content-Length covers only the first chunk line; the rest would be a second, smuggled request
     // for a server that trusted Content-Length.
     let smuggled = "GET /admin/secret HTTP/1.1\r\nHost: x\r\n\r\n";
-    let request = format!(
-        "POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{json}\r\n0\r\n\r\n{smuggled}",
+    let attack = |order: &str| {
+        let framing = if order == "cl-first" {
+            "Content-Length: 4\r\nTransfer-Encoding: chunked"
+        } else {
+            "transfer-encoding: chunked\r\ncontent-length: 4"
+        };
+        format!(
+            "POST {CHAT} HTTP/1.1\r\nHost: x\r\n{framing}\r\n\r\n{:x}\r\n{json}\r\n0\r\n\r\n{smuggled}",
+            json.len()
+        )
+    };
+    for order in ["cl-first", "te-first"] {
+        let response = exchange(
+            proxy.traffic_addr,
+            attack(order).as_bytes(),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(status_of(&response), 400, "{order}: refused: {response}");
+        assert!(
+            response.contains("\"type\":\"invalid_request_error\"")
+                && response.contains("both transfer-encoding and content-length"),
+            "{order}: an OpenAI-style error naming the cause: {response}"
+        );
+        assert!(
+            response.to_ascii_lowercase().contains("connection: close"),
+            "{order}: the connection is closed after it: {response}"
+        );
+        assert_eq!(
+            response.matches("HTTP/1.1 ").count(),
+            1,
+            "{order}: one answer, the smuggled request never read: {response}"
+        );
+    }
+
+    // Pipelined behind a well-framed request on the same connection: the first is served, the
+    // second refused, nothing after it read.
+    let first = format!(
+        "POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{json}",
         json.len()
     );
+    let pipeline = format!("{first}{}", attack("cl-first"));
     let response = exchange(
         proxy.traffic_addr,
-        request.as_bytes(),
+        pipeline.as_bytes(),
         Duration::from_secs(10),
     )
     .await;
-    assert_eq!(status_of(&response), 200, "answered once: {response}");
-    assert!(
-        response.contains(&format!("POST {CHAT} HTTP/1.1|{json}")),
-        "the upstream got the chunked body, not 4 bytes: {response}"
-    );
-    assert!(
-        !response.contains("secret") && response.matches("HTTP/1.1 ").count() == 1,
-        "the smuggled request was never answered: {response}"
+    let statuses: Vec<u16> = response
+        .match_indices("HTTP/1.1 ")
+        .filter_map(|(at, _)| response[at + 9..at + 12].parse().ok())
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![200, 400],
+        "the well-framed request served, the conflicting one refused: {response}"
     );
     assert_eq!(
         upstream.request_count(),
         1,
-        "exactly one request reached the upstream"
+        "only the well-framed request reached the upstream"
+    );
+    let text = proxy.metrics.render();
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_requests_total",
+            &[("outcome", "client_error")]
+        ),
+        3.0,
+        "each refusal counted as a client error"
     );
 }
 

@@ -40,6 +40,7 @@ use super::record::{SloTargets, StreamRecord};
 use super::request::{self, Injection};
 use super::strip::UsageStripper;
 use crate::config::Config;
+use crate::framing::ConflictingFraming;
 use crate::metrics::{Metrics, Operation, Outcome, RequestLabels};
 use crate::proxy::forward::AnsweredBy;
 use crate::proxy::{ProxyError, RequestBody, UpstreamBody};
@@ -145,7 +146,17 @@ impl Shared {
     where
         S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>,
     {
-        let Some(dialect) = Dialect::for_request(req.method(), req.uri().path()) else {
+        let dialect = Dialect::for_request(req.method(), req.uri().path());
+        if req.extensions().get::<ConflictingFraming>().is_some() {
+            // Refused before its body is read: counted as a client error of its operation.
+            return self.reject(
+                dialect.map_or(Operation::PASSTHROUGH, Operation::of),
+                self.metrics.model_label(None),
+                Arc::clone(&self.no_backend),
+                &ProxyError::ConflictingFraming,
+            );
+        }
+        let Some(dialect) = dialect else {
             return self.passthrough(inner, req).await;
         };
         let operation = Operation::of(dialect);

@@ -38,6 +38,9 @@ pub enum ProxyError {
     /// The client's request body broke off while the proxy was reading it.
     #[error("could not read the request body: {detail}")]
     ClientBody { detail: String },
+    /// The request head had both `transfer-encoding` and `content-length` (see [`crate::framing`]).
+    #[error("the request has both transfer-encoding and content-length (RFC 9112 section 6.3); refused as possible request smuggling")]
+    ConflictingFraming,
 }
 
 impl ProxyError {
@@ -51,7 +54,9 @@ impl ProxyError {
             ProxyError::Connect { .. } | ProxyError::Upstream { .. } => StatusCode::BAD_GATEWAY,
             ProxyError::NoUpstream => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ProxyError::ClientBody { .. } => StatusCode::BAD_REQUEST,
+            ProxyError::ClientBody { .. } | ProxyError::ConflictingFraming => {
+                StatusCode::BAD_REQUEST
+            }
         }
     }
 
@@ -65,9 +70,9 @@ impl ProxyError {
             ProxyError::Connect { .. } => "upstream_unavailable",
             ProxyError::Upstream { .. } => "upstream_error",
             ProxyError::NoUpstream => "no_upstream",
-            ProxyError::BodyTooLarge { .. } | ProxyError::ClientBody { .. } => {
-                "invalid_request_error"
-            }
+            ProxyError::BodyTooLarge { .. }
+            | ProxyError::ClientBody { .. }
+            | ProxyError::ConflictingFraming => "invalid_request_error",
         }
     }
 
@@ -90,9 +95,16 @@ impl ProxyError {
         }
     }
 
-    /// The response the client sees.
+    /// The response the client sees. After a request whose framing is in doubt, where the next
+    /// request starts is in doubt too: that connection is closed (RFC 9112 §6.3 requires it).
     pub fn to_response(&self) -> Response<Full<Bytes>> {
-        json_error(self.status(), self.kind(), &self.to_string())
+        let mut response = json_error(self.status(), self.kind(), &self.to_string());
+        if matches!(self, ProxyError::ConflictingFraming) {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        response
     }
 }
 
