@@ -10,7 +10,7 @@ use std::time::Duration;
 use support::raw::{self, chunk, chunked_head, RawRequest, RawUpstream};
 use support::{client, prom};
 use tokenmeter::server::ServerHandle;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -178,8 +178,8 @@ async fn client_leaves_before_its_body_is_sent() {
                 .collect::<Vec<_>>();
             assert_eq!(
                 counted_as,
-                vec!["client_error"],
-                "a broken request body is the client's error"
+                vec!["cancelled"],
+                "a client that left mid-body is cancelled, like one that left later"
             );
             break;
         }
@@ -189,6 +189,31 @@ async fn client_leaves_before_its_body_is_sent() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    assert_eq!(upstream.request_count(), 0, "nothing reached the upstream");
+}
+
+#[tokio::test]
+async fn malformed_request_body_is_a_400_counted_client_error() {
+    let (upstream, _closed) = upstream(Phase::MidStream).await;
+    let proxy = support::start_proxy(support::config_for(&upstream.url)).await;
+    let mut stream = TcpStream::connect(proxy.traffic_addr)
+        .await
+        .expect("connect");
+    // A chunk size that is not hex: the client is still there, its body is wrong.
+    let request = format!("POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{{\"a\":\r\nzz\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut received = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut received)).await;
+    let response = String::from_utf8_lossy(&received);
+    assert!(
+        response.starts_with("HTTP/1.1 400"),
+        "a 400 answer: {response}"
+    );
+    assert!(
+        response.contains("could not read the request body"),
+        "an OpenAI-style error saying why: {response}"
+    );
+    assert_eq!(outcome(&proxy, "client_error"), 1.0, "counted client_error");
     assert_eq!(upstream.request_count(), 0, "nothing reached the upstream");
 }
 

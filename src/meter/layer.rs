@@ -266,6 +266,7 @@ impl Shared {
             Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(too_large),
             Err(err) => Err(ProxyError::ClientBody {
                 detail: err.to_string(),
+                client_gone: connection_ended(&*err),
             }),
         }
     }
@@ -410,6 +411,25 @@ impl Drop for AwaitingHead {
 }
 
 /// Waits for the inner service to be ready, then calls it.
+/// Whether a request-body error is the client's connection ending or being reset (hyper reports
+/// an early end of a body as an `UnexpectedEof` I/O error), rather than a malformed body.
+fn connection_ended(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(err);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::UnexpectedEof
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+            );
+        }
+        source = err.source();
+    }
+    false
+}
+
 async fn call<S>(
     mut inner: S,
     req: Request<RequestBody>,

@@ -35,9 +35,10 @@ pub enum ProxyError {
     /// The request body is larger than `server.max_request_body_bytes`.
     #[error("request body exceeds the limit of {limit} bytes")]
     BodyTooLarge { limit: usize },
-    /// The client's request body broke off while the proxy was reading it.
+    /// The client's request body broke off (`client_gone`: the connection ended or was reset
+    /// mid-body) or was malformed while the proxy was reading it.
     #[error("could not read the request body: {detail}")]
-    ClientBody { detail: String },
+    ClientBody { detail: String, client_gone: bool },
     /// The request head had both `transfer-encoding` and `content-length` (see [`crate::framing`]).
     #[error("the request has both transfer-encoding and content-length (RFC 9112 section 6.3); refused as possible request smuggling")]
     ConflictingFraming,
@@ -76,8 +77,18 @@ impl ProxyError {
         }
     }
 
-    /// How the request is counted.
+    /// How the request is counted: a client that left mid-body is `cancelled` like one that left
+    /// at any later phase; a malformed body is the client's error.
     pub fn outcome(&self) -> Outcome {
+        if matches!(
+            self,
+            ProxyError::ClientBody {
+                client_gone: true,
+                ..
+            }
+        ) {
+            return Outcome::Cancelled;
+        }
         match self.status() {
             StatusCode::GATEWAY_TIMEOUT => Outcome::Timeout,
             status if status.is_client_error() => Outcome::ClientError,
