@@ -98,6 +98,23 @@ impl Dialect {
         }
     }
 
+    /// Reads the usage of a whole non-streaming response body (`"stream": false`, one JSON
+    /// object), with the field names of each public API (see each module's `body_usage`).
+    /// `None` when the body carries no readable usage, is not JSON, or the dialect has no
+    /// non-streaming answer it routes: TGI's and Triton's non-streaming `/generate` are not their
+    /// dialects' paths (they are [`Dialect::Unknown`], timed only), and an unknown API's usage
+    /// cannot be told apart from any other JSON. Never panics on any bytes.
+    pub fn body_usage(self, body: &[u8]) -> Option<Usage> {
+        match self {
+            Dialect::OpenAiChat | Dialect::OpenAiCompletions => openai::body_usage(body),
+            Dialect::OpenAiResponses => responses::body_usage(body),
+            Dialect::AnthropicMessages => anthropic::body_usage(body),
+            Dialect::Ollama => ollama::body_usage(body),
+            Dialect::LlamaCpp => llamacpp::body_usage(body),
+            Dialect::Tgi | Dialect::Triton | Dialect::Unknown => None,
+        }
+    }
+
     /// OpenTelemetry GenAI `gen_ai.operation.name`: `chat` for conversational APIs (chat
     /// completions, Responses, Messages, Ollama — its `/api/generate` shares the variant, so it
     /// is labelled `chat` too), `text_completion` for prompt-in / text-out APIs (completions,
