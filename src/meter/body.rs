@@ -74,6 +74,20 @@ impl<B> MeteredBody<B> {
         }
     }
 
+    /// The upstream body ended cleanly: the last events (or the whole answer's usage) are read,
+    /// the stripper releases what it held, and the meter finishes. Runs at most once (the meter
+    /// is taken).
+    fn end_cleanly(&mut self) {
+        if let Some(mut meter) = self.meter.take() {
+            let now = Instant::now();
+            meter.drain(now);
+            self.tail = meter.stripper.as_mut().and_then(UsageStripper::finish);
+            let outcome = meter.end_outcome();
+            meter.finish(outcome, now);
+        }
+        self.ended = true;
+    }
+
     /// A body that is forwarded without metering.
     pub fn passthrough(inner: B) -> Self {
         Self {
@@ -114,11 +128,23 @@ where
                         return Poll::Ready(Some(Ok(frame)));
                     };
                     match frame.into_data() {
-                        Ok(data) => match meter.observe(data, Instant::now()) {
-                            Some(forward) => return Poll::Ready(Some(Ok(Frame::data(forward)))),
-                            // The whole frame was held back or stripped: wait for the next one.
-                            None => continue,
-                        },
+                        Ok(data) => {
+                            let forward = meter.observe(data, Instant::now());
+                            if this.inner.is_end_stream() {
+                                // A length-delimited body has ended with its last byte, and
+                                // hyper polls a body that says so no further (it drops it,
+                                // which would count the request cancelled): finish now.
+                                this.end_cleanly();
+                            }
+                            match forward {
+                                Some(forward) => {
+                                    return Poll::Ready(Some(Ok(Frame::data(forward))))
+                                }
+                                // The whole frame was held back or stripped: the next one, or
+                                // the released tail / the end.
+                                None => continue,
+                            }
+                        }
                         Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
                     }
                 }
@@ -136,16 +162,7 @@ where
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
-                None => {
-                    if let Some(mut meter) = this.meter.take() {
-                        let now = Instant::now();
-                        meter.drain(now);
-                        this.tail = meter.stripper.as_mut().and_then(UsageStripper::finish);
-                        let outcome = meter.end_outcome();
-                        meter.finish(outcome, now);
-                    }
-                    this.ended = true;
-                }
+                None => this.end_cleanly(),
             }
         }
     }
