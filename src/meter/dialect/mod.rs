@@ -20,6 +20,12 @@
 //! | [`Dialect::LlamaCpp`] | `/completion` | SSE | non-empty `content` | `tokens_predicted`, `tokens_evaluated` |
 //! | [`Dialect::Unknown`] | any other POST | SSE or NDJSON | none: TTFB and E2E only | none |
 //!
+//! A non-streaming answer (`"stream": false`: one `application/json` body) has no events; its
+//! usage is read once the body is whole, by [`Dialect::body_usage`] with each API's own field
+//! names (OpenAI `usage.prompt_tokens` / `completion_tokens`, Responses and Anthropic
+//! `usage.input_tokens` / `output_tokens`, Ollama `prompt_eval_count` / `eval_count`, llama.cpp
+//! `tokens_evaluated` / `tokens_predicted`); see [`crate::meter::whole`].
+//!
 //! Every classifier is allocation-free on ordinary events and never panics on any bytes: input
 //! that is not the expected JSON means "nothing here" ([`EventSummary::default()`]).
 
