@@ -86,6 +86,7 @@ fn meter(
         // The smallest line cap the config allows, so over-long lines are exercised too.
         framer: Some(Framer::new(framing, 1024)),
         stripper: None,
+        whole: None,
         estimate: None,
     };
     let mut points: Vec<usize> = cuts.iter().map(|cut| cut % (input.len() + 1)).collect();

@@ -64,6 +64,7 @@ pub fn metered<B>(metrics: &Arc<Metrics>, inner: B) -> MeteredBody<B> {
         dialect,
         framer: Some(Framer::new(Framing::Sse, DEFAULT_MAX_LINE)),
         stripper: None,
+        whole: None,
         estimate: None,
     };
     MeteredBody::new(inner, meter)

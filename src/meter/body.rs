@@ -4,7 +4,10 @@
 //! exactly once — at the end of the stream, on an upstream error, or on drop (the client went away:
 //! `cancelled`). Each data frame is stamped with the monotonic clock when it arrives, scanned for SSE
 //! events in place (no copy), and forwarded at once as the same `Bytes`. The only exception is the
-//! usage chunk the proxy itself asked for, which [`UsageStripper`] removes.
+//! usage chunk the proxy itself asked for, which [`UsageStripper`] removes. A non-streaming JSON
+//! answer has no events: its frames are kept as `Bytes` clones ([`WholeBody`], bounded) and its
+//! usage is read once at the clean end, for N_in / N_out only (no TTFT / ITL / TPOT without token
+//! events).
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -18,6 +21,7 @@ use tokio::time::Instant;
 use super::dialect::{Dialect, EventSummary, Framer};
 use super::record::{SloTargets, StreamRecord, TokenMark};
 use super::strip::{Span, UsageStripper};
+use super::whole::WholeBody;
 use crate::metrics::{Metrics, Outcome, StreamMetrics};
 use crate::proxy::BodyError;
 use crate::route::PromptEstimate;
@@ -52,6 +56,9 @@ pub struct StreamMeter {
     pub framer: Option<Framer>,
     /// `Some` when the proxy injected `include_usage` and must strip the usage chunk.
     pub stripper: Option<UsageStripper>,
+    /// `Some` for a non-streaming JSON answer of a known dialect (no framer): its frames, kept
+    /// to read its usage at the end (see [`WholeBody::for_response`]).
+    pub whole: Option<WholeBody>,
     /// The router's prompt estimate: calibrated by `usage.prompt_tokens`, or N_in without it.
     pub estimate: Option<PromptEstimate>,
 }
@@ -65,6 +72,20 @@ impl<B> MeteredBody<B> {
             failed: None,
             ended: false,
         }
+    }
+
+    /// The upstream body ended cleanly: the last events (or the whole answer's usage) are read,
+    /// the stripper releases what it held, and the meter finishes. Runs at most once (the meter
+    /// is taken).
+    fn end_cleanly(&mut self) {
+        if let Some(mut meter) = self.meter.take() {
+            let now = Instant::now();
+            meter.drain(now);
+            self.tail = meter.stripper.as_mut().and_then(UsageStripper::finish);
+            let outcome = meter.end_outcome();
+            meter.finish(outcome, now);
+        }
+        self.ended = true;
     }
 
     /// A body that is forwarded without metering.
@@ -107,11 +128,23 @@ where
                         return Poll::Ready(Some(Ok(frame)));
                     };
                     match frame.into_data() {
-                        Ok(data) => match meter.observe(data, Instant::now()) {
-                            Some(forward) => return Poll::Ready(Some(Ok(Frame::data(forward)))),
-                            // The whole frame was held back or stripped: wait for the next one.
-                            None => continue,
-                        },
+                        Ok(data) => {
+                            let forward = meter.observe(data, Instant::now());
+                            if this.inner.is_end_stream() {
+                                // A length-delimited body has ended with its last byte, and
+                                // hyper polls a body that says so no further (it drops it,
+                                // which would count the request cancelled): finish now.
+                                this.end_cleanly();
+                            }
+                            match forward {
+                                Some(forward) => {
+                                    return Poll::Ready(Some(Ok(Frame::data(forward))))
+                                }
+                                // The whole frame was held back or stripped: the next one, or
+                                // the released tail / the end.
+                                None => continue,
+                            }
+                        }
                         Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
                     }
                 }
@@ -129,16 +162,7 @@ where
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
                 }
-                None => {
-                    if let Some(mut meter) = this.meter.take() {
-                        let now = Instant::now();
-                        meter.drain(now);
-                        this.tail = meter.stripper.as_mut().and_then(UsageStripper::finish);
-                        let outcome = meter.end_outcome();
-                        meter.finish(outcome, now);
-                    }
-                    this.ended = true;
-                }
+                None => this.end_cleanly(),
             }
         }
     }
@@ -192,6 +216,7 @@ impl StreamMeter {
             dialect,
             framer,
             stripper,
+            whole,
             ..
         } = self;
         if data.is_empty() {
@@ -201,6 +226,9 @@ impl StreamMeter {
             handles.ttfb.record(ttfb.as_secs_f64());
         }
         let Some(framer) = framer.as_mut() else {
+            if let Some(whole) = whole.as_mut() {
+                whole.keep(&data);
+            }
             return Some(data);
         };
         let frame_start = framer.position();
@@ -220,16 +248,22 @@ impl StreamMeter {
         }
     }
 
-    /// At the end of the stream: the framer's unterminated last event (an NDJSON line without its
-    /// newline still counts; an SSE event without its blank line does not, per WHATWG).
+    /// At the clean end of the body: the framer's unterminated last event (an NDJSON line without
+    /// its newline still counts; an SSE event without its blank line does not, per WHATWG), or the
+    /// usage of a whole non-streaming answer. A body that ended in an error or was abandoned is
+    /// never parsed: its usage, if any, did not arrive whole.
     fn drain(&mut self, now: Instant) {
         let Self {
             record,
             handles,
             dialect,
             framer,
+            whole,
             ..
         } = self;
+        if let Some(usage) = whole.take().and_then(|whole| whole.usage(*dialect)) {
+            record.on_usage(usage);
+        }
         if let Some(framer) = framer.as_mut() {
             framer.finish(|event| {
                 let summary = dialect.classify(event.event, event.data);
@@ -265,6 +299,7 @@ impl StreamMeter {
             dialect,
             framer,
             stripper: _,
+            whole: _,
             estimate,
         } = self;
         let finished = record.finish(now);
@@ -272,8 +307,11 @@ impl StreamMeter {
         if let Some(overflows) = framer.as_ref().map(Framer::overflows).filter(|&n| n > 0) {
             metrics.sse_overflows(&handles.labels, overflows);
         }
-        // Token figures only for a stream of a known dialect; an unknown one is timed only.
-        let tokens_known = framer.is_some() && dialect != Dialect::Unknown;
+        // Token figures only for a stream of a known dialect (an unknown one is timed only), or for
+        // a non-streaming answer whose usage gave N_out: without token events there is no count to
+        // fall back on, and without a framer usage can only have come from the whole body.
+        let tokens_known =
+            dialect != Dialect::Unknown && (framer.is_some() || finished.exact_output);
         if tokens_known {
             if let Some(tpot) = finished.tpot {
                 handles.tpot.record(tpot.as_secs_f64());

@@ -39,6 +39,7 @@ use super::dialect::{Dialect, Framer, Framing};
 use super::record::{SloTargets, StreamRecord};
 use super::request::{self, Injection};
 use super::strip::UsageStripper;
+use super::whole::WholeBody;
 use crate::config::Config;
 use crate::framing::ConflictingFraming;
 use crate::metrics::{Metrics, Operation, Outcome, RequestLabels};
@@ -240,6 +241,8 @@ impl Shared {
             dialect,
             framer: framing.map(|framing| Framer::new(framing, self.max_line)),
             stripper: strip.then(UsageStripper::default),
+            // A JSON content type is never a stream framing, so this is the non-streaming answer.
+            whole: WholeBody::for_response(dialect, parts.status, &parts.headers),
             estimate,
         };
         Response::from_parts(parts, Either::Left(MeteredBody::new(body, meter)))

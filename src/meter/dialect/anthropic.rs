@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::openai::{EventSummary, Usage};
-use super::walk::{self, is_nonempty_string, Count, Lenient, Pick};
+use super::walk::{self, is_nonempty_string, Count, Lenient, Pick, UsageMember};
 
 /// Classifies one event; `event` is its SSE `event:` field.
 pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
@@ -54,6 +54,19 @@ pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
         done: kind == Kind::Stop,
         ..EventSummary::default()
     }
+}
+
+/// The usage of a whole non-streaming response (`"stream": false`: one `message` object): its
+/// top-level `usage`, input counted as in the stream (`input_tokens` plus the cache creation and
+/// cache read input tokens), output `usage.output_tokens`. The content blocks are skipped unread.
+/// `None` when the body is not JSON or carries no readable count.
+pub fn body_usage(body: &[u8]) -> Option<Usage> {
+    let counts = walk::parse(body, UsageMember(CountsPick))??;
+    let usage = Usage {
+        prompt_tokens: counts.input().and_then(|input| input.prompt_tokens),
+        completion_tokens: counts.output,
+    };
+    (usage != Usage::default()).then_some(usage)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,6 +238,7 @@ impl<'de> Pick<'de> for MessagePick {
     }
 }
 
+#[derive(Clone, Copy)]
 struct CountsPick;
 
 impl<'de> Pick<'de> for CountsPick {
@@ -360,6 +374,31 @@ mod tests {
                 EventSummary::default(),
                 "{data:?}"
             );
+        }
+    }
+
+    #[test]
+    fn body_usage_reads_a_whole_message() {
+        let body = r#"{"id":"msg_013Zva2CMHLNnXjNJJKqJ2EF","type":"message","role":"assistant","model":"claude-sonnet-4-20250514","content":[{"type":"text","text":"Hi! My name is Claude."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":2095,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":503}}"#;
+        assert_eq!(
+            body_usage(body.as_bytes()),
+            usage(Some(2095), Some(503)),
+            "usage.input_tokens / usage.output_tokens"
+        );
+        let cached = r#"{"type":"message","content":[],"usage":{"cache_read_input_tokens":100,"input_tokens":12,"cache_creation_input_tokens":30,"output_tokens":7,"service_tier":"standard"}}"#;
+        assert_eq!(
+            body_usage(cached.as_bytes()),
+            usage(Some(142), Some(7)),
+            "cached input counts as input, as in the stream"
+        );
+        for body in [
+            r#"{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"Hi"}]}"#,
+            r#"{"type":"message","usage":{}}"#,
+            r#"{"type":"message","message":{"usage":{"input_tokens":3,"output_tokens":4}}}"#,
+            r#"{"type":"message","usage":{"input_tokens":3,"output_tokens":4}"#,
+            "",
+        ] {
+            assert_eq!(body_usage(body.as_bytes()), None, "{body:?} gives nothing");
         }
     }
 }

@@ -44,6 +44,14 @@ pub fn classify(data: &[u8]) -> EventSummary {
     }
 }
 
+/// The usage of a whole non-streaming response (`"stream": false`): llama.cpp then answers with
+/// one JSON object shaped like the stream's final event, so it is the same walk:
+/// `tokens_evaluated` (input) and `tokens_predicted` (output), else `timings.prompt_n` /
+/// `timings.predicted_n`. `None` when the body is not one JSON object or carries no count.
+pub fn body_usage(body: &[u8]) -> Option<Usage> {
+    classify(body).usage
+}
+
 #[derive(Default)]
 struct Top {
     content: bool,
@@ -189,6 +197,36 @@ mod tests {
         );
         for data in ["", "[DONE]", r#"{"content":7,"stop":1}"#] {
             assert_eq!(summary(data), EventSummary::default(), "{data:?}");
+        }
+    }
+
+    #[test]
+    fn body_usage_reads_a_whole_answer() {
+        let body = r#"{"index":0,"content":" Paris.","tokens":[],"id_slot":0,"stop":true,"model":"gpt-3.5-turbo","tokens_predicted":3,"tokens_evaluated":9,"generation_settings":{"n_predict":-1,"temperature":0.8},"prompt":"<s> The capital of France is","has_new_line":false,"truncated":false,"stop_type":"eos","stopping_word":"","tokens_cached":11,"timings":{"prompt_n":9,"prompt_ms":51.2,"prompt_per_token_ms":5.7,"prompt_per_second":175.8,"predicted_n":3,"predicted_ms":30.1,"predicted_per_token_ms":10.0,"predicted_per_second":99.7}}"#;
+        assert_eq!(
+            body_usage(body.as_bytes()),
+            Some(Usage {
+                prompt_tokens: Some(9),
+                completion_tokens: Some(3)
+            }),
+            "tokens_evaluated / tokens_predicted"
+        );
+        let timings_only =
+            r#"{"content":"x","stop":true,"timings":{"prompt_n":4,"predicted_n":1}}"#;
+        assert_eq!(
+            body_usage(timings_only.as_bytes()),
+            Some(Usage {
+                prompt_tokens: Some(4),
+                completion_tokens: Some(1)
+            }),
+            "timings stand in for missing top-level counts"
+        );
+        for body in [
+            r#"{"content":" Paris.","stop":true}"#,
+            r#"{"content":" Paris.","tokens_predicted":3"#,
+            "",
+        ] {
+            assert_eq!(body_usage(body.as_bytes()), None, "{body:?} gives nothing");
         }
     }
 }

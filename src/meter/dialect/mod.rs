@@ -20,6 +20,12 @@
 //! | [`Dialect::LlamaCpp`] | `/completion` | SSE | non-empty `content` | `tokens_predicted`, `tokens_evaluated` |
 //! | [`Dialect::Unknown`] | any other POST | SSE or NDJSON | none: TTFB and E2E only | none |
 //!
+//! A non-streaming answer (`"stream": false`: one `application/json` body) has no events; its
+//! usage is read once the body is whole, by [`Dialect::body_usage`] with each API's own field
+//! names (OpenAI `usage.prompt_tokens` / `completion_tokens`, Responses and Anthropic
+//! `usage.input_tokens` / `output_tokens`, Ollama `prompt_eval_count` / `eval_count`, llama.cpp
+//! `tokens_evaluated` / `tokens_predicted`); see [`crate::meter::whole`].
+//!
 //! Every classifier is allocation-free on ordinary events and never panics on any bytes: input
 //! that is not the expected JSON means "nothing here" ([`EventSummary::default()`]).
 
@@ -95,6 +101,23 @@ impl Dialect {
             Dialect::Ollama => ollama::classify(data),
             Dialect::LlamaCpp => llamacpp::classify(data),
             Dialect::Unknown => EventSummary::default(),
+        }
+    }
+
+    /// Reads the usage of a whole non-streaming response body (`"stream": false`, one JSON
+    /// object), with the field names of each public API (see each module's `body_usage`).
+    /// `None` when the body carries no readable usage, is not JSON, or the dialect has no
+    /// non-streaming answer it routes: TGI's and Triton's non-streaming `/generate` are not their
+    /// dialects' paths (they are [`Dialect::Unknown`], timed only), and an unknown API's usage
+    /// cannot be told apart from any other JSON. Never panics on any bytes.
+    pub fn body_usage(self, body: &[u8]) -> Option<Usage> {
+        match self {
+            Dialect::OpenAiChat | Dialect::OpenAiCompletions => openai::body_usage(body),
+            Dialect::OpenAiResponses => responses::body_usage(body),
+            Dialect::AnthropicMessages => anthropic::body_usage(body),
+            Dialect::Ollama => ollama::body_usage(body),
+            Dialect::LlamaCpp => llamacpp::body_usage(body),
+            Dialect::Tgi | Dialect::Triton | Dialect::Unknown => None,
         }
     }
 

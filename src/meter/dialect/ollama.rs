@@ -42,6 +42,14 @@ pub fn classify(data: &[u8]) -> EventSummary {
     }
 }
 
+/// The usage of a whole non-streaming response (`"stream": false`): Ollama then answers with one
+/// JSON object shaped like the stream's final line, so it is the same walk: `prompt_eval_count`
+/// (input) and `eval_count` (output). `None` when the body is not one JSON object or carries
+/// neither count.
+pub fn body_usage(body: &[u8]) -> Option<Usage> {
+    classify(body).usage
+}
+
 #[derive(Default)]
 struct Top {
     output: bool,
@@ -189,6 +197,36 @@ mod tests {
             r#"{"done":"yes","eval_count":-1}"#,
         ] {
             assert_eq!(summary(data), EventSummary::default(), "{data:?}");
+        }
+    }
+
+    #[test]
+    fn body_usage_reads_a_whole_answer() {
+        let chat = r#"{"model":"llama3.2","created_at":"2023-12-12T14:13:43.416799Z","message":{"role":"assistant","content":"Hello! How are you today?"},"done":true,"total_duration":5191566416,"load_duration":2154458,"prompt_eval_count":26,"prompt_eval_duration":383809000,"eval_count":298,"eval_duration":4799921000}"#;
+        assert_eq!(
+            body_usage(chat.as_bytes()),
+            Some(Usage {
+                prompt_tokens: Some(26),
+                completion_tokens: Some(298)
+            }),
+            "/api/chat: prompt_eval_count / eval_count"
+        );
+        let generate = r#"{"model":"llama3.2","created_at":"2023-08-04T19:22:45.499127Z","response":"The sky is blue because it is the color of the sky.","done":true,"context":[1,2,3],"total_duration":5043500667,"load_duration":5025959,"prompt_eval_count":26,"prompt_eval_duration":325953000,"eval_count":290,"eval_duration":4709213000}"#;
+        assert_eq!(
+            body_usage(generate.as_bytes()),
+            Some(Usage {
+                prompt_tokens: Some(26),
+                completion_tokens: Some(290)
+            }),
+            "/api/generate: prompt_eval_count / eval_count"
+        );
+        for body in [
+            r#"{"model":"llama3.2","response":"hi","done":true}"#,
+            r#"{"model":"llama3.2","response":"hi","done":true,"eval_count":2"#,
+            "{}\n{}",
+            "",
+        ] {
+            assert_eq!(body_usage(body.as_bytes()), None, "{body:?} gives nothing");
         }
     }
 }

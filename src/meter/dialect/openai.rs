@@ -23,7 +23,7 @@ use serde::de::{IgnoredAny, MapAccess, SeqAccess};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::walk::{self, is_nonempty_array, is_nonempty_string, Count, Lenient, Pick};
+use super::walk::{self, is_nonempty_array, is_nonempty_string, Count, Lenient, Pick, UsageMember};
 
 #[cfg(test)]
 mod tests;
@@ -92,6 +92,13 @@ pub fn classify(data: &[u8]) -> EventSummary {
         done: false,
         tokens: None,
     }
+}
+
+/// The usage of a whole non-streaming response (`"stream": false`: one `chat.completion` or
+/// `text_completion` object): its top-level `usage.prompt_tokens` / `usage.completion_tokens`.
+/// The choices are skipped unread. `None` when the body is not JSON or carries no readable usage.
+pub fn body_usage(body: &[u8]) -> Option<Usage> {
+    walk::parse(body, UsageMember(UsagePick))?
 }
 
 /// What the walk found at the top level.
@@ -251,6 +258,7 @@ impl<'de> Pick<'de> for DeltaPick {
 
 /// The `usage` object; `None` unless at least one count is a valid integer, so a usage object
 /// the meter cannot read does not mark a chunk as usage-only.
+#[derive(Clone, Copy)]
 struct UsagePick;
 
 impl<'de> Pick<'de> for UsagePick {

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::openai::{EventSummary, Usage};
-use super::walk::{self, is_nonempty_string, Count, Lenient, Pick};
+use super::walk::{self, is_nonempty_string, Count, Lenient, Pick, UsageMember};
 
 /// Classifies one event; `event` is its SSE `event:` field.
 pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
@@ -35,6 +35,13 @@ pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
         done: matches!(kind, Kind::Finished | Kind::Failed),
         ..EventSummary::default()
     }
+}
+
+/// The usage of a whole non-streaming response (`"stream": false`: one `response` object): its
+/// top-level `usage.input_tokens` / `usage.output_tokens`. The output items are skipped unread.
+/// `None` when the body is not JSON or carries no readable usage.
+pub fn body_usage(body: &[u8]) -> Option<Usage> {
+    walk::parse(body, UsageMember(UsagePick))?
 }
 
 /// The event types the meter tells apart.
@@ -149,6 +156,7 @@ impl<'de> Pick<'de> for ResponsePick {
 }
 
 /// `usage`: `input_tokens` / `output_tokens`; `None` unless one of them is a valid count.
+#[derive(Clone, Copy)]
 struct UsagePick;
 
 impl<'de> Pick<'de> for UsagePick {
@@ -284,6 +292,28 @@ mod tests {
                 EventSummary::default(),
                 "{data:?} means nothing"
             );
+        }
+    }
+
+    #[test]
+    fn body_usage_reads_a_whole_response_object() {
+        let body = r#"{"id":"resp_67ccd3a9da748190baa7f1570fe91ac604becb25c45c1d41","object":"response","created_at":1741476777,"status":"completed","error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":"gpt-4o-2024-08-06","output":[{"type":"message","id":"msg_67ccd3acc8d48190a77525dc6de64b4104becb25c45c1d41","status":"completed","role":"assistant","content":[{"type":"output_text","text":"The image depicts a scenic landscape.","annotations":[]}]}],"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{"effort":null,"summary":null},"store":true,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":{"input_tokens":328,"input_tokens_details":{"cached_tokens":0},"output_tokens":52,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":380},"user":null,"metadata":{}}"#;
+        assert_eq!(
+            body_usage(body.as_bytes()),
+            Some(Usage {
+                prompt_tokens: Some(328),
+                completion_tokens: Some(52)
+            }),
+            "usage.input_tokens / usage.output_tokens"
+        );
+        for body in [
+            r#"{"id":"resp_1","object":"response","status":"completed","output":[]}"#,
+            r#"{"object":"response","usage":null}"#,
+            r#"{"response":{"usage":{"input_tokens":5,"output_tokens":6}}}"#,
+            r#"{"object":"response","usage":{"input_tokens":5"#,
+            "not json",
+        ] {
+            assert_eq!(body_usage(body.as_bytes()), None, "{body:?} gives nothing");
         }
     }
 }

@@ -11,6 +11,7 @@
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 
 /// Walks a whole JSON document with `pick`. `None` when the bytes are not one JSON value (a
@@ -143,5 +144,36 @@ impl Pick<'_> for Flag {
 
     fn bool(self, value: bool) -> Option<bool> {
         Some(value)
+    }
+}
+
+/// A whole response object of which only the top-level `usage` member matters (the non-streaming
+/// answers of the OpenAI, Responses and Anthropic APIs): `usage` is read with the inner pick,
+/// every other member (the generated text above all) is skipped unread. A repeated `usage` key:
+/// the last one wins.
+pub(super) struct UsageMember<P>(pub(super) P);
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum UsageMemberKey {
+    Usage,
+    #[serde(other)]
+    Other,
+}
+
+impl<'de, P: Pick<'de> + Copy> Pick<'de> for UsageMember<P> {
+    type Out = P::Out;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<P::Out, A::Error> {
+        let mut out = P::Out::default();
+        while let Some(key) = map.next_key::<UsageMemberKey>()? {
+            match key {
+                UsageMemberKey::Usage => out = map.next_value_seed(Lenient(self.0))?,
+                UsageMemberKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(out)
     }
 }

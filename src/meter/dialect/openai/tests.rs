@@ -392,3 +392,54 @@ proptest::proptest! {
         );
     }
 }
+
+/// A non-streaming `chat.completion` as the public API documents it.
+const CHAT_BODY: &str = r#"{"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion","created":1741570283,"model":"gpt-4o-2024-08-06","choices":[{"index":0,"message":{"role":"assistant","content":"The image shows a wooden boardwalk.","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":1117,"completion_tokens":46,"total_tokens":1163,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default","system_fingerprint":"fp_fc9f1d7035"}"#;
+
+#[test]
+fn body_usage_reads_whole_chat_and_completions_answers() {
+    use super::body_usage;
+    assert_eq!(
+        body_usage(CHAT_BODY.as_bytes()),
+        Some(Usage {
+            prompt_tokens: Some(1117),
+            completion_tokens: Some(46)
+        }),
+        "chat.completion: top-level usage"
+    );
+    let completion = r#"{"id":"cmpl-uqkvlQyYK7bGYrRHQ0eXlWi7","object":"text_completion","created":1589478378,"model":"gpt-3.5-turbo-instruct","usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12},"choices":[{"text":"\n\nThis is indeed a test","index":0,"logprobs":null,"finish_reason":"length"}]}"#;
+    assert_eq!(
+        body_usage(completion.as_bytes()),
+        Some(Usage {
+            prompt_tokens: Some(5),
+            completion_tokens: Some(7)
+        }),
+        "text_completion, usage before the choices"
+    );
+}
+
+#[test]
+fn body_usage_without_usage_or_json_is_nothing() {
+    use super::body_usage;
+    let without = CHAT_BODY.replace(r#""usage":{"prompt_tokens":1117,"completion_tokens":46,"total_tokens":1163,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"#, "");
+    assert!(!without.contains("usage"), "fixture edit applied");
+    assert_eq!(body_usage(without.as_bytes()), None, "no usage member");
+    let nested = r#"{"choices":[{"message":{"content":"x"},"usage":{"prompt_tokens":3,"completion_tokens":4}}]}"#;
+    assert_eq!(
+        body_usage(nested.as_bytes()),
+        None,
+        "only the top-level usage counts"
+    );
+    for body in [
+        "",
+        "{",
+        &CHAT_BODY[..CHAT_BODY.len() - 1],
+        r#"{"usage":null}"#,
+        r#"{"usage":{"prompt_tokens":"11","completion_tokens":-7}}"#,
+        r#"[{"usage":{"prompt_tokens":11}}]"#,
+        r#"{"usage":{"prompt_tokens":11}} trailing"#,
+        "\u{0}\u{ff}garbage",
+    ] {
+        assert_eq!(body_usage(body.as_bytes()), None, "{body:?} gives nothing");
+    }
+}
