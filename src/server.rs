@@ -40,6 +40,8 @@ use crate::proxy::upstream::UpstreamError;
 use crate::proxy::{client, ClientAddr, Forward};
 use crate::route::{self, RouteError, RouteLayer, Router};
 
+mod sniff;
+
 /// How often histogram samples are folded into buckets (keeps memory flat between scrapes).
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -171,8 +173,10 @@ impl Server {
             Arc::clone(&self.ready),
         ));
 
-        let builder = traffic_builder(&self.config.server);
+        let builders = Arc::new(TrafficBuilders::new(&self.config.server));
         let graceful = GracefulShutdown::new();
+        // Tells connections still waiting for their first byte to give up (see `sniff`).
+        let (stopping_tx, stopping) = watch::channel(false);
         // Connection tasks live in a set so that, past the grace period, they can be cut.
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
@@ -199,13 +203,19 @@ impl Server {
                         req.extensions_mut().insert(ClientAddr(peer));
                         req
                     });
-                    let connection = builder
-                        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
-                        .into_owned();
-                    let connection = graceful.watch(connection);
+                    let watcher = graceful.watcher();
+                    let builders = Arc::clone(&builders);
+                    let mut stopping = stopping.clone();
                     connections.spawn(async move {
                         let _permit = permit;
-                        if let Err(err) = connection.await {
+                        let http1 = tokio::select! {
+                            http1 = sniff::speaks_http1(&stream) => http1,
+                            _ = stopping.wait_for(|stop| *stop) => return,
+                        };
+                        let builder = if http1 { &builders.http1 } else { &builders.auto };
+                        let connection = builder
+                            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+                        if let Err(err) = watcher.watch(connection).await {
                             tracing::debug!(error = %err, %peer, "connection ended with an error");
                         }
                     });
@@ -215,6 +225,7 @@ impl Server {
 
         self.ready.store(false, Ordering::SeqCst);
         drop(traffic);
+        let _ = stopping_tx.send(true);
         let grace = self.config.server.shutdown_grace;
         tracing::info!(
             grace_seconds = grace.as_secs_f64(),
@@ -232,6 +243,22 @@ impl Server {
         upkeep.abort();
         probes.iter().for_each(JoinHandle::abort);
         self.metrics.run_upkeep();
+    }
+}
+
+/// The traffic port's two connection builders: `auto` detects HTTP/1 or h2c itself, `http1` is the
+/// same configuration for connections already known to be HTTP/1 ([`sniff`]: it saves 8 KiB of
+/// read buffer per connection).
+struct TrafficBuilders {
+    auto: auto::Builder<TokioExecutor>,
+    http1: auto::Builder<TokioExecutor>,
+}
+
+impl TrafficBuilders {
+    fn new(config: &ServerConfig) -> Self {
+        let auto = traffic_builder(config);
+        let http1 = auto.clone().http1_only();
+        Self { auto, http1 }
     }
 }
 
