@@ -1,0 +1,101 @@
+//! The traffic port peeks at a connection's first bytes to pick the HTTP/1-only builder
+//! (src/server/sniff.rs): a connection that never sends a byte must not hold shutdown back, and
+//! HTTP/1 streams still pass through whole.
+mod support;
+
+use std::time::Duration;
+
+use support::backend::Script;
+use support::client;
+use support::{config_for, events_of, fixture, start_proxy};
+use tokio::io::AsyncReadExt;
+
+const CHAT: &str = "/v1/chat/completions";
+const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"stream_options":{"include_usage":true}}"#;
+
+#[tokio::test]
+async fn a_silent_connection_does_not_hold_shutdown_for_the_grace_period() {
+    let backend = support::backend::Backend::start(|_| {
+        Script::sse(
+            events_of(&fixture("vllm-chat-usage.sse"))
+                .into_iter()
+                .map(|event| (Duration::ZERO, event))
+                .collect(),
+        )
+    })
+    .await;
+    let mut config = config_for(&backend.url);
+    config.server.shutdown_grace = Duration::from_secs(20);
+    let proxy = start_proxy(config).await;
+    let mut silent = tokio::net::TcpStream::connect(proxy.traffic_addr)
+        .await
+        .expect("connect");
+    // Accepted after the silent one (one listener, accepted in order): when this stream has run,
+    // the silent connection is being sniffed.
+    let stream = client::open(proxy.traffic_addr, CHAT, BODY)
+        .await
+        .collect()
+        .await;
+    assert!(stream.error.is_none(), "the HTTP/1 stream ends cleanly");
+    assert!(
+        stream.text().contains("[DONE]"),
+        "the HTTP/1 stream is whole"
+    );
+
+    let started = tokio::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), proxy.shutdown())
+        .await
+        .expect("shutdown does not wait the 20 s grace for a connection that sent nothing");
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut byte))
+        .await
+        .expect("the silent connection is closed, not left open");
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "the silent connection gets EOF or a reset, not data: {read:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_connection_silent_past_the_header_read_timeout_is_closed() {
+    let backend = support::backend::Backend::start(|_| {
+        Script::sse(
+            events_of(&fixture("vllm-chat-usage.sse"))
+                .into_iter()
+                .map(|event| (Duration::ZERO, event))
+                .collect(),
+        )
+    })
+    .await;
+    let mut config = config_for(&backend.url);
+    config.server.header_read_timeout = Duration::from_millis(300);
+    let proxy = start_proxy(config).await;
+    let started = tokio::time::Instant::now();
+    let mut silent = tokio::net::TcpStream::connect(proxy.traffic_addr)
+        .await
+        .expect("connect");
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut byte))
+        .await
+        .expect("closed by the proxy, not left open");
+    let waited = started.elapsed();
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "EOF or a reset, no data: {read:?}"
+    );
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
+        "closed at the 300 ms header_read_timeout, not before and not much after: {waited:?}"
+    );
+    assert_eq!(
+        proxy.limits.connections_open(),
+        0,
+        "its connection slot is free again"
+    );
+    proxy.shutdown().await;
+}
