@@ -66,13 +66,13 @@ const CASES: &[Case] = &[
         name: "ollama-chat",
         path: "/api/chat",
         content_type: "application/x-ndjson",
-        dialect: Dialect::Ollama,
+        dialect: Dialect::OllamaChat,
     },
     Case {
         name: "ollama-generate",
         path: "/api/generate",
         content_type: "application/x-ndjson",
-        dialect: Dialect::Ollama,
+        dialect: Dialect::OllamaGenerate,
     },
     Case {
         name: "llamacpp-completion",
@@ -303,7 +303,8 @@ fn the_wrong_dialect_or_unknown_never_fails() {
         Dialect::AnthropicMessages,
         Dialect::Tgi,
         Dialect::Triton,
-        Dialect::Ollama,
+        Dialect::OllamaChat,
+        Dialect::OllamaGenerate,
         Dialect::LlamaCpp,
         Dialect::Unknown,
     ];
@@ -343,7 +344,7 @@ proptest! {
         framing in prop::sample::select(vec![Framing::Sse, Framing::NdJson]),
         dialect in prop::sample::select(vec![
             Dialect::OpenAiChat, Dialect::OpenAiResponses, Dialect::AnthropicMessages, Dialect::Tgi,
-            Dialect::Triton, Dialect::Ollama, Dialect::LlamaCpp, Dialect::Unknown,
+            Dialect::Triton, Dialect::OllamaChat, Dialect::OllamaGenerate, Dialect::LlamaCpp, Dialect::Unknown,
         ]),
     ) {
         let frames: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
@@ -360,7 +361,7 @@ proptest! {
     ) {
         for dialect in [
             Dialect::OpenAiChat, Dialect::OpenAiResponses, Dialect::AnthropicMessages, Dialect::Tgi,
-            Dialect::Triton, Dialect::Ollama, Dialect::LlamaCpp, Dialect::Unknown,
+            Dialect::Triton, Dialect::OllamaChat, Dialect::OllamaGenerate, Dialect::LlamaCpp, Dialect::Unknown,
         ] {
             let summary = dialect.classify(event.as_bytes(), data.as_bytes());
             prop_assert!(!(summary.usage_only && dialect != Dialect::OpenAiChat), "usage_only is OpenAI's");

@@ -63,7 +63,7 @@ fn routing_framing_and_labels() {
         ),
         (
             "/api/chat",
-            Dialect::Ollama,
+            Dialect::OllamaChat,
             "application/x-ndjson",
             Framing::NdJson,
             "chat",
@@ -72,10 +72,10 @@ fn routing_framing_and_labels() {
         ),
         (
             "/api/generate",
-            Dialect::Ollama,
+            Dialect::OllamaGenerate,
             "application/x-ndjson",
             Framing::NdJson,
-            "chat",
+            "text_completion",
             "ollama",
             false,
         ),

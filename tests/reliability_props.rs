@@ -47,14 +47,15 @@ impl Wake for Ready {
     fn wake(self: Arc<Self>) {}
 }
 
-const DIALECTS: [Dialect; 9] = [
+const DIALECTS: [Dialect; 10] = [
     Dialect::OpenAiChat,
     Dialect::OpenAiCompletions,
     Dialect::OpenAiResponses,
     Dialect::AnthropicMessages,
     Dialect::Tgi,
     Dialect::Triton,
-    Dialect::Ollama,
+    Dialect::OllamaChat,
+    Dialect::OllamaGenerate,
     Dialect::LlamaCpp,
     Dialect::Unknown,
 ];

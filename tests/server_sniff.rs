@@ -13,9 +13,9 @@ use tokio::io::AsyncReadExt;
 const CHAT: &str = "/v1/chat/completions";
 const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"stream_options":{"include_usage":true}}"#;
 
-#[tokio::test]
-async fn a_silent_connection_does_not_hold_shutdown_for_the_grace_period() {
-    let backend = support::backend::Backend::start(|_| {
+/// A backend that streams the recorded vLLM chat fixture at once.
+async fn chat_backend() -> support::backend::Backend {
+    support::backend::Backend::start(|_| {
         Script::sse(
             events_of(&fixture("vllm-chat-usage.sse"))
                 .into_iter()
@@ -23,7 +23,12 @@ async fn a_silent_connection_does_not_hold_shutdown_for_the_grace_period() {
                 .collect(),
         )
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn a_silent_connection_does_not_hold_shutdown_for_the_grace_period() {
+    let backend = chat_backend().await;
     let mut config = config_for(&backend.url);
     config.server.shutdown_grace = Duration::from_secs(20);
     let proxy = start_proxy(config).await;
@@ -63,15 +68,7 @@ async fn a_silent_connection_does_not_hold_shutdown_for_the_grace_period() {
 
 #[tokio::test]
 async fn a_connection_silent_past_the_header_read_timeout_is_closed() {
-    let backend = support::backend::Backend::start(|_| {
-        Script::sse(
-            events_of(&fixture("vllm-chat-usage.sse"))
-                .into_iter()
-                .map(|event| (Duration::ZERO, event))
-                .collect(),
-        )
-    })
-    .await;
+    let backend = chat_backend().await;
     let mut config = config_for(&backend.url);
     config.server.header_read_timeout = Duration::from_millis(300);
     let proxy = start_proxy(config).await;

@@ -38,7 +38,7 @@ fn kept_only_for_json_successes_of_known_dialects() {
             true,
         ),
         (
-            Dialect::Ollama,
+            Dialect::OllamaChat,
             StatusCode::OK,
             headers(&[
                 (CONTENT_TYPE, "application/json"),

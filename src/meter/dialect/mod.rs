@@ -16,7 +16,7 @@
 //! | [`Dialect::AnthropicMessages`] | `…/messages` | SSE | `content_block_delta` with text / thinking / input JSON | input: `message_start`; output: `message_delta` (cumulative) |
 //! | [`Dialect::Tgi`] | `…/generate_stream` | SSE | non-`special` `token` (1 token each) | `details.generated_tokens`, `details.input_length` |
 //! | [`Dialect::Triton`] | `/v2/models/<m>[/versions/<v>]/generate_stream` | SSE | non-empty `text_output` | none: token events are counted |
-//! | [`Dialect::Ollama`] | `/api/chat`, `/api/generate` | NDJSON | line with content / response / thinking / tool calls (1 token each) | `prompt_eval_count`, `eval_count` of the `done` line |
+//! | [`Dialect::OllamaChat`], [`Dialect::OllamaGenerate`] | `/api/chat`, `/api/generate` | NDJSON | line with content / response / thinking / tool calls (1 token each) | `prompt_eval_count`, `eval_count` of the `done` line |
 //! | [`Dialect::LlamaCpp`] | `/completion` | SSE | non-empty `content` | `tokens_predicted`, `tokens_evaluated` |
 //! | [`Dialect::Unknown`] | any other POST | SSE or NDJSON | none: TTFB and E2E only | none |
 //!
@@ -60,8 +60,11 @@ pub enum Dialect {
     Tgi,
     /// NVIDIA Triton's generate extension.
     Triton,
-    /// Ollama's native `/api/chat` and `/api/generate` (NDJSON).
-    Ollama,
+    /// Ollama's native `/api/chat` (NDJSON).
+    OllamaChat,
+    /// Ollama's native `/api/generate` (NDJSON; the same stream format as `/api/chat`, a prompt
+    /// in and text out, hence its own operation label).
+    OllamaGenerate,
     /// llama.cpp server's native `/completion`.
     LlamaCpp,
     /// Any other POST: metered for TTFB and E2E when the response is a stream; never fails.
@@ -98,7 +101,7 @@ impl Dialect {
             Dialect::AnthropicMessages => anthropic::classify(event, data),
             Dialect::Tgi => tgi::classify(data),
             Dialect::Triton => triton::classify(data),
-            Dialect::Ollama => ollama::classify(data),
+            Dialect::OllamaChat | Dialect::OllamaGenerate => ollama::classify(data),
             Dialect::LlamaCpp => llamacpp::classify(data),
             Dialect::Unknown => EventSummary::default(),
         }
@@ -115,25 +118,26 @@ impl Dialect {
             Dialect::OpenAiChat | Dialect::OpenAiCompletions => openai::body_usage(body),
             Dialect::OpenAiResponses => responses::body_usage(body),
             Dialect::AnthropicMessages => anthropic::body_usage(body),
-            Dialect::Ollama => ollama::body_usage(body),
+            Dialect::OllamaChat | Dialect::OllamaGenerate => ollama::body_usage(body),
             Dialect::LlamaCpp => llamacpp::body_usage(body),
             Dialect::Tgi | Dialect::Triton | Dialect::Unknown => None,
         }
     }
 
     /// OpenTelemetry GenAI `gen_ai.operation.name`: `chat` for conversational APIs (chat
-    /// completions, Responses, Messages, Ollama — its `/api/generate` shares the variant, so it
-    /// is labelled `chat` too), `text_completion` for prompt-in / text-out APIs (completions,
-    /// TGI, Triton, llama.cpp `/completion`), `_OTHER` for an unknown endpoint.
+    /// completions, Responses, Messages, Ollama's `/api/chat`), `text_completion` for prompt-in /
+    /// text-out APIs (completions, TGI, Triton, Ollama's `/api/generate`, llama.cpp `/completion`), `_OTHER` for an unknown endpoint.
     pub fn operation(self) -> &'static str {
         match self {
             Dialect::OpenAiChat
             | Dialect::OpenAiResponses
             | Dialect::AnthropicMessages
-            | Dialect::Ollama => "chat",
-            Dialect::OpenAiCompletions | Dialect::Tgi | Dialect::Triton | Dialect::LlamaCpp => {
-                "text_completion"
-            }
+            | Dialect::OllamaChat => "chat",
+            Dialect::OpenAiCompletions
+            | Dialect::Tgi
+            | Dialect::Triton
+            | Dialect::OllamaGenerate
+            | Dialect::LlamaCpp => "text_completion",
             Dialect::Unknown => "_OTHER",
         }
     }
@@ -150,7 +154,7 @@ impl Dialect {
             Dialect::AnthropicMessages => "anthropic",
             Dialect::Tgi => "tgi",
             Dialect::Triton => "triton",
-            Dialect::Ollama => "ollama",
+            Dialect::OllamaChat | Dialect::OllamaGenerate => "ollama",
             Dialect::LlamaCpp => "llama_cpp",
             Dialect::Unknown => "_OTHER",
         }
@@ -179,7 +183,7 @@ impl Dialect {
             Dialect::AnthropicMessages => "anthropic_messages",
             Dialect::Tgi => "tgi",
             Dialect::Triton => "triton",
-            Dialect::Ollama => "ollama",
+            Dialect::OllamaChat | Dialect::OllamaGenerate => "ollama",
             Dialect::LlamaCpp => "llama_cpp",
             Dialect::Unknown => "unknown",
         }

@@ -39,8 +39,10 @@ pub(super) fn for_request(method: &Method, path: &str) -> Option<Dialect> {
         Dialect::OpenAiResponses
     } else if path.ends_with("/messages") {
         Dialect::AnthropicMessages
-    } else if path.ends_with("/api/chat") || path.ends_with("/api/generate") {
-        Dialect::Ollama
+    } else if path.ends_with("/api/chat") {
+        Dialect::OllamaChat
+    } else if path.ends_with("/api/generate") {
+        Dialect::OllamaGenerate
     } else if path.contains("/api/") {
         // Ollama's model management (`/api/pull`, `/api/create`, ...) streams progress.
         return None;
@@ -111,8 +113,8 @@ mod tests {
                 "/v2/models/llama/versions/3/generate_stream",
                 Some(Dialect::Triton),
             ),
-            ("/api/chat", Some(Dialect::Ollama)),
-            ("/api/generate", Some(Dialect::Ollama)),
+            ("/api/chat", Some(Dialect::OllamaChat)),
+            ("/api/generate", Some(Dialect::OllamaGenerate)),
             ("/completion", Some(Dialect::LlamaCpp)),
             ("/v1/audio/speech", Some(Dialect::Unknown)),
             ("/", Some(Dialect::Unknown)),
