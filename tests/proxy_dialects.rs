@@ -74,7 +74,7 @@ async fn every_dialect_fixture_is_metered_through_the_proxy_unchanged() {
             "ollama-generate.ndjson",
             "/api/generate",
             r#"{"model":"llama3.2","prompt":"hi"}"#,
-            "chat",
+            "text_completion",
             "ollama",
         ),
         (
