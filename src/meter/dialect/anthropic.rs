@@ -155,14 +155,6 @@ enum DeltaKey {
 
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
-enum MessageKey {
-    Usage,
-    #[serde(other)]
-    Other,
-}
-
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
 enum UsageKey {
     InputTokens,
     CacheCreationInputTokens,
@@ -185,7 +177,7 @@ impl<'de> Pick<'de> for TopPick {
                 TopKey::Delta => top.delta = map.next_value_seed(Lenient(DeltaPick))?,
                 TopKey::Usage => top.usage = map.next_value_seed(Lenient(CountsPick))?,
                 TopKey::Message => {
-                    top.message_usage = map.next_value_seed(Lenient(MessagePick))?;
+                    top.message_usage = map.next_value_seed(Lenient(UsageMember(CountsPick)))?;
                 }
                 TopKey::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -215,26 +207,6 @@ impl<'de> Pick<'de> for DeltaPick {
             }
         }
         Ok(output)
-    }
-}
-
-/// The `message` of `message_start`: only its `usage` matters.
-struct MessagePick;
-
-impl<'de> Pick<'de> for MessagePick {
-    type Out = Option<Counts>;
-
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Counts>, A::Error> {
-        let mut usage = None;
-        while let Some(key) = map.next_key::<MessageKey>()? {
-            match key {
-                MessageKey::Usage => usage = map.next_value_seed(Lenient(CountsPick))?,
-                MessageKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(usage)
     }
 }
 

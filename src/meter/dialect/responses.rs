@@ -99,14 +99,6 @@ enum TopKey {
 
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
-enum ResponseKey {
-    Usage,
-    #[serde(other)]
-    Other,
-}
-
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
 enum UsageKey {
     InputTokens,
     OutputTokens,
@@ -125,33 +117,15 @@ impl<'de> Pick<'de> for TopPick {
             match key {
                 TopKey::Type => top.kind = Kind::of_raw(map.next_value()?),
                 TopKey::Delta => top.delta = is_nonempty_string(map.next_value()?),
-                TopKey::Response => top.usage = map.next_value_seed(Lenient(ResponsePick))?,
+                TopKey::Response => {
+                    top.usage = map.next_value_seed(Lenient(UsageMember(UsagePick)))?;
+                }
                 TopKey::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
         Ok(top)
-    }
-}
-
-/// The `response` object: only its `usage` matters.
-struct ResponsePick;
-
-impl<'de> Pick<'de> for ResponsePick {
-    type Out = Option<Usage>;
-
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Usage>, A::Error> {
-        let mut usage = None;
-        while let Some(key) = map.next_key::<ResponseKey>()? {
-            match key {
-                ResponseKey::Usage => usage = map.next_value_seed(Lenient(UsagePick))?,
-                ResponseKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(usage)
     }
 }
 

@@ -147,10 +147,10 @@ impl Pick<'_> for Flag {
     }
 }
 
-/// A whole response object of which only the top-level `usage` member matters (the non-streaming
-/// answers of the OpenAI, Responses and Anthropic APIs): `usage` is read with the inner pick,
-/// every other member (the generated text above all) is skipped unread. A repeated `usage` key:
-/// the last one wins.
+/// An object of which only its `usage` member matters — a whole non-streaming answer (OpenAI,
+/// Responses, Anthropic), Anthropic's `message_start.message`, the Responses API's final
+/// `response`: `usage` is read with the inner pick, every other member (the generated text above
+/// all) is skipped unread. A repeated `usage` key: the last one wins.
 pub(super) struct UsageMember<P>(pub(super) P);
 
 #[derive(Deserialize)]
