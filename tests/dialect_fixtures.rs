@@ -296,18 +296,6 @@ fn ttft_itl_and_tpot_stamps_one_event_per_frame() {
 
 #[test]
 fn the_wrong_dialect_or_unknown_never_fails() {
-    let all = [
-        Dialect::OpenAiChat,
-        Dialect::OpenAiCompletions,
-        Dialect::OpenAiResponses,
-        Dialect::AnthropicMessages,
-        Dialect::Tgi,
-        Dialect::Triton,
-        Dialect::OllamaChat,
-        Dialect::OllamaGenerate,
-        Dialect::LlamaCpp,
-        Dialect::Unknown,
-    ];
     for case in CASES {
         let (_, framing) = route(case);
         let stream = stream_of(case);
@@ -328,7 +316,7 @@ fn the_wrong_dialect_or_unknown_never_fails() {
             "{}: the unknown dialect still frames every event",
             case.name
         );
-        for dialect in all {
+        for dialect in Dialect::ALL {
             for framing in [Framing::Sse, Framing::NdJson] {
                 // Must not panic; what it finds in a foreign stream does not matter.
                 let _ = meter(dialect, framing, &[&stream], |_| {});

@@ -47,19 +47,6 @@ impl Wake for Ready {
     fn wake(self: Arc<Self>) {}
 }
 
-const DIALECTS: [Dialect; 10] = [
-    Dialect::OpenAiChat,
-    Dialect::OpenAiCompletions,
-    Dialect::OpenAiResponses,
-    Dialect::AnthropicMessages,
-    Dialect::Tgi,
-    Dialect::Triton,
-    Dialect::OllamaChat,
-    Dialect::OllamaGenerate,
-    Dialect::LlamaCpp,
-    Dialect::Unknown,
-];
-
 /// Runs `input`, cut at `cuts`, through a metered body; returns the forwarded bytes and the metrics.
 fn meter(
     input: &[u8],
@@ -160,7 +147,7 @@ proptest! {
     fn random_splits_and_garbage_forward_every_byte_unchanged(
         input in stream(),
         cuts in prop::collection::vec(any::<usize>(), 0..40),
-        dialect in prop::sample::select(DIALECTS.to_vec()),
+        dialect in prop::sample::select(Dialect::ALL.to_vec()),
         ndjson in any::<bool>(),
     ) {
         let framing = if ndjson { Framing::NdJson } else { Framing::Sse };
@@ -173,7 +160,7 @@ proptest! {
     fn pure_garbage_never_panics_and_passes_through(
         input in prop::collection::vec(any::<u8>(), 0..20_000),
         cuts in prop::collection::vec(any::<usize>(), 0..40),
-        dialect in prop::sample::select(DIALECTS.to_vec()),
+        dialect in prop::sample::select(Dialect::ALL.to_vec()),
         ndjson in any::<bool>(),
     ) {
         let framing = if ndjson { Framing::NdJson } else { Framing::Sse };

@@ -72,6 +72,20 @@ pub enum Dialect {
 }
 
 impl Dialect {
+    /// Every dialect, for code and tests that must cover them all.
+    pub const ALL: [Dialect; 10] = [
+        Dialect::OpenAiChat,
+        Dialect::OpenAiCompletions,
+        Dialect::OpenAiResponses,
+        Dialect::AnthropicMessages,
+        Dialect::Tgi,
+        Dialect::Triton,
+        Dialect::OllamaChat,
+        Dialect::OllamaGenerate,
+        Dialect::LlamaCpp,
+        Dialect::Unknown,
+    ];
+
     /// From the request: POST paths `…/chat/completions`, `…/completions` (not chat),
     /// `…/responses`, `…/messages`, `/generate_stream`, `/v2/models/<m>/generate_stream`,
     /// `/api/chat`, `/api/generate`, `/completion` (a gateway prefix before them is allowed, a
@@ -187,5 +201,33 @@ impl Dialect {
             Dialect::LlamaCpp => "llama_cpp",
             Dialect::Unknown => "unknown",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dialect;
+
+    #[test]
+    fn all_lists_every_dialect_once() {
+        // Exhaustive: a new variant does not compile here until it has a slot, and a slot past
+        // the end of `ALL`'s length panics.
+        let slot = |dialect: Dialect| match dialect {
+            Dialect::OpenAiChat => 0,
+            Dialect::OpenAiCompletions => 1,
+            Dialect::OpenAiResponses => 2,
+            Dialect::AnthropicMessages => 3,
+            Dialect::Tgi => 4,
+            Dialect::Triton => 5,
+            Dialect::OllamaChat => 6,
+            Dialect::OllamaGenerate => 7,
+            Dialect::LlamaCpp => 8,
+            Dialect::Unknown => 9,
+        };
+        let mut seen = [0; Dialect::ALL.len()];
+        for dialect in Dialect::ALL {
+            seen[slot(dialect)] += 1;
+        }
+        assert_eq!(seen, [1; Dialect::ALL.len()], "each dialect exactly once");
     }
 }
