@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use http::{HeaderMap, StatusCode};
 
-use super::dialect::{Dialect, Usage};
+use super::dialect::{media_type, Dialect, Usage};
 
 /// The largest non-streaming body whose usage is read (4 MiB: far above any chat answer's JSON,
 /// small enough to hold per request). Past it the body passes through uncounted.
@@ -63,7 +63,7 @@ impl WholeBody {
         let json = headers
             .get(CONTENT_TYPE)
             .and_then(|value| value.to_str().ok())
-            .is_some_and(is_json);
+            .is_some_and(|value| media_type(value).eq_ignore_ascii_case("application/json"));
         let encoded = headers.get(CONTENT_ENCODING).is_some_and(|value| {
             !value
                 .to_str()
@@ -121,16 +121,6 @@ impl Default for WholeBody {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// `application/json`, parameters (`; charset=utf-8`) and case aside.
-fn is_json(content_type: &str) -> bool {
-    content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .eq_ignore_ascii_case("application/json")
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ mod walk;
 pub use framer::{FramedEvent, Framer, Framing};
 pub use ndjson::NdJsonScanner;
 pub use openai::{EventSummary, Usage};
+pub use route::media_type;
 
 /// Which API a stream speaks; chosen per request from method + path (+ response content type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

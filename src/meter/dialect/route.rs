@@ -77,9 +77,15 @@ pub(super) fn triton_model(path: &str) -> Option<&str> {
     (!model.is_empty() && shaped).then_some(model)
 }
 
+/// The media type of a `content-type` value: its parameters (`; charset=utf-8`) and surrounding
+/// spaces removed (compare it case-insensitively).
+pub fn media_type(content_type: &str) -> &str {
+    content_type.split(';').next().unwrap_or_default().trim()
+}
+
 /// See [`Dialect::framing`].
 pub(super) fn framing(content_type: &str) -> Option<Framing> {
-    let media = content_type.split(';').next().unwrap_or_default().trim();
+    let media = media_type(content_type);
     let is = |name: &str| media.eq_ignore_ascii_case(name);
     if is("text/event-stream") {
         Some(Framing::Sse)
