@@ -16,8 +16,12 @@
 //! can only miss, never flag a request that is well framed.
 use memchr::memchr;
 
-/// The HTTP/2 connection preface (h2c with prior knowledge); the auto builder serves those.
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
+/// The HTTP/2 connection preface (RFC 9113 §3.4) an h2c prior-knowledge client sends first;
+/// the server's protocol sniffing uses it too.
+pub const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Its request line, `PRI * HTTP/2.0`: enough to tell, and no HTTP/1 request starts with it.
+const H2_REQUEST_LINE: &[u8] = H2_PREFACE.split_at(14).0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -108,19 +112,21 @@ impl FramingScanner {
                 State::Start => self.start(bytes),
                 State::Head => self.head(bytes),
                 State::Fixed(left) => {
-                    let used = usize::try_from(left).unwrap_or(usize::MAX).min(bytes.len());
-                    self.state = match left - used as u64 {
-                        0 => State::Head,
-                        rest => State::Fixed(rest),
+                    let (used, rest) = skip(left, bytes.len());
+                    self.state = if rest == 0 {
+                        State::Head
+                    } else {
+                        State::Fixed(rest)
                     };
                     used
                 }
                 State::ChunkSize { size, digits, ext } => self.chunk_size(bytes, size, digits, ext),
                 State::ChunkData(left) => {
-                    let used = usize::try_from(left).unwrap_or(usize::MAX).min(bytes.len());
-                    self.state = match left - used as u64 {
-                        0 => State::ChunkEnd { cr: false },
-                        rest => State::ChunkData(rest),
+                    let (used, rest) = skip(left, bytes.len());
+                    self.state = if rest == 0 {
+                        State::ChunkEnd { cr: false }
+                    } else {
+                        State::ChunkData(rest)
                     };
                     used
                 }
@@ -145,9 +151,9 @@ impl FramingScanner {
 
     fn start(&mut self, bytes: &[u8]) -> usize {
         let seen = self.carry.len();
-        let want = H2_PREFACE.len() - seen;
+        let want = H2_REQUEST_LINE.len() - seen;
         let take = want.min(bytes.len());
-        let is_prefix = H2_PREFACE[seen..seen + take] == bytes[..take];
+        let is_prefix = H2_REQUEST_LINE[seen..seen + take] == bytes[..take];
         if !is_prefix {
             // An HTTP/1 request: what was held back is the start of its head.
             self.state = State::Head;
@@ -291,6 +297,13 @@ impl FramingScanner {
         self.state = State::Trailers(line);
         bytes.len()
     }
+}
+
+/// Of `left` body bytes still to come, how many of the `available` ones are used, and how many are
+/// still to come after them.
+fn skip(left: u64, available: usize) -> (usize, u64) {
+    let used = usize::try_from(left).map_or(available, |left| left.min(available));
+    (used, left - used as u64)
 }
 
 /// The length of the head in `bytes` (through its empty line), searching for line ends from

@@ -9,8 +9,7 @@
 //! `peek` leaves the bytes in the socket, so hyper's first read gets the whole head.
 use tokio::net::TcpStream;
 
-/// The HTTP/2 connection preface (RFC 9113 §3.4) that an h2c prior-knowledge client sends first.
-const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+use crate::framing::scan::H2_PREFACE;
 
 /// Waits for the connection's first bytes and says whether they rule out HTTP/2: `false` for the
 /// preface, a prefix of it (a client that sent only `P` so far), an empty read (the peer closed)
