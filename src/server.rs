@@ -203,7 +203,6 @@ impl Server {
                     let framing = ConnectionFraming::new();
                     let io_framing = Arc::clone(&framing);
                     let max_head = self.config.server.max_header_bytes;
-                    // hyper's head timeout starts with hyper: the first byte gets the same limit.
                     let first_byte_timeout = self.config.server.header_read_timeout;
                     let service = stack.clone().map_request(move |mut req: Request<Incoming>| {
                         req.extensions_mut().insert(ClientAddr(peer));
@@ -217,15 +216,9 @@ impl Server {
                     let mut stopping = stopping.clone();
                     connections.spawn(async move {
                         let _permit = permit;
-                        let http1 = tokio::select! {
-                            sniffed = tokio::time::timeout(first_byte_timeout, sniff::speaks_http1(&stream)) => match sniffed {
-                                Ok(http1) => http1,
-                                Err(_elapsed) => {
-                                    tracing::debug!(%peer, "no byte within header_read_timeout: closed");
-                                    return;
-                                }
-                            },
-                            _ = stopping.wait_for(|stop| *stop) => return,
+                        let Some(http1) = sniff::first_bytes(&stream, first_byte_timeout, &mut stopping).await else {
+                            tracing::debug!(%peer, "no byte before header_read_timeout or shutdown: closed");
+                            return;
                         };
                         let builder = if http1 { &builders.http1 } else { &builders.auto };
                         let io = GuardedStream::new(stream, io_framing, max_head);

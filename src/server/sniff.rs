@@ -7,9 +7,26 @@
 //! `Vec`'s doubling makes it 16 KiB for the life of the connection. Measured with the overhead
 //! harness (`--idle-streams 4000`, release build): 41.0 -> 36.1 KiB of proxy RSS per idle stream.
 //! `peek` leaves the bytes in the socket, so hyper's first read gets the whole head.
+use std::time::Duration;
+
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 
 use crate::framing::scan::H2_PREFACE;
+
+/// [`speaks_http1`] for a new connection, bounded: `None` when no byte came within `timeout`
+/// (hyper's own head timeout only starts once hyper reads, so the first byte gets the same
+/// limit here) or the server began shutting down first; the connection is then dropped.
+pub(super) async fn first_bytes(
+    stream: &TcpStream,
+    timeout: Duration,
+    stopping: &mut watch::Receiver<bool>,
+) -> Option<bool> {
+    tokio::select! {
+        sniffed = tokio::time::timeout(timeout, speaks_http1(stream)) => sniffed.ok(),
+        _ = stopping.wait_for(|stop| *stop) => None,
+    }
+}
 
 /// Waits for the connection's first bytes and says whether they rule out HTTP/2: `false` for the
 /// preface, a prefix of it (a client that sent only `P` so far), an empty read (the peer closed)
