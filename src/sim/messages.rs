@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use serde::Deserialize;
 
-use super::request::{BadRequest, SimRequest};
+use super::request::{BadRequest, Content, SimRequest};
 use super::scheduler::Progress;
 use super::stream::{json_string, tokens_text, Endpoint, UsageOptions};
 use super::tokenizer::count_chat_tokens;
@@ -41,32 +41,6 @@ struct Message {
     role: String,
     #[serde(default)]
     content: Option<Content>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Content {
-    Text(String),
-    Blocks(Vec<Block>),
-}
-
-#[derive(Deserialize)]
-struct Block {
-    #[serde(default)]
-    text: Option<String>,
-}
-
-impl Content {
-    fn text(self) -> String {
-        match self {
-            Content::Text(text) => text,
-            Content::Blocks(blocks) => blocks
-                .into_iter()
-                .filter_map(|b| b.text)
-                .collect::<Vec<_>>()
-                .join(" "),
-        }
-    }
 }
 
 /// Parses a `/v1/messages` request body.
@@ -96,12 +70,13 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, BadRequest> {
         ));
     }
     let texts: Vec<String> = system
+        .as_ref()
         .map(Content::text)
         .into_iter()
         .chain(
             messages
                 .into_iter()
-                .map(|m| m.content.map(Content::text).unwrap_or_default()),
+                .map(|m| m.content.as_ref().map(Content::text).unwrap_or_default()),
         )
         .collect();
     Ok(SimRequest {

@@ -66,17 +66,33 @@ struct Message {
     content: Option<Content>,
 }
 
+/// Message content as the chat, Responses and Messages APIs all send it: a string, or a list of
+/// parts (text parts carry `text`; images and the like count for nothing).
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Content {
+pub(super) enum Content {
     Text(String),
     Parts(Vec<Part>),
 }
 
 #[derive(Deserialize)]
-struct Part {
+pub(super) struct Part {
     #[serde(default)]
     text: Option<String>,
+}
+
+impl Content {
+    /// The text the model reads: the string, or the parts' texts joined by spaces.
+    pub(super) fn text(&self) -> String {
+        match self {
+            Content::Text(text) => text.clone(),
+            Content::Parts(parts) => parts
+                .iter()
+                .filter_map(|part| part.text.as_deref())
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
 }
 
 /// A completions prompt: text, several texts (their lengths add up: the sim serves one
@@ -110,15 +126,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<SimRequest, BadRequest> 
             }
             let texts: Vec<String> = messages
                 .iter()
-                .map(|m| match &m.content {
-                    None => String::new(),
-                    Some(Content::Text(text)) => text.clone(),
-                    Some(Content::Parts(parts)) => parts
-                        .iter()
-                        .filter_map(|p| p.text.as_deref())
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                })
+                .map(|m| m.content.as_ref().map(Content::text).unwrap_or_default())
                 .collect();
             count_chat_tokens(texts.iter().map(String::as_str))
         }

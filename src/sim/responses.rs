@@ -19,7 +19,7 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use serde::Deserialize;
 
-use super::request::{BadRequest, SimRequest, DEFAULT_MAX_TOKENS};
+use super::request::{BadRequest, Content, SimRequest, DEFAULT_MAX_TOKENS};
 use super::scheduler::Progress;
 use super::stream::{json_string, tokens_text, Endpoint, UsageOptions};
 use super::tokenizer::count_chat_tokens;
@@ -51,19 +51,6 @@ struct Item {
     content: Option<Content>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Content {
-    Text(String),
-    Parts(Vec<Part>),
-}
-
-#[derive(Deserialize)]
-struct Part {
-    #[serde(default)]
-    text: Option<String>,
-}
-
 /// Parses a `/v1/responses` request body.
 pub fn parse(body: &[u8]) -> Result<SimRequest, BadRequest> {
     let body: Body = super::request::from_json(body)?;
@@ -82,17 +69,11 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, BadRequest> {
             if items.is_empty() {
                 return Err(BadRequest("input: must not be empty".to_owned()));
             }
-            texts.extend(items.into_iter().map(|item| {
-                match item.content {
-                    None => String::new(),
-                    Some(Content::Text(text)) => text,
-                    Some(Content::Parts(parts)) => parts
-                        .into_iter()
-                        .filter_map(|p| p.text)
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                }
-            }));
+            texts.extend(
+                items
+                    .into_iter()
+                    .map(|item| item.content.as_ref().map(Content::text).unwrap_or_default()),
+            );
         }
     }
     let max_tokens = max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
