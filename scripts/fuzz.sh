@@ -12,11 +12,11 @@ cd "$(dirname "$0")/.."
 seconds="${FUZZ_SECONDS:-60}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(sse_meter prompt_extract request_framing)
+    targets=(sse_meter prompt_extract request_framing upstream_response)
 fi
 export RUSTC_BOOTSTRAP=1
 # Seed corpora from the byte-exact stream fixtures and a few request bodies.
-mkdir -p fuzz/corpus/sse_meter fuzz/corpus/prompt_extract fuzz/corpus/request_framing
+mkdir -p fuzz/corpus/sse_meter fuzz/corpus/prompt_extract fuzz/corpus/request_framing fuzz/corpus/upstream_response
 for fixture in ../shared/fixtures/*.sse ../shared/fixtures/*.ndjson tests/fixtures/*.sse; do
     [ -f "$fixture" ] || continue
     # Selector byte 0 (OpenAI chat, SSE) and a 7-byte frame step, then the stream.
@@ -26,6 +26,8 @@ printf '%s' '{"model":"m","stream":true,"messages":[{"role":"user","content":"Hi
 printf '%s' '{"model":"m","prompt":[1,2,3],"stream":true,"stream_options":{"include_usage":false}}' > fuzz/corpus/prompt_extract/completions.json
 # Cut byte, then a pipeline: a content-length request, a chunked one with a trailer, a smuggling one.
 printf '\x21POST /v1/completions HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2;x\r\n{}\r\n0\r\nT: 1\r\n\r\nPOST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n' > fuzz/corpus/request_framing/pipeline.http
+# Cut byte, then a vLLM stream response: interim 100, chunked SSE with an extension and a trailer.
+printf '\x40HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\ne;x=1\r\ndata: {"a":1}\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\nT: 1\r\n\r\n' > fuzz/corpus/upstream_response/stream.http
 for target in "${targets[@]}"; do
     echo "== fuzzing $target for ${seconds}s"
     cargo fuzz run --fuzz-dir fuzz "$target" "fuzz/corpus/$target" -- \

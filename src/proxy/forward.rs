@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use http::uri::{PathAndQuery, Uri};
 use http::{Request, Response, Version};
-use hyper_util::client::legacy::Error as ClientError;
 use tokio::time::Instant;
 use tower::Service;
 
 use super::client::UpstreamClient;
+use super::h1::Error as ClientError;
 use super::timeout::InFlight;
 use super::{headers, ClientAddr, ProxyError, RequestBody, Target, TimeoutBody, UpstreamBody};
 use crate::config::UpstreamConfig;
@@ -110,14 +110,14 @@ impl Forward {
 }
 
 /// Maps a client error to what the proxy reports: connect failures (and their timeouts) apart from
-/// failures after the connection was made.
+/// failures after the connection was made. The client's errors carry their causes in their text.
 fn classify(target: &Target, err: &ClientError) -> ProxyError {
-    let detail = error_chain(err);
+    let detail = err.to_string();
     if err.is_connect() {
         ProxyError::Connect {
             backend: target.label.clone(),
             detail,
-            timed_out: is_timed_out(err),
+            timed_out: err.is_connect_timeout(),
         }
     } else {
         ProxyError::Upstream {
@@ -125,32 +125,4 @@ fn classify(target: &Target, err: &ClientError) -> ProxyError {
             detail,
         }
     }
-}
-
-/// Whether an `io::Error` of kind `TimedOut` is among the error's sources (the connector's connect
-/// timeout is reported that way, with "deadline has elapsed" as its text).
-fn is_timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(err);
-    while let Some(cause) = source {
-        if cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-        {
-            return true;
-        }
-        source = cause.source();
-    }
-    false
-}
-
-/// The error and its sources, `: `-joined, for messages that say what actually happened.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -8,6 +8,7 @@ pub mod body;
 pub mod client;
 pub mod error;
 pub mod forward;
+pub mod h1;
 pub mod headers;
 pub mod timeout;
 pub mod upstream;
@@ -18,9 +19,9 @@ pub use forward::Forward;
 pub use timeout::{BodyError, BodyGuard, InFlight, TimeoutBody};
 pub use upstream::{Target, Upstreams};
 
-/// The body of an upstream response as it leaves the proxy layer: hyper's body under the idle and
-/// total timeouts.
-pub type UpstreamBody = TimeoutBody<hyper::body::Incoming>;
+/// The body of an upstream response as it leaves the proxy layer: read off the upstream
+/// connection, under the idle and total timeouts.
+pub type UpstreamBody = TimeoutBody<h1::ResponseBody>;
 
 /// The peer address of the client connection, put in the request extensions by the server.
 #[derive(Debug, Clone, Copy)]

@@ -21,7 +21,7 @@ use tokio::time::{Instant, Sleep};
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
     #[error("upstream body error: {0}")]
-    Upstream(#[from] hyper::Error),
+    Upstream(#[from] super::h1::ReadError),
     #[error("upstream sent no body frame for {0:?}")]
     IdleTimeout(Duration),
     #[error("request exceeded the total timeout of {0:?}")]
@@ -90,7 +90,7 @@ impl<B> TimeoutBody<B> {
 
 impl<B> Body for TimeoutBody<B>
 where
-    B: Body<Data = Bytes, Error = hyper::Error> + Unpin,
+    B: Body<Data = Bytes, Error = super::h1::ReadError> + Unpin,
 {
     type Data = Bytes;
     type Error = BodyError;

@@ -1,0 +1,197 @@
+//! tokenmeter's HTTP/1.1 client to upstreams: keep-alive pooled, one task per exchange.
+//!
+//! Why not hyper-util's pooled client: it runs every upstream connection as a task of its own
+//! and hands each body frame to the forwarding task through a channel, so every token chunk
+//! costs a read in one task, a wake-up, and a write in another; that hand-off was the largest
+//! user-space cost of forwarding a chunk, and its per-connection channel and buffers most of an
+//! idle stream's memory (docs/performance.md). Here the forwarding task reads the socket itself
+//! ([`ResponseBody`]). The server side, where clients connect, stays hyper.
+//!
+//! What it speaks: HTTP/1.1 in origin form, `content-length` or chunked request bodies, every
+//! response framing of RFC 9112 §6.3 (length, chunked, until close, none), interim 1xx responses
+//! skipped. Heads are parsed by `httparse`, hyper's own parser. Not spoken: TLS, HTTP/2 to
+//! upstreams, protocol upgrades (the forwarder strips `upgrade`).
+//!
+//! ```text
+//! request ──▶ pool.checkout(authority) ─(none)─▶ connect (timeout, TCP_NODELAY)
+//!         ──▶ write head + body ──▶ read head (1xx skipped) ──▶ Response<ResponseBody>
+//!                         body read to its end on keep-alive ──▶ pool.checkin
+//! ```
+mod body;
+pub mod chunked;
+mod conn;
+mod encode;
+pub mod head;
+mod pool;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::uri::Authority;
+use http::{Request, Response};
+use tokio::net::TcpStream;
+
+pub use body::{ReadError, ResponseBody};
+pub use encode::WriteError;
+pub use head::HeadError;
+
+use crate::config::UpstreamConfig;
+use crate::proxy::RequestBody;
+use conn::Conn;
+use head::Head;
+use pool::Pool;
+
+/// Why an exchange produced no response head.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("tcp connect error: {0}")]
+    Connect(std::io::Error),
+    #[error("tcp connect error: timed out after {0:?}")]
+    ConnectTimeout(Duration),
+    #[error("the upstream URI {0:?} has no authority or is not http://")]
+    Uri(String),
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error("reading the response head: {0}")]
+    Read(std::io::Error),
+    #[error("the upstream closed the connection before sending a complete response head")]
+    ClosedBeforeHead,
+    #[error(transparent)]
+    Head(#[from] HeadError),
+}
+
+impl Error {
+    /// The connection could not be made (nothing was sent).
+    pub fn is_connect(&self) -> bool {
+        matches!(self, Error::Connect(_) | Error::ConnectTimeout(_))
+    }
+
+    /// The connect timed out (ours, or the kernel's `ETIMEDOUT`).
+    pub fn is_connect_timeout(&self) -> bool {
+        match self {
+            Error::ConnectTimeout(_) => true,
+            Error::Connect(err) => err.kind() == std::io::ErrorKind::TimedOut,
+            _ => false,
+        }
+    }
+}
+
+/// The shared upstream client (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct Client {
+    pool: Pool,
+    connect_timeout: Duration,
+}
+
+impl Client {
+    pub fn new(config: &UpstreamConfig) -> Self {
+        Self {
+            pool: Pool::new(config.pool_idle_timeout, config.pool_max_idle_per_host),
+            connect_timeout: config.connect_timeout,
+        }
+    }
+
+    /// Sends `req` (absolute URI: `http://authority/path`) and returns the response once its
+    /// head arrived. A request on a pooled connection that the upstream closed meanwhile (no
+    /// response byte came back) is sent again on a new connection when its body is buffered.
+    pub async fn request(
+        &self,
+        req: Request<RequestBody>,
+    ) -> Result<Response<ResponseBody>, Error> {
+        let (parts, body) = req.into_parts();
+        let authority = match (parts.uri.scheme_str(), parts.uri.authority()) {
+            (Some("http") | None, Some(authority)) => authority.clone(),
+            _ => return Err(Error::Uri(parts.uri.to_string())),
+        };
+        let key: Arc<str> = Arc::from(authority.as_str());
+        let head = encode::head(&parts, key.as_ref(), &body);
+        let replay = match &body {
+            RequestBody::Buffered(bytes) => Some(bytes.clone()),
+            RequestBody::Streaming(_) => None,
+        };
+        let (conn, response) = match self.pool.checkout(&key) {
+            Some(conn) => match exchange(conn, &parts.method, head.clone(), body).await {
+                Err(failure) if failure.may_retry && replay.is_some() => {
+                    let body = RequestBody::Buffered(replay.unwrap_or_default());
+                    let conn = self.connect(&authority, key).await?;
+                    exchange(conn, &parts.method, head, body).await
+                }
+                result => result,
+            },
+            None => {
+                let conn = self.connect(&authority, key).await?;
+                exchange(conn, &parts.method, head, body).await
+            }
+        }
+        .map_err(|failure| failure.error)?;
+        let Head {
+            response,
+            framing,
+            keep_alive,
+        } = response;
+        let body = ResponseBody::new(conn, framing, keep_alive, self.pool.clone());
+        Ok(response.map(|()| body))
+    }
+
+    async fn connect(&self, authority: &Authority, key: Arc<str>) -> Result<Conn, Error> {
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let port = authority.port_u16().unwrap_or(80);
+        let io = tokio::time::timeout(self.connect_timeout, TcpStream::connect((host, port)))
+            .await
+            .map_err(|_| Error::ConnectTimeout(self.connect_timeout))?
+            .map_err(Error::Connect)?;
+        // A token chunk must not wait for Nagle's algorithm.
+        io.set_nodelay(true).map_err(Error::Connect)?;
+        Ok(Conn::new(io, key))
+    }
+
+    /// Idle pooled connections to `authority` (tests).
+    pub fn idle_connections(&self, authority: &str) -> usize {
+        self.pool.idle_count(authority)
+    }
+}
+
+/// A failed exchange, and whether it failed the way a pooled connection closed by the upstream
+/// fails: on a reused connection, with no byte of a response received.
+struct Failure {
+    error: Error,
+    may_retry: bool,
+}
+
+/// Writes the request and reads the response head on `conn`.
+async fn exchange(
+    mut conn: Conn,
+    method: &http::Method,
+    head: Vec<u8>,
+    body: RequestBody,
+) -> Result<(Conn, Head), Failure> {
+    let reused = conn.reused;
+    let fail = |error: Error, nothing_back: bool| Failure {
+        may_retry: reused && nothing_back,
+        error,
+    };
+    if let Err(err) = encode::write(&mut conn.io, method, head, body).await {
+        let io_failure = matches!(err, WriteError::Io(_));
+        return Err(fail(err.into(), io_failure));
+    }
+    let mut received = false;
+    loop {
+        match head::parse(&mut conn.buf, method) {
+            Ok(Some(head)) => return Ok((conn, head)),
+            Ok(None) => {}
+            Err(err) => return Err(fail(err.into(), false)),
+        }
+        match conn.fill().await {
+            Ok(0) => return Err(fail(Error::ClosedBeforeHead, !received)),
+            Ok(_) => received = true,
+            Err(err) => return Err(fail(Error::Read(err), !received)),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "h1/tests.rs"]
+mod tests;

@@ -1,0 +1,88 @@
+//! One upstream TCP connection and the bytes read from it that nobody consumed yet.
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::BytesMut;
+use tokio::net::TcpStream;
+
+/// The read buffer's first size. Token chunks are a few hundred bytes, response heads under one
+/// KiB: 4 KiB holds a head and many chunks, and is what an idle stream keeps.
+const FIRST_READ: usize = 4096;
+/// The largest single read, reached by doubling while reads fill the buffer (a large JSON answer).
+const MAX_READ: usize = 64 * 1024;
+/// Below this much free space the buffer is renewed (reclaimed in place once every frame split
+/// off it was written and dropped, which in the steady state is always: no allocation per chunk).
+const MIN_SPARE: usize = 512;
+
+/// An upstream connection.
+#[derive(Debug)]
+pub struct Conn {
+    pub io: TcpStream,
+    /// Bytes read and not yet consumed: the rest of a head, chunk framing, body data.
+    pub buf: BytesMut,
+    /// The pool key (the authority) it returns to.
+    pub key: Arc<str>,
+    /// Whether it came from the pool (an exchange on it may fail because the upstream closed it
+    /// while it was idle, and is then retried on a new connection).
+    pub reused: bool,
+    next_read: usize,
+}
+
+impl Conn {
+    pub fn new(io: TcpStream, key: Arc<str>) -> Self {
+        Self {
+            io,
+            buf: BytesMut::new(),
+            key,
+            reused: false,
+            next_read: FIRST_READ,
+        }
+    }
+
+    /// Reads what the socket has into `buf`; `Ok(0)` is the upstream's end of stream.
+    pub fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let spare = self.buf.capacity() - self.buf.len();
+        if spare < MIN_SPARE {
+            // Asks for `next_read` in all, what is unconsumed included: a buffer whose frames
+            // were all dropped then fits in its own allocation (bytes moves the rest to the
+            // front) instead of growing by a whole `next_read` each time.
+            let want = self.next_read.max(self.buf.len() + MIN_SPARE);
+            self.buf.reserve(want - self.buf.len());
+        }
+        let spare = self.buf.capacity() - self.buf.len();
+        // tokio's `poll_read` (under this) clears the socket's readiness after a short read, so
+        // the next poll of a paced stream waits for the reactor instead of trying a read syscall.
+        let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf);
+        if let Poll::Ready(Ok(n)) = read {
+            if n == spare {
+                self.next_read = (self.next_read * 2).min(MAX_READ);
+            }
+        }
+        read
+    }
+
+    /// [`Self::poll_fill`] as a future.
+    pub async fn fill(&mut self) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_fill(cx)).await
+    }
+
+    /// Whether an idle connection is still usable: nothing arrived on it (no FIN, no stray
+    /// byte). It is one non-blocking read attempt.
+    pub fn is_reusable(&mut self) -> bool {
+        let mut cx = Context::from_waker(noop_waker());
+        self.buf.is_empty() && self.poll_fill(&mut cx).is_pending()
+    }
+}
+
+/// A waker for a look nobody waits on (the read interest it registers is replaced by the next
+/// real poll). `Waker::noop` needs Rust 1.85; the crate's minimum is older.
+fn noop_waker() -> &'static std::task::Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    static WAKER: std::sync::OnceLock<std::task::Waker> = std::sync::OnceLock::new();
+    WAKER.get_or_init(|| std::task::Waker::from(Arc::new(Noop)))
+}

@@ -1,0 +1,150 @@
+//! Writing a request to an upstream: the head in origin form, then the body, framed by
+//! `content-length` when its size is known and `transfer-encoding: chunked` otherwise.
+use std::io::Write;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap};
+use http::request::Parts;
+use http::Method;
+use http_body::Body;
+use http_body_util::BodyExt;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::proxy::RequestBody;
+
+/// A buffered body up to this size goes out in the same write as the head (one segment).
+const COALESCE_BODY: usize = 64 * 1024;
+
+/// Why a request could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("writing the request upstream: {0}")]
+    Io(std::io::Error),
+    #[error("reading the request body from the client: {0}")]
+    ClientBody(hyper::Error),
+    #[error("the request body did not match its content-length")]
+    LengthMismatch,
+}
+
+/// How the body is delimited on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyFraming {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// Encodes the request head. `host` is set to `authority` when the request has none (the
+/// forwarder moves the client's to `x-forwarded-host`); the body's own framing replaces any
+/// `content-length` / `transfer-encoding` the client sent.
+pub fn head(parts: &Parts, authority: &str, body: &RequestBody) -> Vec<u8> {
+    let framing = framing(&parts.method, body);
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", http::uri::PathAndQuery::as_str);
+    let mut out = Vec::with_capacity(256 + header_bytes(&parts.headers));
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "{} {} HTTP/1.1\r\n", parts.method, path);
+    if !parts.headers.contains_key(header::HOST) {
+        let _ = write!(out, "host: {authority}\r\n");
+    }
+    for (name, value) in &parts.headers {
+        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    match framing {
+        BodyFraming::None => {}
+        BodyFraming::Length(n) => {
+            let _ = write!(out, "content-length: {n}\r\n");
+        }
+        BodyFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Writes `head` and the body.
+pub async fn write(
+    io: &mut TcpStream,
+    method: &Method,
+    mut head: Vec<u8>,
+    body: RequestBody,
+) -> Result<(), WriteError> {
+    let framing = framing(method, &body);
+    match body {
+        RequestBody::Buffered(bytes) if bytes.len() <= COALESCE_BODY => {
+            head.extend_from_slice(&bytes);
+            io.write_all(&head).await.map_err(WriteError::Io)?;
+        }
+        RequestBody::Buffered(bytes) => {
+            io.write_all(&head).await.map_err(WriteError::Io)?;
+            io.write_all(&bytes).await.map_err(WriteError::Io)?;
+        }
+        RequestBody::Streaming(mut incoming) => {
+            io.write_all(&head).await.map_err(WriteError::Io)?;
+            let mut sent: u64 = 0;
+            while let Some(frame) = incoming.frame().await {
+                let frame = frame.map_err(WriteError::ClientBody)?;
+                // Trailers of a streamed request are dropped (HTTP/1.1 upstreams rarely read them).
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                if data.is_empty() {
+                    continue;
+                }
+                sent += data.len() as u64;
+                match framing {
+                    BodyFraming::Chunked => write_chunk(io, &data).await,
+                    _ => io.write_all(&data).await,
+                }
+                .map_err(WriteError::Io)?;
+            }
+            match framing {
+                BodyFraming::Chunked => io.write_all(b"0\r\n\r\n").await.map_err(WriteError::Io)?,
+                BodyFraming::Length(n) if n != sent => return Err(WriteError::LengthMismatch),
+                BodyFraming::None if sent != 0 => return Err(WriteError::LengthMismatch),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn write_chunk(io: &mut TcpStream, data: &Bytes) -> std::io::Result<()> {
+    let mut size = Vec::with_capacity(20);
+    let _ = write!(size, "{:x}\r\n", data.len());
+    io.write_all(&size).await?;
+    io.write_all(data).await?;
+    io.write_all(b"\r\n").await
+}
+
+/// A known size is sent as `content-length` (none at all for an empty body on a method that
+/// has no body by definition); an unknown one as chunked.
+fn framing(method: &Method, body: &RequestBody) -> BodyFraming {
+    match body.size_hint().exact() {
+        Some(0)
+            if matches!(
+                *method,
+                Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS | Method::TRACE
+            ) =>
+        {
+            BodyFraming::None
+        }
+        Some(n) => BodyFraming::Length(n),
+        None => BodyFraming::Chunked,
+    }
+}
+
+fn header_bytes(headers: &HeaderMap) -> usize {
+    headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum()
+}
