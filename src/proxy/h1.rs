@@ -9,7 +9,8 @@
 //!
 //! What it speaks: HTTP/1.1 in origin form, `content-length` or chunked request bodies, every
 //! response framing of RFC 9112 §6.3 (length, chunked, until close, none), interim 1xx responses
-//! skipped. Heads are parsed by `httparse`, hyper's own parser. Not spoken: TLS, HTTP/2 to
+//! skipped, a response that comes before the request body was sent whole (the connection is then
+//! not reused). Heads are parsed by `httparse`, hyper's own parser. Not spoken: TLS, HTTP/2 to
 //! upstreams, protocol upgrades (the forwarder strips `upgrade`).
 //!
 //! ```text
@@ -161,7 +162,9 @@ struct Failure {
     may_retry: bool,
 }
 
-/// Writes the request and reads the response head on `conn`.
+/// Writes the request and reads the response head on `conn`. The head is read while the body is
+/// still being written: an upstream may answer (a 413, a 401) without reading a large upload, and
+/// that answer is what the client gets, on a connection then not reused.
 async fn exchange(
     mut conn: Conn,
     method: &http::Method,
@@ -173,21 +176,57 @@ async fn exchange(
         may_retry: reused && nothing_back,
         error,
     };
-    if let Err(err) = encode::write(&mut conn.io, method, head, body).await {
-        let io_failure = matches!(err, WriteError::Io(_));
-        return Err(fail(err.into(), io_failure));
+    // The `Some(Ok)` of `sent`: the whole request is sent; `Some(Err)`: sending failed (the
+    // head may still come, say a 413 before the upstream closed).
+    let (outcome, sent) = {
+        let (mut reader, mut writer) = conn.split();
+        let write = encode::write(&mut writer, method, head, body);
+        let read = read_head(&mut reader, method);
+        tokio::pin!(write, read);
+        let mut sent: Option<Result<(), WriteError>> = None;
+        loop {
+            tokio::select! {
+                biased;
+                result = &mut write, if sent.is_none() => match result {
+                    Err(err) if !matches!(err, WriteError::Io(_)) => {
+                        return Err(fail(err.into(), false));
+                    }
+                    result => sent = Some(result),
+                },
+                outcome = &mut read => break (outcome, sent),
+            }
+        }
+    };
+    match (outcome, sent) {
+        (Ok(head), Some(Ok(()))) => Ok((conn, head)),
+        // Answered before the request was sent whole: where the next request would start on
+        // this connection is unknown, so it is not reused.
+        (Ok(mut head), _) => {
+            head.keep_alive = false;
+            Ok((conn, head))
+        }
+        (Err((_, received)), Some(Err(err))) => Err(fail(err.into(), !received)),
+        (Err((err, received)), _) => Err(fail(err, !received)),
     }
+}
+
+/// Reads until a whole (final) response head is in the buffer; the error says whether any byte
+/// of a response had come.
+async fn read_head(
+    reader: &mut conn::Reader<'_>,
+    method: &http::Method,
+) -> Result<Head, (Error, bool)> {
     let mut received = false;
     loop {
-        match head::parse(&mut conn.buf, method) {
-            Ok(Some(head)) => return Ok((conn, head)),
+        match head::parse(reader.buf, method) {
+            Ok(Some(head)) => return Ok(head),
             Ok(None) => {}
-            Err(err) => return Err(fail(err.into(), false)),
+            Err(err) => return Err((err.into(), true)),
         }
-        match conn.fill().await {
-            Ok(0) => return Err(fail(Error::ClosedBeforeHead, !received)),
+        match reader.fill().await {
+            Ok(0) => return Err((Error::ClosedBeforeHead, received)),
             Ok(_) => received = true,
-            Err(err) => return Err(fail(Error::Read(err), !received)),
+            Err(err) => return Err((Error::Read(err), received)),
         }
     }
 }

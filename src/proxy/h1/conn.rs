@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
+use tokio::io::AsyncRead;
+use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 
 /// The read buffer's first size. A response head and a token chunk are a few hundred bytes each;
@@ -44,29 +46,19 @@ impl Conn {
 
     /// Reads what the socket has into `buf`; `Ok(0)` is the upstream's end of stream.
     pub fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let spare = self.buf.capacity() - self.buf.len();
-        if spare < MIN_SPARE {
-            // Asks for `next_read` in all, what is unconsumed included: a buffer whose frames
-            // were all dropped then fits in its own allocation (bytes moves the rest to the
-            // front) instead of growing by a whole `next_read` each time.
-            let want = self.next_read.max(self.buf.len() + MIN_SPARE);
-            self.buf.reserve(want - self.buf.len());
-        }
-        let spare = self.buf.capacity() - self.buf.len();
-        // tokio's `poll_read` (under this) clears the socket's readiness after a short read, so
-        // the next poll of a paced stream waits for the reactor instead of trying a read syscall.
-        let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.buf);
-        if let Poll::Ready(Ok(n)) = read {
-            if n == spare {
-                self.next_read = (self.next_read * 2).min(MAX_READ);
-            }
-        }
-        read
+        poll_fill(&mut self.io, &mut self.buf, &mut self.next_read, cx)
     }
 
-    /// [`Self::poll_fill`] as a future.
-    pub async fn fill(&mut self) -> io::Result<usize> {
-        std::future::poll_fn(|cx| self.poll_fill(cx)).await
+    /// The connection as a reader (with its buffer) and a writer that can be used at once: the
+    /// response head is read while the request body is still being written.
+    pub fn split(&mut self) -> (Reader<'_>, WriteHalf<'_>) {
+        let (read, write) = self.io.split();
+        let reader = Reader {
+            io: read,
+            buf: &mut self.buf,
+            next_read: &mut self.next_read,
+        };
+        (reader, write)
     }
 
     /// Whether an idle connection is still usable: nothing arrived on it (no FIN, no stray
@@ -75,6 +67,48 @@ impl Conn {
         let mut cx = Context::from_waker(noop_waker());
         self.buf.is_empty() && self.poll_fill(&mut cx).is_pending()
     }
+}
+
+/// The reading side of a [`Conn::split`].
+pub struct Reader<'a> {
+    io: ReadHalf<'a>,
+    pub buf: &'a mut BytesMut,
+    next_read: &'a mut usize,
+}
+
+impl Reader<'_> {
+    /// [`Conn::poll_fill`] as a future.
+    pub async fn fill(&mut self) -> io::Result<usize> {
+        std::future::poll_fn(|cx| poll_fill(&mut self.io, self.buf, self.next_read, cx)).await
+    }
+}
+
+/// Reads what `io` has into `buf`, renewing the buffer when it is nearly full; `Ok(0)` is the end
+/// of stream.
+fn poll_fill<R: AsyncRead + Unpin>(
+    io: &mut R,
+    buf: &mut BytesMut,
+    next_read: &mut usize,
+    cx: &mut Context<'_>,
+) -> Poll<io::Result<usize>> {
+    let spare = buf.capacity() - buf.len();
+    if spare < MIN_SPARE {
+        // Asks for `next_read` in all, what is unconsumed included: a buffer whose frames were
+        // all dropped then fits in its own allocation (bytes moves the rest to the front)
+        // instead of growing by a whole `next_read` each time.
+        let want = (*next_read).max(buf.len() + MIN_SPARE);
+        buf.reserve(want - buf.len());
+    }
+    let spare = buf.capacity() - buf.len();
+    // tokio's `poll_read` (under this) clears the socket's readiness after a short read, so the
+    // next poll of a paced stream waits for the reactor instead of trying a read syscall.
+    let read = tokio_util::io::poll_read_buf(Pin::new(io), cx, buf);
+    if let Poll::Ready(Ok(n)) = read {
+        if n == spare {
+            *next_read = (*next_read * 2).min(MAX_READ);
+        }
+    }
+    read
 }
 
 /// A waker for a look nobody waits on (the read interest it registers is replaced by the next

@@ -8,8 +8,7 @@ use http::request::Parts;
 use http::Method;
 use http_body::Body;
 use http_body_util::BodyExt;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::proxy::RequestBody;
 
@@ -71,8 +70,8 @@ pub fn head(parts: &Parts, authority: &str, body: &RequestBody) -> Vec<u8> {
 }
 
 /// Writes `head` and the body.
-pub async fn write(
-    io: &mut TcpStream,
+pub async fn write<W: AsyncWrite + Unpin>(
+    io: &mut W,
     method: &Method,
     mut head: Vec<u8>,
     body: RequestBody,
@@ -117,7 +116,7 @@ pub async fn write(
     Ok(())
 }
 
-async fn write_chunk(io: &mut TcpStream, data: &Bytes) -> std::io::Result<()> {
+async fn write_chunk<W: AsyncWrite + Unpin>(io: &mut W, data: &Bytes) -> std::io::Result<()> {
     let mut size = Vec::with_capacity(20);
     let _ = write!(size, "{:x}\r\n", data.len());
     io.write_all(&size).await?;

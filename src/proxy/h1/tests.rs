@@ -362,3 +362,56 @@ async fn a_streamed_request_body_of_unknown_length_goes_chunked() {
     }
     assert_eq!(data, b"abcdef", "every byte of the streamed body");
 }
+
+#[tokio::test]
+async fn an_answer_before_the_body_is_read_reaches_the_client() {
+    // The upstream reads the head only and refuses the upload without reading it; the body is
+    // larger than both sockets' buffers, so the write cannot finish until something reads it.
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let upstream = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.expect("accept");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            socket.read_exact(&mut byte).await.expect("head");
+            head.push(byte[0]);
+        }
+        socket
+            .write_all(b"HTTP/1.1 413 Payload Too Large\r\ncontent-length: 7\r\n\r\ntoo big")
+            .await
+            .expect("answer");
+        // Holds the connection open without reading, as a server that waits for the client to
+        // give up would.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(socket);
+    });
+    let client = client();
+    let mut req = Request::new(RequestBody::buffered(Bytes::from(vec![b'x'; 32 << 20])));
+    *req.method_mut() = Method::POST;
+    *req.uri_mut() = format!("http://{addr}/v1/audio/transcriptions")
+        .parse()
+        .expect("uri");
+    let response = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+        .await
+        .expect("the answer arrives while the body is still being written")
+        .expect("response");
+    assert_eq!(
+        response.status(),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "the upstream's answer"
+    );
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    assert_eq!(&body[..], b"too big", "its body");
+    assert_eq!(
+        client.idle_connections(&addr),
+        0,
+        "a connection whose request was not sent whole is not reused"
+    );
+    upstream.abort();
+}
