@@ -443,3 +443,23 @@ fn body_usage_without_usage_or_json_is_nothing() {
         assert_eq!(body_usage(body.as_bytes()), None, "{body:?} gives nothing");
     }
 }
+
+#[test]
+fn bytes_that_are_not_utf8_in_a_skipped_string_do_not_hide_the_token() {
+    // Valid UTF-8 goes through serde_json's str reader, anything else through its byte reader
+    // (walk::parse); both must classify the same, and the byte reader skips strings unchecked.
+    let valid = br#"{"id":"x","choices":[{"index":0,"delta":{"content":"hi"}}]}"#;
+    let mut invalid = valid.to_vec();
+    invalid[7] = 0xff; // inside the skipped "id" value
+    assert!(
+        std::str::from_utf8(&invalid).is_err(),
+        "fixture is not UTF-8"
+    );
+    for data in [&valid[..], &invalid[..]] {
+        assert!(
+            classify(data).token,
+            "a content delta is a token: {:?}",
+            String::from_utf8_lossy(data)
+        );
+    }
+}
