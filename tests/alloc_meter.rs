@@ -3,8 +3,6 @@
 //! ITL histograms) forward thousands of vLLM chunks after a warm-up.
 //!
 //! The counter is per thread, so the test harness's other threads cannot disturb it.
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 
 use bytes::Bytes;
 
@@ -13,41 +11,9 @@ mod fixture;
 
 use fixture::{metered, metrics, noop_waker, poll_one, Repeat, VLLM_CHUNK};
 
-struct Counting;
+mod alloc_support;
 
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the counter is a plain
-// thread-local `Cell` that never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
+use alloc_support::allocations;
 
 #[test]
 fn metering_a_chunk_allocates_nothing_in_the_steady_state() {

@@ -1,33 +1,15 @@
 //! The classifiers run once per streamed event on the proxy's hot path: classifying a token
 //! event must not allocate, and no event may cost more than the one scratch buffer serde_json
 //! grows to skip a value nested two levels deep (the lifecycle events of Responses and Anthropic
-//! carry whole response objects). (Its own test binary: the counting allocator is
-//! process-wide, and this is the only test in it.)
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+//! carry whole response objects). (Its own test binary: the counting allocator is global; it
+//! counts the test's own thread.)
 
 use http::Method;
 use tokenmeter::meter::dialect::{Dialect, Framer};
 
-struct Counting;
+mod alloc_support;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+use alloc_support::allocations;
 
 #[test]
 fn classifying_token_events_does_not_allocate() {
@@ -61,9 +43,9 @@ fn classifying_token_events_does_not_allocate() {
         });
         let mut tokens = 0;
         for (i, (event, data)) in events.iter().enumerate() {
-            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            let before = allocations();
             let token = dialect.classify(event, data).token;
-            let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
+            let allocations = allocations() - before;
             if token {
                 tokens += 1;
                 assert_eq!(

@@ -6,24 +6,13 @@
 use libfuzzer_sys::fuzz_target;
 use tokenmeter::meter::dialect::{Dialect, Framer, Framing};
 
-const DIALECTS: [Dialect; 9] = [
-    Dialect::OpenAiChat,
-    Dialect::OpenAiCompletions,
-    Dialect::OpenAiResponses,
-    Dialect::AnthropicMessages,
-    Dialect::Tgi,
-    Dialect::Triton,
-    Dialect::Ollama,
-    Dialect::LlamaCpp,
-    Dialect::Unknown,
-];
 
 fuzz_target!(|data: &[u8]| {
     // First byte: dialect and framing; second: the frame length pattern; the rest is the stream.
     let [selector, cut, stream @ ..] = data else {
         return;
     };
-    let dialect = DIALECTS[usize::from(*selector) % DIALECTS.len()];
+    let dialect = Dialect::ALL[usize::from(*selector) % Dialect::ALL.len()];
     let framing = if selector & 0x80 == 0 { Framing::Sse } else { Framing::NdJson };
     let mut framer = Framer::new(framing, 1024);
     let step = usize::from(*cut).max(1);
