@@ -111,17 +111,17 @@ impl Client {
             RequestBody::Streaming(_) => None,
         };
         let (conn, response) = match self.pool.checkout(&key) {
-            Some(conn) => match exchange(conn, &parts.method, head.clone(), body).await {
+            Some(conn) => match exchange(conn, &parts.method, &head, body).await {
                 Err(failure) if failure.may_retry && replay.is_some() => {
                     let body = RequestBody::Buffered(replay.unwrap_or_default());
                     let conn = self.connect(&authority, key).await?;
-                    exchange(conn, &parts.method, head, body).await
+                    exchange(conn, &parts.method, &head, body).await
                 }
                 result => result,
             },
             None => {
                 let conn = self.connect(&authority, key).await?;
-                exchange(conn, &parts.method, head, body).await
+                exchange(conn, &parts.method, &head, body).await
             }
         }
         .map_err(|failure| failure.error)?;
@@ -168,7 +168,7 @@ struct Failure {
 async fn exchange(
     mut conn: Conn,
     method: &http::Method,
-    head: Vec<u8>,
+    head: &[u8],
     body: RequestBody,
 ) -> Result<(Conn, Head), Failure> {
     let reused = conn.reused;

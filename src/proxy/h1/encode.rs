@@ -73,21 +73,23 @@ pub fn head(parts: &Parts, authority: &str, body: &RequestBody) -> Vec<u8> {
 pub async fn write<W: AsyncWrite + Unpin>(
     io: &mut W,
     method: &Method,
-    mut head: Vec<u8>,
+    head: &[u8],
     body: RequestBody,
 ) -> Result<(), WriteError> {
     let framing = framing(method, &body);
     match body {
         RequestBody::Buffered(bytes) if bytes.len() <= COALESCE_BODY => {
-            head.extend_from_slice(&bytes);
-            io.write_all(&head).await.map_err(WriteError::Io)?;
+            let mut whole = Vec::with_capacity(head.len() + bytes.len());
+            whole.extend_from_slice(head);
+            whole.extend_from_slice(&bytes);
+            io.write_all(&whole).await.map_err(WriteError::Io)?;
         }
         RequestBody::Buffered(bytes) => {
-            io.write_all(&head).await.map_err(WriteError::Io)?;
+            io.write_all(head).await.map_err(WriteError::Io)?;
             io.write_all(&bytes).await.map_err(WriteError::Io)?;
         }
         RequestBody::Streaming(mut incoming) => {
-            io.write_all(&head).await.map_err(WriteError::Io)?;
+            io.write_all(head).await.map_err(WriteError::Io)?;
             let mut sent: u64 = 0;
             while let Some(frame) = incoming.frame().await {
                 let frame = frame.map_err(WriteError::ClientBody)?;
