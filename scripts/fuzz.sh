@@ -17,7 +17,7 @@ fi
 export RUSTC_BOOTSTRAP=1
 # Seed corpora from the byte-exact stream fixtures and a few request bodies.
 mkdir -p fuzz/corpus/sse_meter fuzz/corpus/prompt_extract fuzz/corpus/request_framing fuzz/corpus/upstream_response
-for fixture in ../shared/fixtures/*.sse ../shared/fixtures/*.ndjson tests/fixtures/*.sse; do
+for fixture in tests/fixtures/*/*.sse tests/fixtures/*/*.ndjson; do
     [ -f "$fixture" ] || continue
     # Selector byte 0 (OpenAI chat, SSE) and a 7-byte frame step, then the stream.
     { printf '\x00\x07'; cat "$fixture"; } > "fuzz/corpus/sse_meter/$(basename "$fixture")"

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use tokenmeter::sse::Scanner;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/openai");
 
 /// Each fixture with the number of events it holds, counted by hand from the files (every event is
 /// one `data:` line and a blank line; the last is `[DONE]`), and where its first block starts.

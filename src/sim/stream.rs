@@ -1,6 +1,6 @@
 //! vLLM's response shapes, byte for byte: stream chunks and whole responses.
 //!
-//! Field order and spelling follow vLLM's OpenAI server (see `shared/fixtures/vllm-*.sse`): a
+//! Field order and spelling follow vLLM's OpenAI server (see `tests/fixtures/openai/vllm-*.sse`): a
 //! chat stream opens with the role chunk (`"delta":{"role":"assistant","content":""}`), then one
 //! chunk per step; the last content chunk carries `"finish_reason":"length","stop_reason":null`
 //! (the sim always runs to `max_tokens`); with `stream_options.include_usage` a `"choices":[]`

@@ -3,7 +3,10 @@ use super::*;
 const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
 
 fn fixture(name: &str) -> Vec<String> {
-    let path = format!("{}/../shared/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/tests/fixtures/openai/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = std::fs::read_to_string(&path).expect("fixture readable");
     text.split_inclusive("\n\n").map(str::to_owned).collect()
 }

@@ -1,6 +1,6 @@
 use super::*;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/openai/");
 const NAMES: [&str; 10] = [
     "openai-chat-crlf-usage-null",
     "vllm-chat-continuous-usage",
