@@ -441,3 +441,90 @@ async fn completions_are_metered_as_text_completion() {
         4.0
     );
 }
+
+/// Answers like llama.cpp's `llama-server` (recorded, tests/fixtures/llamacpp/): without
+/// `include_usage` its finish chunk carries `timings`; with it, the usage chunk does. The finish
+/// chunk, the usage chunk and `[DONE]` leave in one write, as the server sends them.
+fn llama_like(seen: &Seen) -> Script {
+    let wants_usage = String::from_utf8_lossy(&seen.body).contains(r#""include_usage":true"#);
+    let name = if wants_usage {
+        "llamacpp-chat-usage.sse"
+    } else {
+        "llamacpp-chat-no-usage.sse"
+    };
+    let stream = support::fixture_in("llamacpp", name);
+    let events = events_of(&stream);
+    let tail = if wants_usage { 3 } else { 2 };
+    let (head, last) = events.split_at(events.len() - tail);
+    let mut script: Vec<(Duration, Vec<u8>)> =
+        head.iter().map(|event| (ms(5), event.clone())).collect();
+    script.push((ms(5), last.concat()));
+    Script::sse(script)
+}
+
+#[tokio::test]
+async fn members_the_usage_chunk_took_are_given_back_where_the_server_puts_them() {
+    let mut backend = Backend::start(llama_like).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    let body = chat_body(None);
+    let expected = direct(&backend, &body).await;
+    backend.next_request().await;
+    assert_eq!(
+        expected,
+        support::fixture_in("llamacpp", "llamacpp-chat-no-usage.sse"),
+        "sanity: without include_usage the finish chunk carries timings"
+    );
+    let streamed = client::post(proxy.traffic_addr, CHAT, &body).await;
+    let seen = backend.next_request().await;
+    assert!(
+        String::from_utf8_lossy(&seen.body).contains(r#""include_usage":true"#),
+        "usage was injected"
+    );
+    assert_eq!(
+        streamed.text(),
+        String::from_utf8_lossy(&expected),
+        "byte-identical to direct: timings back on the finish chunk, no usage chunk"
+    );
+    let text = proxy.metrics.render();
+    let tokens = |kind: &str| {
+        prom::value(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", kind)],
+        )
+    };
+    assert_eq!(tokens("output"), 5.0, "exact from the stripped usage");
+    assert_eq!(
+        tokens("input"),
+        64.0,
+        "prompt tokens from the stripped usage"
+    );
+}
+
+#[tokio::test]
+async fn an_injected_request_the_backend_refuses_is_counted_rejected() {
+    let backend = Backend::start(|_: &Seen| {
+        Script::json(
+            400,
+            r#"{"error":{"code":400,"message":"the request exceeds the available context size","type":"exceed_context_size_error"}}"#,
+        )
+    })
+    .await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    let answered = client::post(proxy.traffic_addr, CHAT, &chat_body(None)).await;
+    assert_eq!(answered.status, 400, "the backend's answer is passed on");
+    let text = proxy.metrics.render();
+    let injections = |result: &str| {
+        prom::sum(
+            &text,
+            "tokenmeter_usage_injections_total",
+            &[("result", result)],
+        )
+    };
+    assert_eq!(
+        injections("rejected"),
+        1.0,
+        "the injected request was refused"
+    );
+    assert_eq!(injections("injected"), 0.0, "not counted as taken");
+}

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::dialect::{Dialect, EventSummary, Framer};
 use super::record::{SloTargets, StreamRecord, TokenMark};
-use super::strip::{Span, UsageStripper};
+use super::strip::{EventRole, UsageStripper};
 use super::whole::WholeBody;
 use crate::metrics::{Metrics, Outcome, StreamMetrics};
 use crate::proxy::BodyError;
@@ -31,13 +31,14 @@ use crate::route::PromptEstimate;
 pub struct MeteredBody<B> {
     inner: B,
     meter: Option<StreamMeter>,
-    /// Bytes released by the stripper at the end of the stream, sent before the end.
+    /// Bytes released by the stripper at the end of the stream, sent before the end (or before
+    /// the error: they are what the backend sent before it failed).
     tail: Option<Bytes>,
     /// An upstream error held back for one poll: returned at once, hyper would close the client
     /// connection with the bytes that came before it still unflushed in its write buffer (a client
     /// of an upstream that died right after its head would then see no response at all). Returning
-    /// `Pending` once (with a wake-up) lets hyper flush them first.
-    failed: Option<BodyError>,
+    /// `Pending` once (with a wake-up) lets hyper flush them first; `true` once that poll passed.
+    failed: Option<(BodyError, bool)>,
     ended: bool,
 }
 
@@ -112,12 +113,22 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        if let Some(err) = this.failed.take() {
-            return Poll::Ready(Some(Err(err)));
-        }
         loop {
             if let Some(tail) = this.tail.take() {
                 return Poll::Ready(Some(Ok(Frame::data(tail))));
+            }
+            match &mut this.failed {
+                Some((_, waited @ false)) => {
+                    *waited = true;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                Some((_, true)) => {
+                    if let Some((err, _)) = this.failed.take() {
+                        return Poll::Ready(Some(Err(err)));
+                    }
+                }
+                None => {}
             }
             if this.ended {
                 return Poll::Ready(None);
@@ -154,13 +165,12 @@ where
                     } else {
                         Outcome::UpstreamError
                     };
-                    if let Some(meter) = this.meter.take() {
+                    if let Some(mut meter) = this.meter.take() {
+                        this.tail = meter.stripper.as_mut().and_then(UsageStripper::finish);
                         meter.finish(outcome, Instant::now());
                     }
                     this.ended = true;
-                    this.failed = Some(err);
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
+                    this.failed = Some((err, false));
                 }
                 None => this.end_cleanly(),
             }
@@ -232,18 +242,22 @@ impl StreamMeter {
             return Some(data);
         };
         let frame_start = framer.position();
-        // A usage-only chunk comes once per stream, so this Vec allocates at most once per stream.
-        let mut cuts: Vec<Span> = Vec::new();
-        let stripping = stripper.is_some();
         framer.feed(&data, |event| {
             let summary = dialect.classify(event.event, event.data);
             apply(record, handles, &summary, now);
-            if stripping && summary.usage_only {
-                cuts.push((event.start, event.end));
+            if let Some(stripper) = stripper.as_mut() {
+                let role = if summary.usage_only {
+                    EventRole::UsageOnly
+                } else if summary.finish {
+                    EventRole::Finish
+                } else {
+                    EventRole::Other
+                };
+                stripper.on_event(role, &event);
             }
         });
         match stripper {
-            Some(stripper) => stripper.process(data, frame_start, &cuts, framer.block_start()),
+            Some(stripper) => stripper.process(data, frame_start, framer.block_start()),
             None => Some(data),
         }
     }

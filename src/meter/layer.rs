@@ -205,9 +205,22 @@ impl Shared {
             Ok(response) => response,
             Err(err) => {
                 waiting.disarm().decrement(1.0);
+                if injected {
+                    self.metrics.usage_injection(operation, "unanswered");
+                }
                 return self.reject(operation, model, self.pool_of(&slot), &err);
             }
         };
+        if injected {
+            // What became of the injection: the backend took the request, or refused it (an
+            // invalid request, a prompt over the context); a refusal has no usage chunk to strip.
+            let result = if response.status().is_success() {
+                "injected"
+            } else {
+                "rejected"
+            };
+            self.metrics.usage_injection(operation, result);
+        }
         let active = waiting.disarm();
         let pool = self.pool_of(&slot);
         let backend = response.extensions().get::<AnsweredBy>().map_or_else(
@@ -275,16 +288,14 @@ impl Shared {
     }
 
     /// Adds `include_usage` to a streaming request when configured; returns the body to send and
-    /// whether the usage chunk must be stripped from the response.
+    /// whether the usage chunk must be stripped from the response. An injection is counted once
+    /// its answer is known (`injected`, `rejected`, `unanswered`), the other outcomes here.
     fn maybe_inject(&self, operation: Operation, streaming: bool, bytes: Bytes) -> (Bytes, bool) {
         if !self.inject_usage || !streaming {
             return (bytes, false);
         }
         match request::inject_include_usage(&bytes) {
-            Injection::Injected(rewritten) => {
-                self.metrics.usage_injection(operation, "injected");
-                (rewritten, true)
-            }
+            Injection::Injected(rewritten) => (rewritten, true),
             Injection::NotNeeded => {
                 self.metrics.usage_injection(operation, "not_needed");
                 (bytes, false)

@@ -32,9 +32,14 @@ pub async fn start_proxy(config: Config) -> ServerHandle {
     server::spawn(config, traffic, admin).expect("proxy starts")
 }
 
-/// The fixture file's bytes.
+/// The bytes of an OpenAI-compatible stream fixture (`tests/fixtures/openai/`).
 pub fn fixture(name: &str) -> Vec<u8> {
-    let path = format!("{}/../shared/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    fixture_in("openai", name)
+}
+
+/// The bytes of `tests/fixtures/<set>/<name>`.
+pub fn fixture_in(set: &str, name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/fixtures/{set}/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read(&path).unwrap_or_else(|err| panic!("read {path}: {err}"))
 }
 

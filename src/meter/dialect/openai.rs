@@ -23,7 +23,9 @@ use serde::de::{IgnoredAny, MapAccess, SeqAccess};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::walk::{self, is_nonempty_array, is_nonempty_string, Count, Lenient, Pick, UsageMember};
+use super::walk::{
+    self, is_non_null, is_nonempty_array, is_nonempty_string, Count, Lenient, Pick, UsageMember,
+};
 
 #[cfg(test)]
 mod tests;
@@ -52,6 +54,9 @@ pub struct EventSummary {
     /// `choices` is an empty array and `usage` is present (the chunk
     /// `stream_options.include_usage` adds at the end of the stream).
     pub usage_only: bool,
+    /// Some choice has a non-null `finish_reason`: the chunk where a choice ends, the one a
+    /// backend's last members go to when there is no usage chunk (see [`crate::meter::strip`]).
+    pub finish: bool,
     /// A top-level non-null `error` member (an error sent after a 200).
     pub error: bool,
     /// The stream's end marker: `[DONE]` here (surrounding ASCII whitespace allowed); the
@@ -88,6 +93,7 @@ pub fn classify(data: &[u8]) -> EventSummary {
         token: choices.is_some_and(|c| c.token),
         usage,
         usage_only: usage.is_some() && choices.is_some_and(|c| c.empty),
+        finish: choices.is_some_and(|c| c.finish),
         error,
         done: false,
         tokens: None,
@@ -110,11 +116,12 @@ struct Chunk {
     error: bool,
 }
 
-/// What the walk found in a `choices` array.
-#[derive(Clone, Copy)]
+/// What the walk found in a `choices` array (or in one choice).
+#[derive(Clone, Copy, Default)]
 struct Choices {
     empty: bool,
     token: bool,
+    finish: bool,
 }
 
 // Key enums: serde matches a borrowed key against the names without allocating; any other key
@@ -135,6 +142,7 @@ enum ChunkKey {
 enum ChoiceKey {
     Delta,
     Text,
+    FinishReason,
     #[serde(other)]
     Other,
 }
@@ -174,11 +182,12 @@ impl<'de> Pick<'de> for ChunkPick {
                     if let Some(found) = map.next_value_seed(Lenient(ChoicesPick))? {
                         let previous = chunk.choices.unwrap_or(Choices {
                             empty: true,
-                            token: false,
+                            ..Choices::default()
                         });
                         chunk.choices = Some(Choices {
                             empty: previous.empty && found.empty,
                             token: previous.token || found.token,
+                            finish: previous.finish || found.finish,
                         });
                     }
                 }
@@ -202,34 +211,36 @@ impl<'de> Pick<'de> for ChoicesPick {
     fn seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<Choices>, A::Error> {
         let mut choices = Choices {
             empty: true,
-            token: false,
+            ..Choices::default()
         };
-        while let Some(token) = seq.next_element_seed(Lenient(ChoicePick))? {
+        while let Some(choice) = seq.next_element_seed(Lenient(ChoicePick))? {
             choices.empty = false;
-            choices.token |= token;
+            choices.token |= choice.token;
+            choices.finish |= choice.finish;
         }
         Ok(Some(choices))
     }
 }
 
-/// One choice: a chat `delta` or a completions `text`.
+/// One choice: a chat `delta` or a completions `text`, and its `finish_reason`.
 struct ChoicePick;
 
 impl<'de> Pick<'de> for ChoicePick {
-    type Out = bool;
+    type Out = Choices;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-        let mut token = false;
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Choices, A::Error> {
+        let mut choice = Choices::default();
         while let Some(key) = map.next_key::<ChoiceKey>()? {
             match key {
-                ChoiceKey::Delta => token |= map.next_value_seed(Lenient(DeltaPick))?,
-                ChoiceKey::Text => token |= is_nonempty_string(map.next_value()?),
+                ChoiceKey::Delta => choice.token |= map.next_value_seed(Lenient(DeltaPick))?,
+                ChoiceKey::Text => choice.token |= is_nonempty_string(map.next_value()?),
+                ChoiceKey::FinishReason => choice.finish |= is_non_null(map.next_value()?),
                 ChoiceKey::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        Ok(token)
+        Ok(choice)
     }
 }
 

@@ -1,6 +1,6 @@
 use super::{classify, EventSummary, Usage};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/openai");
 
 /// Test-only event splitter: enough SSE for the fixtures (the real scanner lives in `sse`).
 /// Normalises CRLF / CR, splits on blank lines, drops comments, strips `data:` and one space.
@@ -173,7 +173,13 @@ fn tool_calls_count_only_when_non_empty() {
 #[test]
 fn final_empty_delta_is_not_a_token() {
     let data = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
-    assert_eq!(summary(data), EventSummary::default(), "empty delta");
+    let finish = EventSummary {
+        finish: true,
+        ..EventSummary::default()
+    };
+    assert_eq!(summary(data), finish, "empty delta, the choice finishes");
+    let open = r#"{"choices":[{"index":0,"delta":{},"finish_reason":null}]}"#;
+    assert_eq!(summary(open), EventSummary::default(), "finish_reason null");
 }
 
 #[test]
@@ -181,7 +187,11 @@ fn completions_text_is_a_token_and_empty_text_is_not() {
     let text = r#"{"object":"text_completion","choices":[{"index":0,"text":" Once"}]}"#;
     assert_eq!(summary(text), token_only(), "non-empty text");
     let empty = r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}]}"#;
-    assert_eq!(summary(empty), EventSummary::default(), "empty text");
+    let finish = EventSummary {
+        finish: true,
+        ..EventSummary::default()
+    };
+    assert_eq!(summary(empty), finish, "empty text, the choice finishes");
 }
 
 #[test]
