@@ -5,6 +5,7 @@
 //! with the shipped file. Unknown keys and bad values are rejected at start with the full key path
 //! (`upstream.idle_timeout: invalid duration ...`), because a sidecar that silently ignores a typo'd
 //! SLO target reports the wrong attainment for weeks.
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -132,6 +133,17 @@ pub struct SloConfig {
 pub struct RoutingConfig {
     /// Tokens per byte of prompt text assumed for a model before any response calibrated it.
     pub prior_tokens_per_byte: f64,
+    /// Per-model priors (exact model names as requests give them), for models whose tokenizer
+    /// is known to differ from `prior_tokens_per_byte`; a model listed here is trusted from its
+    /// first request (no `/tokenize` wait).
+    pub model_tokens_per_byte: BTreeMap<String, f64>,
+    /// While a model's ratio is uncalibrated, ask a backend's `/tokenize` for the prompt's count:
+    /// at once (bounded by `tokenize_timeout`) when the prompt's length decides its pool under
+    /// the prior's uncertainty, else in the background to calibrate the next requests.
+    pub tokenize: bool,
+    /// Longest wait for `/tokenize` before routing by the estimate.
+    #[serde(deserialize_with = "duration")]
+    pub tokenize_timeout: Duration,
     /// Calibration memory, in observations: each response with `usage.prompt_tokens` weighs
     /// `1/calibration_window` against the history (an exponentially weighted tokens/bytes ratio).
     pub calibration_window: u32,
@@ -141,7 +153,8 @@ pub struct RoutingConfig {
     /// Attempts on other backends after a connect failure (or a connection that broke before any
     /// response byte); never after the first byte.
     pub retries: u32,
-    /// Consecutive failures (connect errors, 5xx) that eject a backend.
+    /// Consecutive failures that eject a backend: connection failures eject outright; answer
+    /// failures (5xx, no response head in time) only when the backend's health check then fails.
     pub eject_after_failures: u32,
     /// First ejection length; doubled on each further ejection without a success in between.
     #[serde(deserialize_with = "duration")]
@@ -169,7 +182,7 @@ pub enum BalanceLoad {
 }
 
 /// One named pool of interchangeable backends.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PoolConfig {
     /// The pool's name: rules refer to it, and it is the `pool` label.
@@ -181,9 +194,12 @@ pub struct PoolConfig {
     pub dns: Option<String>,
     /// The load power-of-two-choices compares.
     pub balance: BalanceLoad,
-    /// Interval of active `GET /health` checks; `"0s"` = passive health only.
+    /// Interval of active `GET health_path` checks; `"0s"` = passive health only.
     #[serde(deserialize_with = "duration")]
     pub health_check: Duration,
+    /// The backends' health endpoint: polled every `health_check`, and asked to confirm a run of
+    /// answer failures before they eject a backend.
+    pub health_path: String,
     /// Interval of scraping each backend's `/metrics` (`vllm:num_requests_waiting`,
     /// `vllm:kv_cache_usage_perc`) to weight its load; `"0s"` = off.
     #[serde(deserialize_with = "duration")]
@@ -306,10 +322,27 @@ impl Default for BucketConfig {
     }
 }
 
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            urls: Vec::new(),
+            dns: None,
+            balance: BalanceLoad::default(),
+            health_check: Duration::ZERO,
+            health_path: "/health".to_owned(),
+            scrape_metrics: Duration::ZERO,
+        }
+    }
+}
+
 impl Default for RoutingConfig {
     fn default() -> Self {
         Self {
             prior_tokens_per_byte: 0.25,
+            model_tokens_per_byte: BTreeMap::new(),
+            tokenize: true,
+            tokenize_timeout: Duration::from_millis(250),
             calibration_window: 100,
             fallback: true,
             retries: 2,
@@ -528,6 +561,20 @@ impl Config {
                 "must be in (0, 16]",
             ));
         }
+        for (model, ratio) in &r.model_tokens_per_byte {
+            if !(ratio.is_finite() && *ratio > 0.0 && *ratio <= 16.0) {
+                return Err(invalid(
+                    format!("routing.model_tokens_per_byte.{model:?}"),
+                    "must be in (0, 16]",
+                ));
+            }
+        }
+        if r.tokenize && r.tokenize_timeout.is_zero() {
+            return Err(invalid(
+                "routing.tokenize_timeout".into(),
+                "must be greater than zero (or set routing.tokenize = false)",
+            ));
+        }
         if r.calibration_window == 0 {
             return Err(invalid(
                 "routing.calibration_window".into(),
@@ -577,6 +624,14 @@ impl Config {
             }
             if let Some(dns) = &pool.dns {
                 validate_dns_name(dns).map_err(|m| invalid(format!("pools[{i}].dns"), &m))?;
+            }
+            if !pool.health_path.starts_with('/')
+                || pool.health_path.parse::<http::uri::PathAndQuery>().is_err()
+            {
+                return Err(invalid(
+                    format!("pools[{i}].health_path"),
+                    "must be a path starting with /",
+                ));
             }
         }
         let known = |name: &str| pools.iter().any(|p| p.name == name);

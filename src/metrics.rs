@@ -52,7 +52,10 @@ pub const TOKEN_COUNT_SOURCE: &str = "tokenmeter_token_count_source_total";
 pub const STALLS: &str = "tokenmeter_stalls_total";
 /// SSE lines longer than the configured cap (skipped by the scanner, forwarded untouched).
 pub const SSE_OVERFLOWS: &str = "tokenmeter_sse_overflows_total";
-/// Usage injection decisions by `result` (injected, not_needed, declined).
+/// Usage injection outcomes by `result`: `injected` (the backend took the injected request),
+/// `rejected` (it answered it with an error status), `unanswered` (no response), `not_needed`
+/// (the client asked for usage, or the request is not a stream), `declined` (a body shape the
+/// proxy does not edit).
 pub const USAGE_INJECTIONS: &str = "tokenmeter_usage_injections_total";
 
 /// Routing decisions by `pool` and `reason` (rule, fallback, spill).
@@ -66,10 +69,17 @@ pub const BACKEND_HEALTHY: &str = "tokenmeter_backend_healthy";
 pub const BACKEND_INFLIGHT: &str = "tokenmeter_backend_inflight";
 /// Ejections of a backend by passive or active health checking.
 pub const BACKEND_EJECTIONS: &str = "tokenmeter_backend_ejections_total";
+/// Health checks that a run of answer failures asked for, by `result`: `ejected` (the check
+/// failed too), `kept` (it passed: the requests were at fault), `unavailable` (no health endpoint).
+pub const BACKEND_CONFIRMATIONS: &str = "tokenmeter_backend_health_confirmations_total";
 /// (estimated - actual) / actual prompt tokens, per response that reported `usage.prompt_tokens`.
 pub const PROMPT_ESTIMATE_ERROR: &str = "tokenmeter_prompt_estimate_error_ratio";
 /// The calibrated tokens-per-byte ratio of each model's prompts.
 pub const PROMPT_TOKENS_PER_BYTE: &str = "tokenmeter_prompt_tokens_per_byte";
+/// The router's calls to a backend's `/tokenize` for an untrusted model, by `mode` (`wait`: the
+/// request's pool depended on the count; `background`: a calibration sample) and `result` (`ok`,
+/// `unsupported`, `error`, `timeout`).
+pub const PROMPT_TOKENIZE: &str = "tokenmeter_prompt_tokenize_total";
 
 /// Label names shared by all per-request series.
 pub const LABEL_OPERATION: &str = "gen_ai_operation_name";
@@ -209,7 +219,17 @@ impl Metrics {
             recorder,
             handle,
             histograms: Histograms::new(&b.e2e, &per_metric),
-            models: ModelLabels::new(&config.metering.models, config.metering.max_observed_models),
+            // A model with its own prompt prior needs its own label: the calibration is keyed by it.
+            models: ModelLabels::new(
+                &config
+                    .metering
+                    .models
+                    .iter()
+                    .chain(config.routing.model_tokens_per_byte.keys())
+                    .cloned()
+                    .collect::<Vec<_>>(),
+                config.metering.max_observed_models,
+            ),
             stall_threshold: config.metering.stall_threshold,
         };
         metrics.describe();
@@ -316,6 +336,16 @@ impl Metrics {
         self.counter(USAGE_INJECTIONS, set).increment(1);
     }
 
+    /// Counts one `/tokenize` call of the router.
+    pub fn prompt_tokenize(&self, model: &Arc<str>, mode: &'static str, result: &'static str) {
+        let set = vec![
+            Label::new(LABEL_MODEL, SharedString::from(Arc::clone(model))),
+            Label::new("mode", mode),
+            Label::new("result", result),
+        ];
+        self.counter(PROMPT_TOKENIZE, set).increment(1);
+    }
+
     /// Counts one routing decision (`reason` = rule | fallback | spill).
     pub fn route_decision(&self, pool: &Arc<str>, reason: &'static str) {
         let set = vec![
@@ -338,6 +368,11 @@ impl Metrics {
             inflight: self.gauge(BACKEND_INFLIGHT, set()),
             retries: self.counter(ROUTE_RETRIES, set()),
             ejections: self.counter(BACKEND_EJECTIONS, set()),
+            confirmations: ["kept", "ejected", "unavailable"].map(|result| {
+                let mut labels = set();
+                labels.push(Label::new("result", result));
+                self.counter(BACKEND_CONFIRMATIONS, labels)
+            }),
         }
     }
 
@@ -418,10 +453,12 @@ impl Metrics {
             (TOKEN_COUNT_SOURCE, "Requests by where the output token count came from: usage (exact) or events (counted)."),
             (STALLS, "Inter-token gaps at or above the stall threshold."),
             (SSE_OVERFLOWS, "SSE lines over the configured cap, skipped by the scanner (bytes still forwarded)."),
-            (USAGE_INJECTIONS, "Usage-injection decisions by result (injected, not_needed, declined)."),
+            (USAGE_INJECTIONS, "Usage-injection outcomes by result (injected, rejected, unanswered, not_needed, declined)."),
             (ROUTE_DECISIONS, "Routing decisions by pool and reason (rule, fallback, spill)."),
             (ROUTE_RETRIES, "Requests retried elsewhere after this backend failed before any response byte."),
             (BACKEND_EJECTIONS, "Times a backend was ejected by health checking."),
+            (BACKEND_CONFIRMATIONS, "Health checks asked for by a run of answer failures, by result (ejected, kept, unavailable)."),
+            (PROMPT_TOKENIZE, "Calls to a backend's /tokenize for an untrusted model's prompt, by mode (wait, background) and result (ok, unsupported, error, timeout)."),
         ];
         for (name, help) in counters {
             self.recorder
@@ -481,6 +518,8 @@ pub struct BackendMetrics {
     pub inflight: Gauge,
     pub retries: Counter,
     pub ejections: Counter,
+    /// [`BACKEND_CONFIRMATIONS`] by result: kept, ejected, unavailable.
+    pub confirmations: [Counter; 3],
 }
 
 /// Handles for one stream, resolved once; recording through them is a few atomic operations.

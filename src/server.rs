@@ -159,6 +159,7 @@ impl Server {
         shutdown: impl Future<Output = ()>,
     ) {
         let client = client::build(&self.config.upstream);
+        self.router.connect(&client);
         let probes = route::probe::spawn(&self.router, &client);
         let stack = tower::ServiceBuilder::new()
             .layer(AdmissionLayer::new(Arc::clone(&self.limits)))

@@ -291,3 +291,55 @@ async fn shutdown_past_the_grace_period_cuts_streams_and_counts_them() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// RFC 9110 §6.6.1: a proxy that forwards a response without `Date` must add one (the time it
+/// received it); a `Date` the server sent passes unchanged.
+#[tokio::test]
+async fn a_date_is_added_only_where_the_server_sent_none() {
+    const SERVER_DATE: &str = "Tue, 01 Dec 2026 06:00:00 GMT";
+    let upstream = support::raw::RawUpstream::start(|request, mut stream| async move {
+        let date = if request.head.contains("x-with-date: 1") {
+            format!("date: {SERVER_DATE}\r\n")
+        } else {
+            String::new()
+        };
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{date}content-length: 2\r\n\r\n{{}}"
+        );
+        support::raw::write(&mut stream, response.as_bytes()).await;
+    })
+    .await;
+    let proxy = start_proxy(config_for(&upstream.url)).await;
+    let get = |with_date: bool| {
+        let headers: &'static [(&'static str, &'static str)] = if with_date {
+            &[("x-with-date", "1")]
+        } else {
+            &[]
+        };
+        client::open_with(
+            proxy.traffic_addr,
+            Protocol::Http1,
+            "GET",
+            "/v1/models",
+            "",
+            headers,
+        )
+    };
+    let with = get(true).await.collect().await;
+    let dates: Vec<_> = with.headers.get_all("date").iter().collect();
+    assert_eq!(
+        dates,
+        vec![SERVER_DATE],
+        "the server's Date passes unchanged, and only once"
+    );
+    let without = get(false).await.collect().await;
+    let added = without
+        .headers
+        .get("date")
+        .and_then(|value| value.to_str().ok())
+        .expect("a Date header is added");
+    assert!(
+        added.ends_with(" GMT") && added != SERVER_DATE,
+        "the proxy's own IMF-fixdate: {added}"
+    );
+}

@@ -68,6 +68,9 @@ fn pools_config(prefill: Vec<String>, decode: Vec<String>) -> Config {
             ..RuleConfig::default()
         },
     ];
+    // The estimate here is calibrated by usage alone, so its figures can be checked by hand; the
+    // router's /tokenize calls have their own tests (tests/route_tokenize.rs).
+    config.routing.tokenize = false;
     // Ejections outlast the test, so what is ejected stays ejected.
     config.routing.eject_base = Duration::from_secs(60);
     config.routing.eject_max = Duration::from_secs(60);

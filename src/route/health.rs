@@ -1,14 +1,25 @@
 //! Passive health: consecutive failures eject a backend, with exponential back-off.
 //!
-//! A failure is a connect error, a connection that broke before the response head, or a 5xx
-//! response; any other response is a success and clears the record. After `eject_after_failures`
-//! consecutive failures the backend is ejected for `eject_base`; when the ejection ends it takes
-//! traffic again on probation: one more failure ejects it at once for twice as long (capped at
-//! `eject_max`), one success clears everything. Failures of requests already in flight while the
-//! backend is ejected change nothing (they describe the same outage).
+//! Health must measure the backend, not its clients: no client may be able to drive a healthy
+//! backend out of rotation. So failures come in two kinds ([`Failure`]):
+//! - **connection failures** (connect refused or timed out, a connection that broke before the
+//!   response head): nothing a request says causes them, so they count outright;
+//! - **answer failures** (a 5xx response, no response head within `response_timeout`): a
+//!   malformed or hostile request can cause them (llama.cpp answers 500 to `"tools": 5`, a long
+//!   non-streaming generation can outlast the head timeout), so a run of them only makes the
+//!   backend a *suspect* ([`Verdict::Confirm`]): the router then asks the backend's health
+//!   endpoint, and ejects only when that check fails too.
 //!
-//! Active checks (`GET /health`, see [`super::probe`]) use the same record: a failed check ejects,
-//! a passing one clears.
+//! A 5xx to a request whose body the proxy found not to be valid JSON is not a failure at all (the
+//! router does not report it). Any other response is a success and clears the record. After
+//! `eject_after_failures` consecutive failures the backend is ejected (or, for answers, checked)
+//! for `eject_base`; when the ejection ends it takes traffic again on probation: one more failure
+//! ejects it (or has it checked) at once, for twice as long (capped at `eject_max`), one success
+//! clears everything. Failures of requests already in flight while the backend is ejected change
+//! nothing (they describe the same outage).
+//!
+//! Active checks (`GET health_path`, see [`super::probe`]) use the same record: a failed check
+//! ejects, a passing one clears.
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -39,6 +50,27 @@ impl EjectPolicy {
     }
 }
 
+/// What went wrong with one request on a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Connect refused or timed out, or the connection broke before the response head.
+    Connection,
+    /// A 5xx answer, or no response head in time: possibly the request's own doing.
+    Answer,
+}
+
+/// What a failure did to the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Counted; the backend stays.
+    Counted,
+    /// The backend is ejected for this long.
+    Ejected(Duration),
+    /// A run of answer failures reached the threshold: check the backend's health endpoint and
+    /// eject it only if that fails ([`Health::eject`]).
+    Confirm,
+}
+
 /// One backend's health record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Health {
@@ -59,17 +91,25 @@ impl Health {
         *self = Health::default();
     }
 
-    /// A failure at `now`; returns the ejection length when this failure ejects the backend.
-    pub fn on_failure(&mut self, now: Instant, policy: &EjectPolicy) -> Option<Duration> {
+    /// A failure at `now` and what it did.
+    pub fn on_failure(&mut self, now: Instant, policy: &EjectPolicy, failure: Failure) -> Verdict {
         if !self.available(now) {
-            return None;
+            return Verdict::Counted;
         }
         self.failures += 1;
         let threshold = if self.ejections > 0 { 1 } else { policy.after };
         if self.failures < threshold {
-            return None;
+            return Verdict::Counted;
         }
-        Some(self.eject(now, policy))
+        match failure {
+            Failure::Connection => Verdict::Ejected(self.eject(now, policy)),
+            Failure::Answer => {
+                // The check decides; until it does, the run starts again (so a client repeating
+                // a bad request asks for one check per `after` requests, not one per request).
+                self.failures = 0;
+                Verdict::Confirm
+            }
+        }
     }
 
     /// Ejects now (a failed active check); returns the length.
@@ -107,17 +147,25 @@ mod tests {
         let p = policy();
         let mut health = Health::default();
         let now = Instant::now();
-        assert_eq!(health.on_failure(now, &p), None, "first failure");
-        assert_eq!(health.on_failure(now, &p), None, "second failure");
         assert_eq!(
-            health.on_failure(now, &p),
-            Some(Duration::from_secs(1)),
+            health.on_failure(now, &p, Failure::Connection),
+            Verdict::Counted,
+            "first failure"
+        );
+        assert_eq!(
+            health.on_failure(now, &p, Failure::Connection),
+            Verdict::Counted,
+            "second failure"
+        );
+        assert_eq!(
+            health.on_failure(now, &p, Failure::Connection),
+            Verdict::Ejected(Duration::from_secs(1)),
             "the third consecutive failure ejects for eject_base"
         );
         assert!(!health.available(Instant::now()), "ejected");
         assert_eq!(
-            health.on_failure(Instant::now(), &p),
-            None,
+            health.on_failure(Instant::now(), &p, Failure::Connection),
+            Verdict::Counted,
             "failures while ejected change nothing"
         );
 
@@ -127,23 +175,23 @@ mod tests {
         assert!(health.available(Instant::now()), "back after 1 s");
 
         assert_eq!(
-            health.on_failure(Instant::now(), &p),
-            Some(Duration::from_secs(2)),
+            health.on_failure(Instant::now(), &p, Failure::Connection),
+            Verdict::Ejected(Duration::from_secs(2)),
             "on probation one failure re-ejects, for twice as long"
         );
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(health.available(Instant::now()), "back after 2 s");
         assert_eq!(
-            health.on_failure(Instant::now(), &p),
-            Some(Duration::from_secs(4)),
+            health.on_failure(Instant::now(), &p, Failure::Connection),
+            Verdict::Ejected(Duration::from_secs(4)),
             "then 4 s"
         );
         tokio::time::advance(Duration::from_secs(4)).await;
         health.on_success();
         assert_eq!(health, Health::default(), "a success clears the record");
         assert_eq!(
-            health.on_failure(Instant::now(), &p),
-            None,
+            health.on_failure(Instant::now(), &p, Failure::Connection),
+            Verdict::Counted,
             "after a success it takes three failures again"
         );
     }
@@ -153,10 +201,62 @@ mod tests {
         let p = policy();
         let mut health = Health::default();
         let now = Instant::now();
-        health.on_failure(now, &p);
-        health.on_failure(now, &p);
+        health.on_failure(now, &p, Failure::Connection);
+        health.on_failure(now, &p, Failure::Connection);
         health.on_success();
-        assert_eq!(health.on_failure(now, &p), None, "count restarted");
+        assert_eq!(
+            health.on_failure(now, &p, Failure::Connection),
+            Verdict::Counted,
+            "count restarted"
+        );
         assert!(health.available(now), "not ejected");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answer_failures_ask_for_a_check_instead_of_ejecting() {
+        let p = EjectPolicy {
+            after: 3,
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(5),
+        };
+        let mut health = Health::default();
+        let now = Instant::now();
+        for i in 0..2 {
+            assert_eq!(
+                health.on_failure(now, &p, Failure::Answer),
+                Verdict::Counted,
+                "answer failure {i}"
+            );
+        }
+        assert_eq!(
+            health.on_failure(now, &p, Failure::Answer),
+            Verdict::Confirm,
+            "the third asks for a check"
+        );
+        assert!(health.available(now), "not ejected by answers alone");
+        for i in 0..2 {
+            assert_eq!(
+                health.on_failure(now, &p, Failure::Answer),
+                Verdict::Counted,
+                "the run restarted after the check was asked for ({i})"
+            );
+        }
+        assert_eq!(
+            health.on_failure(now, &p, Failure::Connection),
+            Verdict::Ejected(Duration::from_secs(1)),
+            "a connection failure completes a mixed run and ejects"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(
+            health.on_failure(Instant::now(), &p, Failure::Answer),
+            Verdict::Confirm,
+            "on probation one answer failure asks for a check at once"
+        );
+        assert!(health.available(Instant::now()), "still in rotation");
+        assert_eq!(
+            health.eject(Instant::now(), &p),
+            Duration::from_secs(2),
+            "a failed check ejects, backed off as any ejection"
+        );
     }
 }

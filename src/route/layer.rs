@@ -6,10 +6,17 @@
 //! timed out, a connection that broke before the head) is retried on another backend, of the same
 //! pool first, up to `routing.retries` times; nothing was streamed, so a retry cannot duplicate
 //! output. Once a response head is back, the request is never retried. Every outcome feeds the
-//! backend's passive health.
+//! backend's passive health ([`super::health`] says what counts): connection failures count
+//! outright, answer failures (5xx, a response-head timeout) make a run that the backend's health
+//! endpoint must confirm, and a 5xx to a body that is not valid JSON does not count.
+//!
+//! While a model's prompt ratio is untrusted, a request whose pool depends on it (its estimate
+//! could fall on either side of a rule's `min_prompt_tokens`) first asks a backend's tokenizer
+//! for the exact count, for at most `routing.tokenize_timeout`; others send a sample in the
+//! background ([`super::tokenize`]).
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -19,16 +26,21 @@ use http_body::Body;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
-use super::estimate::{self, Calibrator, PromptEstimate};
-use super::health::EjectPolicy;
+use super::estimate::{self, Calibrator, PromptEstimate, PromptSize};
+use super::health::{EjectPolicy, Failure, Verdict};
 use super::pools::{Backend, LoadGuard, Pool};
 use super::rules::{Facts, Plan, Rules};
-use super::{balance, RouteError};
+use super::{balance, probe, tokenize, RouteError};
 use crate::config::Config;
 use crate::meter::layer::BufferedBody;
 use crate::meter::request::RequestFacts;
 use crate::metrics::Metrics;
+use crate::proxy::client::UpstreamClient;
 use crate::proxy::{InFlight, ProxyError, RequestBody, UpstreamBody};
+
+/// Background tokenizer samples are taken of prompts at least this long: a shorter one says more
+/// about its chat template than about its tokenizer.
+const MIN_SAMPLE_BYTES: u64 = 256;
 
 /// A request extension the meter creates and the router fills with the pool it chose, so the
 /// `pool` label is known for errors as well as responses.
@@ -64,6 +76,11 @@ pub struct Router {
     pub(crate) dns_refresh: Duration,
     /// Bound on one active health check or scrape.
     pub(crate) probe_timeout: Duration,
+    tokenize: bool,
+    tokenize_timeout: Duration,
+    /// The client for the router's own requests (confirming checks, tokenizer calls); set once
+    /// by [`Router::connect`]. Without it (a router used on its own) neither happens.
+    client: OnceLock<UpstreamClient>,
 }
 
 impl Router {
@@ -84,21 +101,38 @@ impl Router {
         let names: Vec<&str> = pools.iter().map(|p| &*p.name).collect();
         let rules = Rules::new(&config.rules, &names)?;
         let routing = &config.routing;
+        let priors: Vec<(Arc<str>, f64)> = routing
+            .model_tokens_per_byte
+            .iter()
+            .map(|(model, ratio)| (metrics.model_label(Some(model)), *ratio))
+            .collect();
         Ok(Self {
             pools,
             rules,
-            calibrator: Arc::new(Calibrator::new(
-                routing.prior_tokens_per_byte,
-                routing.calibration_window,
-                Some(Arc::clone(&metrics)),
-            )),
+            calibrator: Arc::new(
+                Calibrator::new(
+                    routing.prior_tokens_per_byte,
+                    routing.calibration_window,
+                    Some(Arc::clone(&metrics)),
+                )
+                .with_priors(priors),
+            ),
             metrics,
             policy: EjectPolicy::from_config(routing),
             retries: routing.retries,
             fallback: routing.fallback,
             dns_refresh: routing.dns_refresh,
             probe_timeout: config.upstream.connect_timeout + Duration::from_secs(1),
+            tokenize: routing.tokenize,
+            tokenize_timeout: routing.tokenize_timeout,
+            client: OnceLock::new(),
         })
+    }
+
+    /// Gives the router the client for its own requests to backends (health checks that confirm
+    /// answer failures, tokenizer calls). The server does this once at start.
+    pub fn connect(&self, client: &UpstreamClient) {
+        let _ = self.client.set(client.clone());
     }
 
     /// The pools, in configuration order.
@@ -159,13 +193,26 @@ impl Router {
             .get::<RequestFacts>()
             .and_then(|facts| facts.model.clone());
         let model_label = self.metrics.model_label(model.as_deref());
-        let size = req
+        let buffered = req
             .extensions()
             .get::<BufferedBody>()
-            .map(|body| estimate::prompt_size(&body.0));
-        let estimated = size.map_or(0, |size| self.calibrator.estimate(&model_label, size));
+            .map(|body| body.0.clone());
+        // A buffered chat / completions body the meter could not read as a JSON object: whatever
+        // the backend answers, the request was at fault.
+        let malformed = buffered.is_some() && req.extensions().get::<RequestFacts>().is_none();
+        let size = buffered.as_deref().map(estimate::prompt_size);
+        let path = req.uri().path().to_owned();
+        let mut estimated = size.map_or(0, |size| self.calibrator.estimate(&model_label, size));
+        if let (Some(size), Some(body)) = (size, &buffered) {
+            if let Some(counted) = self
+                .count_untrusted(&path, model.as_deref(), &model_label, size, body)
+                .await
+            {
+                estimated = counted;
+            }
+        }
         let plan = self.rules.plan(Facts {
-            path: req.uri().path(),
+            path: &path,
             model: model.as_deref(),
             prompt_tokens: estimated,
         });
@@ -212,10 +259,10 @@ impl Router {
             };
             match result {
                 Ok(mut response) => {
-                    if response.status().is_server_error() {
-                        backend.on_failure(Instant::now(), &self.policy);
-                    } else {
+                    if !response.status().is_server_error() {
                         backend.on_success();
+                    } else if !malformed {
+                        self.failed(pool, &backend, Failure::Answer);
                     }
                     if let Some(size) = size {
                         response.extensions_mut().insert(PromptEstimate {
@@ -232,8 +279,10 @@ impl Router {
                         err,
                         ProxyError::Connect { .. } | ProxyError::Upstream { .. }
                     );
-                    if before_head || matches!(err, ProxyError::ResponseTimeout { .. }) {
-                        backend.on_failure(Instant::now(), &self.policy);
+                    if before_head {
+                        self.failed(pool, &backend, Failure::Connection);
+                    } else if matches!(err, ProxyError::ResponseTimeout { .. }) {
+                        self.failed(pool, &backend, Failure::Answer);
                     }
                     if !before_head || replay.is_none() {
                         return Err(err);
@@ -245,6 +294,107 @@ impl Router {
             }
         }
         Err(last_error.unwrap_or(ProxyError::NoUpstream))
+    }
+
+    /// Reports a failure to the backend's health; a run of answer failures has its health
+    /// endpoint checked (see [`probe::confirm`]).
+    fn failed(&self, pool: &Pool, backend: &Arc<Backend>, failure: Failure) {
+        let verdict = backend.on_failure(Instant::now(), &self.policy, failure);
+        if verdict == Verdict::Confirm {
+            if let Some(client) = self.client.get() {
+                probe::confirm(
+                    client,
+                    backend,
+                    &pool.health_path,
+                    self.policy,
+                    self.probe_timeout,
+                );
+            }
+        }
+    }
+
+    /// For a model whose prompt ratio is not trusted yet: when the prompt's pool depends on its
+    /// true length (the low and high ends of [`Calibrator::range`] plan different first pools),
+    /// asks a backend's tokenizer and returns the exact count, waiting at most
+    /// `tokenize_timeout`; otherwise starts a background sample (at most one per model) and
+    /// returns `None`. The count teaches the calibration either way, even when it comes after
+    /// the wait was given up.
+    async fn count_untrusted(
+        self: &Arc<Self>,
+        path: &str,
+        model: Option<&str>,
+        label: &Arc<str>,
+        size: PromptSize,
+        body: &Bytes,
+    ) -> Option<u64> {
+        let client = self.client.get()?;
+        if !self.tokenize || size.text_bytes == 0 || self.calibrator.trusted(label) {
+            return None;
+        }
+        let (low, high) = self.calibrator.range(label, size);
+        let first_pool = |prompt_tokens| {
+            self.rules
+                .plan(Facts {
+                    path,
+                    model,
+                    prompt_tokens,
+                })
+                .pools
+                .first()
+                .copied()
+        };
+        let decides = first_pool(low) != first_pool(high);
+        if !decides && (size.text_bytes < MIN_SAMPLE_BYTES || !self.calibrator.claim_sample(label))
+        {
+            return None;
+        }
+        let estimated = self.calibrator.estimate(label, size);
+        let Some(backend) = self.tokenizer(first_pool(estimated)) else {
+            if !decides {
+                self.calibrator.end_sample(label);
+            }
+            return None;
+        };
+        let text = estimate::prompt_text(body)?;
+        let mode = if decides { "wait" } else { "background" };
+        let router = Arc::clone(self);
+        let client = client.clone();
+        let model = model.map(str::to_owned);
+        let label = Arc::clone(label);
+        let timeout = self.probe_timeout.max(self.tokenize_timeout);
+        let ask = tokio::spawn(async move {
+            let counted = tokenize::ask(&client, &backend, model.as_deref(), &text, timeout).await;
+            match &counted {
+                Ok(tokens) => router.calibrator.learn(&label, size.text_bytes, *tokens),
+                Err(err) => {
+                    tracing::debug!(error = %err, backend = &*backend.target.label, "tokenize failed");
+                    router.calibrator.end_sample(&label);
+                }
+            }
+            let result = counted.as_ref().map_or_else(|err| err.as_str(), |_| "ok");
+            router.metrics.prompt_tokenize(&label, mode, result);
+            counted.ok().map(|tokens| size.token_ids + tokens)
+        });
+        if !decides {
+            return None;
+        }
+        match tokio::time::timeout(self.tokenize_timeout, ask).await {
+            Ok(joined) => joined.ok().flatten(),
+            Err(_elapsed) => None,
+        }
+    }
+
+    /// A backend to ask for a token count: an available one that serves `/tokenize`, from the
+    /// pool the estimate points at first, else from any pool.
+    fn tokenizer(&self, preferred: Option<usize>) -> Option<Arc<Backend>> {
+        let now = Instant::now();
+        let pools = preferred
+            .and_then(|index| self.pools.get(index))
+            .into_iter()
+            .chain(self.pools.iter());
+        pools
+            .flat_map(|pool| pool.backends().iter().cloned().collect::<Vec<_>>())
+            .find(|backend| backend.tokenizes() && backend.available(now))
     }
 }
 
@@ -410,7 +560,7 @@ mod tests {
         );
         let prefill = Arc::clone(&router.pools[0].backends()[0]);
         for _ in 0..router.policy.after {
-            prefill.on_failure(Instant::now(), &router.policy);
+            prefill.on_failure(Instant::now(), &router.policy, Failure::Connection);
         }
         assert_eq!(
             picked(&router, &plan),
@@ -420,7 +570,7 @@ mod tests {
         let strict = self::router(|c| c.routing.fallback = false);
         let prefill = Arc::clone(&strict.pools[0].backends()[0]);
         for _ in 0..strict.policy.after {
-            prefill.on_failure(Instant::now(), &strict.policy);
+            prefill.on_failure(Instant::now(), &strict.policy, Failure::Connection);
         }
         assert_eq!(
             picked(&strict, &long_plan(&strict)),
@@ -429,7 +579,7 @@ mod tests {
         );
         let decode = Arc::clone(&router.pools[1].backends()[0]);
         for _ in 0..router.policy.after {
-            decode.on_failure(Instant::now(), &router.policy);
+            decode.on_failure(Instant::now(), &router.policy, Failure::Connection);
         }
         assert_eq!(
             picked(&router, &plan),

@@ -38,6 +38,7 @@ pub mod layer;
 pub mod pools;
 pub mod probe;
 pub mod rules;
+pub mod tokenize;
 
 pub use estimate::{Calibrator, PromptEstimate, PromptSize};
 pub use layer::{PoolSlot, Route, RouteLayer, Router};

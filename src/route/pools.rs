@@ -11,7 +11,7 @@ use std::time::Duration;
 use http::uri::{Authority, Scheme};
 use tokio::time::Instant;
 
-use super::health::{EjectPolicy, Health};
+use super::health::{EjectPolicy, Failure, Health, Verdict};
 use crate::config::{BalanceLoad, PoolConfig};
 use crate::metrics::{BackendMetrics, Metrics};
 use crate::proxy::{BodyGuard, Target};
@@ -30,6 +30,10 @@ pub struct Backend {
     waiting: AtomicU64,
     /// Scraped `vllm:kv_cache_usage_perc`, as `f64` bits.
     kv_usage: AtomicU64,
+    /// A health check asked for by a run of answer failures is under way.
+    checking: AtomicBool,
+    /// The backend answered `/tokenize` with "no such endpoint": never asked again.
+    no_tokenize: AtomicBool,
     metrics: Option<BackendMetrics>,
 }
 
@@ -47,6 +51,8 @@ impl Backend {
             health: Mutex::new(Health::default()),
             waiting: AtomicU64::new(0),
             kv_usage: AtomicU64::new(0f64.to_bits()),
+            checking: AtomicBool::new(false),
+            no_tokenize: AtomicBool::new(false),
             metrics,
         }
     }
@@ -90,11 +96,40 @@ impl Backend {
         self.lock_health().on_success();
     }
 
-    pub fn on_failure(&self, now: Instant, policy: &EjectPolicy) {
-        let ejected = self.lock_health().on_failure(now, policy);
-        if let Some(length) = ejected {
+    /// A failed request; see [`Verdict`] for what the caller must do with `Confirm`.
+    pub fn on_failure(&self, now: Instant, policy: &EjectPolicy, failure: Failure) -> Verdict {
+        let verdict = self.lock_health().on_failure(now, policy, failure);
+        if let Verdict::Ejected(length) = verdict {
             self.ejected(length);
         }
+        verdict
+    }
+
+    /// Claims the one confirming health check a backend may have under way; `false` when one
+    /// already is. Released by [`Self::end_check`].
+    pub fn start_check(&self) -> bool {
+        !self.checking.swap(true, Ordering::AcqRel)
+    }
+
+    pub fn end_check(&self) {
+        self.checking.store(false, Ordering::Release);
+    }
+
+    /// Counts the result of a confirming health check (see [`super::probe::confirm`]).
+    pub fn confirmed(&self, result: Confirmation) {
+        if let Some(m) = &self.metrics {
+            m.confirmations[result as usize].increment(1);
+        }
+    }
+
+    /// Whether `/tokenize` may be asked of this backend.
+    pub fn tokenizes(&self) -> bool {
+        !self.no_tokenize.load(Ordering::Relaxed)
+    }
+
+    /// The backend has no `/tokenize`.
+    pub fn no_tokenize(&self) {
+        self.no_tokenize.store(true, Ordering::Relaxed);
     }
 
     /// A failed active check: eject now (unless already ejected).
@@ -132,6 +167,17 @@ impl Backend {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// What a confirming health check found (the order of [`BackendMetrics::confirmations`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirmation {
+    /// The check passed: the failed answers were the requests' doing.
+    Kept = 0,
+    /// The check failed too: ejected.
+    Ejected = 1,
+    /// The backend has no health endpoint: kept, answers alone never eject.
+    Unavailable = 2,
 }
 
 /// A request's load on its backend: counted from the pick until the response body ends (the
@@ -192,6 +238,8 @@ pub struct Pool {
     /// `host:port` re-resolved periodically, if configured.
     pub dns: Option<String>,
     pub health_check: Duration,
+    /// Path of the backends' health endpoint.
+    pub health_path: Arc<str>,
     pub scrape_metrics: Duration,
     statics: Vec<Target>,
     backends: RwLock<Arc<[Arc<Backend>]>>,
@@ -226,6 +274,7 @@ impl Pool {
             balance: config.balance,
             dns: config.dns.clone(),
             health_check: config.health_check,
+            health_path: Arc::from(config.health_path.as_str()),
             scrape_metrics: config.scrape_metrics,
             statics,
             backends: RwLock::new(backends.into()),

@@ -1,5 +1,7 @@
 //! Background tasks of the router: DNS re-resolution, active health checks, and scraping of the
-//! backends' vLLM gauges. Each runs on a fixed interval; the server aborts them at shutdown.
+//! backends' vLLM gauges. Each runs on a fixed interval; the server aborts them at shutdown. Also
+//! the proxy's own requests to a backend ([`exchange`]): the check that confirms a run of answer
+//! failures ([`confirm`]) and the tokenizer calls of [`super::tokenize`].
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +12,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::health::EjectPolicy;
-use super::pools::{Backend, Pool};
+use super::pools::{Backend, Confirmation, Pool};
 use super::Router;
 use crate::proxy::client::UpstreamClient;
 use crate::proxy::RequestBody;
@@ -80,8 +82,9 @@ async fn health_loop(
         for backend in pool.backends().iter() {
             let backend = Arc::clone(backend);
             let client = client.clone();
+            let path = Arc::clone(&pool.health_path);
             checks.spawn(async move {
-                match get(&client, &backend, "/health", timeout).await {
+                match get(&client, &backend, &path, timeout).await {
                     Ok((status, _)) if status.is_success() => backend.on_success(),
                     _ => backend.eject(Instant::now(), &policy),
                 }
@@ -112,35 +115,126 @@ async fn scrape_loop(pool: Arc<Pool>, client: UpstreamClient, timeout: Duration)
     }
 }
 
+/// Why a probe exchange gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExchangeError {
+    Timeout,
+    Failed(String),
+}
+
+impl std::fmt::Display for ExchangeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExchangeError::Timeout => f.write_str("no answer in time"),
+            ExchangeError::Failed(detail) => f.write_str(detail),
+        }
+    }
+}
+
 /// `GET path` on a backend, bounded in time and size.
 async fn get(
     client: &UpstreamClient,
     backend: &Backend,
     path: &str,
     timeout: Duration,
-) -> Result<(StatusCode, Bytes), String> {
+) -> Result<(StatusCode, Bytes), ExchangeError> {
+    exchange(client, backend, Method::GET, path, Bytes::new(), timeout).await
+}
+
+/// One request of the proxy's own to a backend (a check, a scrape, a tokenizer call), bounded
+/// in time and in the size of the answer read.
+pub async fn exchange(
+    client: &UpstreamClient,
+    backend: &Backend,
+    method: Method,
+    path: &str,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<(StatusCode, Bytes), ExchangeError> {
+    let failed = |err: &dyn std::fmt::Display| ExchangeError::Failed(err.to_string());
     let uri = Uri::builder()
         .scheme(backend.target.scheme.clone())
         .authority(backend.target.authority.clone())
         .path_and_query(path)
         .build()
-        .map_err(|err| err.to_string())?;
-    let mut req = Request::new(RequestBody::buffered(Bytes::new()));
-    *req.method_mut() = Method::GET;
+        .map_err(|err| failed(&err))?;
+    let json = !body.is_empty();
+    let mut req = Request::new(RequestBody::buffered(body));
+    *req.method_mut() = method;
     *req.uri_mut() = uri;
+    if json {
+        req.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+    }
     let exchange = async {
-        let response = client.request(req).await.map_err(|err| err.to_string())?;
+        let response = client.request(req).await.map_err(|err| failed(&err))?;
         let status = response.status();
         let body = Limited::new(response.into_body(), MAX_SCRAPE_BYTES)
             .collect()
             .await
-            .map_err(|err| err.to_string())?
+            .map_err(|err| failed(&err))?
             .to_bytes();
         Ok((status, body))
     };
     tokio::time::timeout(timeout, exchange)
         .await
-        .map_err(|_| format!("no answer within {timeout:?}"))?
+        .map_err(|_| ExchangeError::Timeout)?
+}
+
+/// Checks a backend whose answers failed `eject_after_failures` times in a row (a
+/// [`super::health::Verdict::Confirm`]): its health endpoint decides. A failing check (an error
+/// status, no answer, a refused connection) ejects it; a passing one clears its record, since
+/// the failures were then the requests' doing. A backend without the endpoint (404, 405) cannot
+/// be checked and stays: answers alone never eject. At most one check per backend is under way.
+pub fn confirm(
+    client: &UpstreamClient,
+    backend: &Arc<Backend>,
+    path: &Arc<str>,
+    policy: EjectPolicy,
+    timeout: Duration,
+) {
+    if !backend.start_check() {
+        return;
+    }
+    let client = client.clone();
+    let backend = Arc::clone(backend);
+    let path = Arc::clone(path);
+    tokio::spawn(async move {
+        match get(&client, &backend, &path, timeout).await {
+            Ok((status, _)) if status.is_success() => {
+                tracing::info!(
+                    pool = &*backend.pool,
+                    backend = &*backend.target.label,
+                    "answers failed but the health check passed: kept in rotation"
+                );
+                backend.confirmed(Confirmation::Kept);
+                backend.on_success();
+            }
+            Ok((StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED, _)) => {
+                tracing::warn!(
+                    pool = &*backend.pool,
+                    backend = &*backend.target.label,
+                    path = &*path,
+                    "answers failed and the backend has no health endpoint to confirm it \
+                     (set the pool's health_path): kept in rotation"
+                );
+                backend.confirmed(Confirmation::Unavailable);
+            }
+            outcome => {
+                tracing::warn!(
+                    pool = &*backend.pool,
+                    backend = &*backend.target.label,
+                    check = ?outcome.map(|(status, _)| status),
+                    "answers failed and so did the health check"
+                );
+                backend.confirmed(Confirmation::Ejected);
+                backend.eject(Instant::now(), &policy);
+            }
+        }
+        backend.end_check();
+    });
 }
 
 /// The vLLM gauges that weight a backend's load, summed over the series of every model it serves.

@@ -54,6 +54,7 @@ pub mod responses;
 pub mod scheduler;
 pub mod server;
 pub mod stream;
+pub mod tokenize;
 pub mod tokenizer;
 
 pub use error::SimError;

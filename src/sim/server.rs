@@ -118,6 +118,7 @@ pub async fn handle(state: &State, req: Request<Incoming>) -> Response<SimBody> 
     };
     match (req.method(), req.uri().path(), endpoint) {
         (&Method::POST, _, Some(endpoint)) => generate(state, endpoint, req).await,
+        (&Method::POST, "/tokenize", _) => tokenize(state, req).await,
         (&Method::GET, "/health", _) => full(StatusCode::OK, "text/plain", Bytes::new()),
         (&Method::GET, "/metrics", _) => full(
             StatusCode::OK,
@@ -129,7 +130,7 @@ pub async fn handle(state: &State, req: Request<Incoming>) -> Response<SimBody> 
             "application/json",
             models_json(&state.config).into(),
         ),
-        (_, "/health" | "/metrics" | "/v1/models", _) | (_, _, Some(_)) => full(
+        (_, "/health" | "/metrics" | "/v1/models" | "/tokenize", _) | (_, _, Some(_)) => full(
             StatusCode::METHOD_NOT_ALLOWED,
             "application/json",
             Bytes::from_static(br#"{"detail":"Method Not Allowed"}"#),
@@ -139,6 +140,32 @@ pub async fn handle(state: &State, req: Request<Incoming>) -> Response<SimBody> 
             "application/json",
             Bytes::from_static(br#"{"detail":"Not Found"}"#),
         ),
+    }
+}
+
+/// vLLM's `POST /tokenize`: `{"prompt": text}` (or `{"messages": [...]}`, with the chat template)
+/// answered with the count under the simulator's tokenizer.
+async fn tokenize(state: &State, req: Request<Incoming>) -> Response<SimBody> {
+    let bad = |message: &str| {
+        let body = serde_json::json!({"object": "error", "message": message, "type": "BadRequestError", "code": 400});
+        full(
+            StatusCode::BAD_REQUEST,
+            "application/json",
+            body.to_string().into(),
+        )
+    };
+    let Ok(body) = Limited::new(req.into_body(), MAX_REQUEST_BYTES)
+        .collect()
+        .await
+    else {
+        return bad("could not read the request body");
+    };
+    match super::tokenize::count(&body.to_bytes()) {
+        Ok(count) => {
+            let answer = super::tokenize::answer(count, state.config.kv_capacity_tokens);
+            full(StatusCode::OK, "application/json", answer.into())
+        }
+        Err(message) => bad(&message),
     }
 }
 
