@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Rust: promtool and prometheus (Debian's `prometheus`),
-# curl, and the official OpenAI Python SDK. Idempotent; needs root for apt-get.
+# curl, the official OpenAI Python SDK, the manifest validators, and llama.cpp's llama-server with
+# its random-weight test model (scripts/llama/build.sh; ~10 minutes the first time). Idempotent;
+# needs root for apt-get. scripts/test.sh (README's test command) runs it first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -24,3 +26,5 @@ if [[ ! -x "$VENV/bin/kubernetes-validate" ]] \
   "$VENV/bin/pip" install --quiet --disable-pip-version-check \
     'kubernetes-validate==1.37.0' 'cloudcoil-models-prometheus-operator==0.80.1.0'
 fi
+# A real inference engine for tests/llama_server.rs.
+scripts/llama/build.sh

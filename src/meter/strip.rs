@@ -314,9 +314,7 @@ fn moved_members(data: &[u8], finish_members: &[String]) -> Bytes {
     // Each member's text runs from the end of the previous value (its `,` included).
     let mut previous_end: Option<usize> = None;
     for (name, value) in members {
-        let keep = name != "choices"
-            && name != "usage"
-            && !finish_members.contains(&name);
+        let keep = name != "choices" && name != "usage" && !finish_members.contains(&name);
         if keep {
             match previous_end {
                 Some(from) => moved.extend_from_slice(&data[from..value.end]),

@@ -69,9 +69,15 @@ pub async fn open_with(
         .expect("connect to the proxy");
     stream.set_nodelay(true).expect("nodelay");
     let io = TokioIo::new(stream);
+    // HTTP/1.1 clients send the origin form (`/path`) with a Host header, as real servers
+    // (llama.cpp's among them) expect; h2 carries the authority in its pseudo-headers.
+    let uri = match protocol {
+        Protocol::Http1 => path.to_owned(),
+        Protocol::H2c => format!("http://{addr}{path}"),
+    };
     let mut builder = Request::builder()
         .method(method)
-        .uri(format!("http://{addr}{path}"))
+        .uri(uri)
         .header("content-type", "application/json");
     if protocol == Protocol::Http1 {
         builder = builder.header("host", addr.to_string());

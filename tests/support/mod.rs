@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod client;
+pub mod llama;
 pub mod prom;
 pub mod raw;
 

@@ -1,0 +1,361 @@
+//! tokenmeter in front of a real inference engine: llama.cpp's `llama-server` (built from the
+//! `llama-cpp-python` source distribution, with a random-weight model; `scripts/llama/build.sh`).
+//! What a new user saw there, now held: a client gets every member the server would have sent it
+//! (llama.cpp's `timings`), no client can eject the server, and the first long document goes to
+//! the prefill pool.
+mod support;
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use tokenmeter::config::{BalanceLoad, Config, PoolConfig, RuleConfig};
+use tokenmeter::server::ServerHandle;
+
+use support::llama::LlamaServer;
+use support::{client, config_for, prom, start_proxy};
+
+const CHAT: &str = "/v1/chat/completions";
+const COMPLETIONS: &str = "/v1/completions";
+
+/// The structure of one JSON document with its keys in the order written and every value reduced
+/// to its type (`s`, `n`, `b`, `null`): what a client's parser meets, whatever the timings say.
+fn shape(json: &str) -> String {
+    struct Shape<'a>(&'a mut String);
+    impl<'de> DeserializeSeed<'de> for Shape<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Shape<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            self.0.push('{');
+            while let Some(key) = map.next_key::<String>()? {
+                let _ = write!(self.0, "{key}:");
+                map.next_value_seed(Shape(&mut *self.0))?;
+                self.0.push(',');
+            }
+            self.0.push('}');
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            self.0.push('[');
+            while seq.next_element_seed(Shape(&mut *self.0))?.is_some() {
+                self.0.push(',');
+            }
+            self.0.push(']');
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            self.0.push('s');
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            self.0.push('n');
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            self.0.push('n');
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            self.0.push('n');
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            self.0.push('b');
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            self.0.push_str("null");
+            Ok(())
+        }
+    }
+    let mut out = String::new();
+    let mut de = serde_json::Deserializer::from_str(json);
+    Shape(&mut out)
+        .deserialize(&mut de)
+        .unwrap_or_else(|err| panic!("not JSON ({err}): {json}"));
+    out
+}
+
+/// The shape of every event of an SSE body (`[DONE]` as itself).
+fn shapes(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter(|event| !event.is_empty())
+        .map(|event| {
+            let data = event
+                .strip_prefix("data: ")
+                .expect("one data line per event");
+            if data == "[DONE]" {
+                data.to_owned()
+            } else {
+                shape(data)
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn clients_get_every_member_the_server_would_have_sent_them() {
+    let Some(llama) = LlamaServer::start(1, 2048).await else {
+        return;
+    };
+    let proxy = start_proxy(config_for(&llama.url)).await;
+    let asks = [
+        (CHAT, r#""messages":[{"role":"user","content":"hi"}]"#, ""),
+        (
+            CHAT,
+            r#""messages":[{"role":"user","content":"hi"}]"#,
+            r#","stream_options":{"include_usage":false}"#,
+        ),
+        (COMPLETIONS, r#""prompt":"hello there""#, ""),
+    ];
+    for (path, input, options) in asks {
+        let body = format!(
+            r#"{{"model":"m",{input},"max_tokens":3,"temperature":0,"stream":true{options}}}"#
+        );
+        let direct = client::post(llama.addr, path, &body).await;
+        let proxied = client::post(proxy.traffic_addr, path, &body).await;
+        assert_eq!(proxied.status, 200, "{path}: {}", proxied.text());
+        assert_eq!(
+            shapes(&proxied.text()),
+            shapes(&direct.text()),
+            "{path}{options}: the same events, members and member order as straight from the server"
+        );
+        assert_eq!(
+            proxied.text().matches("\"timings\":").count(),
+            1,
+            "{path}{options}: timings on the last event, as the server puts them"
+        );
+    }
+    let text = proxy.metrics.render();
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+        9.0,
+        "3 tokens each, exact"
+    );
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_token_count_source_total",
+            &[("source", "usage")]
+        ),
+        3.0,
+        "every count from the server's usage"
+    );
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_usage_injections_total",
+            &[("result", "injected")]
+        ),
+        3.0,
+        "include_usage asked for (and false turned true) on each"
+    );
+
+    // A prompt over the context: the server refuses the injected request, and that is counted.
+    let long = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"r1{}"}}],"max_tokens":2,"stream":true}}"#,
+        " w".repeat(3000)
+    );
+    let refused = client::post(proxy.traffic_addr, CHAT, &long).await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert!(
+        refused.text().contains("exceed_context_size_error"),
+        "the server's own error: {}",
+        refused.text()
+    );
+    assert_eq!(
+        prom::sum(
+            &proxy.metrics.render(),
+            "tokenmeter_usage_injections_total",
+            &[("result", "rejected")]
+        ),
+        1.0,
+        "counted as rejected, not injected"
+    );
+}
+
+/// Polls until `series` `labels` sums to `value` (10 s at most).
+async fn wait_for(proxy: &ServerHandle, series: &str, labels: &[(&str, &str)], value: f64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = prom::sum(&proxy.metrics.render(), series, labels);
+        if seen == value {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{series} {labels:?} stayed at {seen}, expected {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn no_client_can_eject_the_server_but_its_death_does() {
+    let Some(mut llama) = LlamaServer::start(1, 2048).await else {
+        return;
+    };
+    let mut config = config_for(&llama.url);
+    config.routing.eject_after_failures = 3;
+    config.routing.retries = 0;
+    let proxy = start_proxy(config).await;
+    let hostile = [
+        r#"{"model":"x","messages":["#,
+        r#"{"model":"x","messages":[{"role":"user","content":"hi"}],"tools":5}"#,
+        r#"{"model":"x","messages":[{"role":5,"content":"hi"}]}"#,
+    ];
+    for body in hostile {
+        for _ in 0..3 {
+            let answered = client::post(proxy.traffic_addr, CHAT, body).await;
+            assert_eq!(answered.status, 500, "llama-server answers 500 to {body}");
+        }
+    }
+    // Two runs of three valid-JSON 500s: two checks, both passed.
+    wait_for(
+        &proxy,
+        "tokenmeter_backend_health_confirmations_total",
+        &[("result", "kept")],
+        2.0,
+    )
+    .await;
+    let text = proxy.metrics.render();
+    assert_eq!(
+        prom::sum(&text, "tokenmeter_backend_ejections_total", &[]),
+        0.0,
+        "nine hostile requests ejected nothing"
+    );
+    assert_eq!(prom::sum(&text, "tokenmeter_backend_healthy", &[]), 1.0);
+    let ok = client::post(
+        proxy.traffic_addr,
+        CHAT,
+        r#"{"model":"x","messages":[{"role":"user","content":"hi"}],"max_tokens":2}"#,
+    )
+    .await;
+    assert_eq!(ok.status, 200, "served as usual");
+    assert_eq!(
+        prom::sum(
+            &proxy.metrics.render(),
+            "tokenmeter_route_decisions_total",
+            &[("reason", "panic")]
+        ),
+        0.0,
+        "never routed in panic mode"
+    );
+
+    llama.kill().await;
+    for _ in 0..3 {
+        let answered = client::post(proxy.traffic_addr, CHAT, hostile[1]).await;
+        assert_eq!(answered.status, 502, "the server is gone");
+    }
+    let text = proxy.metrics.render();
+    assert_eq!(
+        prom::sum(&text, "tokenmeter_backend_ejections_total", &[]),
+        1.0,
+        "a real failure still ejects"
+    );
+    assert_eq!(prom::sum(&text, "tokenmeter_backend_healthy", &[]), 0.0);
+}
+
+/// Two pools over the same server (what matters is which pool the router picks): prompts of
+/// 1024 estimated tokens or more go to `prefill`.
+fn split(url: &str) -> Config {
+    let mut config = config_for("http://127.0.0.1:1");
+    config.pools = ["prefill", "decode"]
+        .map(|name| PoolConfig {
+            name: name.to_owned(),
+            urls: vec![url.to_owned()],
+            balance: BalanceLoad::Streams,
+            ..PoolConfig::default()
+        })
+        .to_vec();
+    config.rules = vec![
+        RuleConfig {
+            pool: "prefill".to_owned(),
+            min_prompt_tokens: Some(1024),
+            ..RuleConfig::default()
+        },
+        RuleConfig {
+            pool: "decode".to_owned(),
+            ..RuleConfig::default()
+        },
+    ];
+    config.upstream.response_timeout = Duration::from_secs(120);
+    config.validate().expect("valid config");
+    config
+}
+
+#[tokio::test]
+async fn the_first_long_document_after_start_goes_to_prefill() {
+    let Some(llama) = LlamaServer::start(1, 4096).await else {
+        return;
+    };
+    let proxy = start_proxy(split(&llama.url)).await;
+    // The load generator's document: 1638 words, ~0.5 tokens per byte on this tokenizer, which
+    // the 0.25 prior would estimate at ~819 tokens (decode).
+    let document = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"r1{}"}}],"max_tokens":2,"stream":true}}"#,
+        " w".repeat(1637)
+    );
+    let streamed = client::post(proxy.traffic_addr, CHAT, &document).await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text());
+    let text = proxy.metrics.render();
+    let decided = |pool: &str| {
+        prom::sum(
+            &text,
+            "tokenmeter_route_decisions_total",
+            &[("pool", pool), ("reason", "rule")],
+        )
+    };
+    assert_eq!(
+        decided("prefill"),
+        1.0,
+        "the first request, before any usage came back"
+    );
+    assert_eq!(decided("decode"), 0.0, "not misrouted");
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_prompt_tokenize_total",
+            &[("mode", "wait"), ("result", "ok")]
+        ),
+        1.0,
+        "counted by llama-server's /tokenize first"
+    );
+    let input = prom::sum(
+        &text,
+        "tokenmeter_tokens_total",
+        &[("gen_ai_token_type", "input")],
+    );
+    assert!(
+        input > 1638.0,
+        "the server's own count ({input}) is over the threshold by far"
+    );
+    let chat = client::post(
+        proxy.traffic_addr,
+        CHAT,
+        r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":2,"stream":true}"#,
+    )
+    .await;
+    assert_eq!(chat.status, 200);
+    assert_eq!(
+        prom::sum(
+            &proxy.metrics.render(),
+            "tokenmeter_route_decisions_total",
+            &[("pool", "decode")],
+        ),
+        1.0,
+        "a short chat goes to decode"
+    );
+}
