@@ -5,7 +5,8 @@ mod sim_support;
 
 use http::Method;
 use sim_support::{call, config, read_events, start, Conn, Event};
-use tokenmeter::meter::dialect::{Dialect, Framer};
+use tokenmeter::dialect::Dialect;
+use tokenmeter::sse::Framer;
 
 /// `"Hello, world!"` is 4 tokens; one message (5) and the request (5) add the chat template.
 const HELLO_PROMPT_TOKENS: u64 = 14;
@@ -68,7 +69,7 @@ struct Metered {
 fn meter(path: &str, events: &[Event]) -> Metered {
     let dialect = Dialect::for_request(&Method::POST, path).expect("a generation endpoint");
     let framing = dialect
-        .framing(Some("text/event-stream; charset=utf-8"))
+        .stream_format(Some("text/event-stream; charset=utf-8"))
         .expect("an SSE stream");
     let mut framer = Framer::new(framing, 1 << 20);
     let mut metered = Metered {

@@ -17,7 +17,7 @@ use crate::bench::{self, Arrival, LoadMode, LoadSpec, PointReport, Progress, Slo
 use crate::config::Config;
 use crate::sim::{self, SimConfig, SimHandle};
 
-use crate::exposition::{self, histogram_quantile, samples};
+use crate::metrics::exposition::{self, histogram_quantile, samples};
 
 /// 90% chat turns, 10% long documents: the mix whose long prefills stall chat streams.
 pub const DEFAULT_WORKLOAD: &str =

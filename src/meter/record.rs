@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::meter::dialect::openai::Usage;
+use crate::dialect::Usage;
 
 /// What one stream has shown so far.
 #[derive(Debug, Clone)]

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
+use crate::context::RequestContext;
 use crate::metrics::Outcome;
 
 /// Why a request got no upstream response (or a rejected one).
@@ -39,7 +40,7 @@ pub enum ProxyError {
     /// mid-body) or was malformed while the proxy was reading it.
     #[error("could not read the request body: {detail}")]
     ClientBody { detail: String, client_gone: bool },
-    /// The request head had both `transfer-encoding` and `content-length` (see [`crate::framing`]).
+    /// The request head had both `transfer-encoding` and `content-length` (see [`crate::server::smuggling`]).
     #[error("the request has both transfer-encoding and content-length (RFC 9112 section 6.3); refused as possible request smuggling")]
     ConflictingFraming,
 }
@@ -116,6 +117,23 @@ impl ProxyError {
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
+    }
+}
+
+/// A request that got no answer from the stack below the meter: why, and its context as far as it
+/// got (the pool and backend of the last attempt label the failure).
+#[derive(Debug)]
+pub struct Failure {
+    pub error: ProxyError,
+    pub context: Box<RequestContext>,
+}
+
+impl Failure {
+    pub fn new(error: ProxyError, context: RequestContext) -> Self {
+        Self {
+            error,
+            context: Box::new(context),
+        }
     }
 }
 

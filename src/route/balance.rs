@@ -78,7 +78,7 @@ fn choose_among(
 mod tests {
     use super::*;
     use crate::config::PoolConfig;
-    use crate::route::health::{EjectPolicy, Failure};
+    use crate::route::health::{EjectPolicy, Fault};
     use crate::route::pools::LoadGuard;
     use rand::rngs::StdRng;
     use rand::SeedableRng;
@@ -109,8 +109,8 @@ mod tests {
         let pool = pool(4, BalanceLoad::Streams);
         let backends = pool.backends();
         let now = Instant::now();
-        backends[1].on_failure(now, &policy(), Failure::Connection);
-        backends[2].on_failure(now, &policy(), Failure::Connection);
+        backends[1].on_failure(now, &policy(), Fault::Connection);
+        backends[2].on_failure(now, &policy(), Fault::Connection);
         let mut rng = StdRng::seed_from_u64(7);
         for _ in 0..500 {
             let chosen = choose(&pool, now, &[], &mut rng).expect("two are healthy");
@@ -128,7 +128,7 @@ mod tests {
                 "the only candidate"
             );
         }
-        backends[3].on_failure(now, &policy(), Failure::Connection);
+        backends[3].on_failure(now, &policy(), Fault::Connection);
         assert!(
             choose(&pool, now, &excluded, &mut rng).is_none(),
             "no candidate left"
@@ -175,7 +175,7 @@ mod tests {
             .map(|_| LoadGuard::new(Arc::clone(&backends[1]), 100))
             .collect();
         for guard in &decoding {
-            crate::proxy::BodyGuard::first_frame(guard);
+            crate::upstream::BodyGuard::first_frame(guard);
         }
         let mut rng = StdRng::seed_from_u64(3);
         let chosen = choose(&pool, Instant::now(), &[], &mut rng).expect("healthy");

@@ -10,117 +10,13 @@
 //! [`Calibrator::trusted`] and [`super::tokenize`]). Prompts given as token ids are counted
 //! exactly. The error of each estimate against the usage that followed is a histogram
 //! (`tokenmeter_prompt_estimate_error_ratio`).
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use metrics::{Gauge, Histogram};
-use serde::Deserialize;
 
 use crate::metrics::Metrics;
-
-/// What a request's prompt is made of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PromptSize {
-    /// Bytes of prompt text (unescaped UTF-8).
-    pub text_bytes: u64,
-    /// Tokens given directly as token ids (completions `prompt: [1, 2, 3]`).
-    pub token_ids: u64,
-}
-
-/// The prompt text of a chat or completions body (message contents, or the text prompts, joined
-/// by newlines), for a tokenizer to count; `None` when the body has no text prompt.
-pub fn prompt_text(body: &[u8]) -> Option<String> {
-    let parsed = serde_json::from_slice::<RequestBody<'_>>(body).ok()?;
-    let mut texts: Vec<&str> = Vec::new();
-    for message in parsed.messages.iter().flatten() {
-        match &message.content {
-            Some(Content::Text(text)) => texts.push(text),
-            Some(Content::Parts(parts)) => {
-                texts.extend(parts.iter().filter_map(|part| part.text.as_deref()));
-            }
-            None => {}
-        }
-    }
-    match &parsed.prompt {
-        Some(Prompt::Text(text)) => texts.push(text),
-        Some(Prompt::Texts(list)) => texts.extend(list.iter().map(|text| &**text)),
-        _ => {}
-    }
-    (!texts.is_empty()).then(|| texts.join("\n"))
-}
-
-/// Measures the prompt of a chat or completions body. A body that does not parse as either is
-/// measured whole: an overestimate by its JSON syntax, never a zero that would route a huge prompt
-/// to the decode pool.
-pub fn prompt_size(body: &[u8]) -> PromptSize {
-    let Ok(parsed) = serde_json::from_slice::<RequestBody<'_>>(body) else {
-        return PromptSize {
-            text_bytes: body.len() as u64,
-            token_ids: 0,
-        };
-    };
-    let mut size = PromptSize::default();
-    for message in parsed.messages.iter().flatten() {
-        match &message.content {
-            Some(Content::Text(text)) => size.text_bytes += text.len() as u64,
-            Some(Content::Parts(parts)) => {
-                for text in parts.iter().filter_map(|part| part.text.as_ref()) {
-                    size.text_bytes += text.len() as u64;
-                }
-            }
-            None => {}
-        }
-    }
-    match &parsed.prompt {
-        Some(Prompt::Text(text)) => size.text_bytes += text.len() as u64,
-        Some(Prompt::Texts(texts)) => {
-            size.text_bytes += texts.iter().map(|t| t.len() as u64).sum::<u64>();
-        }
-        Some(Prompt::Tokens(ids)) => size.token_ids += ids.len() as u64,
-        Some(Prompt::TokenLists(lists)) => {
-            size.token_ids += lists.iter().map(|l| l.len() as u64).sum::<u64>();
-        }
-        None => {}
-    }
-    size
-}
-
-#[derive(Deserialize)]
-struct RequestBody<'a> {
-    #[serde(borrow, default)]
-    messages: Option<Vec<Message<'a>>>,
-    #[serde(borrow, default)]
-    prompt: Option<Prompt<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow, default)]
-    content: Option<Content<'a>>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Content<'a> {
-    Text(#[serde(borrow)] Cow<'a, str>),
-    Parts(#[serde(borrow)] Vec<Part<'a>>),
-}
-
-#[derive(Deserialize)]
-struct Part<'a> {
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Prompt<'a> {
-    Text(#[serde(borrow)] Cow<'a, str>),
-    Texts(#[serde(borrow)] Vec<Cow<'a, str>>),
-    Tokens(Vec<u64>),
-    TokenLists(Vec<Vec<u64>>),
-}
+use crate::request::PromptSize;
 
 /// Weight of the prior, in bytes of pseudo-observation: a few prompts' worth, so the first real
 /// responses move the ratio at once.
@@ -325,73 +221,9 @@ impl Calibrator {
     }
 }
 
-/// A response extension: the router's estimate for this request, for the meter to calibrate with
-/// (and to use as N_in when the stream reports no `usage.prompt_tokens`).
-#[derive(Debug, Clone)]
-pub struct PromptEstimate {
-    pub model: Arc<str>,
-    pub size: PromptSize,
-    pub estimated_tokens: u64,
-    pub calibrator: Arc<Calibrator>,
-}
-
-impl PromptEstimate {
-    /// Reports the backend's count of this prompt.
-    pub fn observe(&self, actual_prompt_tokens: u64) {
-        self.calibrator.observe(
-            &self.model,
-            self.size,
-            self.estimated_tokens,
-            actual_prompt_tokens,
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn chat_text_and_parts_are_measured_unescaped() {
-        let body = br#"{"model":"m","messages":[{"role":"system","content":"ab\"c"},{"role":"user","content":[{"type":"text","text":"hello"},{"type":"image_url","image_url":{"url":"data:xyz"}}]},{"role":"assistant","content":null,"tool_calls":[]}]}"#;
-        assert_eq!(
-            prompt_size(body),
-            PromptSize {
-                text_bytes: 4 + 5,
-                token_ids: 0
-            },
-            "escaped quote is one byte; image parts and null content add nothing"
-        );
-    }
-
-    #[test]
-    fn completions_prompts_in_every_shape() {
-        let text = prompt_size(br#"{"prompt":"four","max_tokens":3}"#);
-        assert_eq!(text.text_bytes, 4, "string prompt");
-        let texts = prompt_size(br#"{"prompt":["ab","cde"]}"#);
-        assert_eq!(texts.text_bytes, 5, "list of strings");
-        let ids = prompt_size(br#"{"prompt":[1,2,3]}"#);
-        assert_eq!(
-            ids,
-            PromptSize {
-                text_bytes: 0,
-                token_ids: 3
-            },
-            "token ids counted exactly"
-        );
-        let lists = prompt_size(br#"{"prompt":[[1,2],[3]]}"#);
-        assert_eq!(lists.token_ids, 3, "lists of token ids");
-    }
-
-    #[test]
-    fn unparseable_bodies_count_whole() {
-        let body = br#"{"messages": 5}"#;
-        assert_eq!(
-            prompt_size(body).text_bytes,
-            body.len() as u64,
-            "measured whole, never zero"
-        );
-    }
 
     #[test]
     fn calibration_converges_on_the_backend_ratio() {

@@ -1,7 +1,7 @@
 //! Passive health: consecutive failures eject a backend, with exponential back-off.
 //!
 //! Health must measure the backend, not its clients: no client may be able to drive a healthy
-//! backend out of rotation. So failures come in two kinds ([`Failure`]):
+//! backend out of rotation. So failures come in two kinds ([`Fault`]):
 //! - **connection failures** (connect refused or timed out, a connection that broke before the
 //!   response head): nothing a request says causes them, so they count outright;
 //! - **answer failures** (a 5xx response, no response head within `response_timeout`): a
@@ -52,7 +52,7 @@ impl EjectPolicy {
 
 /// What went wrong with one request on a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
+pub enum Fault {
     /// Connect refused or timed out, or the connection broke before the response head.
     Connection,
     /// A 5xx answer, or no response head in time: possibly the request's own doing.
@@ -92,7 +92,7 @@ impl Health {
     }
 
     /// A failure at `now` and what it did.
-    pub fn on_failure(&mut self, now: Instant, policy: &EjectPolicy, failure: Failure) -> Verdict {
+    pub fn on_failure(&mut self, now: Instant, policy: &EjectPolicy, fault: Fault) -> Verdict {
         if !self.available(now) {
             return Verdict::Counted;
         }
@@ -101,9 +101,9 @@ impl Health {
         if self.failures < threshold {
             return Verdict::Counted;
         }
-        match failure {
-            Failure::Connection => Verdict::Ejected(self.eject(now, policy)),
-            Failure::Answer => {
+        match fault {
+            Fault::Connection => Verdict::Ejected(self.eject(now, policy)),
+            Fault::Answer => {
                 // The check decides; until it does, the run starts again (so a client repeating
                 // a bad request asks for one check per `after` requests, not one per request).
                 self.failures = 0;
@@ -148,23 +148,23 @@ mod tests {
         let mut health = Health::default();
         let now = Instant::now();
         assert_eq!(
-            health.on_failure(now, &p, Failure::Connection),
+            health.on_failure(now, &p, Fault::Connection),
             Verdict::Counted,
             "first failure"
         );
         assert_eq!(
-            health.on_failure(now, &p, Failure::Connection),
+            health.on_failure(now, &p, Fault::Connection),
             Verdict::Counted,
             "second failure"
         );
         assert_eq!(
-            health.on_failure(now, &p, Failure::Connection),
+            health.on_failure(now, &p, Fault::Connection),
             Verdict::Ejected(Duration::from_secs(1)),
             "the third consecutive failure ejects for eject_base"
         );
         assert!(!health.available(Instant::now()), "ejected");
         assert_eq!(
-            health.on_failure(Instant::now(), &p, Failure::Connection),
+            health.on_failure(Instant::now(), &p, Fault::Connection),
             Verdict::Counted,
             "failures while ejected change nothing"
         );
@@ -175,14 +175,14 @@ mod tests {
         assert!(health.available(Instant::now()), "back after 1 s");
 
         assert_eq!(
-            health.on_failure(Instant::now(), &p, Failure::Connection),
+            health.on_failure(Instant::now(), &p, Fault::Connection),
             Verdict::Ejected(Duration::from_secs(2)),
             "on probation one failure re-ejects, for twice as long"
         );
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(health.available(Instant::now()), "back after 2 s");
         assert_eq!(
-            health.on_failure(Instant::now(), &p, Failure::Connection),
+            health.on_failure(Instant::now(), &p, Fault::Connection),
             Verdict::Ejected(Duration::from_secs(4)),
             "then 4 s"
         );
@@ -190,7 +190,7 @@ mod tests {
         health.on_success();
         assert_eq!(health, Health::default(), "a success clears the record");
         assert_eq!(
-            health.on_failure(Instant::now(), &p, Failure::Connection),
+            health.on_failure(Instant::now(), &p, Fault::Connection),
             Verdict::Counted,
             "after a success it takes three failures again"
         );
@@ -201,11 +201,11 @@ mod tests {
         let p = policy();
         let mut health = Health::default();
         let now = Instant::now();
-        health.on_failure(now, &p, Failure::Connection);
-        health.on_failure(now, &p, Failure::Connection);
+        health.on_failure(now, &p, Fault::Connection);
+        health.on_failure(now, &p, Fault::Connection);
         health.on_success();
         assert_eq!(
-            health.on_failure(now, &p, Failure::Connection),
+            health.on_failure(now, &p, Fault::Connection),
             Verdict::Counted,
             "count restarted"
         );
@@ -223,32 +223,32 @@ mod tests {
         let now = Instant::now();
         for i in 0..2 {
             assert_eq!(
-                health.on_failure(now, &p, Failure::Answer),
+                health.on_failure(now, &p, Fault::Answer),
                 Verdict::Counted,
                 "answer failure {i}"
             );
         }
         assert_eq!(
-            health.on_failure(now, &p, Failure::Answer),
+            health.on_failure(now, &p, Fault::Answer),
             Verdict::Confirm,
             "the third asks for a check"
         );
         assert!(health.available(now), "not ejected by answers alone");
         for i in 0..2 {
             assert_eq!(
-                health.on_failure(now, &p, Failure::Answer),
+                health.on_failure(now, &p, Fault::Answer),
                 Verdict::Counted,
                 "the run restarted after the check was asked for ({i})"
             );
         }
         assert_eq!(
-            health.on_failure(now, &p, Failure::Connection),
+            health.on_failure(now, &p, Fault::Connection),
             Verdict::Ejected(Duration::from_secs(1)),
             "a connection failure completes a mixed run and ejects"
         );
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(
-            health.on_failure(Instant::now(), &p, Failure::Answer),
+            health.on_failure(Instant::now(), &p, Fault::Answer),
             Verdict::Confirm,
             "on probation one answer failure asks for a check at once"
         );

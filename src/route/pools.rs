@@ -11,10 +11,10 @@ use std::time::Duration;
 use http::uri::{Authority, Scheme};
 use tokio::time::Instant;
 
-use super::health::{EjectPolicy, Failure, Health, Verdict};
+use super::health::{EjectPolicy, Fault, Health, Verdict};
 use crate::config::{BalanceLoad, PoolConfig};
 use crate::metrics::{BackendMetrics, Metrics};
-use crate::proxy::{BodyGuard, Target};
+use crate::upstream::{BodyGuard, Target};
 
 /// One backend of one pool.
 #[derive(Debug)]
@@ -97,8 +97,8 @@ impl Backend {
     }
 
     /// A failed request; see [`Verdict`] for what the caller must do with `Confirm`.
-    pub fn on_failure(&self, now: Instant, policy: &EjectPolicy, failure: Failure) -> Verdict {
-        let verdict = self.lock_health().on_failure(now, policy, failure);
+    pub fn on_failure(&self, now: Instant, policy: &EjectPolicy, fault: Fault) -> Verdict {
+        let verdict = self.lock_health().on_failure(now, policy, fault);
         if let Verdict::Ejected(length) = verdict {
             self.ejected(length);
         }
@@ -252,7 +252,7 @@ impl Pool {
     pub fn new(
         config: &PoolConfig,
         metrics: Option<Arc<Metrics>>,
-    ) -> Result<Self, crate::proxy::upstream::UpstreamError> {
+    ) -> Result<Self, crate::upstream::UpstreamError> {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let statics = config
             .urls

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use crate::framing::scan::H2_PREFACE;
+use crate::server::smuggling::scan::H2_PREFACE;
 
 /// [`speaks_http1`] for a new connection, bounded: `None` when no byte came within `timeout`
 /// (hyper's own head timeout only starts once hyper reads, so the first byte gets the same

@@ -20,8 +20,10 @@ use metrics_exporter_prometheus::{
 };
 
 use crate::config::Config;
-use crate::meter::dialect::Dialect;
+use crate::dialect::Dialect;
 
+pub mod admission;
+pub mod exposition;
 mod histogram;
 
 use histogram::Histograms;

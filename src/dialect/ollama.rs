@@ -15,7 +15,7 @@ use serde::de::{IgnoredAny, MapAccess};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::openai::{EventSummary, Usage};
+use super::event::{EventSummary, Usage};
 use super::walk::{
     self, is_non_null, is_nonempty_array, is_nonempty_string, Count, Flag, Lenient, Pick,
 };

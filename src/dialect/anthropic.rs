@@ -20,7 +20,7 @@ use serde::de::{IgnoredAny, MapAccess};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::openai::{EventSummary, Usage};
+use super::event::{EventSummary, Usage};
 use super::walk::{self, is_nonempty_string, Count, Lenient, Pick, UsageMember};
 
 /// Classifies one event; `event` is its SSE `event:` field.

@@ -14,7 +14,7 @@ use serde::de::{IgnoredAny, MapAccess};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::openai::EventSummary;
+use super::event::EventSummary;
 use super::walk::{self, is_non_null, is_nonempty_array, is_nonempty_string, Pick};
 
 /// Classifies the `data` of one event.

@@ -1,9 +1,14 @@
-//! Upstream backends: where a request can be sent, and the label it is metered under.
+//! Upstream backends: where a request is sent ([`Target`], and the label it is metered under)
+//! and what it holds there while its answer streams ([`InFlight`]).
+//!
+//! Shared vocabulary: the router chooses a target and makes the guard (its per-backend load
+//! accounting implements [`BodyGuard`]); the proxy sends to the target and carries the guard in
+//! the response body, which tells it of the first frame and drops it at the end (or when the
+//! client goes away); the meter labels with the target. Defining both here keeps the dependencies
+//! pointing one way: the router uses the proxy, never the reverse.
 use std::sync::Arc;
 
 use http::uri::{Authority, Scheme};
-
-use crate::config::UpstreamConfig;
 
 /// One upstream backend: scheme and authority to send to, and its `backend` label value.
 #[derive(Debug, Clone)]
@@ -40,21 +45,14 @@ impl Target {
     }
 }
 
-/// The configured upstreams, in order.
-#[derive(Debug, Clone)]
-pub struct Upstreams {
-    pub targets: Arc<[Target]>,
+/// Accounting that must live as long as a response body (the router's per-backend counts).
+/// Dropping the last handle ends the accounting.
+pub trait BodyGuard: Send + Sync + std::fmt::Debug {
+    /// The first body frame arrived: the backend finished the prompt's prefill.
+    fn first_frame(&self);
 }
 
-impl Upstreams {
-    pub fn from_config(config: &UpstreamConfig) -> Result<Self, UpstreamError> {
-        let targets = config
-            .urls
-            .iter()
-            .map(|url| Target::from_url(url))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self {
-            targets: targets.into(),
-        })
-    }
-}
+/// A request's [`BodyGuard`], carried in its context to the forwarder, which moves it into the
+/// response body.
+#[derive(Debug, Clone)]
+pub struct InFlight(pub Arc<dyn BodyGuard>);

@@ -2,7 +2,7 @@
 //! what counts as a token event in each (REFERENCE.md §1, §4).
 //!
 //! The metering body has one code path for every dialect: [`Dialect::for_request`] picks the
-//! dialect from the request (method + path), [`Dialect::framing`] confirms from the response's
+//! dialect from the request (method + path), [`Dialect::stream_format`] confirms from the response's
 //! content type that the body is a stream and how it is framed, a [`Framer`] cuts the frames into
 //! events, and [`Dialect::classify`] says what each event means ([`EventSummary`]): whether it is
 //! a token event (its arrival is stamped for TTFT / ITL), how many tokens it carries when the
@@ -30,21 +30,20 @@
 //! that is not the expected JSON means "nothing here" ([`EventSummary::default()`]).
 
 pub mod anthropic;
-mod framer;
+mod choose;
+mod event;
 pub mod llamacpp;
-pub mod ndjson;
 pub mod ollama;
 pub mod openai;
 pub mod responses;
-mod route;
 pub mod tgi;
 pub mod triton;
-mod walk;
+pub(crate) mod walk;
 
-pub use framer::{FramedEvent, Framer, Framing};
-pub use ndjson::NdJsonScanner;
-pub use openai::{EventSummary, Usage};
-pub use route::media_type;
+pub use choose::media_type;
+pub use event::{EventSummary, Usage};
+
+use crate::sse::StreamFormat;
 
 /// Which API a stream speaks; chosen per request from method + path (+ response content type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,7 +94,7 @@ impl Dialect {
     /// pulls stream NDJSON progress, which is not generation), and POSTs whose last path segment
     /// names a non-generation operation (`embeddings`, `tokenize`, `count_tokens`, ...).
     pub fn for_request(method: &http::Method, path: &str) -> Option<Dialect> {
-        route::for_request(method, path)
+        choose::for_request(method, path)
     }
 
     /// How the response body is framed into events, from the response content type:
@@ -104,8 +103,8 @@ impl Dialect {
     /// gets TTFB and E2E metered, its events just carry no tokens this dialect recognises).
     /// `None` when the body is not a stream (a JSON error body, a non-streaming response, no
     /// content type).
-    pub fn framing(self, content_type: Option<&str>) -> Option<Framing> {
-        route::framing(content_type?)
+    pub fn stream_format(self, content_type: Option<&str>) -> Option<StreamFormat> {
+        choose::stream_format(content_type?)
     }
 
     /// Classifies one event. `event` is the SSE `event:` field (empty when none / for NDJSON).
@@ -184,7 +183,7 @@ impl Dialect {
     /// The model named by the path (Triton: `/v2/models/<model>/...`), if any.
     pub fn model_from_path(self, path: &str) -> Option<&str> {
         match self {
-            Dialect::Triton => route::triton_model(path),
+            Dialect::Triton => choose::triton_model(path),
             _ => None,
         }
     }

@@ -10,7 +10,7 @@
 //! (through the scanner) before it dispatches that request, so the mark is always in time.
 //!
 //! ```no_run
-//! # use tokenmeter::framing::{ConnectionFraming, GuardedStream};
+//! # use tokenmeter::server::smuggling::{ConnectionFraming, GuardedStream};
 //! # async fn f(stream: tokio::net::TcpStream) {
 //! let framing = ConnectionFraming::new();
 //! let io = GuardedStream::new(stream, std::sync::Arc::clone(&framing), 65_536);

@@ -2,15 +2,15 @@
 //! every upstream frame to a [`Framer`] and classifies what comes out, whatever the dialect.
 
 use super::ndjson::NdJsonScanner;
-use crate::sse::Scanner;
+use super::Scanner;
 
 /// One event of the stream: an SSE event, or one NDJSON line (with an empty `event`). Its slices
-/// live only for the callback (see [`crate::sse::Event`]).
-pub type FramedEvent<'a> = crate::sse::Event<'a>;
+/// live only for the callback (see [`super::Event`]).
+pub type FramedEvent<'a> = super::Event<'a>;
 
 /// How a response body is cut into events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub enum StreamFormat {
     /// `text/event-stream` (WHATWG Server-Sent Events).
     Sse,
     /// Newline-delimited JSON (`application/x-ndjson`): one event per line.
@@ -25,11 +25,11 @@ pub enum Framer {
 }
 
 impl Framer {
-    /// A framer for `framing`; `max_line` caps one line (and, for SSE, one event's data).
-    pub fn new(framing: Framing, max_line: usize) -> Self {
-        match framing {
-            Framing::Sse => Framer::Sse(Scanner::new(max_line)),
-            Framing::NdJson => Framer::NdJson(NdJsonScanner::new(max_line)),
+    /// A framer for `format`; `max_line` caps one line (and, for SSE, one event's data).
+    pub fn new(format: StreamFormat, max_line: usize) -> Self {
+        match format {
+            StreamFormat::Sse => Framer::Sse(Scanner::new(max_line)),
+            StreamFormat::NdJson => Framer::NdJson(NdJsonScanner::new(max_line)),
         }
     }
 

@@ -7,7 +7,7 @@
 //! Hostile clients meet the limits of `[server]`: the HTTP/1 head must arrive within
 //! `header_read_timeout` and fit `max_header_bytes` / `max_headers`; HTTP/2 connections get
 //! `http2_max_concurrent_streams`; connections past `max_connections` and requests past `max_streams`
-//! are answered 503 at once ([`crate::limits`]).
+//! are answered 503 at once ([`crate::server::admission`]).
 //!
 //! Shutdown: `/readyz` turns 503, the traffic listener closes, in-flight streams may finish for
 //! `server.shutdown_grace`, then whatever is left is cut (its bodies are dropped, so each is counted
@@ -30,17 +30,22 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
 use tower::ServiceExt;
 
+use admission::{AdmissionLayer, Limit, Limits};
+use smuggling::{ConnectionFraming, GuardedStream};
+
 use crate::config::{Config, ServerConfig};
-use crate::framing::{ConflictingFraming, ConnectionFraming, GuardedStream};
-use crate::limits::{self, AdmissionLayer, Limit, Limits};
+use crate::context::RequestContext;
 use crate::meter::layer::MeterLayer;
 use crate::metrics::{Metrics, MetricsError};
-use crate::proxy::upstream::UpstreamError;
-use crate::proxy::{client, ClientAddr, Forward};
+use crate::proxy::{client, Forward};
 use crate::route::{self, RouteError, RouteLayer, Router};
+use crate::upstream::UpstreamError;
 
+pub mod admission;
+pub mod smuggling;
 mod sniff;
 
 /// How often histogram samples are folded into buckets (keeps memory flat between scrapes).
@@ -163,7 +168,11 @@ impl Server {
         let probes = route::probe::spawn(&self.router, &client);
         let stack = tower::ServiceBuilder::new()
             .layer(AdmissionLayer::new(Arc::clone(&self.limits)))
-            .layer(MeterLayer::new(&self.config, Arc::clone(&self.metrics)))
+            .layer(MeterLayer::new(
+                &self.config,
+                Arc::clone(&self.metrics),
+                Arc::clone(&self.router),
+            ))
             .layer(RouteLayer::new(Arc::clone(&self.router)))
             .service(Forward::new(client, &self.config.upstream));
 
@@ -206,10 +215,10 @@ impl Server {
                     let max_head = self.config.server.max_header_bytes;
                     let first_byte_timeout = self.config.server.header_read_timeout;
                     let service = stack.clone().map_request(move |mut req: Request<Incoming>| {
-                        req.extensions_mut().insert(ClientAddr(peer));
-                        if framing.next_request_conflicts() {
-                            req.extensions_mut().insert(ConflictingFraming);
-                        }
+                        // The request's head is here: its context starts, and with it t0.
+                        let mut context = RequestContext::new(Instant::now(), Some(peer));
+                        context.conflicting_framing = framing.next_request_conflicts();
+                        req.extensions_mut().insert(context);
                         req
                     });
                     let watcher = graceful.watcher();
@@ -296,7 +305,7 @@ const REFUSE_DEADLINE: Duration = Duration::from_secs(2);
 /// time, so a flood of refused connections cannot pile up.
 async fn refuse_connection(stream: tokio::net::TcpStream) {
     let service = hyper::service::service_fn(|_req: Request<Incoming>| async {
-        let mut response = limits::overloaded(Limit::Connections);
+        let mut response = admission::overloaded(Limit::Connections);
         response
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));

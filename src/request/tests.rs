@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-use super::{inject_include_usage, inspect, Injection, RequestFacts};
+use super::{inject_include_usage, inspect, prompt_size, Injection, PromptSize, RequestFacts};
 
 /// Injects and returns the new body as text, failing the test on any other outcome.
 fn injected(body: &str) -> String {
@@ -302,6 +302,48 @@ fn inspect_rejects_non_objects() {
     for body in ["", "not json", "[]", "\"s\"", "null", "{\"model\":", "{} x"] {
         assert_eq!(inspect(body.as_bytes()), None, "{body:?}");
     }
+}
+
+#[test]
+fn chat_text_and_parts_are_measured_unescaped() {
+    let body = br#"{"model":"m","messages":[{"role":"system","content":"ab\"c"},{"role":"user","content":[{"type":"text","text":"hello"},{"type":"image_url","image_url":{"url":"data:xyz"}}]},{"role":"assistant","content":null,"tool_calls":[]}]}"#;
+    assert_eq!(
+        prompt_size(body),
+        PromptSize {
+            text_bytes: 4 + 5,
+            token_ids: 0
+        },
+        "escaped quote is one byte; image parts and null content add nothing"
+    );
+}
+
+#[test]
+fn completions_prompts_in_every_shape() {
+    let text = prompt_size(br#"{"prompt":"four","max_tokens":3}"#);
+    assert_eq!(text.text_bytes, 4, "string prompt");
+    let texts = prompt_size(br#"{"prompt":["ab","cde"]}"#);
+    assert_eq!(texts.text_bytes, 5, "list of strings");
+    let ids = prompt_size(br#"{"prompt":[1,2,3]}"#);
+    assert_eq!(
+        ids,
+        PromptSize {
+            text_bytes: 0,
+            token_ids: 3
+        },
+        "token ids counted exactly"
+    );
+    let lists = prompt_size(br#"{"prompt":[[1,2],[3]]}"#);
+    assert_eq!(lists.token_ids, 3, "lists of token ids");
+}
+
+#[test]
+fn unparseable_bodies_count_whole() {
+    let body = br#"{"messages": 5}"#;
+    assert_eq!(
+        prompt_size(body).text_bytes,
+        body.len() as u64,
+        "measured whole, never zero"
+    );
 }
 
 /// Arbitrary JSON values, a few levels deep, with strings that need escaping.

@@ -1,11 +1,12 @@
-//! Choosing a dialect from the request path and a framing from the response content type.
+//! Choosing a dialect from the request path, and a stream format from the response content type.
 //!
 //! Paths are matched on whole trailing segments, so a gateway prefix (`/openai/v1/...`) does not
 //! hide the endpoint and `/v1/xcompletions` is not `/completions`.
 
 use http::Method;
 
-use super::{Dialect, Framing};
+use super::Dialect;
+use crate::sse::StreamFormat;
 
 /// Last path segments of POST routes that are not generation (their responses, streamed or not,
 /// are not token streams).
@@ -83,19 +84,19 @@ pub fn media_type(content_type: &str) -> &str {
     content_type.split(';').next().unwrap_or_default().trim()
 }
 
-/// See [`Dialect::framing`].
-pub(super) fn framing(content_type: &str) -> Option<Framing> {
+/// See [`Dialect::stream_format`].
+pub(super) fn stream_format(content_type: &str) -> Option<StreamFormat> {
     let media = media_type(content_type);
     let is = |name: &str| media.eq_ignore_ascii_case(name);
     if is("text/event-stream") {
-        Some(Framing::Sse)
+        Some(StreamFormat::Sse)
     } else if is("application/x-ndjson")
         || is("application/ndjson")
         || is("application/jsonl")
         || is("application/x-jsonlines")
         || is("application/jsonlines")
     {
-        Some(Framing::NdJson)
+        Some(StreamFormat::NdJson)
     } else {
         None
     }
@@ -179,17 +180,20 @@ mod tests {
     #[test]
     fn framing_from_content_type() {
         let cases = [
-            ("text/event-stream", Some(Framing::Sse)),
-            ("text/event-stream; charset=utf-8", Some(Framing::Sse)),
-            (" Text/Event-Stream ;x=y", Some(Framing::Sse)),
-            ("application/x-ndjson", Some(Framing::NdJson)),
-            ("application/jsonl; charset=utf-8", Some(Framing::NdJson)),
+            ("text/event-stream", Some(StreamFormat::Sse)),
+            ("text/event-stream; charset=utf-8", Some(StreamFormat::Sse)),
+            (" Text/Event-Stream ;x=y", Some(StreamFormat::Sse)),
+            ("application/x-ndjson", Some(StreamFormat::NdJson)),
+            (
+                "application/jsonl; charset=utf-8",
+                Some(StreamFormat::NdJson),
+            ),
             ("application/json", None),
             ("text/plain", None),
             ("", None),
         ];
         for (content_type, want) in cases {
-            assert_eq!(framing(content_type), want, "{content_type:?}");
+            assert_eq!(stream_format(content_type), want, "{content_type:?}");
         }
     }
 }

@@ -7,17 +7,16 @@
 //! body ([`Admitted`]), so it is released when the last byte went out or the client left.
 //!
 //! Rejections are counted in `tokenmeter_rejected_total{reason}` (`max_streams`,
-//! `max_connections`), and the open counts are exposed as gauges; [`Limits::render`] writes them in
-//! the Prometheus text format, appended to the admin `/metrics`.
+//! `max_connections`), and the open counts are exposed as gauges; [`Limits::counts`] reads them at
+//! scrape time and [`crate::metrics::admission`] writes them beside every other series.
 //!
 //! ```no_run
-//! # use tokenmeter::{config::Config, limits::{AdmissionLayer, Limits}};
+//! # use tokenmeter::{config::Config, server::admission::{AdmissionLayer, Limits}};
 //! # use std::sync::Arc;
 //! let limits = Arc::new(Limits::new(&Config::default().server));
 //! let layer = AdmissionLayer::new(Arc::clone(&limits)); // outermost layer of the traffic stack
 //! ```
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,14 +32,8 @@ use tower::{Layer, Service};
 
 use crate::config::ServerConfig;
 use crate::meter::layer::ResponseBody;
+use crate::metrics::admission::AdmissionCounts;
 use crate::proxy::error::json_error;
-
-/// Rejected requests and connections, by `reason`.
-pub const REJECTED: &str = "tokenmeter_rejected_total";
-/// Open traffic connections.
-pub const CONNECTIONS_OPEN: &str = "tokenmeter_connections_open";
-/// Requests admitted whose response body has not finished.
-pub const STREAMS_ADMITTED: &str = "tokenmeter_streams_admitted";
 
 /// Seconds a rejected client is told to wait (`retry-after`).
 const RETRY_AFTER_SECONDS: u32 = 1;
@@ -133,40 +126,19 @@ impl Limits {
         self.max_streams - self.streams.available_permits()
     }
 
-    /// The series of this module in the Prometheus text format.
+    /// The counts at this instant.
+    pub fn counts(&self) -> AdmissionCounts {
+        AdmissionCounts {
+            rejected: [Limit::Streams, Limit::Connections]
+                .map(|limit| (limit.as_str(), self.rejections(limit))),
+            connections_open: self.connections_open(),
+            streams_admitted: self.streams_admitted(),
+        }
+    }
+
+    /// The series of this module in the Prometheus text format (see [`crate::metrics::admission`]).
     pub fn render(&self) -> String {
-        let mut text = String::new();
-        let _ = writeln!(
-            text,
-            "# HELP {REJECTED} Requests and connections turned away with 503 by an admission limit, by reason."
-        );
-        let _ = writeln!(text, "# TYPE {REJECTED} counter");
-        for limit in [Limit::Streams, Limit::Connections] {
-            let _ = writeln!(
-                text,
-                "{REJECTED}{{reason=\"{}\"}} {}",
-                limit.as_str(),
-                self.rejections(limit)
-            );
-        }
-        let gauges = [
-            (
-                CONNECTIONS_OPEN,
-                "Open traffic connections.",
-                self.connections_open(),
-            ),
-            (
-                STREAMS_ADMITTED,
-                "Requests admitted whose response body has not finished.",
-                self.streams_admitted(),
-            ),
-        ];
-        for (name, help, value) in gauges {
-            let _ = writeln!(text, "# HELP {name} {help}");
-            let _ = writeln!(text, "# TYPE {name} gauge");
-            let _ = writeln!(text, "{name} {value}");
-        }
-        text
+        crate::metrics::admission::render(&self.counts())
     }
 }
 

@@ -16,7 +16,7 @@ use serde::de::{IgnoredAny, MapAccess};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::openai::{EventSummary, Usage};
+use super::event::{EventSummary, Usage};
 use super::walk::{self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Pick};
 
 /// Classifies the `data` of one event.
