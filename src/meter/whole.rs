@@ -124,5 +124,4 @@ impl Default for WholeBody {
 }
 
 #[cfg(test)]
-#[path = "whole_tests.rs"]
 mod tests;

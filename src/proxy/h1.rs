@@ -232,5 +232,4 @@ async fn read_head(
 }
 
 #[cfg(test)]
-#[path = "h1/tests.rs"]
 mod tests;

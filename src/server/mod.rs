@@ -19,9 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{header, HeaderValue, Request, Response, StatusCode};
-use http_body_util::Full;
+use http::{header, HeaderValue, Request};
+
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -44,6 +43,7 @@ use crate::proxy::{client, Forward};
 use crate::route::{self, RouteError, RouteLayer, Router};
 use crate::upstream::UpstreamError;
 
+mod admin;
 pub mod admission;
 pub mod smuggling;
 mod sniff;
@@ -177,7 +177,7 @@ impl Server {
             .service(Forward::new(client, &self.config.upstream));
 
         let upkeep = tokio::spawn(upkeep(Arc::clone(&self.metrics)));
-        let admin_task = tokio::spawn(serve_admin(
+        let admin_task = tokio::spawn(admin::serve(
             admin,
             Arc::clone(&self.metrics),
             Arc::clone(&self.limits),
@@ -322,66 +322,5 @@ async fn upkeep(metrics: Arc<Metrics>) {
     loop {
         tick.tick().await;
         metrics.run_upkeep();
-    }
-}
-
-async fn serve_admin(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    limits: Arc<Limits>,
-    ready: Arc<AtomicBool>,
-) {
-    loop {
-        let Ok((stream, _peer)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        let metrics = Arc::clone(&metrics);
-        let limits = Arc::clone(&limits);
-        let ready = Arc::clone(&ready);
-        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let response = admin_route(req.uri().path(), &metrics, &limits, &ready);
-            async move { Ok::<_, Infallible>(response) }
-        });
-        tokio::spawn(async move {
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let _ = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
-}
-
-fn admin_route(
-    path: &str,
-    metrics: &Metrics,
-    limits: &Limits,
-    ready: &AtomicBool,
-) -> Response<Full<Bytes>> {
-    let text = |status: StatusCode, body: String, content_type: &'static str| {
-        let mut response = Response::new(Full::new(Bytes::from(body)));
-        *response.status_mut() = status;
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-        response
-    };
-    const PLAIN: &str = "text/plain; charset=utf-8";
-    match path {
-        "/metrics" => text(
-            StatusCode::OK,
-            metrics.render() + &limits.render(),
-            "text/plain; version=0.0.4; charset=utf-8",
-        ),
-        "/healthz" => text(StatusCode::OK, "ok\n".to_owned(), PLAIN),
-        "/readyz" if ready.load(Ordering::SeqCst) => {
-            text(StatusCode::OK, "ready\n".to_owned(), PLAIN)
-        }
-        "/readyz" => text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "draining\n".to_owned(),
-            PLAIN,
-        ),
-        _ => text(StatusCode::NOT_FOUND, "not found\n".to_owned(), PLAIN),
     }
 }

@@ -32,8 +32,6 @@ mod ndjson;
 mod scanner;
 
 #[cfg(test)]
-mod prop_tests;
-#[cfg(test)]
 mod tests;
 
 pub use framer::{FramedEvent, Framer, StreamFormat};

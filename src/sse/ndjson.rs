@@ -145,5 +145,4 @@ fn emit<F: FnMut(Event<'_>)>(line: &[u8], start: u64, end: u64, on_event: &mut F
 }
 
 #[cfg(test)]
-#[path = "ndjson_tests.rs"]
 mod tests;

@@ -164,5 +164,4 @@ fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "head/tests.rs"]
 mod tests;

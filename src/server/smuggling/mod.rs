@@ -5,9 +5,10 @@
 //! Two halves meet per connection: [`GuardedStream`] wraps the accepted socket and runs a
 //! [`FramingScanner`] over the bytes hyper reads, noting which request (0-based, in the
 //! connection's order) had both headers; the service side takes a number per request as hyper
-//! dispatches it ([`ConnectionFraming::next_request_conflicts`]) and marks the flagged one with
-//! [`ConflictingFraming`], which the meter answers with the error. hyper reads a request's head
-//! (through the scanner) before it dispatches that request, so the mark is always in time.
+//! dispatches it ([`ConnectionFraming::next_request_conflicts`]) and marks the flagged one in its
+//! context (`conflicting_framing`), which the meter answers with the error. hyper reads a
+//! request's head (through the scanner) before it dispatches that request, so the mark is always
+//! in time.
 //!
 //! ```no_run
 //! # use tokenmeter::server::smuggling::{ConnectionFraming, GuardedStream};
@@ -25,10 +26,6 @@ pub mod scan;
 
 pub use io::GuardedStream;
 pub use scan::FramingScanner;
-
-/// The request extension marking a request whose head had both framing headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConflictingFraming;
 
 /// What a connection's reader and its service share.
 #[derive(Debug)]

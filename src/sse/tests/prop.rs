@@ -3,8 +3,8 @@
 
 use proptest::prelude::*;
 
-use super::tests::{scan, OwnedEvent};
-use super::DEFAULT_MAX_LINE;
+use super::{scan, OwnedEvent};
+use crate::sse::DEFAULT_MAX_LINE;
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
