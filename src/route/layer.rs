@@ -46,6 +46,7 @@ impl Router {
             None
         };
         let estimated = context.estimate.map_or(0, |estimate| estimate.tokens);
+        let malformed = context.malformed();
         let mut pending = Some(req);
         let mut tried: Vec<Arc<Backend>> = Vec::new();
         let mut last_pool = None;
@@ -68,46 +69,45 @@ impl Router {
                 self.decided(index, reason);
                 last_pool = Some(index);
             }
-            let mut attempt = context.clone();
-            attempt.pool = Some(Arc::clone(&self.pools[index].name));
-            attempt.backend = Some(backend.target.clone());
-            attempt.in_flight = Some(InFlight(Arc::new(LoadGuard::new(
+            // The context goes down with the attempt and comes back with its answer or failure.
+            context.pool = Some(Arc::clone(&self.pools[index].name));
+            context.backend = Some(backend.target.clone());
+            context.in_flight = Some(InFlight(Arc::new(LoadGuard::new(
                 Arc::clone(&backend),
                 estimated,
             ))));
-            request.extensions_mut().insert(attempt);
+            request.extensions_mut().insert(context);
             let result = match inner.ready().await {
                 Ok(service) => service.call(request).await,
                 Err(failure) => Err(failure),
             };
-            match result {
+            let failure = match result {
                 Ok(response) => {
                     if !response.status().is_server_error() {
                         backend.on_success();
-                    } else if !context.malformed() {
+                    } else if !malformed {
                         self.report(index, &backend, Fault::Answer);
                     }
                     return Ok(response);
                 }
-                Err(failure) => {
-                    let before_head = matches!(
-                        failure.error,
-                        ProxyError::Connect { .. } | ProxyError::Upstream { .. }
-                    );
-                    if before_head {
-                        self.report(index, &backend, Fault::Connection);
-                    } else if matches!(failure.error, ProxyError::ResponseTimeout { .. }) {
-                        self.report(index, &backend, Fault::Answer);
-                    }
-                    if !before_head || replay.is_none() {
-                        return Err(failure);
-                    }
-                    tracing::debug!(error = %failure.error, "failed before any response byte: retrying elsewhere");
-                    tried.push(backend);
-                    context = *failure.context;
-                    last_error = Some(failure.error);
-                }
+                Err(failure) => failure,
+            };
+            let before_head = matches!(
+                failure.error,
+                ProxyError::Connect { .. } | ProxyError::Upstream { .. }
+            );
+            if before_head {
+                self.report(index, &backend, Fault::Connection);
+            } else if matches!(failure.error, ProxyError::ResponseTimeout { .. }) {
+                self.report(index, &backend, Fault::Answer);
             }
+            if !before_head || replay.is_none() {
+                return Err(failure);
+            }
+            tracing::debug!(error = %failure.error, "failed before any response byte: retrying elsewhere");
+            tried.push(backend);
+            context = *failure.context;
+            last_error = Some(failure.error);
         }
         Err(Failure::new(
             last_error.unwrap_or(ProxyError::NoUpstream),
