@@ -20,11 +20,11 @@ pub enum Command {
     /// Run the metering proxy.
     Serve(ServeArgs),
     /// Run the simulated vLLM replica.
-    Sim(crate::sim::SimArgs),
+    Sim(crate::testbed::sim::SimArgs),
     /// Run the load generator.
-    Bench(crate::bench::BenchArgs),
+    Bench(crate::testbed::bench::BenchArgs),
     /// Simulated replicas + the proxy + a mixed load, then the SLO table.
-    Demo(crate::demo::DemoArgs),
+    Demo(crate::testbed::demo::DemoArgs),
 }
 
 /// Arguments of `tokenmeter serve`.
@@ -43,9 +43,9 @@ pub struct ServeArgs {
 pub async fn run(cli: Cli) -> Result<(), crate::BoxError> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
-        Command::Sim(args) => crate::sim::run(args).await,
-        Command::Bench(args) => crate::bench::run(args).await,
-        Command::Demo(args) => crate::demo::run(args).await,
+        Command::Sim(args) => crate::testbed::sim::run(args).await,
+        Command::Bench(args) => crate::testbed::bench::run(args).await,
+        Command::Demo(args) => crate::testbed::demo::run(args).await,
     }
 }
 

@@ -11,12 +11,9 @@
 //! - [`proxy`]: forwarding to upstreams over one pooled client, header hygiene, errors.
 //! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter;
 //!   [`exposition`]: reading the text format back (demo, tests).
-//! - [`sim`], [`mod@bench`], [`demo`]: the testbed (a simulated vLLM replica, a load
-//!   generator, and the one-command demo).
-pub mod bench;
+//! - [`testbed`]: a simulated vLLM replica, a load generator, and the one-command demo.
 pub mod cli;
 pub mod config;
-pub mod demo;
 pub mod exposition;
 pub mod framing;
 pub mod limits;
@@ -25,8 +22,8 @@ pub mod metrics;
 pub mod proxy;
 pub mod route;
 pub mod server;
-pub mod sim;
 pub mod sse;
+pub mod testbed;
 
 /// The boxed error type used at the command-line boundary.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

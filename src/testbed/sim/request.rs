@@ -208,7 +208,7 @@ pub(super) fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Bad
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::tokenizer::{CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_PER_REQUEST};
+    use crate::testbed::sim::tokenizer::{CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_PER_REQUEST};
 
     fn chat(body: &str) -> Result<SimRequest, BadRequest> {
         parse(Endpoint::Chat, body.as_bytes())

@@ -24,8 +24,8 @@
 //! freeing its batch slot and KV.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), tokenmeter::sim::SimError> {
-//! use tokenmeter::sim::{spawn, SimConfig};
+//! # async fn demo() -> Result<(), tokenmeter::testbed::sim::SimError> {
+//! use tokenmeter::testbed::sim::{spawn, SimConfig};
 //! let mut config = SimConfig::profile("llama-3.1-8b-h100").expect("known profile");
 //! config.time_scale = 2.0; // half speed on a slow machine
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
