@@ -68,30 +68,6 @@ async fn serve(args: ServeArgs) -> Result<(), crate::BoxError> {
     );
     let metrics = std::sync::Arc::new(crate::metrics::Metrics::new(&config)?);
     let server = crate::server::Server::new(config, metrics)?;
-    server.run(traffic, admin, shutdown_signal()).await;
+    server.run(traffic, admin, crate::shutdown::signal()).await;
     Ok(())
-}
-
-/// Resolves on SIGTERM (Kubernetes) or SIGINT (Ctrl-C).
-pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    tracing::info!("shutdown signal received");
 }

@@ -11,6 +11,7 @@
 //! - [`proxy`]: forwarding to upstreams over one pooled client, header hygiene, errors.
 //! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter;
 //!   [`exposition`]: reading the text format back (demo, tests).
+//! - [`shutdown`]: SIGTERM / Ctrl-C, for `serve` and the demo.
 //! - [`testbed`]: a simulated vLLM replica, a load generator, and the one-command demo.
 pub mod cli;
 pub mod config;
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod route;
 pub mod server;
+pub mod shutdown;
 pub mod sse;
 pub mod testbed;
 

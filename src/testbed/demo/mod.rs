@@ -183,7 +183,7 @@ pub async fn run_quiet(args: &DemoArgs, chatty: bool) -> Result<DemoOutcome, cra
             "still running: proxy http://{}  metrics http://{}/metrics  (Ctrl-C to stop)",
             proxy.traffic_addr, proxy.admin_addr
         );
-        crate::cli::shutdown_signal().await;
+        crate::shutdown::signal().await;
     }
     proxy.shutdown().await;
     for replica in replicas {
