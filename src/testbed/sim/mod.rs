@@ -11,6 +11,8 @@
 //! - [`profile`]: [`SimConfig`], the named profiles and the roofline step time.
 //! - [`engine`]: the loop that runs steps on absolute deadlines and fans out progress.
 //! - [`tokenizer`]: the deterministic prompt-length rule ([`count_prompt_tokens`]).
+//! - [`api`]: what the four generation APIs share (endpoint, parsed request, content, ids); it
+//!   depends on none of the modules below, which all point at it.
 //! - [`request`], [`stream`], [`body`], [`server`]: request parsing, vLLM's exact chunk shapes,
 //!   the one-frame-per-chunk body, and the routes.
 //! - [`responses`], [`messages`]: the Responses and Messages requests and event shapes, on the
@@ -42,6 +44,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub mod api;
 pub mod body;
 pub mod engine;
 mod error;
