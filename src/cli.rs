@@ -1,4 +1,5 @@
-//! The command line: `serve`, `sim`, `bench`, `demo`.
+//! The command line: `serve`, and with the `testbed` feature (on by default) `sim`, `bench` and
+//! `demo`. The sidecar build leaves the feature out, so its binary has `serve` only.
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -20,11 +21,28 @@ pub enum Command {
     /// Run the metering proxy.
     Serve(ServeArgs),
     /// Run the simulated vLLM replica.
+    #[cfg(feature = "testbed")]
     Sim(crate::testbed::sim::SimArgs),
     /// Run the load generator.
+    #[cfg(feature = "testbed")]
     Bench(crate::testbed::bench::BenchArgs),
     /// Simulated replicas + the proxy + a mixed load, then the SLO table.
+    #[cfg(feature = "testbed")]
     Demo(crate::testbed::demo::DemoArgs),
+}
+
+impl Command {
+    /// The log level when `RUST_LOG` names none: servers log their lifecycle; the tools that
+    /// print tables keep the terminal for the table.
+    pub fn default_log_level(&self) -> &'static str {
+        match self {
+            Command::Serve(_) => "info",
+            #[cfg(feature = "testbed")]
+            Command::Sim(_) => "info",
+            #[cfg(feature = "testbed")]
+            Command::Bench(_) | Command::Demo(_) => "warn",
+        }
+    }
 }
 
 /// Arguments of `tokenmeter serve`.
@@ -43,8 +61,11 @@ pub struct ServeArgs {
 pub async fn run(cli: Cli) -> Result<(), crate::BoxError> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
+        #[cfg(feature = "testbed")]
         Command::Sim(args) => crate::testbed::sim::run(args).await,
+        #[cfg(feature = "testbed")]
         Command::Bench(args) => crate::testbed::bench::run(args).await,
+        #[cfg(feature = "testbed")]
         Command::Demo(args) => crate::testbed::demo::run(args).await,
     }
 }

@@ -12,7 +12,8 @@
 //! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter;
 //!   [`exposition`]: reading the text format back (demo, tests).
 //! - [`shutdown`]: SIGTERM / Ctrl-C, for `serve` and the demo.
-//! - [`testbed`]: a simulated vLLM replica, a load generator, and the one-command demo.
+//! - `testbed`: a simulated vLLM replica, a load generator, and the one-command demo; behind the
+//!   `testbed` cargo feature (on by default), which the sidecar build leaves out.
 pub mod cli;
 pub mod config;
 pub mod exposition;
@@ -25,6 +26,7 @@ pub mod route;
 pub mod server;
 pub mod shutdown;
 pub mod sse;
+#[cfg(feature = "testbed")]
 pub mod testbed;
 
 /// The boxed error type used at the command-line boundary.
