@@ -20,14 +20,14 @@
 //! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter, and reading the
 //!   text format back.
 //! - [`config`]: typed configuration, defaults, validation, environment overrides.
+//! - [`shutdown`]: SIGTERM / Ctrl-C, for `serve` and the demo.
 //!
-//! And the testbed: [`sim`] (a simulated vLLM replica), [`mod@bench`] (a load generator),
-//! [`demo`] (the one-command demo), driven from [`cli`].
-pub mod bench;
+//! And the testbed, `testbed` (a simulated vLLM replica, a load generator, the one-command demo,
+//! driven from [`cli`]), behind the `testbed` cargo feature (on by default), which the sidecar
+//! build leaves out.
 pub mod cli;
 pub mod config;
 pub mod context;
-pub mod demo;
 pub mod dialect;
 pub mod meter;
 pub mod metrics;
@@ -35,8 +35,10 @@ pub mod proxy;
 pub mod request;
 pub mod route;
 pub mod server;
-pub mod sim;
+pub mod shutdown;
 pub mod sse;
+#[cfg(feature = "testbed")]
+pub mod testbed;
 pub mod upstream;
 
 /// The boxed error type used at the command-line boundary.

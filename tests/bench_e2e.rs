@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use tokenmeter::bench::{
+use tokenmeter::testbed::bench::{
     run_point, Arrival, Dist, Endpoint, LoadMode, LoadSpec, Outcome, PointReport, Stop, Workload,
 };
 

@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use clap::Parser;
-use tokenmeter::bench::{
+use tokenmeter::cli::{Cli, Command};
+use tokenmeter::testbed::bench::{
     write_plot, Arrival, BenchReport, Dist, LoadMode, LoadSpec, Outcome, PointReport,
     RequestRecord, Stop,
 };
-use tokenmeter::cli::{Cli, Command};
 
 fn record(index: u64, class: &str, outcome: Outcome, ttft: f64, gap: f64, n: u64) -> RequestRecord {
     RequestRecord {
@@ -171,7 +171,7 @@ fn plot_is_an_svg_with_the_series() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn bench_args(args: &[&str]) -> tokenmeter::bench::BenchArgs {
+fn bench_args(args: &[&str]) -> tokenmeter::testbed::bench::BenchArgs {
     let argv = ["tokenmeter", "bench"].iter().chain(args).copied();
     match Cli::try_parse_from(argv).expect("arguments parse").command {
         Command::Bench(a) => a,

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use tokenmeter::config::{BalanceLoad, Config, PoolConfig, RuleConfig};
-use tokenmeter::sim::{self, SimConfig, SimHandle};
+use tokenmeter::testbed::sim::{self, SimConfig, SimHandle};
 use tokio::net::TcpListener;
 
 use support::{client, config_for, prom, start_proxy};

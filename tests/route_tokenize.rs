@@ -5,7 +5,7 @@
 mod support;
 
 use tokenmeter::config::{BalanceLoad, Config, PoolConfig, RuleConfig};
-use tokenmeter::sim::{self, SimConfig, SimHandle};
+use tokenmeter::testbed::sim::{self, SimConfig, SimHandle};
 use tokio::net::TcpListener;
 
 use support::backend::{Backend, Script, Seen};

@@ -38,7 +38,7 @@ fn parse(event: &Event) -> (String, serde_json::Value) {
 
 /// Streams `body` to `path` and returns the events (timestamped on arrival).
 async fn stream(
-    profile_edit: impl FnOnce(&mut tokenmeter::sim::SimConfig),
+    profile_edit: impl FnOnce(&mut tokenmeter::testbed::sim::SimConfig),
     path: &str,
     body: &str,
 ) -> Vec<Event> {

@@ -1,8 +1,8 @@
 //! `tokenmeter demo`: simulated replicas, the proxy in front of them, a mixed load, the SLO table.
 //!
 //! Everything runs in this one process on loopback, through the same code a deployment runs: the
-//! replicas are [`crate::sim`] servers, the proxy is [`crate::server`] with the shipped configuration
-//! (only the upstreams and listen addresses differ), and the load is [`crate::bench`]. It prints the
+//! replicas are [`crate::testbed::sim`] servers, the proxy is [`crate::server`] with the shipped configuration
+//! (only the upstreams and listen addresses differ), and the load is [`crate::testbed::bench`]. It prints the
 //! client-side table (what users felt, by workload class) and the proxy-side figures computed from
 //! tokenmeter's own histograms exactly as `histogram_quantile` would on a dashboard.
 use std::fmt::Write as _;
@@ -13,9 +13,11 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::bench::{self, Arrival, LoadMode, LoadSpec, PointReport, Progress, Slo, Stop, Workload};
 use crate::config::Config;
-use crate::sim::{self, SimConfig, SimHandle};
+use crate::testbed::bench::{
+    self, Arrival, LoadMode, LoadSpec, PointReport, Progress, Slo, Stop, Workload,
+};
+use crate::testbed::sim::{self, SimConfig, SimHandle};
 
 use crate::metrics::exposition::{self, histogram_quantile, samples};
 
@@ -63,7 +65,7 @@ pub struct DemoArgs {
 }
 
 /// The shipped prefill/decode example, which the routed demo runs with its own replica addresses.
-const POOLS_EXAMPLE: &str = include_str!("../../config/examples/pools.toml");
+const POOLS_EXAMPLE: &str = include_str!("../../../config/examples/pools.toml");
 
 /// What a demo run measured (the tests and the README use it).
 #[derive(Debug)]
@@ -181,7 +183,7 @@ pub async fn run_quiet(args: &DemoArgs, chatty: bool) -> Result<DemoOutcome, cra
             "still running: proxy http://{}  metrics http://{}/metrics  (Ctrl-C to stop)",
             proxy.traffic_addr, proxy.admin_addr
         );
-        crate::cli::shutdown_signal().await;
+        crate::shutdown::signal().await;
     }
     proxy.shutdown().await;
     for replica in replicas {

@@ -15,8 +15,8 @@
 //! - [`report`] and [`plot`]: the table, the JSON file, the SVG.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), tokenmeter::bench::BenchError> {
-//! use tokenmeter::bench::{run_point, LoadMode, LoadSpec, Stop};
+//! # async fn demo() -> Result<(), tokenmeter::testbed::bench::BenchError> {
+//! use tokenmeter::testbed::bench::{run_point, LoadMode, LoadSpec, Stop};
 //! let mut spec = LoadSpec::new("http://127.0.0.1:8000");
 //! spec.mode = LoadMode::Closed { concurrency: 8 };
 //! spec.stop = Stop::Requests(200);

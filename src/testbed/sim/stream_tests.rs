@@ -1,4 +1,5 @@
 use super::*;
+use crate::testbed::sim::api::response_id;
 
 const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
 

@@ -29,13 +29,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::api::{self, Endpoint, SimRequest};
 use super::body::{Formatter, SseBody};
 use super::engine::{self, EngineHandle, Submission};
 use super::messages::{self, MessagesFormatter};
 use super::metrics::SimMetrics;
-use super::request::{self, SimRequest};
+use super::request;
 use super::responses::{self, ResponsesFormatter};
-use super::stream::{self, Endpoint, StreamFormatter};
+use super::stream::{self, StreamFormatter};
 use super::SimConfig;
 
 /// The response body of every route.
@@ -217,8 +218,8 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
     if state.engine.submit(submission).is_err() {
         return engine_gone();
     }
-    let id = stream::response_id(endpoint);
-    let created = stream::unix_now();
+    let id = api::response_id(endpoint);
+    let created = api::unix_now();
     if stream {
         let formatter: Formatter = match endpoint {
             Endpoint::Chat | Endpoint::Completions => {
@@ -256,7 +257,7 @@ fn models_json(config: &SimConfig) -> String {
     let model = serde_json::to_string(&config.model).unwrap_or_else(|_| "\"\"".to_owned());
     format!(
         r#"{{"object":"list","data":[{{"id":{model},"object":"model","created":{},"owned_by":"vllm","root":{model},"parent":null,"max_model_len":{},"permission":[]}}]}}"#,
-        stream::unix_now(),
+        api::unix_now(),
         config.kv_capacity_tokens
     )
 }

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::bench::{Outcome, RequestRecord, Slo};
+use crate::testbed::bench::{Outcome, RequestRecord, Slo};
 
 const EPS: f64 = 1e-12;
 

@@ -138,7 +138,7 @@ mod tests {
     use std::future::poll_fn;
 
     use super::*;
-    use crate::sim::stream::{Endpoint, UsageOptions};
+    use crate::testbed::sim::api::{Endpoint, UsageOptions};
 
     async fn next_frame(body: &mut SseBody) -> Option<Result<Frame<Bytes>, EngineGone>> {
         poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await

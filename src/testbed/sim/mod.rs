@@ -11,6 +11,8 @@
 //! - [`profile`]: [`SimConfig`], the named profiles and the roofline step time.
 //! - [`engine`]: the loop that runs steps on absolute deadlines and fans out progress.
 //! - [`tokenizer`]: the deterministic prompt-length rule ([`count_prompt_tokens`]).
+//! - [`api`]: what the four generation APIs share (endpoint, parsed request, content, ids); it
+//!   depends on none of the modules below, which all point at it.
 //! - [`request`], [`stream`], [`body`], [`server`]: request parsing, vLLM's exact chunk shapes,
 //!   the one-frame-per-chunk body, and the routes.
 //! - [`responses`], [`messages`]: the Responses and Messages requests and event shapes, on the
@@ -24,8 +26,8 @@
 //! freeing its batch slot and KV.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), tokenmeter::sim::SimError> {
-//! use tokenmeter::sim::{spawn, SimConfig};
+//! # async fn demo() -> Result<(), tokenmeter::testbed::sim::SimError> {
+//! use tokenmeter::testbed::sim::{spawn, SimConfig};
 //! let mut config = SimConfig::profile("llama-3.1-8b-h100").expect("known profile");
 //! config.time_scale = 2.0; // half speed on a slow machine
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -42,6 +44,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub mod api;
 pub mod body;
 pub mod engine;
 mod error;

@@ -19,9 +19,11 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use serde::Deserialize;
 
-use super::request::{BadRequest, Content, SimRequest, DEFAULT_MAX_TOKENS};
+use super::api::{
+    from_json, json_string, tokens_text, BadRequest, Content, Endpoint, SimRequest, UsageOptions,
+    DEFAULT_MAX_TOKENS,
+};
 use super::scheduler::Progress;
-use super::stream::{json_string, tokens_text, Endpoint, UsageOptions};
 use super::tokenizer::count_chat_tokens;
 
 #[derive(Deserialize)]
@@ -53,7 +55,7 @@ struct Item {
 
 /// Parses a `/v1/responses` request body.
 pub fn parse(body: &[u8]) -> Result<SimRequest, BadRequest> {
-    let body: Body = super::request::from_json(body)?;
+    let body: Body = from_json(body)?;
     let Body {
         model,
         input,

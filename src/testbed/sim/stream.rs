@@ -10,69 +10,14 @@
 //!
 //! The generated text is deterministic: token `i` (0-based) is the word `" tok{i}"`.
 use std::collections::VecDeque;
-use std::fmt::Write;
 
 use bytes::Bytes;
 
+use super::api::{json_string, tokens_text, Endpoint, UsageOptions};
 use super::scheduler::Progress;
-
-/// The generation endpoints the sim serves. This module formats the two OpenAI-compatible ones;
-/// [`super::responses`] and [`super::messages`] format the others.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Endpoint {
-    /// `/v1/chat/completions`
-    Chat,
-    /// `/v1/completions`
-    Completions,
-    /// `/v1/responses` (OpenAI Responses)
-    Responses,
-    /// `/v1/messages` (Anthropic Messages)
-    Messages,
-}
-
-/// The usage options of a streaming request.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UsageOptions {
-    /// `stream_options.include_usage`: a final usage chunk.
-    pub include_usage: bool,
-    /// `stream_options.continuous_usage_stats`: cumulative usage on every chunk.
-    pub continuous: bool,
-}
 
 /// The final `data: [DONE]` event.
 pub const DONE: &[u8] = b"data: [DONE]\n\n";
-
-/// The text of output token `index`.
-pub fn token_text(index: u64) -> String {
-    format!(" tok{index}")
-}
-
-/// The text of output tokens `from..to`, concatenated.
-pub fn tokens_text(from: u64, to: u64) -> String {
-    let mut text = String::new();
-    for index in from..to {
-        let _ = write!(text, " tok{index}");
-    }
-    text
-}
-
-/// A fresh response id: vLLM's prefix and 32 random hex digits.
-pub fn response_id(endpoint: Endpoint) -> String {
-    let prefix = match endpoint {
-        Endpoint::Chat => "chatcmpl-",
-        Endpoint::Completions => "cmpl-",
-        Endpoint::Responses => "resp_",
-        Endpoint::Messages => "msg_",
-    };
-    format!("{prefix}{:032x}", rand::random::<u128>())
-}
-
-/// Seconds since the Unix epoch, for `created`.
-pub fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
 
 /// Turns engine progress into SSE chunks for one streaming request.
 #[derive(Debug)]
@@ -213,11 +158,6 @@ pub fn full_response(
             super::messages::full_response(raw_id, raw_model, prompt_tokens, completion_tokens)
         }
     }
-}
-
-/// A JSON string literal (quotes included).
-pub fn json_string(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
 }
 
 #[cfg(test)]

@@ -16,9 +16,10 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use serde::Deserialize;
 
-use super::request::{BadRequest, Content, SimRequest};
+use super::api::{
+    from_json, json_string, tokens_text, BadRequest, Content, Endpoint, SimRequest, UsageOptions,
+};
 use super::scheduler::Progress;
-use super::stream::{json_string, tokens_text, Endpoint, UsageOptions};
 use super::tokenizer::count_chat_tokens;
 
 #[derive(Deserialize)]
@@ -45,7 +46,7 @@ struct Message {
 
 /// Parses a `/v1/messages` request body.
 pub fn parse(body: &[u8]) -> Result<SimRequest, BadRequest> {
-    let body: Body = super::request::from_json(body)?;
+    let body: Body = from_json(body)?;
     let Body {
         model,
         messages,

@@ -4,30 +4,16 @@
 //! `max_completion_tokens` (default [`DEFAULT_MAX_TOKENS`]), `stream` and `stream_options`.
 //! Sampling parameters and `ignore_eos` are accepted and ignored: the sim always generates
 //! exactly `max_tokens` tokens.
+//!
+//! [`parse`] is the entry point for every endpoint: Responses and Messages bodies go to
+//! [`super::responses`] and [`super::messages`], which share the types in [`super::api`] with
+//! this module rather than importing them from here.
 use serde::Deserialize;
 
-use super::stream::{Endpoint, UsageOptions};
+use super::api::{
+    from_json, BadRequest, Content, Endpoint, SimRequest, UsageOptions, DEFAULT_MAX_TOKENS,
+};
 use super::tokenizer::{count_chat_tokens, count_prompt_tokens};
-
-/// Output length when the request names none (vLLM's completions default).
-pub const DEFAULT_MAX_TOKENS: u64 = 16;
-
-/// A request as the engine needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SimRequest {
-    pub endpoint: Endpoint,
-    /// `model` from the request, echoed in responses.
-    pub model: Option<String>,
-    pub prompt_tokens: u64,
-    pub max_tokens: u64,
-    pub stream: bool,
-    pub usage: UsageOptions,
-}
-
-/// Why a request is a 400.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{0}")]
-pub struct BadRequest(pub String);
 
 #[derive(Deserialize)]
 struct StreamOptions {
@@ -64,35 +50,6 @@ struct Message {
     role: String,
     #[serde(default)]
     content: Option<Content>,
-}
-
-/// Message content as the chat, Responses and Messages APIs all send it: a string, or a list of
-/// parts (text parts carry `text`; images and the like count for nothing).
-#[derive(Deserialize)]
-#[serde(untagged)]
-pub(super) enum Content {
-    Text(String),
-    Parts(Vec<Part>),
-}
-
-#[derive(Deserialize)]
-pub(super) struct Part {
-    #[serde(default)]
-    text: Option<String>,
-}
-
-impl Content {
-    /// The text the model reads: the string, or the parts' texts joined by spaces.
-    pub(super) fn text(&self) -> String {
-        match self {
-            Content::Text(text) => text.clone(),
-            Content::Parts(parts) => parts
-                .iter()
-                .filter_map(|part| part.text.as_deref())
-                .collect::<Vec<_>>()
-                .join(" "),
-        }
-    }
 }
 
 /// A completions prompt: text, several texts (their lengths add up: the sim serves one
@@ -188,27 +145,10 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<SimRequest, BadRequest> 
     })
 }
 
-pub(super) fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, BadRequest> {
-    let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut de).map_err(|err| {
-        let path = err.path().to_string();
-        let inner = err.into_inner();
-        let malformed = matches!(
-            inner.classify(),
-            serde_json::error::Category::Syntax | serde_json::error::Category::Eof
-        );
-        if malformed || path == "." {
-            BadRequest(format!("invalid request body: {inner}"))
-        } else {
-            BadRequest(format!("{path}: {inner}"))
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::tokenizer::{CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_PER_REQUEST};
+    use crate::testbed::sim::tokenizer::{CHAT_TOKENS_PER_MESSAGE, CHAT_TOKENS_PER_REQUEST};
 
     fn chat(body: &str) -> Result<SimRequest, BadRequest> {
         parse(Endpoint::Chat, body.as_bytes())
