@@ -21,7 +21,7 @@ use super::Endpoint;
 /// How a request ended. Everything but `ok` is an error kind in the report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum Ending {
     /// A 2xx stream that ended with `[DONE]` and no error event.
     Ok,
     /// A non-2xx status.
@@ -38,21 +38,21 @@ pub enum Outcome {
     Timeout,
 }
 
-impl Outcome {
+impl Ending {
     pub fn is_ok(self) -> bool {
-        self == Outcome::Ok
+        self == Ending::Ok
     }
 
     /// The snake_case name used in tables and JSON maps.
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Ok => "ok",
-            Outcome::Http => "http",
-            Outcome::Transport => "transport",
-            Outcome::ErrorEvent => "error_event",
-            Outcome::Incomplete => "incomplete",
-            Outcome::InvalidEvent => "invalid_event",
-            Outcome::Timeout => "timeout",
+            Ending::Ok => "ok",
+            Ending::Http => "http",
+            Ending::Transport => "transport",
+            Ending::ErrorEvent => "error_event",
+            Ending::Incomplete => "incomplete",
+            Ending::InvalidEvent => "invalid_event",
+            Ending::Timeout => "timeout",
         }
     }
 }
@@ -71,7 +71,7 @@ pub struct RequestRecord {
     pub max_tokens: u32,
     /// When the request was sent, relative to the start of the point.
     pub start_s: f64,
-    pub outcome: Outcome,
+    pub outcome: Ending,
     /// HTTP status, when a response head arrived.
     pub status: Option<u16>,
     /// What went wrong, for errors.
@@ -101,7 +101,7 @@ pub struct PlannedRequest {
 
 /// Where requests go: the resolved endpoint URI, dialect and model.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub struct Destination {
     pub uri: Uri,
     pub endpoint: Endpoint,
     pub model: String,
@@ -165,7 +165,7 @@ impl BenchClient {
     /// Sends one planned request and measures it. Never fails: failures are outcomes.
     pub async fn send(
         &self,
-        target: &Target,
+        target: &Destination,
         plan: &PlannedRequest,
         class: &str,
         point_start: Instant,
@@ -178,7 +178,7 @@ impl BenchClient {
             Ok(end) => end,
             Err(_) => {
                 st.fail(
-                    Outcome::Timeout,
+                    Ending::Timeout,
                     format!("no end of stream after {timeout:?}"),
                 );
                 Instant::now()
@@ -190,21 +190,21 @@ impl BenchClient {
     /// Sends and reads to the end of the stream; returns when the stream ended.
     async fn exchange(
         &self,
-        target: &Target,
+        target: &Destination,
         plan: &PlannedRequest,
         st: &mut StreamState,
     ) -> Instant {
         let req = match build_request(target, plan) {
             Ok(r) => r,
             Err(e) => {
-                st.fail(Outcome::Transport, format!("building the request: {e}"));
+                st.fail(Ending::Transport, format!("building the request: {e}"));
                 return Instant::now();
             }
         };
         let resp = match self.http.request(req).await {
             Ok(r) => r,
             Err(e) => {
-                st.fail(Outcome::Transport, error_chain(&e));
+                st.fail(Ending::Transport, error_chain(&e));
                 return Instant::now();
             }
         };
@@ -221,7 +221,7 @@ impl BenchClient {
                 }
             }
             let msg = format!("HTTP {status}: {}", String::from_utf8_lossy(&text).trim());
-            st.fail(Outcome::Http, msg);
+            st.fail(Ending::Http, msg);
             return Instant::now();
         }
         let mut splitter = EventSplitter::default();
@@ -231,7 +231,7 @@ impl BenchClient {
                 None => break,
                 Some(Err(e)) => {
                     st.fail(
-                        Outcome::Transport,
+                        Ending::Transport,
                         format!("reading the stream: {}", error_chain(&e)),
                     );
                     break;
@@ -246,7 +246,7 @@ impl BenchClient {
         }
         let end = Instant::now();
         if !st.done {
-            st.fail(Outcome::Incomplete, "stream ended without [DONE]".into());
+            st.fail(Ending::Incomplete, "stream ended without [DONE]".into());
         }
         end
     }
@@ -255,7 +255,7 @@ impl BenchClient {
 /// The request body: `ignore_eos` makes the output exactly `max_tokens` long on vLLM-like
 /// servers, and `include_usage` gives the true token count (chunks are not tokens).
 fn build_request(
-    target: &Target,
+    target: &Destination,
     plan: &PlannedRequest,
 ) -> Result<Request<Full<Bytes>>, http::Error> {
     let prompt = prompt_text(plan.index, plan.prompt_words);
@@ -311,12 +311,12 @@ struct StreamState {
     completion_tokens: Option<u64>,
     prompt_tokens: Option<u64>,
     done: bool,
-    failure: Option<(Outcome, String)>,
+    failure: Option<(Ending, String)>,
 }
 
 impl StreamState {
     /// Keeps the first failure: later ones are consequences.
-    fn fail(&mut self, outcome: Outcome, msg: String) {
+    fn fail(&mut self, outcome: Ending, msg: String) {
         if self.failure.is_none() {
             self.failure = Some((outcome, msg));
         }
@@ -337,8 +337,8 @@ impl StreamState {
             EventKind::Token => self.token_times.push(at),
             EventKind::Other => {}
             EventKind::Done => self.done = true,
-            EventKind::Error(msg) => self.fail(Outcome::ErrorEvent, msg),
-            EventKind::Invalid(msg) => self.fail(Outcome::InvalidEvent, msg),
+            EventKind::Error(msg) => self.fail(Ending::ErrorEvent, msg),
+            EventKind::Invalid(msg) => self.fail(Ending::InvalidEvent, msg),
         }
     }
 
@@ -371,7 +371,7 @@ impl StreamState {
         };
         let (outcome, error) = match failure {
             Some((o, m)) => (o, Some(m)),
-            None => (Outcome::Ok, None),
+            None => (Ending::Ok, None),
         };
         RequestRecord {
             index: plan.index,

@@ -1,5 +1,5 @@
 //! The errors `bench` reports at its boundary. Per-request failures are *not* errors here:
-//! they are measurements (see [`Outcome`](super::Outcome)) and end up in the report.
+//! they are measurements (see [`Ending`](super::Ending)) and end up in the report.
 use std::path::PathBuf;
 
 use super::workload::WorkloadError;

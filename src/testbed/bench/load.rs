@@ -10,7 +10,7 @@ use rand_distr::{Distribution, Exp, Gamma};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::client::{BenchClient, PlannedRequest, RequestRecord, Target};
+use super::client::{BenchClient, Destination, PlannedRequest, RequestRecord};
 use super::{Arrival, BenchError, LoadMode, LoadSpec, PointReport, Stop};
 
 /// Draws the gaps between open-loop arrivals. Pure: the caller decides what a gap means in
@@ -105,7 +105,7 @@ pub async fn run_point_with(
             .await
             .unwrap_or_else(|| "default".to_string()),
     };
-    let target = Arc::new(Target {
+    let target = Arc::new(Destination {
         uri: spec.endpoint_uri()?,
         endpoint: spec.endpoint,
         model,
@@ -129,7 +129,7 @@ pub async fn run_point_with(
 #[derive(Clone)]
 struct Shared {
     client: BenchClient,
-    target: Arc<Target>,
+    target: Arc<Destination>,
     spec: Arc<LoadSpec>,
     names: Arc<Vec<String>>,
     start: Instant,
@@ -165,7 +165,7 @@ impl Shared {
 fn shared(
     client: &BenchClient,
     spec: &LoadSpec,
-    target: &Arc<Target>,
+    target: &Arc<Destination>,
     start: Instant,
     progress: &Arc<Progress>,
 ) -> Shared {
@@ -184,7 +184,7 @@ fn shared(
 async fn closed_loop(
     client: &BenchClient,
     spec: &LoadSpec,
-    target: &Arc<Target>,
+    target: &Arc<Destination>,
     concurrency: usize,
     start: Instant,
     progress: &Arc<Progress>,
@@ -229,7 +229,7 @@ async fn closed_loop(
 async fn open_loop(
     client: &BenchClient,
     spec: &LoadSpec,
-    target: &Arc<Target>,
+    target: &Arc<Destination>,
     mut arrivals: ArrivalProcess,
     start: Instant,
     progress: &Arc<Progress>,

@@ -40,7 +40,7 @@ pub mod spec;
 pub mod stats;
 pub mod workload;
 
-pub use client::{BenchClient, Outcome, RequestRecord};
+pub use client::{BenchClient, Ending, RequestRecord};
 pub use error::BenchError;
 pub use load::{run_point, run_point_with, ArrivalProcess, Progress};
 pub use plot::write_plot;

@@ -252,5 +252,4 @@ impl Scheduler {
 }
 
 #[cfg(test)]
-#[path = "scheduler_tests.rs"]
 mod tests;

@@ -161,5 +161,4 @@ pub fn full_response(
 }
 
 #[cfg(test)]
-#[path = "stream_tests.rs"]
 mod tests;

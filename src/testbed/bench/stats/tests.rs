@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::testbed::bench::{Outcome, RequestRecord, Slo};
+use crate::testbed::bench::{Ending, RequestRecord, Slo};
 
 const EPS: f64 = 1e-12;
 
@@ -73,13 +73,7 @@ fn empty_summary_is_all_zero() {
     assert_eq!(Summary::of(vec![f64::NAN]).count, 0, "NaNs are dropped");
 }
 
-fn record(
-    class: &str,
-    outcome: Outcome,
-    ttft: f64,
-    tpot: Option<f64>,
-    n_out: u64,
-) -> RequestRecord {
+fn record(class: &str, outcome: Ending, ttft: f64, tpot: Option<f64>, n_out: u64) -> RequestRecord {
     RequestRecord {
         index: 0,
         class: class.into(),
@@ -107,12 +101,12 @@ fn class_stats_count_goodput_and_errors() {
         tpot: Duration::from_millis(35),
     };
     let rs = vec![
-        record("a", Outcome::Ok, 0.5, Some(0.02), 10),  // meets
-        record("a", Outcome::Ok, 0.9, Some(0.02), 10),  // TTFT too slow
-        record("a", Outcome::Ok, 0.5, Some(0.05), 10),  // TPOT too slow
-        record("a", Outcome::Ok, 0.5, None, 1),         // N_out < 2: TTFT only, meets
-        record("a", Outcome::Http, 0.1, Some(0.01), 0), // error
-        record("a", Outcome::ErrorEvent, 0.1, None, 1), // error
+        record("a", Ending::Ok, 0.5, Some(0.02), 10),  // meets
+        record("a", Ending::Ok, 0.9, Some(0.02), 10),  // TTFT too slow
+        record("a", Ending::Ok, 0.5, Some(0.05), 10),  // TPOT too slow
+        record("a", Ending::Ok, 0.5, None, 1),         // N_out < 2: TTFT only, meets
+        record("a", Ending::Http, 0.1, Some(0.01), 0), // error
+        record("a", Ending::ErrorEvent, 0.1, None, 1), // error
     ];
     let s = ClassStats::from_records("a", &rs, 2.0, &slo);
     assert_eq!(
