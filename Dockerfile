@@ -1,5 +1,6 @@
 # syntax=docker/dockerfile:1
-# tokenmeter container image: a static-ish release build on a distroless, non-root runtime.
+# tokenmeter container image: the slim sidecar build (`serve` only: no testbed, so none of the
+# simulator's, load generator's or demo's code and dependencies) on a distroless, non-root runtime.
 #   docker build -t tokenmeter:0.1.0 .
 #   docker run --rm -p 8000:8000 -p 9464:9464 -e TOKENMETER_UPSTREAM=http://vllm:8001 tokenmeter:0.1.0
 # The image listens on 0.0.0.0:8000 (traffic) and 0.0.0.0:9464 (admin: /metrics, /healthz, /readyz).
@@ -14,13 +15,13 @@ COPY Cargo.toml Cargo.lock ./
 RUN mkdir src \
     && echo 'fn main() {}' > src/main.rs \
     && touch src/lib.rs \
-    && cargo build --release --locked \
+    && cargo build --release --locked --no-default-features --bin tokenmeter \
     && rm -rf src
 COPY src ./src
 COPY config ./config
 # touch: make cargo see the real sources as newer than the placeholder build.
 RUN touch src/main.rs src/lib.rs \
-    && cargo build --release --locked --bin tokenmeter \
+    && cargo build --release --locked --no-default-features --bin tokenmeter \
     && cp target/release/tokenmeter /tokenmeter
 
 # --- runtime ---------------------------------------------------------------------------------

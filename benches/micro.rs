@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{criterion_group, Criterion, Throughput};
-use tokenmeter::meter::dialect::{Dialect, Framer, Framing};
-use tokenmeter::meter::request;
-use tokenmeter::route::estimate::prompt_size;
+use tokenmeter::dialect::Dialect;
+use tokenmeter::request;
+use tokenmeter::sse::{Framer, StreamFormat};
 use tokenmeter::sse::{Scanner, DEFAULT_MAX_LINE};
 
 #[path = "common/meter_fixture.rs"]
@@ -31,7 +31,7 @@ fn per_chunk(c: &mut Criterion) {
         })
     });
     group.bench_function("sse_scan_classify", |b| {
-        let mut framer = Framer::new(Framing::Sse, DEFAULT_MAX_LINE);
+        let mut framer = Framer::new(StreamFormat::Sse, DEFAULT_MAX_LINE);
         b.iter(|| {
             let mut tokens = 0u32;
             framer.feed(black_box(VLLM_CHUNK), |event| {
@@ -73,11 +73,9 @@ fn per_request(c: &mut Criterion) {
     for kib in [1usize, 16, 64] {
         let body = chat_body(kib);
         group.throughput(Throughput::Bytes(body.len() as u64));
-        group.bench_function(format!("inspect_{kib}KiB"), |b| {
-            b.iter(|| request::inspect(black_box(&body)))
-        });
-        group.bench_function(format!("prompt_estimate_{kib}KiB"), |b| {
-            b.iter(|| prompt_size(black_box(&body)))
+        // The one walk: facts, prompt size and the usage splice together.
+        group.bench_function(format!("read_{kib}KiB"), |b| {
+            b.iter(|| request::read(black_box(&body)))
         });
         group.bench_function(format!("inject_include_usage_{kib}KiB"), |b| {
             b.iter(|| request::inject_include_usage(black_box(&body)))

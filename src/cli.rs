@@ -1,4 +1,5 @@
-//! The command line: `serve`, `sim`, `bench`, `demo`.
+//! The command line: `serve`, and with the `testbed` feature (on by default) `sim`, `bench` and
+//! `demo`. The sidecar build leaves the feature out, so its binary has `serve` only.
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -20,11 +21,28 @@ pub enum Command {
     /// Run the metering proxy.
     Serve(ServeArgs),
     /// Run the simulated vLLM replica.
-    Sim(crate::sim::SimArgs),
+    #[cfg(feature = "testbed")]
+    Sim(crate::testbed::sim::SimArgs),
     /// Run the load generator.
-    Bench(crate::bench::BenchArgs),
+    #[cfg(feature = "testbed")]
+    Bench(crate::testbed::bench::BenchArgs),
     /// Simulated replicas + the proxy + a mixed load, then the SLO table.
-    Demo(crate::demo::DemoArgs),
+    #[cfg(feature = "testbed")]
+    Demo(crate::testbed::demo::DemoArgs),
+}
+
+impl Command {
+    /// The log level when `RUST_LOG` names none: servers log their lifecycle; the tools that
+    /// print tables keep the terminal for the table.
+    pub fn default_log_level(&self) -> &'static str {
+        match self {
+            Command::Serve(_) => "info",
+            #[cfg(feature = "testbed")]
+            Command::Sim(_) => "info",
+            #[cfg(feature = "testbed")]
+            Command::Bench(_) | Command::Demo(_) => "warn",
+        }
+    }
 }
 
 /// Arguments of `tokenmeter serve`.
@@ -43,9 +61,12 @@ pub struct ServeArgs {
 pub async fn run(cli: Cli) -> Result<(), crate::BoxError> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
-        Command::Sim(args) => crate::sim::run(args).await,
-        Command::Bench(args) => crate::bench::run(args).await,
-        Command::Demo(args) => crate::demo::run(args).await,
+        #[cfg(feature = "testbed")]
+        Command::Sim(args) => crate::testbed::sim::run(args).await,
+        #[cfg(feature = "testbed")]
+        Command::Bench(args) => crate::testbed::bench::run(args).await,
+        #[cfg(feature = "testbed")]
+        Command::Demo(args) => crate::testbed::demo::run(args).await,
     }
 }
 
@@ -68,30 +89,6 @@ async fn serve(args: ServeArgs) -> Result<(), crate::BoxError> {
     );
     let metrics = std::sync::Arc::new(crate::metrics::Metrics::new(&config)?);
     let server = crate::server::Server::new(config, metrics)?;
-    server.run(traffic, admin, shutdown_signal()).await;
+    server.run(traffic, admin, crate::shutdown::signal()).await;
     Ok(())
-}
-
-/// Resolves on SIGTERM (Kubernetes) or SIGINT (Ctrl-C).
-pub async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    tracing::info!("shutdown signal received");
 }

@@ -1,32 +1,45 @@
 //! tokenmeter: a transparent reverse proxy that meters LLM token streams.
 //!
-//! Crate map (the data path, outside in):
+//! Crate map. The data path, outside in, and every arrow points one way
+//! (`server -> meter -> route -> proxy`):
+//! - [`server`]: listeners (traffic and admin), the tower stack, graceful shutdown, admission
+//!   limits, the request-smuggling guard, the protocol sniff.
+//! - [`meter`]: reads a generation request once, injects `include_usage`, asks the router for a
+//!   plan, and meters the response body (TTFT, ITL, TPOT, tokens, outcome).
+//! - [`route`]: the plan (prompt estimate, rules) and the dispatch (balancing, retries, health)
+//!   over pools of backends.
+//! - [`proxy`]: forwarding to the chosen backend over tokenmeter's own HTTP/1.1 client, header
+//!   hygiene, timeouts, and the errors a client sees.
+//!
+//! The vocabulary they share, which depends on none of them:
+//! - [`context`]: the request context every phase fills in.
+//! - [`request`]: what a generation request's body says, read in one walk.
+//! - [`dialect`]: which API a stream speaks and what its events mean.
+//! - [`sse`]: cutting a response stream into events (SSE, NDJSON).
+//! - [`upstream`]: where a request goes, and the guard it holds there.
+//! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter, and reading the
+//!   text format back.
 //! - [`config`]: typed configuration, defaults, validation, environment overrides.
-//! - [`server`]: listeners (traffic and admin), the tower stack, graceful shutdown.
-//! - [`limits`]: admission limits on the traffic port (connections, requests in flight -> 503).
-//! - [`framing`]: the request-smuggling guard (`transfer-encoding` with `content-length` -> 400).
-//! - [`meter`]: request inspection, usage injection, the metered response body.
-//! - [`sse`]: the byte-level, incremental Server-Sent Events scanner.
-//! - [`route`]: pools, rules, prompt-length estimate, power-of-two-choices balancing, health.
-//! - [`proxy`]: forwarding to upstreams over one pooled client, header hygiene, errors.
-//! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter;
-//!   [`exposition`]: reading the text format back (demo, tests).
-//! - [`sim`], [`mod@bench`], [`demo`]: the testbed (a simulated vLLM replica, a load
-//!   generator, and the one-command demo).
-pub mod bench;
+//! - [`shutdown`]: SIGTERM / Ctrl-C, for `serve` and the demo.
+//!
+//! And the testbed, `testbed` (a simulated vLLM replica, a load generator, the one-command demo,
+//! driven from [`cli`]), behind the `testbed` cargo feature (on by default), which the sidecar
+//! build leaves out.
 pub mod cli;
 pub mod config;
-pub mod demo;
-pub mod exposition;
-pub mod framing;
-pub mod limits;
+pub mod context;
+pub mod dialect;
 pub mod meter;
 pub mod metrics;
 pub mod proxy;
+pub mod request;
 pub mod route;
 pub mod server;
-pub mod sim;
+pub mod shutdown;
 pub mod sse;
+#[cfg(feature = "testbed")]
+pub mod testbed;
+pub mod upstream;
 
 /// The boxed error type used at the command-line boundary.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

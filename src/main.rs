@@ -1,17 +1,13 @@
 use std::io::IsTerminal;
 
 use clap::Parser;
-use tokenmeter::cli::{Cli, Command};
+use tokenmeter::cli::Cli;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();
-    // Servers log their lifecycle; the tools that print tables keep the terminal for the table.
-    let default_level = match cli.command {
-        Command::Serve(_) | Command::Sim(_) => "info",
-        Command::Bench(_) | Command::Demo(_) => "warn",
-    };
+    let default_level = cli.command.default_log_level();
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)),

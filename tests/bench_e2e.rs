@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use tokenmeter::bench::{
-    run_point, Arrival, Dist, Endpoint, LoadMode, LoadSpec, Outcome, PointReport, Stop, Workload,
+use tokenmeter::testbed::bench::{
+    run_point, Arrival, Dist, Ending, Endpoint, LoadMode, LoadSpec, PointReport, Stop, Workload,
 };
 
 /// Timing tolerance: CI has two slow, shared cores.
@@ -219,7 +219,7 @@ async fn bench_times_ttft_itl_tpot_e2e_against_scripted_backend() {
     };
     let (report, be) = one(script, 5).await;
     let r = &report.requests[0];
-    assert_eq!(r.outcome, Outcome::Ok, "request succeeds: {:?}", r.error);
+    assert_eq!(r.outcome, Ending::Ok, "request succeeds: {:?}", r.error);
     let ttft = r.ttft_s.expect("ttft");
     assert!(
         near(ttft, 0.150),
@@ -278,7 +278,7 @@ async fn bench_counts_tokens_from_usage_not_chunks() {
     };
     let (report, _) = one(script, 10).await;
     let r = &report.requests[0];
-    assert_eq!(r.outcome, Outcome::Ok, "ok: {:?}", r.error);
+    assert_eq!(r.outcome, Ending::Ok, "ok: {:?}", r.error);
     assert_eq!(r.token_events, 5, "5 chunks of 2 tokens");
     assert_eq!(r.output_tokens, 10, "N_out from usage.completion_tokens");
     let tpot = r.tpot_s.expect("tpot");
@@ -302,7 +302,7 @@ async fn bench_counts_tokens_from_events_without_usage() {
         s.model = Some("m".into());
         let report = run_point(&s).await.expect("point runs");
         let r = &report.requests[0];
-        assert_eq!(r.outcome, Outcome::Ok, "{endpoint:?}: ok: {:?}", r.error);
+        assert_eq!(r.outcome, Ending::Ok, "{endpoint:?}: ok: {:?}", r.error);
         assert_eq!(
             (r.token_events, r.output_tokens),
             (6, 6),
@@ -337,7 +337,7 @@ async fn bench_classifies_failures() {
     let r = &report.requests[0];
     assert_eq!(
         r.outcome,
-        Outcome::ErrorEvent,
+        Ending::ErrorEvent,
         "an error event after a 200 is an error"
     );
     assert_eq!(
@@ -358,7 +358,7 @@ async fn bench_classifies_failures() {
     let r = &report.requests[0];
     assert_eq!(
         (r.outcome, r.status),
-        (Outcome::Http, Some(503)),
+        (Ending::Http, Some(503)),
         "non-2xx is an http error"
     );
     let msg = r.error.as_deref().unwrap_or("");
@@ -374,7 +374,7 @@ async fn bench_classifies_failures() {
     let (report, _) = one(script, 3).await;
     assert_eq!(
         report.requests[0].outcome,
-        Outcome::Incomplete,
+        Ending::Incomplete,
         "no [DONE] is incomplete"
     );
 
@@ -387,7 +387,7 @@ async fn bench_classifies_failures() {
     s.request_timeout = Duration::from_millis(200);
     let report = run_point(&s).await.expect("runs");
     let r = &report.requests[0];
-    assert_eq!(r.outcome, Outcome::Timeout, "a stalled stream times out");
+    assert_eq!(r.outcome, Ending::Timeout, "a stalled stream times out");
     assert!(
         near(r.e2e_s, 0.2),
         "E2E stops at the timeout, got {}",
@@ -404,7 +404,7 @@ async fn bench_classifies_failures() {
         report
             .requests
             .iter()
-            .all(|r| r.outcome == Outcome::Transport),
+            .all(|r| r.outcome == Ending::Transport),
         "connection refused is a transport error: {:?}",
         report.requests
     );
@@ -437,7 +437,7 @@ async fn closed_loop_never_exceeds_concurrency() {
         "each request index once, in order"
     );
     assert!(
-        report.requests.iter().all(|r| r.outcome == Outcome::Ok),
+        report.requests.iter().all(|r| r.outcome == Ending::Ok),
         "all succeed"
     );
     assert_eq!(be.bodies().len(), 24, "the backend saw 24 requests");

@@ -3,13 +3,13 @@
 use std::time::Duration;
 
 use clap::Parser;
-use tokenmeter::bench::{
-    write_plot, Arrival, BenchReport, Dist, LoadMode, LoadSpec, Outcome, PointReport,
-    RequestRecord, Stop,
-};
 use tokenmeter::cli::{Cli, Command};
+use tokenmeter::testbed::bench::{
+    write_plot, Arrival, BenchReport, Dist, Ending, LoadMode, LoadSpec, PointReport, RequestRecord,
+    Stop,
+};
 
-fn record(index: u64, class: &str, outcome: Outcome, ttft: f64, gap: f64, n: u64) -> RequestRecord {
+fn record(index: u64, class: &str, outcome: Ending, ttft: f64, gap: f64, n: u64) -> RequestRecord {
     RequestRecord {
         index,
         class: class.into(),
@@ -36,9 +36,9 @@ fn point(spec: &LoadSpec, concurrency: usize, ttft: f64, gap: f64) -> PointRepor
         ..spec.clone()
     };
     let records = vec![
-        record(0, "chat", Outcome::Ok, ttft, gap, 8),
-        record(1, "doc", Outcome::Ok, ttft * 3.0, gap, 4),
-        record(2, "chat", Outcome::ErrorEvent, ttft, gap, 2),
+        record(0, "chat", Ending::Ok, ttft, gap, 8),
+        record(1, "doc", Ending::Ok, ttft * 3.0, gap, 4),
+        record(2, "chat", Ending::ErrorEvent, ttft, gap, 2),
     ];
     PointReport::new(&spec, "m", 2.0, records)
 }
@@ -171,7 +171,7 @@ fn plot_is_an_svg_with_the_series() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn bench_args(args: &[&str]) -> tokenmeter::bench::BenchArgs {
+fn bench_args(args: &[&str]) -> tokenmeter::testbed::bench::BenchArgs {
     let argv = ["tokenmeter", "bench"].iter().chain(args).copied();
     match Cli::try_parse_from(argv).expect("arguments parse").command {
         Command::Bench(a) => a,

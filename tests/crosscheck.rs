@@ -4,9 +4,9 @@ mod support;
 
 use std::time::Duration;
 
-use tokenmeter::bench::{self, Endpoint, LoadMode, LoadSpec, Stop};
-use tokenmeter::demo::{self, DemoArgs};
-use tokenmeter::sim::{self, SimConfig};
+use tokenmeter::testbed::bench::{self, Endpoint, LoadMode, LoadSpec, Stop};
+use tokenmeter::testbed::demo::{self, DemoArgs};
+use tokenmeter::testbed::sim::{self, SimConfig};
 use tokio::net::TcpListener;
 
 use support::{config_for, prom, start_proxy};

@@ -5,7 +5,8 @@
 //! counts the test's own thread.)
 
 use http::Method;
-use tokenmeter::meter::dialect::{Dialect, Framer};
+use tokenmeter::dialect::Dialect;
+use tokenmeter::sse::Framer;
 
 mod alloc_support;
 
@@ -34,7 +35,7 @@ fn classifying_token_events_does_not_allocate() {
         } else {
             "text/event-stream"
         };
-        let framing = dialect.framing(Some(content_type)).expect("a stream");
+        let framing = dialect.stream_format(Some(content_type)).expect("a stream");
         // Collect the events first: framing a whole stream in one frame borrows, but the test
         // must only count what classification does.
         let mut events: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();

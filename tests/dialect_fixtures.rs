@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use http::Method;
 use proptest::prelude::*;
-use tokenmeter::meter::dialect::{Dialect, Framer, Framing};
+use tokenmeter::dialect::Dialect;
+use tokenmeter::sse::{Framer, StreamFormat};
 
 const MAX_LINE: usize = 1 << 20;
 
@@ -118,7 +119,7 @@ struct Totals {
 }
 
 /// The dialect and framing the request and response choose.
-fn route(case: &Case) -> (Dialect, Framing) {
+fn route(case: &Case) -> (Dialect, StreamFormat) {
     let dialect = Dialect::for_request(&Method::POST, case.path).expect("a generation endpoint");
     assert_eq!(
         dialect, case.dialect,
@@ -126,7 +127,7 @@ fn route(case: &Case) -> (Dialect, Framing) {
         case.name, case.path
     );
     let framing = dialect
-        .framing(Some(case.content_type))
+        .stream_format(Some(case.content_type))
         .expect("the content type is a stream");
     (dialect, framing)
 }
@@ -134,31 +135,30 @@ fn route(case: &Case) -> (Dialect, Framing) {
 /// Meters `frames` as one stream; `on_token(frame index)` sees each token event's arrival.
 fn meter(
     dialect: Dialect,
-    framing: Framing,
+    framing: StreamFormat,
     frames: &[&[u8]],
     mut on_token: impl FnMut(usize),
 ) -> Totals {
     let mut framer = Framer::new(framing, MAX_LINE);
     let mut totals = Totals::default();
-    let mut count =
-        |totals: &mut Totals, at: usize, event: tokenmeter::meter::dialect::FramedEvent<'_>| {
-            let summary = dialect.classify(event.event, event.data);
-            totals.events += 1;
-            if summary.token {
-                totals.token_events += 1;
-                totals.token_ends.push(event.end);
-                on_token(at);
-            }
-            if let Some(usage) = summary.usage {
-                totals.prompt_tokens = usage.prompt_tokens.or(totals.prompt_tokens);
-                totals.completion_tokens = usage.completion_tokens.or(totals.completion_tokens);
-            }
-            if let Some(tokens) = summary.tokens {
-                totals.event_tokens = Some(totals.event_tokens.unwrap_or(0) + tokens);
-            }
-            totals.error_events += u64::from(summary.error);
-            totals.done_events += u64::from(summary.done);
-        };
+    let mut count = |totals: &mut Totals, at: usize, event: tokenmeter::sse::FramedEvent<'_>| {
+        let summary = dialect.classify(event.event, event.data);
+        totals.events += 1;
+        if summary.token {
+            totals.token_events += 1;
+            totals.token_ends.push(event.end);
+            on_token(at);
+        }
+        if let Some(usage) = summary.usage {
+            totals.prompt_tokens = usage.prompt_tokens.or(totals.prompt_tokens);
+            totals.completion_tokens = usage.completion_tokens.or(totals.completion_tokens);
+        }
+        if let Some(tokens) = summary.tokens {
+            totals.event_tokens = Some(totals.event_tokens.unwrap_or(0) + tokens);
+        }
+        totals.error_events += u64::from(summary.error);
+        totals.done_events += u64::from(summary.done);
+    };
     for (at, frame) in frames.iter().enumerate() {
         framer.feed(frame, |event| count(&mut totals, at, event));
     }
@@ -317,7 +317,7 @@ fn the_wrong_dialect_or_unknown_never_fails() {
             case.name
         );
         for dialect in Dialect::ALL {
-            for framing in [Framing::Sse, Framing::NdJson] {
+            for framing in [StreamFormat::Sse, StreamFormat::NdJson] {
                 // Must not panic; what it finds in a foreign stream does not matter.
                 let _ = meter(dialect, framing, &[&stream], |_| {});
             }
@@ -329,7 +329,7 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(
         frames in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..48), 0..8),
-        framing in prop::sample::select(vec![Framing::Sse, Framing::NdJson]),
+        framing in prop::sample::select(vec![StreamFormat::Sse, StreamFormat::NdJson]),
         dialect in prop::sample::select(vec![
             Dialect::OpenAiChat, Dialect::OpenAiResponses, Dialect::AnthropicMessages, Dialect::Tgi,
             Dialect::Triton, Dialect::OllamaChat, Dialect::OllamaGenerate, Dialect::LlamaCpp, Dialect::Unknown,

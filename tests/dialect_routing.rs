@@ -1,7 +1,8 @@
 //! The dialect table as the proxy sees it: request routing, response framing, and the
 //! OpenTelemetry GenAI labels each dialect is metered under.
 use http::Method;
-use tokenmeter::meter::dialect::{Dialect, Framing};
+use tokenmeter::dialect::Dialect;
+use tokenmeter::sse::StreamFormat;
 
 #[test]
 fn routing_framing_and_labels() {
@@ -11,7 +12,7 @@ fn routing_framing_and_labels() {
             "/v1/chat/completions",
             Dialect::OpenAiChat,
             "text/event-stream",
-            Framing::Sse,
+            StreamFormat::Sse,
             "chat",
             "openai",
             true,
@@ -20,7 +21,7 @@ fn routing_framing_and_labels() {
             "/v1/completions",
             Dialect::OpenAiCompletions,
             "text/event-stream",
-            Framing::Sse,
+            StreamFormat::Sse,
             "text_completion",
             "openai",
             true,
@@ -29,7 +30,7 @@ fn routing_framing_and_labels() {
             "/v1/responses",
             Dialect::OpenAiResponses,
             "text/event-stream",
-            Framing::Sse,
+            StreamFormat::Sse,
             "chat",
             "openai",
             false,
@@ -38,7 +39,7 @@ fn routing_framing_and_labels() {
             "/v1/messages",
             Dialect::AnthropicMessages,
             "text/event-stream",
-            Framing::Sse,
+            StreamFormat::Sse,
             "chat",
             "anthropic",
             false,
@@ -47,7 +48,7 @@ fn routing_framing_and_labels() {
             "/generate_stream",
             Dialect::Tgi,
             "text/event-stream",
-            Framing::Sse,
+            StreamFormat::Sse,
             "text_completion",
             "tgi",
             false,
@@ -56,7 +57,7 @@ fn routing_framing_and_labels() {
             "/v2/models/llama/generate_stream",
             Dialect::Triton,
             "text/event-stream; charset=utf-8",
-            Framing::Sse,
+            StreamFormat::Sse,
             "text_completion",
             "triton",
             false,
@@ -65,7 +66,7 @@ fn routing_framing_and_labels() {
             "/api/chat",
             Dialect::OllamaChat,
             "application/x-ndjson",
-            Framing::NdJson,
+            StreamFormat::NdJson,
             "chat",
             "ollama",
             false,
@@ -74,7 +75,7 @@ fn routing_framing_and_labels() {
             "/api/generate",
             Dialect::OllamaGenerate,
             "application/x-ndjson",
-            Framing::NdJson,
+            StreamFormat::NdJson,
             "text_completion",
             "ollama",
             false,
@@ -83,7 +84,7 @@ fn routing_framing_and_labels() {
             "/completion",
             Dialect::LlamaCpp,
             "text/event-stream",
-            Framing::Sse,
+            StreamFormat::Sse,
             "text_completion",
             "llama_cpp",
             false,
@@ -92,7 +93,7 @@ fn routing_framing_and_labels() {
             "/v1/audio/speech",
             Dialect::Unknown,
             "text/event-stream",
-            Framing::Sse,
+            StreamFormat::Sse,
             "_OTHER",
             "_OTHER",
             false,
@@ -105,17 +106,17 @@ fn routing_framing_and_labels() {
             "POST {path} speaks {dialect:?}"
         );
         assert_eq!(
-            dialect.framing(Some(content_type)),
+            dialect.stream_format(Some(content_type)),
             Some(framing),
             "{path}: {content_type}"
         );
         assert_eq!(
-            dialect.framing(Some("application/json")),
+            dialect.stream_format(Some("application/json")),
             None,
             "{path}: a JSON body (an error, or stream: false) is not a stream"
         );
         assert_eq!(
-            dialect.framing(None),
+            dialect.stream_format(None),
             None,
             "{path}: no content type, no stream"
         );

@@ -9,8 +9,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use tokenmeter::config::{BalanceLoad, Config, PoolConfig, RuleConfig};
-use tokenmeter::server::ServerHandle;
+use tokenmeter::config::Config;
 
 use support::llama::LlamaServer;
 use support::{client, config_for, prom, start_proxy};
@@ -186,22 +185,6 @@ async fn clients_get_every_member_the_server_would_have_sent_them() {
     );
 }
 
-/// Polls until `series` `labels` sums to `value` (10 s at most).
-async fn wait_for(proxy: &ServerHandle, series: &str, labels: &[(&str, &str)], value: f64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let seen = prom::sum(&proxy.metrics.render(), series, labels);
-        if seen == value {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{series} {labels:?} stayed at {seen}, expected {value}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test]
 async fn no_client_can_eject_the_server_but_its_death_does() {
     let Some(mut llama) = LlamaServer::start(1, 2048).await else {
@@ -223,7 +206,7 @@ async fn no_client_can_eject_the_server_but_its_death_does() {
         }
     }
     // Two runs of three valid-JSON 500s: two checks, both passed.
-    wait_for(
+    support::wait_for_metric(
         &proxy,
         "tokenmeter_backend_health_confirmations_total",
         &[("result", "kept")],
@@ -271,28 +254,8 @@ async fn no_client_can_eject_the_server_but_its_death_does() {
 /// Two pools over the same server (what matters is which pool the router picks): prompts of
 /// 1024 estimated tokens or more go to `prefill`.
 fn split(url: &str) -> Config {
-    let mut config = config_for("http://127.0.0.1:1");
-    config.pools = ["prefill", "decode"]
-        .map(|name| PoolConfig {
-            name: name.to_owned(),
-            urls: vec![url.to_owned()],
-            balance: BalanceLoad::Streams,
-            ..PoolConfig::default()
-        })
-        .to_vec();
-    config.rules = vec![
-        RuleConfig {
-            pool: "prefill".to_owned(),
-            min_prompt_tokens: Some(1024),
-            ..RuleConfig::default()
-        },
-        RuleConfig {
-            pool: "decode".to_owned(),
-            ..RuleConfig::default()
-        },
-    ];
+    let mut config = support::split_pools(vec![url.to_owned()], vec![url.to_owned()], 1024);
     config.upstream.response_timeout = Duration::from_secs(120);
-    config.validate().expect("valid config");
     config
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use support::backend::{Backend, Script};
 use support::{client, config_for, prom, start_proxy};
-use tokenmeter::sim::{self, SimConfig};
+use tokenmeter::testbed::sim::{self, SimConfig};
 use tokio::net::TcpListener;
 
 fn dialect_fixture(name: &str) -> Vec<u8> {

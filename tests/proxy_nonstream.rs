@@ -9,7 +9,7 @@ use support::backend::{Backend, Script, Step};
 use support::raw::{self, RawRequest, RawUpstream};
 use support::{client, config_for, prom, start_proxy};
 use tokenmeter::meter::whole::MAX_WHOLE_BODY;
-use tokenmeter::sim::{self, SimConfig};
+use tokenmeter::testbed::sim::{self, SimConfig};
 use tokio::net::TcpListener;
 
 const CHAT_REQUEST: &str =

@@ -4,7 +4,7 @@ mod support;
 
 use std::process::Command;
 
-use tokenmeter::sim::{self, SimConfig};
+use tokenmeter::testbed::sim::{self, SimConfig};
 use tokio::net::TcpListener;
 
 use support::{config_for, prom, start_proxy};

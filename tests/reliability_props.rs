@@ -13,11 +13,12 @@ use http::StatusCode;
 use http_body::{Body, Frame};
 use proptest::prelude::*;
 use tokenmeter::config::Config;
+use tokenmeter::dialect::Dialect;
 use tokenmeter::meter::body::{MeteredBody, StreamMeter};
-use tokenmeter::meter::dialect::{Dialect, Framer, Framing};
 use tokenmeter::meter::record::{SloTargets, StreamRecord};
 use tokenmeter::metrics::{Metrics, Operation};
 use tokenmeter::proxy::BodyError;
+use tokenmeter::sse::{Framer, StreamFormat};
 use tokio::time::Instant;
 
 /// An upstream body of ready frames.
@@ -52,7 +53,7 @@ fn meter(
     input: &[u8],
     cuts: &[usize],
     dialect: Dialect,
-    framing: Framing,
+    framing: StreamFormat,
 ) -> (Vec<u8>, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new(&Config::default()).expect("metrics"));
     let operation = Operation::of(dialect);
@@ -150,7 +151,7 @@ proptest! {
         dialect in prop::sample::select(Dialect::ALL.to_vec()),
         ndjson in any::<bool>(),
     ) {
-        let framing = if ndjson { Framing::NdJson } else { Framing::Sse };
+        let framing = if ndjson { StreamFormat::NdJson } else { StreamFormat::Sse };
         let (out, metrics) = meter(&input, &cuts, dialect, framing);
         prop_assert!(out == input, "forwarded {} bytes of {} for {dialect:?}/{framing:?}", out.len(), input.len());
         prop_assert_eq!(finished_once(&metrics), 1.0, "the stream finished exactly once");
@@ -163,7 +164,7 @@ proptest! {
         dialect in prop::sample::select(Dialect::ALL.to_vec()),
         ndjson in any::<bool>(),
     ) {
-        let framing = if ndjson { Framing::NdJson } else { Framing::Sse };
+        let framing = if ndjson { StreamFormat::NdJson } else { StreamFormat::Sse };
         let (out, metrics) = meter(&input, &cuts, dialect, framing);
         prop_assert!(out == input, "forwarded {} bytes of {}", out.len(), input.len());
         prop_assert_eq!(finished_once(&metrics), 1.0, "the stream finished exactly once");

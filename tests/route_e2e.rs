@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use tokenmeter::config::{BalanceLoad, Config, PoolConfig, RuleConfig};
-use tokenmeter::sim::{self, SimConfig, SimHandle};
+use tokenmeter::config::{Config, PoolConfig};
+use tokenmeter::testbed::sim::{self, SimConfig, SimHandle};
 use tokio::net::TcpListener;
 
 use support::{client, config_for, prom, start_proxy};
@@ -43,31 +43,7 @@ fn chat(words_n: usize) -> String {
 
 /// Pools `prefill` and `decode`; prompts of 2048 estimated tokens or more go to `prefill`.
 fn pools_config(prefill: Vec<String>, decode: Vec<String>) -> Config {
-    let mut config = config_for("http://127.0.0.1:1");
-    config.pools = vec![
-        PoolConfig {
-            name: "prefill".to_owned(),
-            urls: prefill,
-            balance: BalanceLoad::PromptTokens,
-            ..PoolConfig::default()
-        },
-        PoolConfig {
-            name: "decode".to_owned(),
-            urls: decode,
-            ..PoolConfig::default()
-        },
-    ];
-    config.rules = vec![
-        RuleConfig {
-            pool: "prefill".to_owned(),
-            min_prompt_tokens: Some(2048),
-            ..RuleConfig::default()
-        },
-        RuleConfig {
-            pool: "decode".to_owned(),
-            ..RuleConfig::default()
-        },
-    ];
+    let mut config = support::split_pools(prefill, decode, 2048);
     // The estimate here is calibrated by usage alone, so its figures can be checked by hand; the
     // router's /tokenize calls have their own tests (tests/route_tokenize.rs).
     config.routing.tokenize = false;

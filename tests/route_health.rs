@@ -4,8 +4,6 @@
 //! Scripted upstreams answer like llama.cpp's `llama-server` (a 500 with `"type":"server_error"`).
 mod support;
 
-use std::time::Duration;
-
 use support::backend::{Backend, Script, Seen};
 use support::{client, config_for, prom, start_proxy};
 use tokenmeter::config::Config;
@@ -32,27 +30,6 @@ fn config(backend: &Backend) -> Config {
     let mut config = config_for(&backend.url);
     config.routing.eject_after_failures = 3;
     config
-}
-
-/// Polls the proxy's metrics until `series` with `labels` reaches `value` (10 s at most).
-async fn wait_for(
-    proxy: &tokenmeter::server::ServerHandle,
-    series: &str,
-    labels: &[(&str, &str)],
-    value: f64,
-) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let seen = prom::sum(&proxy.metrics.render(), series, labels);
-        if seen == value {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{series} {labels:?} stayed at {seen}, expected {value}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 fn requests_to(seen: &[Seen], prefix: &str) -> usize {
@@ -120,7 +97,7 @@ async fn answer_failures_a_passing_health_check_disowns_do_not_eject() {
             let answered = client::post(proxy.traffic_addr, CHAT, WRONG_TYPE).await;
             assert_eq!(answered.status, 500, "round {round}: passed on");
         }
-        wait_for(
+        support::wait_for_metric(
             &proxy,
             "tokenmeter_backend_health_confirmations_total",
             &[("result", "kept")],
@@ -156,7 +133,7 @@ async fn a_backend_that_fails_its_health_check_too_is_ejected() {
         let answered = client::post(proxy.traffic_addr, CHAT, WRONG_TYPE).await;
         assert_eq!(answered.status, 500, "passed on");
     }
-    wait_for(&proxy, "tokenmeter_backend_ejections_total", &[], 1.0).await;
+    support::wait_for_metric(&proxy, "tokenmeter_backend_ejections_total", &[], 1.0).await;
     let text = proxy.metrics.render();
     assert_eq!(
         prom::sum(
@@ -181,7 +158,7 @@ async fn without_a_health_endpoint_answers_alone_never_eject() {
     for _ in 0..3 {
         client::post(proxy.traffic_addr, CHAT, WRONG_TYPE).await;
     }
-    wait_for(
+    support::wait_for_metric(
         &proxy,
         "tokenmeter_backend_health_confirmations_total",
         &[("result", "unavailable")],

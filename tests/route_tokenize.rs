@@ -4,12 +4,12 @@
 //! sample. A backend without the endpoint is asked once and routing falls back to the estimate.
 mod support;
 
-use tokenmeter::config::{BalanceLoad, Config, PoolConfig, RuleConfig};
-use tokenmeter::sim::{self, SimConfig, SimHandle};
+use tokenmeter::config::Config;
+use tokenmeter::testbed::sim::{self, SimConfig, SimHandle};
 use tokio::net::TcpListener;
 
 use support::backend::{Backend, Script, Seen};
-use support::{client, config_for, prom, start_proxy};
+use support::{client, prom, start_proxy};
 
 const CHAT: &str = "/v1/chat/completions";
 const MODEL: &str = "sim-fast";
@@ -31,33 +31,7 @@ fn chat(words: usize) -> String {
 
 /// Pools `prefill` and `decode`; prompts of 2048 estimated tokens or more go to `prefill`.
 fn pools(prefill: String, decode: String) -> Config {
-    let mut config = config_for("http://127.0.0.1:1");
-    config.pools = vec![
-        PoolConfig {
-            name: "prefill".to_owned(),
-            urls: vec![prefill],
-            balance: BalanceLoad::PromptTokens,
-            ..PoolConfig::default()
-        },
-        PoolConfig {
-            name: "decode".to_owned(),
-            urls: vec![decode],
-            ..PoolConfig::default()
-        },
-    ];
-    config.rules = vec![
-        RuleConfig {
-            pool: "prefill".to_owned(),
-            min_prompt_tokens: Some(2048),
-            ..RuleConfig::default()
-        },
-        RuleConfig {
-            pool: "decode".to_owned(),
-            ..RuleConfig::default()
-        },
-    ];
-    config.validate().expect("valid config");
-    config
+    support::split_pools(vec![prefill], vec![decode], 2048)
 }
 
 fn decisions(text: &str, pool: &str) -> f64 {

@@ -5,7 +5,8 @@ mod sim_support;
 
 use http::Method;
 use sim_support::{call, config, read_events, start, Conn, Event};
-use tokenmeter::meter::dialect::{Dialect, Framer};
+use tokenmeter::dialect::Dialect;
+use tokenmeter::sse::Framer;
 
 /// `"Hello, world!"` is 4 tokens; one message (5) and the request (5) add the chat template.
 const HELLO_PROMPT_TOKENS: u64 = 14;
@@ -37,7 +38,7 @@ fn parse(event: &Event) -> (String, serde_json::Value) {
 
 /// Streams `body` to `path` and returns the events (timestamped on arrival).
 async fn stream(
-    profile_edit: impl FnOnce(&mut tokenmeter::sim::SimConfig),
+    profile_edit: impl FnOnce(&mut tokenmeter::testbed::sim::SimConfig),
     path: &str,
     body: &str,
 ) -> Vec<Event> {
@@ -68,7 +69,7 @@ struct Metered {
 fn meter(path: &str, events: &[Event]) -> Metered {
     let dialect = Dialect::for_request(&Method::POST, path).expect("a generation endpoint");
     let framing = dialect
-        .framing(Some("text/event-stream; charset=utf-8"))
+        .stream_format(Some("text/event-stream; charset=utf-8"))
         .expect("an SSE stream");
     let mut framer = Framer::new(framing, 1 << 20);
     let mut metered = Metered {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 use sim_support::{call, config, metric, read_events, start, wait_for_metric, Conn};
-use tokenmeter::sim::metrics::{ITL_BUCKETS, REQUEST_BUCKETS, TTFT_BUCKETS};
+use tokenmeter::testbed::sim::metrics::{ITL_BUCKETS, REQUEST_BUCKETS, TTFT_BUCKETS};
 
 const RUNNING: &str = r#"vllm:num_requests_running{model_name="sim-fast"}"#;
 const KV: &str = r#"vllm:kv_cache_usage_perc{model_name="sim-fast"}"#;

@@ -8,7 +8,7 @@ mod sim_support;
 use std::time::Duration;
 
 use sim_support::{config, content_events, gaps, ms, read_events, start, words, Conn};
-use tokenmeter::sim::SimConfig;
+use tokenmeter::testbed::sim::SimConfig;
 use tokio::sync::{mpsc, Mutex};
 
 /// Timing tests must not share the CPU with each other.

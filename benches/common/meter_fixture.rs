@@ -11,12 +11,13 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body::{Body, Frame};
 use tokenmeter::config::Config;
+use tokenmeter::dialect::Dialect;
 use tokenmeter::meter::body::{MeteredBody, StreamMeter};
-use tokenmeter::meter::dialect::{Dialect, Framer, Framing};
 use tokenmeter::meter::record::{SloTargets, StreamRecord};
 use tokenmeter::metrics::{Metrics, Operation};
 use tokenmeter::proxy::BodyError;
 use tokenmeter::sse::DEFAULT_MAX_LINE;
+use tokenmeter::sse::{Framer, StreamFormat};
 
 /// A typical vLLM chat chunk: one token of content (~230 bytes on the wire).
 pub const VLLM_CHUNK: &[u8] = b"data: {\"id\":\"chatcmpl-7f3a\",\"object\":\"chat.completion.chunk\",\"created\":1764400000,\"model\":\"meta-llama/Llama-3.1-8B-Instruct\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
@@ -62,7 +63,7 @@ pub fn metered<B>(metrics: &Arc<Metrics>, inner: B) -> MeteredBody<B> {
             tpot: std::time::Duration::from_millis(35),
         },
         dialect,
-        framer: Some(Framer::new(Framing::Sse, DEFAULT_MAX_LINE)),
+        framer: Some(Framer::new(StreamFormat::Sse, DEFAULT_MAX_LINE)),
         stripper: None,
         whole: None,
         estimate: None,

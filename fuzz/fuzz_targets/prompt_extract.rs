@@ -4,8 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tokenmeter::meter::request::{inject_include_usage, inspect, Injection};
-use tokenmeter::route::estimate::prompt_size;
+use tokenmeter::request::{inject_include_usage, inspect, prompt_size, Injection};
 
 fuzz_target!(|body: &[u8]| {
     let facts = inspect(body);

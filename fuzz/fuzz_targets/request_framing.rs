@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tokenmeter::framing::FramingScanner;
+use tokenmeter::server::smuggling::FramingScanner;
 
 const LIMIT: usize = 4096;
 

@@ -4,7 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tokenmeter::meter::dialect::{Dialect, Framer, Framing};
+use tokenmeter::dialect::Dialect;
+use tokenmeter::sse::{Framer, StreamFormat};
 
 
 fuzz_target!(|data: &[u8]| {
@@ -13,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let dialect = Dialect::ALL[usize::from(*selector) % Dialect::ALL.len()];
-    let framing = if selector & 0x80 == 0 { Framing::Sse } else { Framing::NdJson };
+    let framing = if selector & 0x80 == 0 { StreamFormat::Sse } else { StreamFormat::NdJson };
     let mut framer = Framer::new(framing, 1024);
     let step = usize::from(*cut).max(1);
     let mut fed: u64 = 0;

@@ -7,7 +7,7 @@ use bytes::BytesMut;
 use http::Method;
 use libfuzzer_sys::fuzz_target;
 use tokenmeter::proxy::h1::chunked::{Decoder, Step};
-use tokenmeter::proxy::h1::head::{self, Framing};
+use tokenmeter::proxy::h1::head::{self, Delimiter};
 
 /// Feeds `pieces` in turn; returns the body bytes of a chunked response (or `None` on an error).
 fn run(pieces: &[&[u8]]) -> Option<(Vec<u8>, bool)> {
@@ -23,7 +23,7 @@ fn run(pieces: &[&[u8]]) -> Option<(Vec<u8>, bool)> {
                 None => continue,
                 Some(parsed) => {
                     head_done = true;
-                    chunked = parsed.framing == Framing::Chunked;
+                    chunked = parsed.delimiter == Delimiter::Chunked;
                 }
             }
         }

@@ -18,13 +18,15 @@ use http_body::{Body, Frame, SizeHint};
 use metrics::Gauge;
 use tokio::time::Instant;
 
-use super::dialect::{Dialect, EventSummary, Framer};
 use super::record::{SloTargets, StreamRecord, TokenMark};
 use super::strip::{EventRole, UsageStripper};
 use super::whole::WholeBody;
+use crate::context::Estimate;
+use crate::dialect::{Dialect, EventSummary};
 use crate::metrics::{Metrics, Outcome, StreamMetrics};
 use crate::proxy::BodyError;
-use crate::route::PromptEstimate;
+use crate::route::Calibrator;
+use crate::sse::Framer;
 
 /// A response body under metering. `meter` is `None` for bodies that are only passed through.
 #[derive(Debug)]
@@ -61,7 +63,7 @@ pub struct StreamMeter {
     /// to read its usage at the end (see [`WholeBody::for_response`]).
     pub whole: Option<WholeBody>,
     /// The router's prompt estimate: calibrated by `usage.prompt_tokens`, or N_in without it.
-    pub estimate: Option<PromptEstimate>,
+    pub estimate: Option<Calibration>,
 }
 
 impl<B> MeteredBody<B> {
@@ -198,6 +200,28 @@ impl<B> Drop for MeteredBody<B> {
         if let Some(meter) = self.meter.take() {
             meter.finish(Outcome::Cancelled, Instant::now());
         }
+    }
+}
+
+/// The router's estimate of this request's prompt, and the calibration the backend's count of it
+/// teaches.
+#[derive(Debug)]
+pub struct Calibration {
+    pub calibrator: Arc<Calibrator>,
+    /// The model label the ratio is kept under.
+    pub model: Arc<str>,
+    pub estimate: Estimate,
+}
+
+impl Calibration {
+    /// Reports the backend's count of this prompt.
+    pub fn observe(&self, actual_prompt_tokens: u64) {
+        self.calibrator.observe(
+            &self.model,
+            self.estimate.size,
+            self.estimate.tokens,
+            actual_prompt_tokens,
+        );
     }
 }
 
@@ -347,7 +371,7 @@ impl StreamMeter {
             }
             (Some(actual), None) => Some(actual),
             // A rejected request processed no prompt.
-            (None, Some(estimate)) if status.is_success() => Some(estimate.estimated_tokens),
+            (None, Some(estimate)) if status.is_success() => Some(estimate.estimate.tokens),
             (None, _) => None,
         };
         if let Some(input) = input {

@@ -1,11 +1,13 @@
 //! The metering service: the outermost layer of the proxy stack.
 //!
-//! It stamps `t0` when the request head arrives, buffers and inspects chat / completions request bodies
-//! (model, `stream`, usage injection), calls the inner stack (routing, then forwarding), and wraps
-//! the response body in a [`MeteredBody`]. The router needs the request too: the buffered body
-//! ([`BufferedBody`]) and its [`request::RequestFacts`] travel in the request extensions, and a
-//! [`PoolSlot`] comes back with the pool chosen. Every other path is proxied as a plain stream and only
-//! counted. It never fails: upstream errors become OpenAI-style JSON responses here, in one place.
+//! Its phases, on the request's [`RequestContext`]: take `t0` (the context's `received`), name the
+//! dialect from the path; for a generation API, buffer the body (bounded), read it in one walk
+//! ([`crate::request::read`]) and inject `include_usage` where the client did not ask for usage;
+//! ask the router for a plan ([`Router::plan`]); then call the inner stack (dispatch, forward) and
+//! wrap the response body in a [`MeteredBody`]. The context comes back with the response (or the
+//! failure) and names the pool and backend that answered. Every other request is proxied as a
+//! plain stream and only counted. It never fails: upstream errors become OpenAI-style JSON
+//! responses here, in one place.
 //!
 //! ```no_run
 //! # use tokenmeter::{config::Config, meter::layer::MeterLayer, metrics::Metrics, proxy};
@@ -15,7 +17,7 @@
 //! let client = proxy::client::build(&config.upstream);
 //! let router = Arc::new(tokenmeter::route::Router::from_config(&config, Arc::clone(&metrics)).unwrap());
 //! let stack = tower::ServiceBuilder::new()
-//!     .layer(MeterLayer::new(&config, metrics))
+//!     .layer(MeterLayer::new(&config, metrics, Arc::clone(&router)))
 //!     .layer(tokenmeter::route::RouteLayer::new(router))
 //!     .service(proxy::Forward::new(client, &config.upstream));
 //! ```
@@ -27,6 +29,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
@@ -34,18 +37,18 @@ use metrics::Gauge;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
-use super::body::{MeteredBody, StreamMeter};
-use super::dialect::{Dialect, Framer, Framing};
+use super::body::{Calibration, MeteredBody, StreamMeter};
 use super::record::{SloTargets, StreamRecord};
-use super::request::{self, Injection};
 use super::strip::UsageStripper;
 use super::whole::WholeBody;
 use crate::config::Config;
-use crate::framing::ConflictingFraming;
+use crate::context::{Generation, RequestContext};
+use crate::dialect::Dialect;
 use crate::metrics::{Metrics, Operation, Outcome, RequestLabels};
-use crate::proxy::forward::AnsweredBy;
-use crate::proxy::{ProxyError, RequestBody, UpstreamBody};
-use crate::route::{PoolSlot, PromptEstimate};
+use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
+use crate::request::{self, Injection};
+use crate::route::Router;
+use crate::sse::{Framer, StreamFormat};
 
 /// The body of every response the proxy sends: an upstream body (metered or passed through) or a
 /// response the proxy wrote itself (errors).
@@ -54,20 +57,17 @@ pub type ResponseBody = Either<MeteredBody<UpstreamBody>, Full<Bytes>>;
 /// Backend (and pool) label for requests that never reached one.
 const NO_BACKEND: &str = "none";
 
-/// A request extension: the chat / completions body as it is forwarded (a cheap `Bytes` clone), for
-/// the router's prompt estimate and for a retry on another backend.
-#[derive(Debug, Clone)]
-pub struct BufferedBody(pub Bytes);
-
 /// Configures [`Meter`].
 #[derive(Debug, Clone)]
 pub struct MeterLayer {
-    shared: Arc<Shared>,
+    metering: Arc<Metering>,
 }
 
+/// What every request's metering shares: the metrics, the router it asks for plans, the knobs.
 #[derive(Debug)]
-struct Shared {
+struct Metering {
     metrics: Arc<Metrics>,
+    router: Arc<Router>,
     inject_usage: bool,
     max_body: usize,
     max_line: usize,
@@ -76,10 +76,11 @@ struct Shared {
 }
 
 impl MeterLayer {
-    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Self {
+    pub fn new(config: &Config, metrics: Arc<Metrics>, router: Arc<Router>) -> Self {
         Self {
-            shared: Arc::new(Shared {
+            metering: Arc::new(Metering {
                 metrics,
+                router,
                 inject_usage: config.metering.inject_usage,
                 max_body: config.server.max_request_body_bytes,
                 max_line: config.metering.max_sse_line_bytes,
@@ -99,7 +100,7 @@ impl<S> Layer<S> for MeterLayer {
     fn layer(&self, inner: S) -> Meter<S> {
         Meter {
             inner,
-            shared: Arc::clone(&self.shared),
+            metering: Arc::clone(&self.metering),
         }
     }
 }
@@ -108,12 +109,12 @@ impl<S> Layer<S> for MeterLayer {
 #[derive(Debug, Clone)]
 pub struct Meter<S> {
     inner: S,
-    shared: Arc<Shared>,
+    metering: Arc<Metering>,
 }
 
 impl<S> Service<Request<Incoming>> for Meter<S>
 where
-    S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>
+    S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>
         + Clone
         + Send
         + 'static,
@@ -130,87 +131,87 @@ where
     }
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        let t0 = Instant::now();
         let inner = self.inner.clone();
-        let shared = Arc::clone(&self.shared);
-        Box::pin(async move { Ok(shared.handle(inner, req, t0).await) })
+        let metering = Arc::clone(&self.metering);
+        Box::pin(async move { Ok(metering.meter(inner, req).await) })
     }
 }
 
-impl Shared {
-    async fn handle<S>(
-        &self,
-        inner: S,
-        req: Request<Incoming>,
-        t0: Instant,
-    ) -> Response<ResponseBody>
+impl Metering {
+    async fn meter<S>(&self, inner: S, req: Request<Incoming>) -> Response<ResponseBody>
     where
-        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>,
+        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
     {
-        let dialect = Dialect::for_request(req.method(), req.uri().path());
-        if req.extensions().get::<ConflictingFraming>().is_some() {
+        let (mut parts, body) = req.into_parts();
+        // The server put the context in when it dispatched the request (its `received` is t0);
+        // a stack used without the server starts one here.
+        let mut context = parts
+            .extensions
+            .remove::<RequestContext>()
+            .unwrap_or_else(|| RequestContext::new(Instant::now(), None));
+        let dialect = Dialect::for_request(&parts.method, parts.uri.path());
+        context.dialect = dialect;
+        if context.conflicting_framing {
             // Refused before its body is read: counted as a client error of its operation.
             return self.reject(
                 dialect.map_or(Operation::PASSTHROUGH, Operation::of),
                 self.metrics.model_label(None),
-                Arc::clone(&self.no_backend),
+                &context,
                 &ProxyError::ConflictingFraming,
             );
         }
         let Some(dialect) = dialect else {
-            return self.passthrough(inner, req).await;
+            return self.passthrough(inner, parts, body, context).await;
         };
         let operation = Operation::of(dialect);
-        let path_model = dialect.model_from_path(req.uri().path()).map(str::to_owned);
-        let (mut parts, body) = req.into_parts();
-        let slot = PoolSlot::default();
-        parts.extensions.insert(slot.clone());
+        context.model = dialect.model_from_path(parts.uri.path()).map(str::to_owned);
         // Known generation APIs are buffered (bounded) for inspection and routing; an unknown POST
         // streams through untouched, whatever its size: it is only timed, never refused.
-        let (body, model_name, injected) = if dialect == Dialect::Unknown {
-            (RequestBody::Streaming(body), path_model, false)
+        let (body, injected) = if dialect == Dialect::Unknown {
+            (RequestBody::Streaming(body), false)
         } else {
             let bytes = match self.read_body(&parts.headers, body).await {
                 Ok(bytes) => bytes,
                 Err(err) => {
                     let unknown = self.metrics.model_label(None);
-                    let none = Arc::clone(&self.no_backend);
-                    return self.reject(operation, unknown, none, &err);
+                    return self.reject(operation, unknown, &context, &err);
                 }
             };
-            let facts = request::inspect(&bytes);
-            let model_name = facts
-                .as_ref()
-                .and_then(|facts| facts.model.clone())
-                .or(path_model);
-            let streaming = facts.as_ref().is_some_and(|facts| facts.stream);
-            let (bytes, injected) = if dialect.injects_usage() {
-                self.maybe_inject(operation, streaming, bytes)
-            } else {
-                (bytes, false)
+            let read = request::read(&bytes);
+            if let Some(model) = read.as_ref().and_then(|read| read.facts.model.clone()) {
+                context.model = Some(model);
+            }
+            let streaming = read.as_ref().is_some_and(|read| read.facts.stream);
+            let (bytes, injected) = match &read {
+                Some(read) if dialect.injects_usage() => {
+                    self.maybe_inject(operation, streaming, read, bytes)
+                }
+                _ => (bytes, false),
             };
             parts
                 .headers
                 .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-            parts.extensions.insert(BufferedBody(bytes.clone()));
-            if let Some(facts) = facts {
-                parts.extensions.insert(facts);
-            }
-            (RequestBody::buffered(bytes), model_name, injected)
+            context.generation = Some(Generation {
+                body: bytes.clone(),
+                read,
+            });
+            (RequestBody::buffered(bytes), injected)
         };
-        let model = self.metrics.model_label(model_name.as_deref());
-        let waiting = AwaitingHead::new(self, operation, &model, &slot);
-        let req = Request::from_parts(parts, body);
-        let response = match call(inner, req).await {
+        let model = self.metrics.model_label(context.model.as_deref());
+        self.router.plan(parts.uri.path(), &mut context).await;
+        let waiting = AwaitingHead::new(self, operation, &model, context.pool.clone());
+        parts.extensions.insert(context);
+        let response = match call(inner, Request::from_parts(parts, body)).await {
             Ok(response) => response,
-            Err(err) => {
+            Err(Failure { error, context }) => {
                 waiting.disarm().decrement(1.0);
                 if injected {
                     self.metrics.usage_injection(operation, "unanswered");
                 }
-                return self.reject(operation, model, self.pool_of(&slot), &err);
+                return self.reject(operation, model, &context, &error);
             }
         };
+        let active = waiting.disarm();
         if injected {
             // What became of the injection: the backend took the request, or refused it (an
             // invalid request, a prompt over the context); a refusal has no usage chunk to strip.
@@ -221,14 +222,8 @@ impl Shared {
             };
             self.metrics.usage_injection(operation, result);
         }
-        let active = waiting.disarm();
-        let pool = self.pool_of(&slot);
-        let backend = response.extensions().get::<AnsweredBy>().map_or_else(
-            || Arc::clone(&self.no_backend),
-            |by| Arc::clone(&by.0.label),
-        );
-        let framing = if response.status().is_success() {
-            dialect.framing(
+        let format = if response.status().is_success() {
+            dialect.stream_format(
                 response
                     .headers()
                     .get(CONTENT_TYPE)
@@ -237,28 +232,49 @@ impl Shared {
         } else {
             None
         };
-        let strip = injected && framing == Some(Framing::Sse);
+        let strip = injected && format == Some(StreamFormat::Sse);
         let (mut parts, body) = response.into_parts();
-        let estimate = parts.extensions.remove::<PromptEstimate>();
+        let context = parts
+            .extensions
+            .remove::<RequestContext>()
+            .unwrap_or_else(|| RequestContext::new(Instant::now(), None));
         if strip {
             // The stripped body is shorter than the upstream said.
             parts.headers.remove(CONTENT_LENGTH);
         }
+        let (pool, backend) = self.labels(&context);
         let meter = StreamMeter {
-            record: StreamRecord::new(t0),
+            record: StreamRecord::new(context.received),
             handles: self.metrics.stream(operation, &model, &backend, &pool),
             metrics: Arc::clone(&self.metrics),
             active,
             status: parts.status,
             slo: self.slo,
             dialect,
-            framer: framing.map(|framing| Framer::new(framing, self.max_line)),
+            framer: format.map(|format| Framer::new(format, self.max_line)),
             stripper: strip.then(UsageStripper::default),
-            // A JSON content type is never a stream framing, so this is the non-streaming answer.
+            // A JSON content type is never a stream format, so this is the non-streaming answer.
             whole: WholeBody::for_response(dialect, parts.status, &parts.headers),
-            estimate,
+            estimate: context.estimate.map(|estimate| Calibration {
+                calibrator: Arc::clone(self.router.calibrator()),
+                model: Arc::clone(&model),
+                estimate,
+            }),
         };
         Response::from_parts(parts, Either::Left(MeteredBody::new(body, meter)))
+    }
+
+    /// The `pool` and `backend` labels of a request: what its context names, `none` where it
+    /// names nothing.
+    fn labels(&self, context: &RequestContext) -> (Arc<str>, Arc<str>) {
+        let none = || Arc::clone(&self.no_backend);
+        (
+            context.pool.clone().unwrap_or_else(none),
+            context
+                .backend
+                .as_ref()
+                .map_or_else(none, |target| Arc::clone(&target.label)),
+        )
     }
 
     /// Buffers a request body up to the configured limit.
@@ -290,11 +306,17 @@ impl Shared {
     /// Adds `include_usage` to a streaming request when configured; returns the body to send and
     /// whether the usage chunk must be stripped from the response. An injection is counted once
     /// its answer is known (`injected`, `rejected`, `unanswered`), the other outcomes here.
-    fn maybe_inject(&self, operation: Operation, streaming: bool, bytes: Bytes) -> (Bytes, bool) {
+    fn maybe_inject(
+        &self,
+        operation: Operation,
+        streaming: bool,
+        read: &request::Inspection,
+        bytes: Bytes,
+    ) -> (Bytes, bool) {
         if !self.inject_usage || !streaming {
             return (bytes, false);
         }
-        match request::inject_include_usage(&bytes) {
+        match read.inject(&bytes) {
             Injection::Injected(rewritten) => (rewritten, true),
             Injection::NotNeeded => {
                 self.metrics.usage_injection(operation, "not_needed");
@@ -308,26 +330,20 @@ impl Shared {
         }
     }
 
-    /// The pool the router chose, `none` when it chose none.
-    fn pool_of(&self, slot: &PoolSlot) -> Arc<str> {
-        slot.get().unwrap_or_else(|| Arc::clone(&self.no_backend))
-    }
-
     /// Answers a request that got no upstream response, and counts it.
     fn reject(
         &self,
         operation: Operation,
         model: Arc<str>,
-        pool: Arc<str>,
+        context: &RequestContext,
         err: &ProxyError,
     ) -> Response<ResponseBody> {
+        let (pool, backend) = self.labels(context);
         let labels = RequestLabels {
             operation,
             model,
             pool,
-            backend: err
-                .backend()
-                .map_or_else(|| Arc::clone(&self.no_backend), Arc::clone),
+            backend,
         };
         self.metrics.request_finished(&labels, err.outcome());
         tracing::warn!(error = %err, operation = operation.as_str(), "request failed before a response");
@@ -335,24 +351,32 @@ impl Shared {
     }
 
     /// Proxies a request that is not a token stream: streamed both ways, counted by status.
-    async fn passthrough<S>(&self, inner: S, req: Request<Incoming>) -> Response<ResponseBody>
+    async fn passthrough<S>(
+        &self,
+        inner: S,
+        mut parts: Parts,
+        body: Incoming,
+        mut context: RequestContext,
+    ) -> Response<ResponseBody>
     where
-        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>,
+        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
     {
         let model = self.metrics.model_label(None);
-        let slot = PoolSlot::default();
-        let mut req = req.map(RequestBody::Streaming);
-        req.extensions_mut().insert(slot.clone());
+        self.router.plan(parts.uri.path(), &mut context).await;
+        parts.extensions.insert(context);
+        let req = Request::from_parts(parts, RequestBody::Streaming(body));
         match call(inner, req).await {
-            Ok(response) => {
+            Ok(mut response) => {
+                let context = response
+                    .extensions_mut()
+                    .remove::<RequestContext>()
+                    .unwrap_or_else(|| RequestContext::new(Instant::now(), None));
+                let (pool, backend) = self.labels(&context);
                 let labels = RequestLabels {
                     operation: Operation::PASSTHROUGH,
                     model,
-                    pool: self.pool_of(&slot),
-                    backend: response.extensions().get::<AnsweredBy>().map_or_else(
-                        || Arc::clone(&self.no_backend),
-                        |by| Arc::clone(&by.0.label),
-                    ),
+                    pool,
+                    backend,
                 };
                 let status = response.status();
                 let outcome = if status.is_success() || status.is_redirection() {
@@ -365,36 +389,44 @@ impl Shared {
                 self.metrics.request_finished(&labels, outcome);
                 response.map(|body| Either::Left(MeteredBody::passthrough(body)))
             }
-            Err(err) => self.reject(Operation::PASSTHROUGH, model, self.pool_of(&slot), &err),
+            Err(Failure { error, context }) => {
+                self.reject(Operation::PASSTHROUGH, model, &context, &error)
+            }
         }
     }
 }
 
 /// A request between its head and its response head. If the client leaves in that time, hyper
 /// drops the service future and with it this guard, which takes the request off the active gauge
-/// and counts it `cancelled`; once the response head is there the stream meter takes over.
+/// and counts it `cancelled` (labelled with its planned pool); once the response head is there
+/// the stream meter takes over.
 struct AwaitingHead {
     active: Gauge,
     armed: bool,
     metrics: Arc<Metrics>,
     operation: Operation,
     model: Arc<str>,
-    slot: PoolSlot,
+    pool: Arc<str>,
     no_backend: Arc<str>,
 }
 
 impl AwaitingHead {
-    fn new(shared: &Shared, operation: Operation, model: &Arc<str>, slot: &PoolSlot) -> Self {
-        let active = shared.metrics.streams_active(operation, model);
+    fn new(
+        metering: &Metering,
+        operation: Operation,
+        model: &Arc<str>,
+        pool: Option<Arc<str>>,
+    ) -> Self {
+        let active = metering.metrics.streams_active(operation, model);
         active.increment(1.0);
         Self {
             active,
             armed: true,
-            metrics: Arc::clone(&shared.metrics),
+            metrics: Arc::clone(&metering.metrics),
             operation,
             model: Arc::clone(model),
-            slot: slot.clone(),
-            no_backend: Arc::clone(&shared.no_backend),
+            pool: pool.unwrap_or_else(|| Arc::clone(&metering.no_backend)),
+            no_backend: Arc::clone(&metering.no_backend),
         }
     }
 
@@ -414,17 +446,13 @@ impl Drop for AwaitingHead {
         let labels = RequestLabels {
             operation: self.operation,
             model: Arc::clone(&self.model),
-            pool: self
-                .slot
-                .get()
-                .unwrap_or_else(|| Arc::clone(&self.no_backend)),
+            pool: Arc::clone(&self.pool),
             backend: Arc::clone(&self.no_backend),
         };
         self.metrics.request_finished(&labels, Outcome::Cancelled);
     }
 }
 
-/// Waits for the inner service to be ready, then calls it.
 /// Whether a request-body error is the client's connection ending or being reset (hyper reports
 /// an early end of a body as an `UnexpectedEof` I/O error), rather than a malformed body.
 fn connection_ended(err: &(dyn std::error::Error + 'static)) -> bool {
@@ -444,12 +472,10 @@ fn connection_ended(err: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-async fn call<S>(
-    mut inner: S,
-    req: Request<RequestBody>,
-) -> Result<Response<UpstreamBody>, ProxyError>
+/// Waits for the inner service to be ready, then calls it.
+async fn call<S>(mut inner: S, req: Request<RequestBody>) -> Result<Response<UpstreamBody>, Failure>
 where
-    S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = ProxyError>,
+    S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
 {
     inner.ready().await?.call(req).await
 }

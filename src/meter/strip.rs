@@ -25,7 +25,7 @@
 //! injected.
 use bytes::{Bytes, BytesMut};
 
-use super::dialect::FramedEvent;
+use crate::sse::FramedEvent;
 
 /// A byte span `[start, end)` of the stream, in stream offsets.
 pub type Span = (u64, u64);

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use http::{HeaderMap, StatusCode};
 
-use super::dialect::{media_type, Dialect, Usage};
+use crate::dialect::{media_type, Dialect, Usage};
 
 /// The largest non-streaming body whose usage is read (4 MiB: far above any chat answer's JSON,
 /// small enough to hold per request). Past it the body passes through uncounted.
@@ -124,5 +124,4 @@ impl Default for WholeBody {
 }
 
 #[cfg(test)]
-#[path = "whole_tests.rs"]
 mod tests;

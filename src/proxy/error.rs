@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
+use crate::context::RequestContext;
 use crate::metrics::Outcome;
 
 /// Why a request got no upstream response (or a rejected one).
@@ -39,7 +40,7 @@ pub enum ProxyError {
     /// mid-body) or was malformed while the proxy was reading it.
     #[error("could not read the request body: {detail}")]
     ClientBody { detail: String, client_gone: bool },
-    /// The request head had both `transfer-encoding` and `content-length` (see [`crate::framing`]).
+    /// The request head had both `transfer-encoding` and `content-length` (see [`crate::server::smuggling`]).
     #[error("the request has both transfer-encoding and content-length (RFC 9112 section 6.3); refused as possible request smuggling")]
     ConflictingFraming,
 }
@@ -119,6 +120,23 @@ impl ProxyError {
     }
 }
 
+/// A request that got no answer from the stack below the meter: why, and its context as far as it
+/// got (the pool and backend of the last attempt label the failure).
+#[derive(Debug)]
+pub struct Failure {
+    pub error: ProxyError,
+    pub context: Box<RequestContext>,
+}
+
+impl Failure {
+    pub fn new(error: ProxyError, context: RequestContext) -> Self {
+        Self {
+            error,
+            context: Box::new(context),
+        }
+    }
+}
+
 /// An OpenAI-style JSON error response.
 pub fn json_error(status: StatusCode, kind: &str, message: &str) -> Response<Full<Bytes>> {
     let body = serde_json::json!({
@@ -139,50 +157,4 @@ pub fn json_error(status: StatusCode, kind: &str, message: &str) -> Response<Ful
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use http_body_util::BodyExt;
-
-    #[tokio::test]
-    async fn refused_upstream_is_a_502_json_error() {
-        let err = ProxyError::Connect {
-            backend: Arc::from("127.0.0.1:1"),
-            detail: "connection refused".to_owned(),
-            timed_out: false,
-        };
-        let response = err.to_response();
-        assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "status");
-        assert_eq!(err.outcome(), Outcome::UpstreamError, "outcome");
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
-        let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
-        assert_eq!(
-            json["error"]["type"], "upstream_unavailable",
-            "type: {json}"
-        );
-        assert_eq!(json["error"]["code"], 502, "code: {json}");
-        assert!(
-            json["error"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("127.0.0.1:1")),
-            "message names the backend: {json}"
-        );
-    }
-
-    #[test]
-    fn timeouts_are_504_and_counted_as_timeouts() {
-        let err = ProxyError::ResponseTimeout {
-            backend: Arc::from("b"),
-            timeout: std::time::Duration::from_secs(1),
-        };
-        assert_eq!(err.status(), StatusCode::GATEWAY_TIMEOUT);
-        assert_eq!(err.outcome(), Outcome::Timeout);
-        let too_large = ProxyError::BodyTooLarge { limit: 10 };
-        assert_eq!(too_large.status(), StatusCode::PAYLOAD_TOO_LARGE);
-        assert_eq!(too_large.outcome(), Outcome::ClientError);
-    }
-}
+mod tests;

@@ -1,4 +1,4 @@
-//! The innermost service: sends a request to the [`Target`] in its extensions over the shared client.
+//! The innermost service: sends a request to the backend its context names, over the shared client.
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -11,9 +11,10 @@ use tower::Service;
 
 use super::client::UpstreamClient;
 use super::h1::Error as ClientError;
-use super::timeout::InFlight;
-use super::{headers, ClientAddr, ProxyError, RequestBody, Target, TimeoutBody, UpstreamBody};
+use super::{headers, Failure, ProxyError, RequestBody, TimeoutBody, UpstreamBody};
 use crate::config::UpstreamConfig;
+use crate::context::RequestContext;
+use crate::upstream::Target;
 
 /// Forwards requests upstream and applies the response, idle and total timeouts.
 #[derive(Debug, Clone)]
@@ -35,16 +36,12 @@ impl Forward {
     }
 }
 
-/// The backend that answered, put in the response extensions for the meter's `backend` label.
-#[derive(Debug, Clone)]
-pub struct AnsweredBy(pub Target);
-
 impl Service<Request<RequestBody>> for Forward {
     type Response = Response<UpstreamBody>;
-    type Error = ProxyError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, ProxyError>> + Send>>;
+    type Error = Failure;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Failure>> + Send>>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ProxyError>> {
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
         // The pooled client has no readiness of its own: it opens connections on demand.
         Poll::Ready(Ok(()))
     }
@@ -56,51 +53,66 @@ impl Service<Request<RequestBody>> for Forward {
 }
 
 impl Forward {
+    /// Sends the request to `context.backend`; the context comes back in the response's
+    /// extensions (or in the failure), its load guard moved into the response body.
     async fn forward(
         self,
         mut req: Request<RequestBody>,
-    ) -> Result<Response<UpstreamBody>, ProxyError> {
+    ) -> Result<Response<UpstreamBody>, Failure> {
         let started = Instant::now();
-        let target = req
+        let mut context = req
             .extensions_mut()
-            .remove::<Target>()
-            .ok_or(ProxyError::NoUpstream)?;
+            .remove::<RequestContext>()
+            .unwrap_or_else(|| RequestContext::new(started, None));
+        let Some(target) = context.backend.clone() else {
+            return Err(Failure::new(ProxyError::NoUpstream, context));
+        };
         // Dropped with this future on an error, else carried by the response body to its end.
-        let guard = req.extensions_mut().remove::<InFlight>();
-        let client_ip = req.extensions().get::<ClientAddr>().map(|addr| addr.0.ip());
+        let guard = context.in_flight.take();
         let path = req
             .uri()
             .path_and_query()
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/"));
-        *req.uri_mut() = Uri::builder()
+        let uri = Uri::builder()
             .scheme(target.scheme.clone())
             .authority(target.authority.clone())
             .path_and_query(path)
-            .build()
-            .map_err(|err| ProxyError::Upstream {
-                backend: target.label.clone(),
-                detail: format!("cannot build the upstream URI: {err}"),
-            })?;
+            .build();
+        *req.uri_mut() = match uri {
+            Ok(uri) => uri,
+            Err(err) => {
+                let error = ProxyError::Upstream {
+                    backend: target.label.clone(),
+                    detail: format!("cannot build the upstream URI: {err}"),
+                };
+                return Err(Failure::new(error, context));
+            }
+        };
         // Upstreams are spoken to in HTTP/1.1 whatever the client used (h2c clients included).
         *req.version_mut() = Version::HTTP_11;
         headers::strip_hop_by_hop(req.headers_mut());
-        headers::add_forwarded(req.headers_mut(), client_ip, "http");
+        headers::add_forwarded(
+            req.headers_mut(),
+            context.client.map(|addr| addr.ip()),
+            "http",
+        );
 
         let sent = tokio::time::timeout(self.response_timeout, self.client.request(req)).await;
         let response = match sent {
             Err(_elapsed) => {
-                return Err(ProxyError::ResponseTimeout {
+                let error = ProxyError::ResponseTimeout {
                     backend: target.label.clone(),
                     timeout: self.response_timeout,
-                })
+                };
+                return Err(Failure::new(error, context));
             }
-            Ok(Err(err)) => return Err(classify(&target, &err)),
+            Ok(Err(err)) => return Err(Failure::new(classify(&target, &err), context)),
             Ok(Ok(response)) => response,
         };
         let (mut parts, body) = response.into_parts();
         headers::strip_hop_by_hop(&mut parts.headers);
-        parts.extensions.insert(AnsweredBy(target));
+        parts.extensions.insert(context);
         let total = self.total_timeout.map(|limit| (limit, started + limit));
         Ok(Response::from_parts(
             parts,

@@ -5,7 +5,7 @@
 //! costs a read in one task, a wake-up, and a write in another; that hand-off was the largest
 //! user-space cost of forwarding a chunk, and its per-connection channel and buffers most of an
 //! idle stream's memory (docs/performance.md). Here the forwarding task reads the socket itself
-//! ([`ResponseBody`]). The server side, where clients connect, stays hyper.
+//! ([`IncomingBody`]). The server side, where clients connect, stays hyper.
 //!
 //! What it speaks: HTTP/1.1 in origin form, `content-length` or chunked request bodies, every
 //! response framing of RFC 9112 §6.3 (length, chunked, until close, none), interim 1xx responses
@@ -15,7 +15,7 @@
 //!
 //! ```text
 //! request ──▶ pool.checkout(authority) ─(none)─▶ connect (timeout, TCP_NODELAY)
-//!         ──▶ write head + body ──▶ read head (1xx skipped) ──▶ Response<ResponseBody>
+//!         ──▶ write head + body ──▶ read head (1xx skipped) ──▶ Response<IncomingBody>
 //!                         body read to its end on keep-alive ──▶ pool.checkin
 //! ```
 mod body;
@@ -32,7 +32,7 @@ use http::uri::Authority;
 use http::{Request, Response};
 use tokio::net::TcpStream;
 
-pub use body::{ReadError, ResponseBody};
+pub use body::{IncomingBody, ReadError};
 pub use encode::WriteError;
 pub use head::HeadError;
 
@@ -98,7 +98,7 @@ impl Client {
     pub async fn request(
         &self,
         req: Request<RequestBody>,
-    ) -> Result<Response<ResponseBody>, Error> {
+    ) -> Result<Response<IncomingBody>, Error> {
         let (parts, body) = req.into_parts();
         let authority = match (parts.uri.scheme_str(), parts.uri.authority()) {
             (Some("http") | None, Some(authority)) => authority.clone(),
@@ -127,10 +127,10 @@ impl Client {
         .map_err(|failure| failure.error)?;
         let Head {
             response,
-            framing,
+            delimiter,
             keep_alive,
         } = response;
-        let body = ResponseBody::new(conn, framing, keep_alive, self.pool.clone());
+        let body = IncomingBody::new(conn, delimiter, keep_alive, self.pool.clone());
         Ok(response.map(|()| body))
     }
 
@@ -232,5 +232,4 @@ async fn read_head(
 }
 
 #[cfg(test)]
-#[path = "h1/tests.rs"]
 mod tests;

@@ -4,18 +4,19 @@
 //! fires, checks whether a frame came since and sleeps again for the remainder. Streams with a frame
 //! every 10 ms thus cost no timer operation per frame.
 //!
-//! The body also carries the router's [`InFlight`] guard, so a backend's load lasts exactly as long
-//! as its response: the guard hears of the first frame (a prefill is over) and is dropped when the
-//! stream ends, breaks, or the client goes away.
+//! The body also carries the request's [`InFlight`] guard (see [`crate::upstream`]), so a backend's
+//! load lasts exactly as long as its response: the guard hears of the first frame (a prefill is
+//! over) and is dropped when the stream ends, breaks, or the client goes away.
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
+
+use crate::upstream::InFlight;
 
 /// Why an upstream body ended in an error.
 #[derive(Debug, thiserror::Error)]
@@ -33,17 +34,6 @@ impl BodyError {
         matches!(self, BodyError::IdleTimeout(_) | BodyError::TotalTimeout(_))
     }
 }
-
-/// Load accounting that must live as long as a response body (the router's per-backend counts).
-/// Dropping the last handle ends the accounting.
-pub trait BodyGuard: Send + Sync + std::fmt::Debug {
-    /// The first body frame arrived: the backend finished the prompt's prefill.
-    fn first_frame(&self);
-}
-
-/// A request extension holding a [`BodyGuard`]; [`super::Forward`] moves it into the response body.
-#[derive(Debug, Clone)]
-pub struct InFlight(pub Arc<dyn BodyGuard>);
 
 /// An upstream body under an idle timeout (between frames) and an optional total deadline.
 #[derive(Debug)]

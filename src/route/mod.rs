@@ -4,18 +4,20 @@
 //! token streams for the length of its prefill. The router protects decode latency by sending long
 //! prompts to a pool of replicas tuned for prefill and short ones to a pool tuned for decode.
 //!
-//! The data path, per request (between the meter, which buffered the body, and forwarding):
-//! 1. [`estimate`]: the prompt text's bytes (chat `messages`, completions `prompt`) times the
-//!    model's tokens-per-byte ratio, which every response's `usage.prompt_tokens` calibrates;
-//! 2. [`rules`]: ordered rules (prompt tokens, model, path) give the pool, then its fallbacks;
-//! 3. [`balance`]: power of two choices among the pool's healthy backends on the pool's load
-//!    (streams in flight, or prompt tokens not yet past their first byte), kept by a
-//!    [`pools::LoadGuard`] that the response body carries to the end of the stream;
-//! 4. [`layer`]: the tower service that ties these together, retries a failure before the first
-//!    response byte on another backend, and reports to passive [`health`].
+//! Per request, in two acts:
+//! 1. the **plan** ([`Router::plan`], a phase of the meter once the body is read):
+//!    [`estimate`] measures the prompt (text bytes times the model's tokens-per-byte ratio, which
+//!    every response's `usage.prompt_tokens` calibrates, and [`tokenize`] asks a backend's own
+//!    tokenizer while a model is untrusted); [`rules`] list the candidate pools, best first;
+//! 2. the **dispatch** ([`Route`], a tower service before forwarding): [`balance`] picks a backend
+//!    by power of two choices on the pool's load (streams in flight, or prompt tokens not yet past
+//!    their first byte), kept by a [`pools::LoadGuard`] that the response body carries to the end
+//!    of the stream; a failure before the first response byte is retried on another backend;
+//!    every outcome feeds passive [`health`].
 //!
 //! Around it, [`probe`] runs the background tasks: DNS re-resolution of a pool's name, active
-//! `GET /health` checks, and scraping of vLLM's queue and KV-cache gauges.
+//! health checks, scraping of vLLM's queue and KV-cache gauges, and the checks that confirm a
+//! run of answer failures.
 //!
 //! With no `[[pools]]` configured, `upstream.urls` forms one pool named `default` and no rule
 //! applies: a sidecar is one line of config.
@@ -27,7 +29,7 @@
 //! let metrics = Arc::new(Metrics::new(&config).unwrap());
 //! let router = Arc::new(route::Router::from_config(&config, Arc::clone(&metrics)).unwrap());
 //! let stack = tower::ServiceBuilder::new()
-//!     .layer(MeterLayer::new(&config, metrics))
+//!     .layer(MeterLayer::new(&config, metrics, Arc::clone(&router)))
 //!     .layer(route::RouteLayer::new(router))
 //!     .service(proxy::Forward::new(proxy::client::build(&config.upstream), &config.upstream));
 //! ```
@@ -37,11 +39,13 @@ pub mod health;
 pub mod layer;
 pub mod pools;
 pub mod probe;
+mod router;
 pub mod rules;
 pub mod tokenize;
 
-pub use estimate::{Calibrator, PromptEstimate, PromptSize};
-pub use layer::{PoolSlot, Route, RouteLayer, Router};
+pub use estimate::Calibrator;
+pub use layer::{Route, RouteLayer};
+pub use router::Router;
 
 /// Why the router could not be built from the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +53,7 @@ pub enum RouteError {
     #[error("pool {pool:?}: {source}")]
     Target {
         pool: String,
-        source: crate::proxy::upstream::UpstreamError,
+        source: crate::upstream::UpstreamError,
     },
     #[error("rule {index}: no pool named {pool:?}")]
     UnknownPool { index: usize, pool: String },

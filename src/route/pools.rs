@@ -11,10 +11,10 @@ use std::time::Duration;
 use http::uri::{Authority, Scheme};
 use tokio::time::Instant;
 
-use super::health::{EjectPolicy, Failure, Health, Verdict};
+use super::health::{EjectPolicy, Fault, Health, Verdict};
 use crate::config::{BalanceLoad, PoolConfig};
 use crate::metrics::{BackendMetrics, Metrics};
-use crate::proxy::{BodyGuard, Target};
+use crate::upstream::{BodyGuard, Target};
 
 /// One backend of one pool.
 #[derive(Debug)]
@@ -97,8 +97,8 @@ impl Backend {
     }
 
     /// A failed request; see [`Verdict`] for what the caller must do with `Confirm`.
-    pub fn on_failure(&self, now: Instant, policy: &EjectPolicy, failure: Failure) -> Verdict {
-        let verdict = self.lock_health().on_failure(now, policy, failure);
+    pub fn on_failure(&self, now: Instant, policy: &EjectPolicy, fault: Fault) -> Verdict {
+        let verdict = self.lock_health().on_failure(now, policy, fault);
         if let Verdict::Ejected(length) = verdict {
             self.ejected(length);
         }
@@ -252,7 +252,7 @@ impl Pool {
     pub fn new(
         config: &PoolConfig,
         metrics: Option<Arc<Metrics>>,
-    ) -> Result<Self, crate::proxy::upstream::UpstreamError> {
+    ) -> Result<Self, crate::upstream::UpstreamError> {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let statics = config
             .urls
@@ -356,65 +356,4 @@ impl Pool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pool(urls: &[&str]) -> Pool {
-        let config = PoolConfig {
-            name: "p".to_owned(),
-            urls: urls.iter().map(|u| (*u).to_owned()).collect(),
-            ..PoolConfig::default()
-        };
-        Pool::new(&config, None).expect("valid pool")
-    }
-
-    #[test]
-    fn load_lasts_until_the_guard_drops_and_tokens_until_the_first_frame() {
-        let pool = pool(&["http://127.0.0.1:1"]);
-        let backend = Arc::clone(&pool.backends()[0]);
-        let guard = LoadGuard::new(Arc::clone(&backend), 3000);
-        assert_eq!(backend.streams(), 1, "a stream in flight");
-        assert_eq!(backend.queued_tokens(), 3000, "its prompt is queued");
-        guard.first_frame();
-        guard.first_frame();
-        assert_eq!(
-            backend.queued_tokens(),
-            0,
-            "prefill over at the first frame (once)"
-        );
-        assert_eq!(backend.streams(), 1, "still streaming");
-        drop(guard);
-        assert_eq!(backend.streams(), 0, "stream ended");
-        let early = LoadGuard::new(Arc::clone(&backend), 10);
-        drop(early);
-        assert_eq!(
-            (backend.streams(), backend.queued_tokens()),
-            (0, 0),
-            "a request that never got a byte releases both"
-        );
-    }
-
-    #[test]
-    fn re_resolution_keeps_known_backends_and_their_load() {
-        let pool = pool(&["http://127.0.0.1:1"]);
-        let a: SocketAddr = "10.0.0.1:8000".parse().expect("addr");
-        let b: SocketAddr = "10.0.0.2:8000".parse().expect("addr");
-        pool.set_resolved(&[a, b]);
-        let first = pool.backends();
-        let labels: Vec<&str> = first.iter().map(|b| &*b.target.label).collect();
-        assert_eq!(
-            labels,
-            vec!["127.0.0.1:1", "10.0.0.1:8000", "10.0.0.2:8000"],
-            "static plus resolved"
-        );
-        let _guard = LoadGuard::new(Arc::clone(&first[2]), 0);
-        pool.set_resolved(&[b]);
-        let second = pool.backends();
-        assert_eq!(second.len(), 2, "10.0.0.1 is gone");
-        assert!(
-            Arc::ptr_eq(&second[1], &first[2]),
-            "10.0.0.2 kept its backend object"
-        );
-        assert_eq!(second[1].streams(), 1, "and its load");
-    }
-}
+mod tests;

@@ -6,21 +6,14 @@
 //! `fallback` if given, else the pools of the later rules that also match.
 use super::RouteError;
 use crate::config::RuleConfig;
+use crate::context::RoutePlan;
 
 /// What rules look at.
 #[derive(Debug, Clone, Copy)]
-pub struct Facts<'a> {
+pub struct RuleInput<'a> {
     pub path: &'a str,
     pub model: Option<&'a str>,
     pub prompt_tokens: u64,
-}
-
-/// A request's candidate pools (indices into the router's pools), best first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    pub pools: Vec<usize>,
-    /// Spill from `pools[0]` to `pools[1]` when the shortest queue of `pools[0]` is deeper.
-    pub spill_queue_tokens: Option<u64>,
 }
 
 /// The compiled rules.
@@ -91,10 +84,10 @@ impl Rules {
     }
 
     /// The candidate pools for a request.
-    pub fn plan(&self, facts: Facts<'_>) -> Plan {
-        let mut matching = self.rules.iter().filter(|rule| rule.matches(facts));
+    pub fn plan(&self, input: RuleInput<'_>) -> RoutePlan {
+        let mut matching = self.rules.iter().filter(|rule| rule.matches(input));
         let Some(first) = matching.next() else {
-            return Plan {
+            return RoutePlan {
                 pools: vec![0],
                 spill_queue_tokens: None,
             };
@@ -109,7 +102,7 @@ impl Rules {
             Some(fallback) => push(fallback),
             None => matching.for_each(|rule| push(rule.pool)),
         }
-        Plan {
+        RoutePlan {
             pools,
             spill_queue_tokens: first.spill_queue_tokens,
         }
@@ -117,146 +110,16 @@ impl Rules {
 }
 
 impl Rule {
-    fn matches(&self, facts: Facts<'_>) -> bool {
+    fn matches(&self, input: RuleInput<'_>) -> bool {
         self.min_prompt_tokens
-            .map_or(true, |min| facts.prompt_tokens >= min)
+            .map_or(true, |min| input.prompt_tokens >= min)
             && self
                 .model
                 .as_ref()
-                .map_or(true, |p| facts.model.is_some_and(|m| p.matches(m)))
-            && self.path.as_ref().map_or(true, |p| p.matches(facts.path))
+                .map_or(true, |p| input.model.is_some_and(|m| p.matches(m)))
+            && self.path.as_ref().map_or(true, |p| p.matches(input.path))
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const POOLS: [&str; 3] = ["prefill", "decode", "big"];
-
-    fn rule(pool: &str) -> RuleConfig {
-        RuleConfig {
-            pool: pool.to_owned(),
-            ..RuleConfig::default()
-        }
-    }
-
-    fn facts(prompt_tokens: u64, model: Option<&'static str>) -> Facts<'static> {
-        Facts {
-            path: "/v1/chat/completions",
-            model,
-            prompt_tokens,
-        }
-    }
-
-    fn split() -> Rules {
-        let long = RuleConfig {
-            min_prompt_tokens: Some(2048),
-            ..rule("prefill")
-        };
-        Rules::new(&[long, rule("decode")], &POOLS).expect("valid rules")
-    }
-
-    #[test]
-    fn prompt_length_threshold_is_inclusive() {
-        let rules = split();
-        assert_eq!(
-            rules.plan(facts(2047, None)).pools,
-            vec![1],
-            "short: decode only"
-        );
-        assert_eq!(
-            rules.plan(facts(2048, None)).pools,
-            vec![0, 1],
-            "at the threshold: prefill, falling back to the next matching rule's decode"
-        );
-        assert_eq!(rules.plan(facts(9000, None)).pools, vec![0, 1], "long");
-    }
-
-    #[test]
-    fn model_and_path_patterns() {
-        let by_model = RuleConfig {
-            model: Some("meta-llama/Llama-3.1-70B*".to_owned()),
-            ..rule("big")
-        };
-        let by_path = RuleConfig {
-            path: Some("/v1/completions".to_owned()),
-            ..rule("prefill")
-        };
-        let rules = Rules::new(&[by_model, by_path, rule("decode")], &POOLS).expect("valid rules");
-        assert_eq!(
-            rules
-                .plan(facts(10, Some("meta-llama/Llama-3.1-70B-Instruct")))
-                .pools[0],
-            2,
-            "model prefix"
-        );
-        assert_eq!(
-            rules.plan(facts(10, Some("meta-llama/Llama-3.1-8B"))).pools,
-            vec![1],
-            "other model, chat path: catch-all"
-        );
-        assert_eq!(
-            rules.plan(facts(10, None)).pools,
-            vec![1],
-            "a model rule never matches a request without a model"
-        );
-        let completions = Facts {
-            path: "/v1/completions",
-            model: None,
-            prompt_tokens: 10,
-        };
-        assert_eq!(rules.plan(completions).pools, vec![0, 1], "exact path");
-        let not_exact = Facts {
-            path: "/v1/completions/x",
-            ..completions
-        };
-        assert_eq!(rules.plan(not_exact).pools, vec![1], "exact means exact");
-    }
-
-    #[test]
-    fn explicit_fallback_and_no_match() {
-        let long = RuleConfig {
-            min_prompt_tokens: Some(100),
-            fallback: Some("big".to_owned()),
-            spill_queue_tokens: Some(5000),
-            ..rule("prefill")
-        };
-        let rules = Rules::new(&[long, rule("decode")], &POOLS).expect("valid rules");
-        assert_eq!(
-            rules.plan(facts(100, None)),
-            Plan {
-                pools: vec![0, 2],
-                spill_queue_tokens: Some(5000)
-            },
-            "the rule's own fallback replaces the later rules"
-        );
-        let only_long = Rules::new(
-            &[RuleConfig {
-                min_prompt_tokens: Some(100),
-                ..rule("decode")
-            }],
-            &POOLS,
-        )
-        .expect("valid rules");
-        assert_eq!(
-            only_long.plan(facts(5, None)).pools,
-            vec![0],
-            "no rule matches: the first pool"
-        );
-        assert_eq!(
-            Rules::new(&[], &POOLS)
-                .expect("no rules")
-                .plan(facts(1, None))
-                .pools,
-            vec![0],
-            "no rules at all: the first pool"
-        );
-    }
-
-    #[test]
-    fn unknown_pools_are_errors() {
-        let err = Rules::new(&[rule("nope")], &POOLS).expect_err("unknown pool");
-        assert!(err.to_string().contains("nope"), "names the pool: {err}");
-    }
-}
+mod tests;

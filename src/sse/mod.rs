@@ -1,4 +1,6 @@
-//! Byte-level, incremental Server-Sent Events scanner (WHATWG rules, REFERENCE.md §5).
+//! Cutting a response stream into events: the byte-level, incremental Server-Sent Events scanner
+//! (WHATWG rules, REFERENCE.md §5), its NDJSON counterpart ([`NdJsonScanner`], one event per line),
+//! and the [`Framer`] that is either, chosen by the response's [`StreamFormat`].
 //!
 //! The proxy passes every upstream body frame through untouched; the meter shows each frame to a
 //! [`Scanner`], which reports the events that frame completes. The scanner never modifies or
@@ -25,11 +27,13 @@
 //! belongs to no event — whether it comes in the same frame or the next. That keeps offsets the
 //! same for every way of cutting a stream into frames.
 
+mod framer;
+mod ndjson;
 mod scanner;
 
 #[cfg(test)]
-mod prop_tests;
-#[cfg(test)]
 mod tests;
 
+pub use framer::{FramedEvent, Framer, StreamFormat};
+pub use ndjson::NdJsonScanner;
 pub use scanner::{Event, Scanner, DEFAULT_MAX_LINE};

@@ -424,3 +424,6 @@ fn steady_state_does_not_grow_buffers() {
     );
     assert_eq!(n, 1001, "every round dispatched its event");
 }
+
+/// Property tests: every split of a stream gives the same events.
+mod prop;

@@ -10,7 +10,7 @@ pub mod raw;
 
 use std::time::Duration;
 
-use tokenmeter::config::Config;
+use tokenmeter::config::{BalanceLoad, Config, PoolConfig, RuleConfig};
 use tokenmeter::server::{self, ServerHandle};
 use tokio::net::TcpListener;
 
@@ -22,6 +22,61 @@ pub fn config_for(upstream: &str) -> Config {
     config.upstream.idle_timeout = Duration::from_secs(10);
     config.server.shutdown_grace = Duration::from_secs(5);
     config
+}
+
+/// Pools `prefill` (balanced by queued prompt tokens) and `decode` (by streams), with a rule sending
+/// prompts of `min_prompt_tokens` estimated tokens or more to `prefill` and the rest to `decode`.
+/// Validated; callers may change it further.
+pub fn split_pools(prefill: Vec<String>, decode: Vec<String>, min_prompt_tokens: u64) -> Config {
+    let mut config = config_for("http://127.0.0.1:1");
+    config.pools = vec![
+        PoolConfig {
+            name: "prefill".to_owned(),
+            urls: prefill,
+            balance: BalanceLoad::PromptTokens,
+            ..PoolConfig::default()
+        },
+        PoolConfig {
+            name: "decode".to_owned(),
+            urls: decode,
+            ..PoolConfig::default()
+        },
+    ];
+    config.rules = vec![
+        RuleConfig {
+            pool: "prefill".to_owned(),
+            min_prompt_tokens: Some(min_prompt_tokens),
+            ..RuleConfig::default()
+        },
+        RuleConfig {
+            pool: "decode".to_owned(),
+            ..RuleConfig::default()
+        },
+    ];
+    config.validate().expect("valid config");
+    config
+}
+
+/// Polls the proxy's metrics until `series` with `labels` sums to `value` (10 s at most): for
+/// what happens after a response, in a background task (a health check, a tokenizer call).
+pub async fn wait_for_metric(
+    proxy: &ServerHandle,
+    series: &str,
+    labels: &[(&str, &str)],
+    value: f64,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = prom::sum(&proxy.metrics.render(), series, labels);
+        if seen == value {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{series} {labels:?} stayed at {seen}, expected {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Starts a proxy on 127.0.0.1 ephemeral ports.

@@ -1,7 +1,7 @@
 //! Reading the Prometheus text exposition in tests: the crate's own reader, strict (a line that is
 //! not a valid sample fails the test), plus a few lookups.
-pub use tokenmeter::exposition::Sample;
-use tokenmeter::exposition::{matches, parse_line};
+pub use tokenmeter::metrics::exposition::Sample;
+use tokenmeter::metrics::exposition::{matches, parse_line};
 
 /// Parses every sample line; panics on a line that is not valid exposition format.
 pub fn parse(text: &str) -> Vec<Sample> {

@@ -11,7 +11,7 @@ fn fixture(name: &str) -> Vec<u8> {
 
 /// The stripper's role for an event, as the metering body decides it (with the real classifier).
 fn role(data: &[u8]) -> EventRole {
-    let summary = crate::meter::dialect::openai::classify(data);
+    let summary = crate::dialect::openai::classify(data);
     if summary.usage_only {
         EventRole::UsageOnly
     } else if summary.finish {

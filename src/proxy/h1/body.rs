@@ -14,7 +14,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::chunked::{self, ChunkedError, Step};
 use super::conn::Conn;
-use super::head::Framing;
+use super::head::Delimiter;
 use super::pool::Pool;
 
 /// Why reading a response body failed.
@@ -68,7 +68,7 @@ impl Decode {
 
 /// An upstream response body.
 #[derive(Debug)]
-pub struct ResponseBody {
+pub struct IncomingBody {
     /// `None` once the body ended (the connection was pooled or closed) or failed.
     conn: Option<Conn>,
     decode: Decode,
@@ -76,13 +76,13 @@ pub struct ResponseBody {
     pool: Pool,
 }
 
-impl ResponseBody {
-    pub(super) fn new(conn: Conn, framing: Framing, keep_alive: bool, pool: Pool) -> Self {
-        let decode = match framing {
-            Framing::Empty => Decode::Done,
-            Framing::Length(n) => Decode::Length(n),
-            Framing::Chunked => Decode::Chunked(chunked::Decoder::default()),
-            Framing::UntilClose => Decode::UntilClose,
+impl IncomingBody {
+    pub(super) fn new(conn: Conn, delimiter: Delimiter, keep_alive: bool, pool: Pool) -> Self {
+        let decode = match delimiter {
+            Delimiter::Empty => Decode::Done,
+            Delimiter::Length(n) => Decode::Length(n),
+            Delimiter::Chunked => Decode::Chunked(chunked::Decoder::default()),
+            Delimiter::UntilClose => Decode::UntilClose,
         };
         let mut body = Self {
             conn: Some(conn),
@@ -114,7 +114,7 @@ impl ResponseBody {
     }
 }
 
-impl Body for ResponseBody {
+impl Body for IncomingBody {
     type Data = Bytes;
     type Error = ReadError;
 

@@ -166,5 +166,4 @@ fn parse_size(line: &[u8]) -> Result<u64, ChunkedError> {
 }
 
 #[cfg(test)]
-#[path = "chunked/tests.rs"]
 mod tests;

@@ -28,7 +28,7 @@ pub enum WriteError {
 
 /// How the body is delimited on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BodyFraming {
+enum RequestDelimiter {
     None,
     Length(u64),
     Chunked,
@@ -38,7 +38,7 @@ enum BodyFraming {
 /// forwarder moves the client's to `x-forwarded-host`); the body's own framing replaces any
 /// `content-length` / `transfer-encoding` the client sent.
 pub fn head(parts: &Parts, authority: &str, body: &RequestBody) -> Vec<u8> {
-    let framing = framing(&parts.method, body);
+    let delimiter = delimiter(&parts.method, body);
     let path = parts
         .uri
         .path_and_query()
@@ -58,12 +58,12 @@ pub fn head(parts: &Parts, authority: &str, body: &RequestBody) -> Vec<u8> {
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    match framing {
-        BodyFraming::None => {}
-        BodyFraming::Length(n) => {
+    match delimiter {
+        RequestDelimiter::None => {}
+        RequestDelimiter::Length(n) => {
             let _ = write!(out, "content-length: {n}\r\n");
         }
-        BodyFraming::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        RequestDelimiter::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
     }
     out.extend_from_slice(b"\r\n");
     out
@@ -76,7 +76,7 @@ pub async fn write<W: AsyncWrite + Unpin>(
     head: &[u8],
     body: RequestBody,
 ) -> Result<(), WriteError> {
-    let framing = framing(method, &body);
+    let delimiter = delimiter(method, &body);
     match body {
         RequestBody::Buffered(bytes) if bytes.len() <= COALESCE_BODY => {
             let mut whole = Vec::with_capacity(head.len() + bytes.len());
@@ -101,16 +101,18 @@ pub async fn write<W: AsyncWrite + Unpin>(
                     continue;
                 }
                 sent += data.len() as u64;
-                match framing {
-                    BodyFraming::Chunked => write_chunk(io, &data).await,
+                match delimiter {
+                    RequestDelimiter::Chunked => write_chunk(io, &data).await,
                     _ => io.write_all(&data).await,
                 }
                 .map_err(WriteError::Io)?;
             }
-            match framing {
-                BodyFraming::Chunked => io.write_all(b"0\r\n\r\n").await.map_err(WriteError::Io)?,
-                BodyFraming::Length(n) if n != sent => return Err(WriteError::LengthMismatch),
-                BodyFraming::None if sent != 0 => return Err(WriteError::LengthMismatch),
+            match delimiter {
+                RequestDelimiter::Chunked => {
+                    io.write_all(b"0\r\n\r\n").await.map_err(WriteError::Io)?
+                }
+                RequestDelimiter::Length(n) if n != sent => return Err(WriteError::LengthMismatch),
+                RequestDelimiter::None if sent != 0 => return Err(WriteError::LengthMismatch),
                 _ => {}
             }
         }
@@ -128,7 +130,7 @@ async fn write_chunk<W: AsyncWrite + Unpin>(io: &mut W, data: &Bytes) -> std::io
 
 /// A known size is sent as `content-length` (none at all for an empty body on a method that
 /// has no body by definition); an unknown one as chunked.
-fn framing(method: &Method, body: &RequestBody) -> BodyFraming {
+fn delimiter(method: &Method, body: &RequestBody) -> RequestDelimiter {
     match body.size_hint().exact() {
         Some(0)
             if matches!(
@@ -136,10 +138,10 @@ fn framing(method: &Method, body: &RequestBody) -> BodyFraming {
                 Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS | Method::TRACE
             ) =>
         {
-            BodyFraming::None
+            RequestDelimiter::None
         }
-        Some(n) => BodyFraming::Length(n),
-        None => BodyFraming::Chunked,
+        Some(n) => RequestDelimiter::Length(n),
+        None => RequestDelimiter::Chunked,
     }
 }
 

@@ -11,7 +11,7 @@ pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// How the response body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub enum Delimiter {
     /// No body (HEAD, 204, 304).
     Empty,
     /// `content-length` bytes.
@@ -26,7 +26,7 @@ pub enum Framing {
 #[derive(Debug)]
 pub struct Head {
     pub response: Response<()>,
-    pub framing: Framing,
+    pub delimiter: Delimiter,
     /// Whether the connection may carry another request once this body is read.
     pub keep_alive: bool,
 }
@@ -80,8 +80,8 @@ pub fn parse(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, HeadEr
             map.append(name, value);
         }
         buf.advance(len);
-        let (framing, framing_reusable) = framing(&map, status, method)?;
-        let keep_alive = framing_reusable
+        let (delimiter, reusable) = delimiter(&map, status, method)?;
+        let keep_alive = reusable
             && version == Version::HTTP_11
             && !has_token(&map, header::CONNECTION, "close");
         let mut response = Response::new(());
@@ -90,23 +90,24 @@ pub fn parse(buf: &mut BytesMut, method: &Method) -> Result<Option<Head>, HeadEr
         *response.headers_mut() = map;
         return Ok(Some(Head {
             response,
-            framing,
+            delimiter,
             keep_alive,
         }));
     }
 }
 
-/// The body's framing, and whether it leaves the connection usable afterwards.
-fn framing(
+/// How the body is delimited (RFC 9112 §6.3), and whether it leaves the connection usable
+/// afterwards.
+fn delimiter(
     headers: &HeaderMap,
     status: StatusCode,
     method: &Method,
-) -> Result<(Framing, bool), HeadError> {
+) -> Result<(Delimiter, bool), HeadError> {
     if method == Method::HEAD
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
     {
-        return Ok((Framing::Empty, true));
+        return Ok((Delimiter::Empty, true));
     }
     if headers.contains_key(header::TRANSFER_ENCODING) {
         let chunked_last = headers
@@ -120,9 +121,9 @@ fn framing(
         // as chunked (the RFC's rule) but do not trust the connection with another request.
         let reusable = !headers.contains_key(header::CONTENT_LENGTH);
         return Ok(if chunked_last {
-            (Framing::Chunked, reusable)
+            (Delimiter::Chunked, reusable)
         } else {
-            (Framing::UntilClose, false)
+            (Delimiter::UntilClose, false)
         });
     }
     let mut length = None;
@@ -146,9 +147,9 @@ fn framing(
         }
     }
     Ok(match length {
-        Some(0) => (Framing::Empty, true),
-        Some(n) => (Framing::Length(n), true),
-        None => (Framing::UntilClose, false),
+        Some(0) => (Delimiter::Empty, true),
+        Some(n) => (Delimiter::Length(n), true),
+        None => (Delimiter::UntilClose, false),
     })
 }
 
@@ -163,5 +164,4 @@ fn has_token(headers: &HeaderMap, name: HeaderName, token: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "head/tests.rs"]
 mod tests;

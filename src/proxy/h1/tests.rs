@@ -98,7 +98,7 @@ async fn read_request(socket: &mut TcpStream) -> Option<Vec<u8>> {
 }
 
 /// The whole body of a response.
-async fn body_bytes(response: Response<ResponseBody>) -> Bytes {
+async fn body_bytes(response: Response<IncomingBody>) -> Bytes {
     let body = response.into_body().collect().await.expect("body");
     body.to_bytes()
 }

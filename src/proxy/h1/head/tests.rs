@@ -21,7 +21,7 @@ fn a_vllm_stream_head_is_chunked_and_keeps_the_connection() {
         .expect("valid")
         .expect("whole");
     assert_eq!(head.response.status(), StatusCode::OK, "status");
-    assert_eq!(head.framing, Framing::Chunked, "framing");
+    assert_eq!(head.delimiter, Delimiter::Chunked, "framing");
     assert!(
         head.keep_alive,
         "HTTP/1.1 without close keeps the connection"
@@ -55,7 +55,7 @@ fn interim_responses_are_skipped() {
         StatusCode::CREATED,
         "the final response"
     );
-    assert_eq!(head.framing, Framing::Length(2), "its framing");
+    assert_eq!(head.delimiter, Delimiter::Length(2), "its framing");
 }
 
 #[test]
@@ -63,50 +63,50 @@ fn framing_follows_rfc_9112_section_6_3() {
     let cases = [
         (
             "HTTP/1.1 204 No Content\r\ncontent-length: 9\r\n\r\n",
-            Framing::Empty,
+            Delimiter::Empty,
             true,
         ),
-        ("HTTP/1.1 304 Not Modified\r\n\r\n", Framing::Empty, true),
+        ("HTTP/1.1 304 Not Modified\r\n\r\n", Delimiter::Empty, true),
         (
             "HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
-            Framing::Empty,
+            Delimiter::Empty,
             true,
         ),
         (
             "HTTP/1.1 200 OK\r\ncontent-length: 7, 7\r\n\r\n",
-            Framing::Length(7),
+            Delimiter::Length(7),
             true,
         ),
         (
             "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 7\r\n\r\n",
-            Framing::Chunked,
+            Delimiter::Chunked,
             false,
         ),
         (
             "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n",
-            Framing::UntilClose,
+            Delimiter::UntilClose,
             false,
         ),
         (
             "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
-            Framing::Chunked,
+            Delimiter::Chunked,
             true,
         ),
-        ("HTTP/1.1 200 OK\r\n\r\n", Framing::UntilClose, false),
+        ("HTTP/1.1 200 OK\r\n\r\n", Delimiter::UntilClose, false),
         (
             "HTTP/1.0 200 OK\r\ncontent-length: 3\r\n\r\n",
-            Framing::Length(3),
+            Delimiter::Length(3),
             false,
         ),
         (
             "HTTP/1.1 200 OK\r\nconnection: keep-alive, Close\r\ncontent-length: 3\r\n\r\n",
-            Framing::Length(3),
+            Delimiter::Length(3),
             false,
         ),
     ];
     for (wire, framing, keep_alive) in cases {
         let head = head(wire);
-        assert_eq!(head.framing, framing, "framing of {wire:?}");
+        assert_eq!(head.delimiter, framing, "framing of {wire:?}");
         assert_eq!(head.keep_alive, keep_alive, "keep-alive of {wire:?}");
     }
     let to_head = parse_all(
@@ -116,8 +116,8 @@ fn framing_follows_rfc_9112_section_6_3() {
     .expect("valid")
     .expect("whole");
     assert_eq!(
-        to_head.framing,
-        Framing::Empty,
+        to_head.delimiter,
+        Delimiter::Empty,
         "a HEAD response has no body"
     );
 }

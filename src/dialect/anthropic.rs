@@ -1,0 +1,239 @@
+//! The Anthropic Messages dialect (`POST /v1/messages`, `stream: true`).
+//!
+//! Every event is `event: <type>` plus `data: {"type": "<type>", ...}`:
+//! `message_start`, then per content block `content_block_start`, `content_block_delta`...,
+//! `content_block_stop`, then `message_delta` and `message_stop`; `ping` may come anywhere.
+//! - **Token event**: `content_block_delta` whose delta carries output: non-empty `text`
+//!   (`text_delta`), `thinking` (`thinking_delta`) or `partial_json` (`input_json_delta`; the
+//!   empty first fragment of a tool call is not a token). `signature_delta` / `citations_delta`
+//!   and `ping` are not. Deltas do not say how many tokens they hold.
+//! - **Usage**: `message_start` gives the input tokens (`message.usage`); `message_delta` gives
+//!   the cumulative `usage.output_tokens` (and, from newer servers, the input again). Input
+//!   tokens are `input_tokens + cache_creation_input_tokens + cache_read_input_tokens`, as
+//!   OpenTelemetry counts cached input as input. The placeholder `output_tokens` of
+//!   `message_start` is not used: a stream cut before `message_delta` falls back to counting
+//!   token events rather than reporting 1.
+//! - **Error**: an `error` event (`{"type":"error","error":{...}}`) after the 200.
+//! - **End**: `message_stop`.
+
+use serde::de::{IgnoredAny, MapAccess};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::event::{EventSummary, Usage};
+use super::walk::{self, is_nonempty_string, Count, Lenient, Pick, UsageMember};
+
+/// Classifies one event; `event` is its SSE `event:` field.
+pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
+    let Some(found) = walk::parse(data, TopPick) else {
+        return EventSummary::default();
+    };
+    let Top {
+        kind,
+        delta,
+        usage,
+        message_usage,
+    } = found;
+    let kind = kind.unwrap_or_else(|| Kind::of(event));
+    let usage = match kind {
+        Kind::MessageStart => message_usage.and_then(|u| u.input()),
+        Kind::MessageDelta => usage.and_then(|u| {
+            let Counts { output, .. } = u;
+            let usage = Usage {
+                prompt_tokens: u.input().and_then(|i| i.prompt_tokens),
+                completion_tokens: output,
+            };
+            (usage != Usage::default()).then_some(usage)
+        }),
+        _ => None,
+    };
+    EventSummary {
+        token: kind == Kind::Delta && delta,
+        usage,
+        error: kind == Kind::Error,
+        done: kind == Kind::Stop,
+        ..EventSummary::default()
+    }
+}
+
+/// The usage of a whole non-streaming response (`"stream": false`: one `message` object): its
+/// top-level `usage`, input counted as in the stream (`input_tokens` plus the cache creation and
+/// cache read input tokens), output `usage.output_tokens`. The content blocks are skipped unread.
+/// `None` when the body is not JSON or carries no readable count.
+pub fn body_usage(body: &[u8]) -> Option<Usage> {
+    let counts = walk::parse(body, UsageMember(CountsPick))??;
+    let usage = Usage {
+        prompt_tokens: counts.input().and_then(|input| input.prompt_tokens),
+        completion_tokens: counts.output,
+    };
+    (usage != Usage::default()).then_some(usage)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    MessageStart,
+    Delta,
+    MessageDelta,
+    Stop,
+    Error,
+    Other,
+}
+
+impl Kind {
+    fn of(name: &[u8]) -> Kind {
+        match name {
+            b"message_start" => Kind::MessageStart,
+            b"content_block_delta" => Kind::Delta,
+            b"message_delta" => Kind::MessageDelta,
+            b"message_stop" => Kind::Stop,
+            b"error" => Kind::Error,
+            _ => Kind::Other,
+        }
+    }
+
+    fn of_raw(raw: &RawValue) -> Option<Kind> {
+        walk::raw_str(raw).map(|name| Kind::of(name.as_bytes()))
+    }
+}
+
+/// The counts of an Anthropic `usage` object.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    input: Option<u64>,
+    cache_creation: Option<u64>,
+    cache_read: Option<u64>,
+    output: Option<u64>,
+}
+
+impl Counts {
+    /// The input tokens, cached ones included, when `input_tokens` is known.
+    fn input(self) -> Option<Usage> {
+        let Counts {
+            input,
+            cache_creation,
+            cache_read,
+            output: _,
+        } = self;
+        let total = input?
+            .saturating_add(cache_creation.unwrap_or(0))
+            .saturating_add(cache_read.unwrap_or(0));
+        Some(Usage {
+            prompt_tokens: Some(total),
+            completion_tokens: None,
+        })
+    }
+}
+
+#[derive(Default)]
+struct Top {
+    kind: Option<Kind>,
+    delta: bool,
+    usage: Option<Counts>,
+    message_usage: Option<Counts>,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum TopKey {
+    Type,
+    Delta,
+    Usage,
+    Message,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum DeltaKey {
+    Text,
+    Thinking,
+    PartialJson,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum UsageKey {
+    InputTokens,
+    CacheCreationInputTokens,
+    CacheReadInputTokens,
+    OutputTokens,
+    #[serde(other)]
+    Other,
+}
+
+struct TopPick;
+
+impl<'de> Pick<'de> for TopPick {
+    type Out = Top;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
+        let mut top = Top::default();
+        while let Some(key) = map.next_key::<TopKey>()? {
+            match key {
+                TopKey::Type => top.kind = Kind::of_raw(map.next_value()?),
+                TopKey::Delta => top.delta = map.next_value_seed(Lenient(DeltaPick))?,
+                TopKey::Usage => top.usage = map.next_value_seed(Lenient(CountsPick))?,
+                TopKey::Message => {
+                    top.message_usage = map.next_value_seed(Lenient(UsageMember(CountsPick)))?;
+                }
+                TopKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(top)
+    }
+}
+
+/// A content block delta: output is non-empty text, thinking or tool-input JSON.
+struct DeltaPick;
+
+impl<'de> Pick<'de> for DeltaPick {
+    type Out = bool;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let mut output = false;
+        while let Some(key) = map.next_key::<DeltaKey>()? {
+            match key {
+                DeltaKey::Text | DeltaKey::Thinking | DeltaKey::PartialJson => {
+                    output |= is_nonempty_string(map.next_value()?);
+                }
+                DeltaKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(output)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct CountsPick;
+
+impl<'de> Pick<'de> for CountsPick {
+    type Out = Option<Counts>;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Counts>, A::Error> {
+        let mut counts = Counts::default();
+        while let Some(key) = map.next_key::<UsageKey>()? {
+            let slot = match key {
+                UsageKey::InputTokens => &mut counts.input,
+                UsageKey::CacheCreationInputTokens => &mut counts.cache_creation,
+                UsageKey::CacheReadInputTokens => &mut counts.cache_read,
+                UsageKey::OutputTokens => &mut counts.output,
+                UsageKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = map.next_value_seed(Lenient(Count))?;
+        }
+        Ok(Some(counts))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,138 @@
+//! The llama.cpp server native dialect (`POST /completion`, `stream: true`).
+//!
+//! One SSE event per sampled token: `data: {"index":0,"content":" Paris","tokens":[..],
+//! "stop":false,"id_slot":0,"tokens_predicted":1,"tokens_evaluated":9}`; the last event has
+//! `"stop": true`, the final `tokens_predicted` / `tokens_evaluated`, `stop_type` and `timings`
+//! (`prompt_n`, `predicted_n`). There is no `[DONE]`.
+//! - **Token event**: a non-empty `content`. A token that ends mid-way through a UTF-8 character
+//!   is held back and sent with the next one, so an event may hold more than one token: the count
+//!   per event is not said.
+//! - **Usage**: `tokens_predicted` (output) and `tokens_evaluated` (prompt), falling back to
+//!   `timings.predicted_n` / `timings.prompt_n` when the top-level counts are missing.
+//! - **Error**: a non-null `error` (`{"error":{"code":..,"message":..,"type":..}}`).
+//! - **End**: `"stop": true`.
+
+use serde::de::{IgnoredAny, MapAccess};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::event::{EventSummary, Usage};
+use super::walk::{self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Pick};
+
+/// Classifies the `data` of one event.
+pub fn classify(data: &[u8]) -> EventSummary {
+    let Some(found) = walk::parse(data, TopPick) else {
+        return EventSummary::default();
+    };
+    let Top {
+        content,
+        stop,
+        usage,
+        timings,
+        error,
+    } = found;
+    let usage = Usage {
+        prompt_tokens: usage.prompt_tokens.or(timings.prompt_tokens),
+        completion_tokens: usage.completion_tokens.or(timings.completion_tokens),
+    };
+    EventSummary {
+        token: content,
+        usage: (usage != Usage::default()).then_some(usage),
+        error,
+        done: stop,
+        ..EventSummary::default()
+    }
+}
+
+/// The usage of a whole non-streaming response (`"stream": false`): llama.cpp then answers with
+/// one JSON object shaped like the stream's final event, so it is the same walk:
+/// `tokens_evaluated` (input) and `tokens_predicted` (output), else `timings.prompt_n` /
+/// `timings.predicted_n`. `None` when the body is not one JSON object or carries no count.
+pub fn body_usage(body: &[u8]) -> Option<Usage> {
+    classify(body).usage
+}
+
+#[derive(Default)]
+struct Top {
+    content: bool,
+    stop: bool,
+    usage: Usage,
+    timings: Usage,
+    error: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum TopKey {
+    Content,
+    Stop,
+    TokensPredicted,
+    TokensEvaluated,
+    Timings,
+    Error,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum TimingsKey {
+    PromptN,
+    PredictedN,
+    #[serde(other)]
+    Other,
+}
+
+struct TopPick;
+
+impl<'de> Pick<'de> for TopPick {
+    type Out = Top;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
+        let mut top = Top::default();
+        while let Some(key) = map.next_key::<TopKey>()? {
+            match key {
+                TopKey::Content => top.content = is_nonempty_string(map.next_value()?),
+                TopKey::Stop => top.stop = map.next_value_seed(Lenient(Flag))? == Some(true),
+                TopKey::TokensPredicted => {
+                    top.usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
+                }
+                TopKey::TokensEvaluated => {
+                    top.usage.prompt_tokens = map.next_value_seed(Lenient(Count))?;
+                }
+                TopKey::Timings => top.timings = map.next_value_seed(Lenient(TimingsPick))?,
+                TopKey::Error => top.error = is_non_null(map.next_value::<&RawValue>()?),
+                TopKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(top)
+    }
+}
+
+/// `timings`: `prompt_n` / `predicted_n` as a usage.
+struct TimingsPick;
+
+impl<'de> Pick<'de> for TimingsPick {
+    type Out = Usage;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Usage, A::Error> {
+        let mut usage = Usage::default();
+        while let Some(key) = map.next_key::<TimingsKey>()? {
+            match key {
+                TimingsKey::PromptN => usage.prompt_tokens = map.next_value_seed(Lenient(Count))?,
+                TimingsKey::PredictedN => {
+                    usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
+                }
+                TimingsKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(usage)
+    }
+}
+
+#[cfg(test)]
+mod tests;

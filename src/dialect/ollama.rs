@@ -1,0 +1,139 @@
+//! The Ollama native dialect (`POST /api/chat`, `POST /api/generate`): NDJSON, one object per
+//! line (`application/x-ndjson`), framed by [`super::ndjson`].
+//!
+//! `/api/chat` lines carry `message.content` (and `message.thinking`, `message.tool_calls`);
+//! `/api/generate` lines carry `response` (and `thinking`). Every line has `done`; the last one
+//! has `"done": true`, `done_reason`, `prompt_eval_count` (input tokens) and `eval_count`
+//! (output tokens).
+//! - **Token event**: a line with non-empty content, thinking or tool calls. Ollama writes one
+//!   line per generated token, so a token line that is not the final one carries one token.
+//! - **Usage**: `prompt_eval_count` / `eval_count` (the final line).
+//! - **Error**: a non-null `error` (`{"error":"..."}` once the 200 is out).
+//! - **End**: `"done": true`.
+
+use serde::de::{IgnoredAny, MapAccess};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::event::{EventSummary, Usage};
+use super::walk::{
+    self, is_non_null, is_nonempty_array, is_nonempty_string, Count, Flag, Lenient, Pick,
+};
+
+/// Classifies one line.
+pub fn classify(data: &[u8]) -> EventSummary {
+    let Some(found) = walk::parse(data, TopPick) else {
+        return EventSummary::default();
+    };
+    let Top {
+        output,
+        done,
+        usage,
+        error,
+    } = found;
+    let readable = usage.prompt_tokens.is_some() || usage.completion_tokens.is_some();
+    EventSummary {
+        token: output,
+        usage: readable.then_some(usage),
+        error,
+        done,
+        tokens: (output && !done).then_some(1),
+        ..EventSummary::default()
+    }
+}
+
+/// The usage of a whole non-streaming response (`"stream": false`): Ollama then answers with one
+/// JSON object shaped like the stream's final line, so it is the same walk: `prompt_eval_count`
+/// (input) and `eval_count` (output). `None` when the body is not one JSON object or carries
+/// neither count.
+pub fn body_usage(body: &[u8]) -> Option<Usage> {
+    classify(body).usage
+}
+
+#[derive(Default)]
+struct Top {
+    output: bool,
+    done: bool,
+    usage: Usage,
+    error: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum TopKey {
+    Message,
+    Response,
+    Thinking,
+    Done,
+    PromptEvalCount,
+    EvalCount,
+    Error,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum MessageKey {
+    Content,
+    Thinking,
+    ToolCalls,
+    #[serde(other)]
+    Other,
+}
+
+struct TopPick;
+
+impl<'de> Pick<'de> for TopPick {
+    type Out = Top;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
+        let mut top = Top::default();
+        while let Some(key) = map.next_key::<TopKey>()? {
+            match key {
+                TopKey::Message => top.output |= map.next_value_seed(Lenient(MessagePick))?,
+                TopKey::Response | TopKey::Thinking => {
+                    top.output |= is_nonempty_string(map.next_value()?);
+                }
+                TopKey::Done => top.done = map.next_value_seed(Lenient(Flag))? == Some(true),
+                TopKey::PromptEvalCount => {
+                    top.usage.prompt_tokens = map.next_value_seed(Lenient(Count))?;
+                }
+                TopKey::EvalCount => {
+                    top.usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
+                }
+                TopKey::Error => top.error = is_non_null(map.next_value::<&RawValue>()?),
+                TopKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(top)
+    }
+}
+
+/// A chat `message`: output is content, thinking or tool calls.
+struct MessagePick;
+
+impl<'de> Pick<'de> for MessagePick {
+    type Out = bool;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let mut output = false;
+        while let Some(key) = map.next_key::<MessageKey>()? {
+            match key {
+                MessageKey::Content | MessageKey::Thinking => {
+                    output |= is_nonempty_string(map.next_value()?);
+                }
+                MessageKey::ToolCalls => output |= is_nonempty_array(map.next_value()?),
+                MessageKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(output)
+    }
+}
+
+#[cfg(test)]
+mod tests;

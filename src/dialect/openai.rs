@@ -1,0 +1,259 @@
+//! The OpenAI-compatible stream dialect (`/v1/chat/completions`, `/v1/completions`), as vLLM,
+//! SGLang, TGI's OpenAI layer and OpenAI itself send it.
+//!
+//! [`classify`] looks at the `data` of one SSE event and says what the meter needs from it. The
+//! definition it implements (REFERENCE.md §1): a **token event** carries generated output — some
+//! choice has a non-empty `delta.content`, `delta.reasoning`, `delta.reasoning_content` or
+//! `delta.tool_calls` (chat), or a non-empty `text` (completions). The role-only first chunk, the
+//! final empty delta with `finish_reason`, the usage-only chunk (`choices: []`), `[DONE]` and error
+//! events are not token events.
+//!
+//! This runs once per streamed chunk, so it must not allocate: the payload is walked with
+//! serde visitors that keep nothing but a few booleans and counters. Strings are never decoded —
+//! a field is borrowed as a [`RawValue`] (a slice of the input) and a string is non-empty exactly
+//! when its raw text is longer than `""`. Everything the meter does not need is skipped with
+//! [`IgnoredAny`].
+//!
+//! The walk is lenient about types below the top level: a field of an unexpected type (say
+//! `"usage": {"completion_tokens": "5"}` or `"choices": null`) contributes nothing instead of
+//! discarding the whole event, so one quirky field cannot hide a token. Input that is not JSON at
+//! all gives [`EventSummary::default()`]. Nothing here panics on any bytes.
+
+use serde::de::{IgnoredAny, MapAccess, SeqAccess};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::event::{EventSummary, Usage};
+use super::walk::{
+    self, is_non_null, is_nonempty_array, is_nonempty_string, Count, Lenient, Pick, UsageMember,
+};
+
+#[cfg(test)]
+mod tests;
+
+/// Classifies the `data` payload of one SSE event.
+///
+/// Never panics. Allocation-free for the ordinary chunk of a vLLM / OpenAI stream; serde_json
+/// grows its scratch buffer (once per call) only to unescape a key such as `"\u0063hoices"` or to
+/// skip a value nested two or more levels deep (`tool_calls` entries, `logprobs` content).
+pub fn classify(data: &[u8]) -> EventSummary {
+    // The terminator is the one non-JSON payload; checking it first keeps it off the parser.
+    if data.trim_ascii() == b"[DONE]" {
+        return EventSummary {
+            done: true,
+            ..EventSummary::default()
+        };
+    }
+    let Some(chunk) = walk::parse(data, ChunkPick) else {
+        return EventSummary::default();
+    };
+    let Chunk {
+        choices,
+        usage,
+        error,
+    } = chunk;
+    EventSummary {
+        token: choices.is_some_and(|c| c.token),
+        usage,
+        usage_only: usage.is_some() && choices.is_some_and(|c| c.empty),
+        finish: choices.is_some_and(|c| c.finish),
+        error,
+        done: false,
+        tokens: None,
+    }
+}
+
+/// The usage of a whole non-streaming response (`"stream": false`: one `chat.completion` or
+/// `text_completion` object): its top-level `usage.prompt_tokens` / `usage.completion_tokens`.
+/// The choices are skipped unread. `None` when the body is not JSON or carries no readable usage.
+pub fn body_usage(body: &[u8]) -> Option<Usage> {
+    walk::parse(body, UsageMember(UsagePick))?
+}
+
+/// What the walk found at the top level.
+#[derive(Default)]
+struct Chunk {
+    /// `None` when `choices` is absent or not an array.
+    choices: Option<Choices>,
+    usage: Option<Usage>,
+    error: bool,
+}
+
+/// What the walk found in a `choices` array (or in one choice).
+#[derive(Clone, Copy, Default)]
+struct Choices {
+    empty: bool,
+    token: bool,
+    finish: bool,
+}
+
+// Key enums: serde matches a borrowed key against the names without allocating; any other key
+// is `Other` and its value is skipped.
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum ChunkKey {
+    Choices,
+    Usage,
+    Error,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum ChoiceKey {
+    Delta,
+    Text,
+    FinishReason,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum DeltaKey {
+    Content,
+    Reasoning,
+    ReasoningContent,
+    ToolCalls,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum UsageKey {
+    PromptTokens,
+    CompletionTokens,
+    #[serde(other)]
+    Other,
+}
+
+/// The top-level object. A repeated key is folded in (last `usage` wins, tokens accumulate):
+/// the event is still worth metering.
+struct ChunkPick;
+
+impl<'de> Pick<'de> for ChunkPick {
+    type Out = Chunk;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Chunk, A::Error> {
+        let mut chunk = Chunk::default();
+        while let Some(key) = map.next_key::<ChunkKey>()? {
+            match key {
+                ChunkKey::Choices => {
+                    if let Some(found) = map.next_value_seed(Lenient(ChoicesPick))? {
+                        let previous = chunk.choices.unwrap_or(Choices {
+                            empty: true,
+                            ..Choices::default()
+                        });
+                        chunk.choices = Some(Choices {
+                            empty: previous.empty && found.empty,
+                            token: previous.token || found.token,
+                            finish: previous.finish || found.finish,
+                        });
+                    }
+                }
+                ChunkKey::Usage => chunk.usage = map.next_value_seed(Lenient(UsagePick))?,
+                ChunkKey::Error => chunk.error = map.next_value::<&RawValue>()?.get() != "null",
+                ChunkKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(chunk)
+    }
+}
+
+/// The `choices` array, walked element by element without collecting it.
+struct ChoicesPick;
+
+impl<'de> Pick<'de> for ChoicesPick {
+    type Out = Option<Choices>;
+
+    fn seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<Choices>, A::Error> {
+        let mut choices = Choices {
+            empty: true,
+            ..Choices::default()
+        };
+        while let Some(choice) = seq.next_element_seed(Lenient(ChoicePick))? {
+            choices.empty = false;
+            choices.token |= choice.token;
+            choices.finish |= choice.finish;
+        }
+        Ok(Some(choices))
+    }
+}
+
+/// One choice: a chat `delta` or a completions `text`, and its `finish_reason`.
+struct ChoicePick;
+
+impl<'de> Pick<'de> for ChoicePick {
+    type Out = Choices;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Choices, A::Error> {
+        let mut choice = Choices::default();
+        while let Some(key) = map.next_key::<ChoiceKey>()? {
+            match key {
+                ChoiceKey::Delta => choice.token |= map.next_value_seed(Lenient(DeltaPick))?,
+                ChoiceKey::Text => choice.token |= is_nonempty_string(map.next_value()?),
+                ChoiceKey::FinishReason => choice.finish |= is_non_null(map.next_value()?),
+                ChoiceKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(choice)
+    }
+}
+
+/// A chat `delta`: output is content, reasoning (both spellings servers use) or tool calls.
+struct DeltaPick;
+
+impl<'de> Pick<'de> for DeltaPick {
+    type Out = bool;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let mut token = false;
+        while let Some(key) = map.next_key::<DeltaKey>()? {
+            match key {
+                DeltaKey::Content | DeltaKey::Reasoning | DeltaKey::ReasoningContent => {
+                    token |= is_nonempty_string(map.next_value()?);
+                }
+                DeltaKey::ToolCalls => token |= is_nonempty_array(map.next_value()?),
+                DeltaKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(token)
+    }
+}
+
+/// The `usage` object; `None` unless at least one count is a valid integer, so a usage object
+/// the meter cannot read does not mark a chunk as usage-only.
+#[derive(Clone, Copy)]
+struct UsagePick;
+
+impl<'de> Pick<'de> for UsagePick {
+    type Out = Option<Usage>;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Usage>, A::Error> {
+        let mut usage = Usage::default();
+        while let Some(key) = map.next_key::<UsageKey>()? {
+            match key {
+                UsageKey::PromptTokens => {
+                    usage.prompt_tokens = map.next_value_seed(Lenient(Count))?
+                }
+                UsageKey::CompletionTokens => {
+                    usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
+                }
+                UsageKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let readable = usage.prompt_tokens.is_some() || usage.completion_tokens.is_some();
+        Ok(readable.then_some(usage))
+    }
+}

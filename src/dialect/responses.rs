@@ -1,0 +1,160 @@
+//! The OpenAI Responses dialect (`POST /v1/responses`, `stream: true`).
+//!
+//! Every event is `event: <type>` plus `data: {"type": "<type>", ...}`; there is no `[DONE]`.
+//! - **Token event**: an output delta with a non-empty `delta` — `response.output_text.delta`,
+//!   `response.refusal.delta`, `response.reasoning_text.delta`,
+//!   `response.reasoning_summary_text.delta`, `response.function_call_arguments.delta`,
+//!   `response.custom_tool_call_input.delta`. How many tokens a delta holds is not said.
+//! - **Usage**: `response.usage` (`input_tokens`, `output_tokens`) of the terminal event
+//!   (`response.completed`, `response.incomplete`, `response.failed`); `response.created`
+//!   carries `"usage": null`. The server always sends it, so nothing is injected.
+//! - **Error**: `response.failed`, or an `error` event.
+//! - **End**: `response.completed`, `response.incomplete` or `response.failed`.
+//!
+//! The type comes from the payload's `type` (the SSE `event:` name when the payload has none),
+//! and fields are read in whatever order they come.
+
+use serde::de::{IgnoredAny, MapAccess};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::event::{EventSummary, Usage};
+use super::walk::{self, is_nonempty_string, Count, Lenient, Pick, UsageMember};
+
+/// Classifies one event; `event` is its SSE `event:` field.
+pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
+    let Some(found) = walk::parse(data, TopPick) else {
+        return EventSummary::default();
+    };
+    let Top { kind, delta, usage } = found;
+    let kind = kind.unwrap_or_else(|| Kind::of(event));
+    EventSummary {
+        token: kind == Kind::Delta && delta,
+        usage,
+        error: matches!(kind, Kind::Failed | Kind::Error),
+        done: matches!(kind, Kind::Finished | Kind::Failed),
+        ..EventSummary::default()
+    }
+}
+
+/// The usage of a whole non-streaming response (`"stream": false`: one `response` object): its
+/// top-level `usage.input_tokens` / `usage.output_tokens`. The output items are skipped unread.
+/// `None` when the body is not JSON or carries no readable usage.
+pub fn body_usage(body: &[u8]) -> Option<Usage> {
+    walk::parse(body, UsageMember(UsagePick))?
+}
+
+/// The event types the meter tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A delta of generated output.
+    Delta,
+    /// `response.completed` / `response.incomplete`.
+    Finished,
+    /// `response.failed`.
+    Failed,
+    /// `error`.
+    Error,
+    Other,
+}
+
+impl Kind {
+    fn of(name: &[u8]) -> Kind {
+        match name {
+            b"response.output_text.delta"
+            | b"response.refusal.delta"
+            | b"response.reasoning_text.delta"
+            | b"response.reasoning_summary_text.delta"
+            | b"response.function_call_arguments.delta"
+            | b"response.custom_tool_call_input.delta" => Kind::Delta,
+            b"response.completed" | b"response.incomplete" => Kind::Finished,
+            b"response.failed" => Kind::Failed,
+            b"error" => Kind::Error,
+            _ => Kind::Other,
+        }
+    }
+
+    /// The kind named by a raw JSON string (`None` when the value is not a plain string).
+    fn of_raw(raw: &RawValue) -> Option<Kind> {
+        walk::raw_str(raw).map(|name| Kind::of(name.as_bytes()))
+    }
+}
+
+#[derive(Default)]
+struct Top {
+    kind: Option<Kind>,
+    delta: bool,
+    usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum TopKey {
+    Type,
+    Delta,
+    Response,
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum UsageKey {
+    InputTokens,
+    OutputTokens,
+    #[serde(other)]
+    Other,
+}
+
+struct TopPick;
+
+impl<'de> Pick<'de> for TopPick {
+    type Out = Top;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
+        let mut top = Top::default();
+        while let Some(key) = map.next_key::<TopKey>()? {
+            match key {
+                TopKey::Type => top.kind = Kind::of_raw(map.next_value()?),
+                TopKey::Delta => top.delta = is_nonempty_string(map.next_value()?),
+                TopKey::Response => {
+                    top.usage = map.next_value_seed(Lenient(UsageMember(UsagePick)))?;
+                }
+                TopKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(top)
+    }
+}
+
+/// `usage`: `input_tokens` / `output_tokens`; `None` unless one of them is a valid count.
+#[derive(Clone, Copy)]
+struct UsagePick;
+
+impl<'de> Pick<'de> for UsagePick {
+    type Out = Option<Usage>;
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Usage>, A::Error> {
+        let mut usage = Usage::default();
+        while let Some(key) = map.next_key::<UsageKey>()? {
+            match key {
+                UsageKey::InputTokens => {
+                    usage.prompt_tokens = map.next_value_seed(Lenient(Count))?
+                }
+                UsageKey::OutputTokens => {
+                    usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
+                }
+                UsageKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let readable = usage.prompt_tokens.is_some() || usage.completion_tokens.is_some();
+        Ok(readable.then_some(usage))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,24 @@
+use super::Dialect;
+
+#[test]
+fn all_lists_every_dialect_once() {
+    // Exhaustive: a new variant does not compile here until it has a slot, and a slot past
+    // the end of `ALL`'s length panics.
+    let slot = |dialect: Dialect| match dialect {
+        Dialect::OpenAiChat => 0,
+        Dialect::OpenAiCompletions => 1,
+        Dialect::OpenAiResponses => 2,
+        Dialect::AnthropicMessages => 3,
+        Dialect::Tgi => 4,
+        Dialect::Triton => 5,
+        Dialect::OllamaChat => 6,
+        Dialect::OllamaGenerate => 7,
+        Dialect::LlamaCpp => 8,
+        Dialect::Unknown => 9,
+    };
+    let mut seen = [0; Dialect::ALL.len()];
+    for dialect in Dialect::ALL {
+        seen[slot(dialect)] += 1;
+    }
+    assert_eq!(seen, [1; Dialect::ALL.len()], "each dialect exactly once");
+}

@@ -1,0 +1,66 @@
+//! The NVIDIA Triton generate extension (`POST /v2/models/<model>[/versions/<v>]/generate_stream`).
+//!
+//! One SSE event per response of the model, `data: {"model_name":..,"model_version":..,
+//! "text_output":"..."}` (plus any other output tensors); no usage, no `[DONE]`.
+//! - **Token event**: a non-empty `text_output` (a string, or a non-empty array for batched
+//!   string tensors). How many tokens a response holds is not said.
+//! - **Usage**: none; the meter counts token events.
+//! - **Error**: a non-null `error` (Triton sends `{"error": "..."}` once the 200 is out).
+//! - **End**: none in band; the body's end.
+//!
+//! The model is named by the path, not the payload ([`super::Dialect::model_from_path`]).
+
+use serde::de::{IgnoredAny, MapAccess};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::event::EventSummary;
+use super::walk::{self, is_non_null, is_nonempty_array, is_nonempty_string, Pick};
+
+/// Classifies the `data` of one event.
+pub fn classify(data: &[u8]) -> EventSummary {
+    let Some((token, error)) = walk::parse(data, TopPick) else {
+        return EventSummary::default();
+    };
+    EventSummary {
+        token,
+        error,
+        ..EventSummary::default()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum TopKey {
+    TextOutput,
+    Error,
+    #[serde(other)]
+    Other,
+}
+
+/// `(token, error)`.
+struct TopPick;
+
+impl<'de> Pick<'de> for TopPick {
+    type Out = (bool, bool);
+
+    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<(bool, bool), A::Error> {
+        let (mut token, mut error) = (false, false);
+        while let Some(key) = map.next_key::<TopKey>()? {
+            match key {
+                TopKey::TextOutput => {
+                    let raw: &RawValue = map.next_value()?;
+                    token |= is_nonempty_string(raw) || is_nonempty_array(raw);
+                }
+                TopKey::Error => error = is_non_null(map.next_value()?),
+                TopKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok((token, error))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,626 @@
+//! Metric names, buckets, bounded labels and the Prometheus exporter.
+//!
+//! Names follow the OpenTelemetry GenAI semantic conventions where one exists (Prometheus spelling),
+//! `tokenmeter_` otherwise. Every latency and size is a real histogram with configured buckets (never a
+//! summary: many sidecars must be aggregated in PromQL), and each SLO target is inserted as an exact
+//! bucket edge so attainment can be read from the histogram too.
+//!
+//! Each [`Metrics`] owns its own recorder instead of installing the process-global one, so a test or the
+//! demo can run several proxies (and simulated replicas) in one process without their series mixing.
+//! Handles are resolved once per request ([`Metrics::stream`]) and only touched per token after that.
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use metrics::{
+    Counter, Gauge, Histogram, Key, Label, Level, Metadata, Recorder, SharedString, Unit,
+};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+
+use crate::config::Config;
+use crate::dialect::Dialect;
+
+pub mod admission;
+pub mod exposition;
+mod histogram;
+
+use histogram::Histograms;
+
+/// Time from the request head to the first token event (OpenTelemetry GenAI).
+pub const TTFT: &str = "gen_ai_server_time_to_first_token_seconds";
+/// Per request: (last token - first token) / (output tokens - 1) (OpenTelemetry GenAI).
+pub const TPOT: &str = "gen_ai_server_time_per_output_token_seconds";
+/// Time from the request head to the end of the response stream (OpenTelemetry GenAI).
+pub const E2E: &str = "gen_ai_server_request_duration_seconds";
+/// Tokens per request, by `gen_ai_token_type` = input | output (OpenTelemetry GenAI).
+pub const TOKEN_USAGE: &str = "gen_ai_client_token_usage";
+/// Every gap between two consecutive token events: one observation per gap.
+pub const ITL: &str = "tokenmeter_inter_token_latency_seconds";
+/// Time from the request head to the first response body byte.
+pub const TTFB: &str = "tokenmeter_time_to_first_byte_seconds";
+/// Finished requests by `outcome`.
+pub const REQUESTS: &str = "tokenmeter_requests_total";
+/// Requests between their head arriving and their stream finishing.
+pub const STREAMS_ACTIVE: &str = "tokenmeter_streams_active";
+/// Successful token streams by `slo` (ttft, tpot, all) and `result` (met, missed): goodput.
+pub const SLO_REQUESTS: &str = "tokenmeter_slo_requests_total";
+/// Tokens by `gen_ai_token_type`, for tokens/s panels.
+pub const TOKENS: &str = "tokenmeter_tokens_total";
+/// Where a request's output token count came from: `usage` (exact) or `events` (counted fallback).
+pub const TOKEN_COUNT_SOURCE: &str = "tokenmeter_token_count_source_total";
+/// Inter-token gaps at least the configured stall threshold long.
+pub const STALLS: &str = "tokenmeter_stalls_total";
+/// SSE lines longer than the configured cap (skipped by the scanner, forwarded untouched).
+pub const SSE_OVERFLOWS: &str = "tokenmeter_sse_overflows_total";
+/// Usage injection outcomes by `result`: `injected` (the backend took the injected request),
+/// `rejected` (it answered it with an error status), `unanswered` (no response), `not_needed`
+/// (the client asked for usage, or the request is not a stream), `declined` (a body shape the
+/// proxy does not edit).
+pub const USAGE_INJECTIONS: &str = "tokenmeter_usage_injections_total";
+
+/// Routing decisions by `pool` and `reason` (rule, fallback, spill).
+pub const ROUTE_DECISIONS: &str = "tokenmeter_route_decisions_total";
+/// Requests retried on another backend after a failure before any response byte, by the failed
+/// backend's `pool` and `backend`.
+pub const ROUTE_RETRIES: &str = "tokenmeter_route_retries_total";
+/// 1 while a backend takes traffic, 0 while it is ejected, by `pool` and `backend`.
+pub const BACKEND_HEALTHY: &str = "tokenmeter_backend_healthy";
+/// Requests sent to a backend whose stream has not ended, by `pool` and `backend`.
+pub const BACKEND_INFLIGHT: &str = "tokenmeter_backend_inflight";
+/// Ejections of a backend by passive or active health checking.
+pub const BACKEND_EJECTIONS: &str = "tokenmeter_backend_ejections_total";
+/// Health checks that a run of answer failures asked for, by `result`: `ejected` (the check
+/// failed too), `kept` (it passed: the requests were at fault), `unavailable` (no health endpoint).
+pub const BACKEND_CONFIRMATIONS: &str = "tokenmeter_backend_health_confirmations_total";
+/// (estimated - actual) / actual prompt tokens, per response that reported `usage.prompt_tokens`.
+pub const PROMPT_ESTIMATE_ERROR: &str = "tokenmeter_prompt_estimate_error_ratio";
+/// The calibrated tokens-per-byte ratio of each model's prompts.
+pub const PROMPT_TOKENS_PER_BYTE: &str = "tokenmeter_prompt_tokens_per_byte";
+/// The router's calls to a backend's `/tokenize` for an untrusted model, by `mode` (`wait`: the
+/// request's pool depended on the count; `background`: a calibration sample) and `result` (`ok`,
+/// `unsupported`, `error`, `timeout`).
+pub const PROMPT_TOKENIZE: &str = "tokenmeter_prompt_tokenize_total";
+
+/// Label names shared by all per-request series.
+pub const LABEL_OPERATION: &str = "gen_ai_operation_name";
+pub const LABEL_PROVIDER: &str = "gen_ai_provider_name";
+pub const LABEL_MODEL: &str = "gen_ai_request_model";
+pub const LABEL_BACKEND: &str = "backend";
+pub const LABEL_POOL: &str = "pool";
+pub const LABEL_OUTCOME: &str = "outcome";
+pub const LABEL_TOKEN_TYPE: &str = "gen_ai_token_type";
+
+/// Label value for models beyond the label budget.
+pub const MODEL_OTHER: &str = "other";
+/// Label value when a request names no model.
+pub const MODEL_UNKNOWN: &str = "unknown";
+/// Longest model name given its own label value.
+const MAX_MODEL_LABEL_BYTES: usize = 128;
+
+/// Relative error edges of the prompt estimate: symmetric around 0, finer near it.
+const ESTIMATE_ERROR_BUCKETS: [f64; 13] = [
+    -0.5, -0.25, -0.1, -0.05, -0.02, -0.01, 0.0, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
+];
+
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// What kind of request a stream answers: `gen_ai_operation_name` and `gen_ai_provider_name`, from
+/// the request's [`Dialect`] (OpenTelemetry GenAI values), or [`Operation::PASSTHROUGH`] for paths
+/// that are proxied and counted but are not generation endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Operation {
+    name: &'static str,
+    provider: &'static str,
+}
+
+impl Operation {
+    /// Not a generation endpoint (`GET /v1/models`, embeddings, ...): proxied and counted only.
+    pub const PASSTHROUGH: Operation = Operation {
+        name: "other",
+        provider: "other",
+    };
+
+    pub fn of(dialect: Dialect) -> Self {
+        Operation {
+            name: dialect.operation(),
+            provider: dialect.provider(),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.name
+    }
+
+    pub fn provider(self) -> &'static str {
+        self.provider
+    }
+}
+
+/// How a request ended (`outcome` label), named by where it went wrong (client / upstream / proxy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// 2xx and a cleanly ended stream with no error event.
+    Ok,
+    /// The client went away before the end.
+    Cancelled,
+    /// The upstream answered 4xx, or the proxy rejected the request (413 ...).
+    ClientError,
+    /// Upstream unreachable, 5xx, an error event in a 200 stream, or the stream broke.
+    UpstreamError,
+    /// A connect, response, idle or total timeout fired.
+    Timeout,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Cancelled => "cancelled",
+            Outcome::ClientError => "client_error",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Timeout => "timeout",
+        }
+    }
+}
+
+/// The proxy's metrics: a private recorder, its render handle, and the label budget.
+pub struct Metrics {
+    /// Counters and gauges.
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    /// Every histogram: fixed buckets on atomics, so a token costs no clock read or allocation.
+    histograms: Histograms,
+    models: ModelLabels,
+    stall_threshold: Duration,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// Errors building the exporter (bad bucket lists).
+#[derive(Debug, thiserror::Error)]
+#[error("metrics exporter: {0}")]
+pub struct MetricsError(String);
+
+impl Metrics {
+    /// Builds the recorder with the configured buckets (SLO targets inserted as exact edges).
+    pub fn new(config: &Config) -> Result<Self, MetricsError> {
+        let b = &config.buckets;
+        let ttft = with_edge(&b.ttft, config.slo.ttft);
+        let tpot = with_edge(&b.tpot, config.slo.tpot);
+        let itl = with_edge(&b.itl, config.slo.tpot);
+        let estimate_error = ESTIMATE_ERROR_BUCKETS.to_vec();
+        let per_metric: [(&'static str, &[f64]); 7] = [
+            (TTFT, &ttft),
+            (TTFB, &ttft),
+            (TPOT, &tpot),
+            (ITL, &itl),
+            (E2E, &b.e2e),
+            (TOKEN_USAGE, &b.tokens),
+            (PROMPT_ESTIMATE_ERROR, &estimate_error),
+        ];
+        // The exporter's buckets are still set (and validated) so that a histogram registered
+        // through its recorder could never fall back to a summary.
+        let mut builder = PrometheusBuilder::new()
+            .set_buckets(&b.e2e)
+            .map_err(|err| MetricsError(err.to_string()))?;
+        for (name, buckets) in per_metric {
+            builder = builder
+                .set_buckets_for_metric(Matcher::Full(name.to_owned()), buckets)
+                .map_err(|err| MetricsError(err.to_string()))?;
+        }
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        let metrics = Self {
+            recorder,
+            handle,
+            histograms: Histograms::new(&b.e2e, &per_metric),
+            // A model with its own prompt prior needs its own label: the calibration is keyed by it.
+            models: ModelLabels::new(
+                &config
+                    .metering
+                    .models
+                    .iter()
+                    .chain(config.routing.model_tokens_per_byte.keys())
+                    .cloned()
+                    .collect::<Vec<_>>(),
+                config.metering.max_observed_models,
+            ),
+            stall_threshold: config.metering.stall_threshold,
+        };
+        metrics.describe();
+        Ok(metrics)
+    }
+
+    /// The Prometheus text exposition of every series.
+    pub fn render(&self) -> String {
+        let mut text = self.handle.render();
+        self.histograms.render_into(&mut text);
+        text
+    }
+
+    /// Folds recorded histogram samples into buckets; call periodically so memory stays flat between
+    /// scrapes (the server does every 5 s).
+    pub fn run_upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+
+    /// The bounded label value for a request's model name.
+    pub fn model_label(&self, model: Option<&str>) -> Arc<str> {
+        self.models.label(model)
+    }
+
+    /// The gauge of streams in flight for an operation and model.
+    pub fn streams_active(&self, operation: Operation, model: &Arc<str>) -> Gauge {
+        let labels = vec![
+            Label::new(LABEL_OPERATION, operation.as_str()),
+            Label::new(LABEL_MODEL, SharedString::from(Arc::clone(model))),
+        ];
+        self.recorder
+            .register_gauge(&Key::from_parts(STREAMS_ACTIVE, labels), &METADATA)
+    }
+
+    /// Resolves every per-stream handle once, when the response head names the backend.
+    pub fn stream(
+        &self,
+        operation: Operation,
+        model: &Arc<str>,
+        backend: &Arc<str>,
+        pool: &Arc<str>,
+    ) -> StreamMetrics {
+        let labels = RequestLabels {
+            operation,
+            model: Arc::clone(model),
+            backend: Arc::clone(backend),
+            pool: Arc::clone(pool),
+        };
+        let histogram = |name: &'static str| self.histogram(name, labels.base());
+        let tokens = |kind: &'static str| {
+            let mut set = labels.base();
+            set.push(Label::new(LABEL_TOKEN_TYPE, kind));
+            set
+        };
+        StreamMetrics {
+            ttfb: histogram(TTFB),
+            ttft: histogram(TTFT),
+            itl: histogram(ITL),
+            tpot: histogram(TPOT),
+            e2e: histogram(E2E),
+            input_tokens: self.histogram(TOKEN_USAGE, tokens("input")),
+            output_tokens: self.histogram(TOKEN_USAGE, tokens("output")),
+            input_total: self.counter(TOKENS, tokens("input")),
+            output_total: self.counter(TOKENS, tokens("output")),
+            stalls: self.counter(STALLS, labels.base()),
+            stall_threshold: self.stall_threshold,
+            labels,
+        }
+    }
+
+    /// Counts one finished request.
+    pub fn request_finished(&self, labels: &RequestLabels, outcome: Outcome) {
+        let mut set = labels.base();
+        set.push(Label::new(LABEL_OUTCOME, outcome.as_str()));
+        self.counter(REQUESTS, set).increment(1);
+    }
+
+    /// Counts one SLO verdict (`slo` = ttft | tpot | all).
+    pub fn slo_verdict(&self, labels: &RequestLabels, slo: &'static str, met: bool) {
+        let mut set = labels.base();
+        set.push(Label::new("slo", slo));
+        set.push(Label::new("result", if met { "met" } else { "missed" }));
+        self.counter(SLO_REQUESTS, set).increment(1);
+    }
+
+    /// Counts where a request's output token count came from (`usage` or `events`).
+    pub fn token_count_source(&self, labels: &RequestLabels, source: &'static str) {
+        let mut set = labels.base();
+        set.push(Label::new("source", source));
+        self.counter(TOKEN_COUNT_SOURCE, set).increment(1);
+    }
+
+    /// Counts SSE lines the scanner skipped for being over the cap.
+    pub fn sse_overflows(&self, labels: &RequestLabels, count: u64) {
+        self.counter(SSE_OVERFLOWS, labels.base()).increment(count);
+    }
+
+    /// Counts a usage-injection decision (`injected`, `not_needed`, `declined`).
+    pub fn usage_injection(&self, operation: Operation, result: &'static str) {
+        let set = vec![
+            Label::new(LABEL_OPERATION, operation.as_str()),
+            Label::new("result", result),
+        ];
+        self.counter(USAGE_INJECTIONS, set).increment(1);
+    }
+
+    /// Counts one `/tokenize` call of the router.
+    pub fn prompt_tokenize(&self, model: &Arc<str>, mode: &'static str, result: &'static str) {
+        let set = vec![
+            Label::new(LABEL_MODEL, SharedString::from(Arc::clone(model))),
+            Label::new("mode", mode),
+            Label::new("result", result),
+        ];
+        self.counter(PROMPT_TOKENIZE, set).increment(1);
+    }
+
+    /// Counts one routing decision (`reason` = rule | fallback | spill).
+    pub fn route_decision(&self, pool: &Arc<str>, reason: &'static str) {
+        let set = vec![
+            Label::new(LABEL_POOL, SharedString::from(Arc::clone(pool))),
+            Label::new("reason", reason),
+        ];
+        self.counter(ROUTE_DECISIONS, set).increment(1);
+    }
+
+    /// The per-backend routing handles, resolved once per backend.
+    pub fn backend(&self, pool: &Arc<str>, backend: &Arc<str>) -> BackendMetrics {
+        let set = || {
+            vec![
+                Label::new(LABEL_POOL, SharedString::from(Arc::clone(pool))),
+                Label::new(LABEL_BACKEND, SharedString::from(Arc::clone(backend))),
+            ]
+        };
+        BackendMetrics {
+            healthy: self.gauge(BACKEND_HEALTHY, set()),
+            inflight: self.gauge(BACKEND_INFLIGHT, set()),
+            retries: self.counter(ROUTE_RETRIES, set()),
+            ejections: self.counter(BACKEND_EJECTIONS, set()),
+            confirmations: ["kept", "ejected", "unavailable"].map(|result| {
+                let mut labels = set();
+                labels.push(Label::new("result", result));
+                self.counter(BACKEND_CONFIRMATIONS, labels)
+            }),
+        }
+    }
+
+    /// The estimate-error histogram and the calibrated ratio gauge of one model label.
+    pub fn prompt_estimate(&self, model: &Arc<str>) -> (Histogram, Gauge) {
+        let set = || {
+            vec![Label::new(
+                LABEL_MODEL,
+                SharedString::from(Arc::clone(model)),
+            )]
+        };
+        (
+            self.histogram(PROMPT_ESTIMATE_ERROR, set()),
+            self.gauge(PROMPT_TOKENS_PER_BYTE, set()),
+        )
+    }
+
+    fn gauge(&self, name: &'static str, labels: Vec<Label>) -> Gauge {
+        self.recorder
+            .register_gauge(&Key::from_parts(name, labels), &METADATA)
+    }
+
+    fn histogram(&self, name: &'static str, labels: Vec<Label>) -> Histogram {
+        self.histograms.register(name, &labels)
+    }
+
+    fn counter(&self, name: &'static str, labels: Vec<Label>) -> Counter {
+        self.recorder
+            .register_counter(&Key::from_parts(name, labels), &METADATA)
+    }
+
+    fn describe(&self) {
+        let seconds = Some(Unit::Seconds);
+        let describe = [
+            (
+                TTFT,
+                seconds,
+                "Time from the request head to the first token event.",
+            ),
+            (
+                TPOT,
+                seconds,
+                "Per request: (last token event - first token event) / (output tokens - 1).",
+            ),
+            (
+                E2E,
+                seconds,
+                "Time from the request head to the end of the response stream.",
+            ),
+            (
+                ITL,
+                seconds,
+                "Every gap between two consecutive token events (one observation per gap).",
+            ),
+            (
+                TTFB,
+                seconds,
+                "Time from the request head to the first response body byte.",
+            ),
+            (
+                TOKEN_USAGE,
+                Some(Unit::Count),
+                "Tokens per request by gen_ai_token_type (input, output).",
+            ),
+            (
+                PROMPT_ESTIMATE_ERROR,
+                None,
+                "(estimated - actual) / actual prompt tokens of the router's estimate, per response with usage.",
+            ),
+        ];
+        for (name, _unit, help) in describe {
+            self.histograms.describe(name, help);
+        }
+        let counters = [
+            (REQUESTS, "Finished requests by outcome."),
+            (SLO_REQUESTS, "Successful token streams by SLO (ttft, tpot, all) and result (met, missed)."),
+            (TOKENS, "Tokens by gen_ai_token_type (input, output)."),
+            (TOKEN_COUNT_SOURCE, "Requests by where the output token count came from: usage (exact) or events (counted)."),
+            (STALLS, "Inter-token gaps at or above the stall threshold."),
+            (SSE_OVERFLOWS, "SSE lines over the configured cap, skipped by the scanner (bytes still forwarded)."),
+            (USAGE_INJECTIONS, "Usage-injection outcomes by result (injected, rejected, unanswered, not_needed, declined)."),
+            (ROUTE_DECISIONS, "Routing decisions by pool and reason (rule, fallback, spill)."),
+            (ROUTE_RETRIES, "Requests retried elsewhere after this backend failed before any response byte."),
+            (BACKEND_EJECTIONS, "Times a backend was ejected by health checking."),
+            (BACKEND_CONFIRMATIONS, "Health checks asked for by a run of answer failures, by result (ejected, kept, unavailable)."),
+            (PROMPT_TOKENIZE, "Calls to a backend's /tokenize for an untrusted model's prompt, by mode (wait, background) and result (ok, unsupported, error, timeout)."),
+        ];
+        for (name, help) in counters {
+            self.recorder
+                .describe_counter(name.into(), None, help.into());
+        }
+        self.recorder.describe_gauge(
+            STREAMS_ACTIVE.into(),
+            None,
+            "Requests between their head arriving and their stream finishing.".into(),
+        );
+        let gauges = [
+            (
+                BACKEND_HEALTHY,
+                "1 while a backend takes traffic, 0 while it is ejected.",
+            ),
+            (
+                BACKEND_INFLIGHT,
+                "Requests sent to a backend whose response stream has not ended.",
+            ),
+            (
+                PROMPT_TOKENS_PER_BYTE,
+                "Calibrated tokens per byte of prompt text, by model.",
+            ),
+        ];
+        for (name, help) in gauges {
+            self.recorder.describe_gauge(name.into(), None, help.into());
+        }
+    }
+}
+
+/// The labels every per-request series carries.
+#[derive(Debug, Clone)]
+pub struct RequestLabels {
+    pub operation: Operation,
+    pub model: Arc<str>,
+    pub backend: Arc<str>,
+    /// The routing pool (`default` for the implicit pool, `none` when no pool applied).
+    pub pool: Arc<str>,
+}
+
+impl RequestLabels {
+    fn base(&self) -> Vec<Label> {
+        vec![
+            Label::new(LABEL_OPERATION, self.operation.as_str()),
+            Label::new(LABEL_PROVIDER, self.operation.provider()),
+            Label::new(LABEL_MODEL, SharedString::from(Arc::clone(&self.model))),
+            Label::new(LABEL_BACKEND, SharedString::from(Arc::clone(&self.backend))),
+            Label::new(LABEL_POOL, SharedString::from(Arc::clone(&self.pool))),
+        ]
+    }
+}
+
+/// One backend's routing series, resolved when the backend is first seen.
+#[derive(Debug, Clone)]
+pub struct BackendMetrics {
+    pub healthy: Gauge,
+    pub inflight: Gauge,
+    pub retries: Counter,
+    pub ejections: Counter,
+    /// [`BACKEND_CONFIRMATIONS`] by result: kept, ejected, unavailable.
+    pub confirmations: [Counter; 3],
+}
+
+/// Handles for one stream, resolved once; recording through them is a few atomic operations.
+#[derive(Debug, Clone)]
+pub struct StreamMetrics {
+    pub ttfb: Histogram,
+    pub ttft: Histogram,
+    pub itl: Histogram,
+    pub tpot: Histogram,
+    pub e2e: Histogram,
+    pub input_tokens: Histogram,
+    pub output_tokens: Histogram,
+    pub input_total: Counter,
+    pub output_total: Counter,
+    pub stalls: Counter,
+    pub stall_threshold: Duration,
+    pub labels: RequestLabels,
+}
+
+impl StreamMetrics {
+    /// Records one inter-token gap, counting it as a stall when long enough.
+    pub fn record_gap(&self, gap: Duration) {
+        self.itl.record(gap.as_secs_f64());
+        if gap >= self.stall_threshold {
+            self.stalls.increment(1);
+        }
+    }
+}
+
+/// Bounded model label values: configured names, then the first `max_observed` names seen, then
+/// `other`. A client sending 10 000 model names creates at most `configured + max_observed + 2` values.
+#[derive(Debug)]
+struct ModelLabels {
+    fixed: HashMap<String, Arc<str>>,
+    observed: RwLock<HashMap<String, Arc<str>>>,
+    max_observed: usize,
+    other: Arc<str>,
+    unknown: Arc<str>,
+}
+
+impl ModelLabels {
+    fn new(configured: &[String], max_observed: usize) -> Self {
+        Self {
+            fixed: configured
+                .iter()
+                .map(|name| (name.clone(), Arc::from(name.as_str())))
+                .collect(),
+            observed: RwLock::new(HashMap::new()),
+            max_observed,
+            other: Arc::from(MODEL_OTHER),
+            unknown: Arc::from(MODEL_UNKNOWN),
+        }
+    }
+
+    fn label(&self, model: Option<&str>) -> Arc<str> {
+        let Some(name) = model else {
+            return Arc::clone(&self.unknown);
+        };
+        if let Some(label) = self.fixed.get(name) {
+            return Arc::clone(label);
+        }
+        if name.len() > MAX_MODEL_LABEL_BYTES || name.is_empty() {
+            return Arc::clone(&self.other);
+        }
+        // A poisoned lock only means another thread panicked mid-insert; the map is still usable.
+        if let Some(label) = self
+            .observed
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+        {
+            return Arc::clone(label);
+        }
+        let mut observed = self
+            .observed
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(label) = observed.get(name) {
+            return Arc::clone(label);
+        }
+        if observed.len() >= self.max_observed {
+            return Arc::clone(&self.other);
+        }
+        let label: Arc<str> = Arc::from(name);
+        observed.insert(name.to_owned(), Arc::clone(&label));
+        label
+    }
+}
+
+/// The bucket list with `edge` (an SLO target) inserted, kept sorted and free of duplicates.
+fn with_edge(buckets: &[f64], edge: Duration) -> Vec<f64> {
+    let edge = edge.as_secs_f64();
+    let mut out = buckets.to_vec();
+    if !out.iter().any(|b| (b - edge).abs() < 1e-12) {
+        out.push(edge);
+        out.sort_by(f64::total_cmp);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,291 @@
+//! The router: pools, rules, calibration and health policy, shared by every request.
+//!
+//! It acts twice per request. The **plan** ([`Router::plan`], a phase the meter runs once the body
+//! is read): estimate the prompt, then let the rules list the candidate pools, best first. While
+//! a model's prompt ratio is untrusted, a request whose pool depends on it (its estimate could fall
+//! on either side of a rule's `min_prompt_tokens`) first asks a backend's tokenizer for the exact
+//! count, for at most `routing.tokenize_timeout`; others send a sample in the background
+//! ([`super::tokenize`]). The **dispatch** ([`super::Route`], a tower service): pick a backend of
+//! the planned pools ([`Router::pick`]), forward, retry, and report to health
+//! ([`Router::report`]).
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::estimate::Calibrator;
+use super::health::{EjectPolicy, Fault, Verdict};
+use super::pools::{Backend, Pool};
+use super::rules::{RuleInput, Rules};
+use super::{balance, probe, tokenize, RouteError};
+use crate::config::Config;
+use crate::context::{Estimate, RequestContext, RoutePlan};
+use crate::metrics::Metrics;
+use crate::proxy::client::UpstreamClient;
+use crate::request::{self, Inspection, PromptSize};
+
+/// Background tokenizer samples are taken of prompts at least this long: a shorter one says more
+/// about its chat template than about its tokenizer.
+const MIN_SAMPLE_BYTES: u64 = 256;
+
+/// The pools, rules, calibration and health policy, shared by every request.
+#[derive(Debug)]
+pub struct Router {
+    pub(crate) pools: Vec<Arc<Pool>>,
+    pub(crate) rules: Rules,
+    calibrator: Arc<Calibrator>,
+    metrics: Arc<Metrics>,
+    pub(crate) policy: EjectPolicy,
+    pub(crate) retries: u32,
+    fallback: bool,
+    pub(crate) dns_refresh: Duration,
+    /// Bound on one active health check or scrape.
+    pub(crate) probe_timeout: Duration,
+    tokenize: bool,
+    tokenize_timeout: Duration,
+    /// The client for the router's own requests (confirming checks, tokenizer calls); set once
+    /// by [`Router::connect`]. Without it (a router used on its own) neither happens.
+    client: OnceLock<UpstreamClient>,
+}
+
+impl Router {
+    /// Builds the pools (the implicit `default` one when none are configured) and compiles the rules.
+    pub fn from_config(config: &Config, metrics: Arc<Metrics>) -> Result<Self, RouteError> {
+        let pools = config
+            .effective_pools()
+            .iter()
+            .map(|pool| {
+                Pool::new(pool, Some(Arc::clone(&metrics)))
+                    .map(Arc::new)
+                    .map_err(|source| RouteError::Target {
+                        pool: pool.name.clone(),
+                        source,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<&str> = pools.iter().map(|p| &*p.name).collect();
+        let rules = Rules::new(&config.rules, &names)?;
+        let routing = &config.routing;
+        let priors: Vec<(Arc<str>, f64)> = routing
+            .model_tokens_per_byte
+            .iter()
+            .map(|(model, ratio)| (metrics.model_label(Some(model)), *ratio))
+            .collect();
+        Ok(Self {
+            pools,
+            rules,
+            calibrator: Arc::new(
+                Calibrator::new(
+                    routing.prior_tokens_per_byte,
+                    routing.calibration_window,
+                    Some(Arc::clone(&metrics)),
+                )
+                .with_priors(priors),
+            ),
+            metrics,
+            policy: EjectPolicy::from_config(routing),
+            retries: routing.retries,
+            fallback: routing.fallback,
+            dns_refresh: routing.dns_refresh,
+            probe_timeout: config.upstream.connect_timeout + Duration::from_secs(1),
+            tokenize: routing.tokenize,
+            tokenize_timeout: routing.tokenize_timeout,
+            client: OnceLock::new(),
+        })
+    }
+
+    /// Gives the router the client for its own requests to backends (health checks that confirm
+    /// answer failures, tokenizer calls). The server does this once at start.
+    pub fn connect(&self, client: &UpstreamClient) {
+        let _ = self.client.set(client.clone());
+    }
+
+    /// The pools, in configuration order.
+    pub fn pools(&self) -> &[Arc<Pool>] {
+        &self.pools
+    }
+
+    /// The prompt calibration.
+    pub fn calibrator(&self) -> &Arc<Calibrator> {
+        &self.calibrator
+    }
+
+    /// The plan phase for a request to `path`: writes `estimate`, `plan` and `pool` (the first
+    /// planned pool) into the context. A generation body is measured from its one walk; any other
+    /// request has no prompt.
+    pub async fn plan(&self, path: &str, context: &mut RequestContext) {
+        let label = self.metrics.model_label(context.model.as_deref());
+        let measured = context.generation.as_ref().map(|generation| {
+            let size = Inspection::prompt_of(generation.read.as_ref(), &generation.body);
+            (size, generation.body.clone())
+        });
+        let mut tokens = measured
+            .as_ref()
+            .map_or(0, |(size, _)| self.calibrator.estimate(&label, *size));
+        if let Some((size, body)) = &measured {
+            if let Some(counted) = self
+                .count_untrusted(path, context.model.as_deref(), &label, *size, body)
+                .await
+            {
+                tokens = counted;
+            }
+        }
+        context.estimate = measured.map(|(size, _)| Estimate { size, tokens });
+        context.plan = self.rules.plan(RuleInput {
+            path,
+            model: context.model.as_deref(),
+            prompt_tokens: tokens,
+        });
+        context.pool = context
+            .plan
+            .pools
+            .first()
+            .map(|&index| Arc::clone(&self.pools[index].name));
+    }
+
+    /// The backend to try next, and why its pool: `rule`, `spill`, `fallback`, or `panic` when
+    /// every backend the plan allows is ejected (then the first pool's backends are balanced over
+    /// whatever their health; see [`balance::choose_ignoring_health`]).
+    pub(crate) fn pick(
+        &self,
+        plan: &RoutePlan,
+        tried: &[Arc<Backend>],
+        now: Instant,
+    ) -> Option<(usize, Arc<Backend>, &'static str)> {
+        let mut rng = rand::thread_rng();
+        let mut reason = "rule";
+        for (i, &index) in plan.pools.iter().enumerate() {
+            if i > 0 && reason == "fallback" && !self.fallback {
+                break;
+            }
+            let pool = &self.pools[index];
+            let spill = i == 0
+                && plan.pools.len() > 1
+                && plan
+                    .spill_queue_tokens
+                    .is_some_and(|limit| pool.shortest_queue(now).is_some_and(|q| q > limit));
+            if spill {
+                reason = "spill";
+                continue;
+            }
+            if let Some(backend) = balance::choose(pool, now, tried, &mut rng) {
+                return Some((index, backend, reason));
+            }
+            reason = "fallback";
+        }
+        let first = *plan.pools.first()?;
+        balance::choose_ignoring_health(&self.pools[first], tried, &mut rng)
+            .map(|backend| (first, backend, "panic"))
+    }
+
+    /// Counts a routing decision.
+    pub(crate) fn decided(&self, pool: usize, reason: &'static str) {
+        self.metrics.route_decision(&self.pools[pool].name, reason);
+    }
+
+    /// Reports a failure to the backend's health; a run of answer failures has its health
+    /// endpoint checked (see [`probe::confirm`]).
+    pub(crate) fn report(&self, pool: usize, backend: &Arc<Backend>, fault: Fault) {
+        let verdict = backend.on_failure(Instant::now(), &self.policy, fault);
+        if verdict == Verdict::Confirm {
+            if let Some(client) = self.client.get() {
+                probe::confirm(
+                    client,
+                    backend,
+                    &self.pools[pool].health_path,
+                    self.policy,
+                    self.probe_timeout,
+                );
+            }
+        }
+    }
+
+    /// For a model whose prompt ratio is not trusted yet: when the prompt's pool depends on its
+    /// true length (the low and high ends of [`Calibrator::range`] plan different first pools),
+    /// asks a backend's tokenizer and returns the exact count, waiting at most
+    /// `tokenize_timeout`; otherwise starts a background sample (at most one per model) and
+    /// returns `None`. The count teaches the calibration either way, even when it comes after
+    /// the wait was given up.
+    async fn count_untrusted(
+        &self,
+        path: &str,
+        model: Option<&str>,
+        label: &Arc<str>,
+        size: PromptSize,
+        body: &Bytes,
+    ) -> Option<u64> {
+        let client = self.client.get()?;
+        if !self.tokenize || size.text_bytes == 0 || self.calibrator.trusted(label) {
+            return None;
+        }
+        let (low, high) = self.calibrator.range(label, size);
+        let first_pool = |prompt_tokens| {
+            self.rules
+                .plan(RuleInput {
+                    path,
+                    model,
+                    prompt_tokens,
+                })
+                .pools
+                .first()
+                .copied()
+        };
+        let decides = first_pool(low) != first_pool(high);
+        if !decides && (size.text_bytes < MIN_SAMPLE_BYTES || !self.calibrator.claim_sample(label))
+        {
+            return None;
+        }
+        let estimated = self.calibrator.estimate(label, size);
+        let Some(backend) = self.tokenizer(first_pool(estimated)) else {
+            if !decides {
+                self.calibrator.end_sample(label);
+            }
+            return None;
+        };
+        let text = request::prompt_text(body)?;
+        let mode = if decides { "wait" } else { "background" };
+        let calibrator = Arc::clone(&self.calibrator);
+        let metrics = Arc::clone(&self.metrics);
+        let client = client.clone();
+        let model = model.map(str::to_owned);
+        let label = Arc::clone(label);
+        let timeout = self.probe_timeout.max(self.tokenize_timeout);
+        let ask = tokio::spawn(async move {
+            let counted = tokenize::ask(&client, &backend, model.as_deref(), &text, timeout).await;
+            match &counted {
+                Ok(tokens) => calibrator.learn(&label, size.text_bytes, *tokens),
+                Err(err) => {
+                    tracing::debug!(error = %err, backend = &*backend.target.label, "tokenize failed");
+                    calibrator.end_sample(&label);
+                }
+            }
+            let result = counted.as_ref().map_or_else(|err| err.as_str(), |_| "ok");
+            metrics.prompt_tokenize(&label, mode, result);
+            counted.ok().map(|tokens| size.token_ids + tokens)
+        });
+        if !decides {
+            return None;
+        }
+        match tokio::time::timeout(self.tokenize_timeout, ask).await {
+            Ok(joined) => joined.ok().flatten(),
+            Err(_elapsed) => None,
+        }
+    }
+
+    /// A backend to ask for a token count: an available one that serves `/tokenize`, from the
+    /// pool the estimate points at first, else from any pool.
+    fn tokenizer(&self, preferred: Option<usize>) -> Option<Arc<Backend>> {
+        let now = Instant::now();
+        let pools = preferred
+            .and_then(|index| self.pools.get(index))
+            .into_iter()
+            .chain(self.pools.iter());
+        pools
+            .flat_map(|pool| pool.backends().iter().cloned().collect::<Vec<_>>())
+            .find(|backend| backend.tokenizes() && backend.available(now))
+    }
+}
+
+#[cfg(test)]
+mod tests;

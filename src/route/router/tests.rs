@@ -1,0 +1,113 @@
+use super::*;
+use crate::config::{BalanceLoad, PoolConfig, RuleConfig};
+use crate::route::health::Fault;
+use crate::route::pools::LoadGuard;
+
+fn router(edit: impl FnOnce(&mut Config)) -> Router {
+    let pools = vec![
+        PoolConfig {
+            name: "prefill".to_owned(),
+            urls: vec!["http://127.0.0.1:8101".to_owned()],
+            balance: BalanceLoad::PromptTokens,
+            ..PoolConfig::default()
+        },
+        PoolConfig {
+            name: "decode".to_owned(),
+            urls: vec!["http://127.0.0.1:8102".to_owned()],
+            ..PoolConfig::default()
+        },
+    ];
+    let rules = vec![
+        RuleConfig {
+            pool: "prefill".to_owned(),
+            min_prompt_tokens: Some(2048),
+            spill_queue_tokens: Some(10_000),
+            ..RuleConfig::default()
+        },
+        RuleConfig {
+            pool: "decode".to_owned(),
+            ..RuleConfig::default()
+        },
+    ];
+    let mut config = Config {
+        pools,
+        rules,
+        ..Config::default()
+    };
+    edit(&mut config);
+    config.validate().expect("valid config");
+    let metrics = Arc::new(Metrics::new(&config).expect("metrics"));
+    Router::from_config(&config, metrics).expect("router")
+}
+
+fn long_plan(router: &Router) -> RoutePlan {
+    router.rules.plan(RuleInput {
+        path: "/v1/chat/completions",
+        model: None,
+        prompt_tokens: 4000,
+    })
+}
+
+fn picked(router: &Router, plan: &RoutePlan) -> Option<(String, &'static str)> {
+    router
+        .pick(plan, &[], Instant::now())
+        .map(|(i, _, reason)| (router.pools[i].name.to_string(), reason))
+}
+
+#[test]
+fn falls_back_when_the_pool_has_no_healthy_backend() {
+    let router = router(|_| {});
+    let plan = long_plan(&router);
+    assert_eq!(
+        picked(&router, &plan),
+        Some(("prefill".to_owned(), "rule")),
+        "a long prompt goes to prefill"
+    );
+    let prefill = Arc::clone(&router.pools[0].backends()[0]);
+    for _ in 0..router.policy.after {
+        prefill.on_failure(Instant::now(), &router.policy, Fault::Connection);
+    }
+    assert_eq!(
+        picked(&router, &plan),
+        Some(("decode".to_owned(), "fallback")),
+        "prefill ejected: the next matching rule's pool"
+    );
+    let strict = self::router(|c| c.routing.fallback = false);
+    let prefill = Arc::clone(&strict.pools[0].backends()[0]);
+    for _ in 0..strict.policy.after {
+        prefill.on_failure(Instant::now(), &strict.policy, Fault::Connection);
+    }
+    assert_eq!(
+        picked(&strict, &long_plan(&strict)),
+        Some(("prefill".to_owned(), "panic")),
+        "fallback disabled: the rule's pool, whatever its health (panic mode)"
+    );
+    let decode = Arc::clone(&router.pools[1].backends()[0]);
+    for _ in 0..router.policy.after {
+        decode.on_failure(Instant::now(), &router.policy, Fault::Connection);
+    }
+    assert_eq!(
+        picked(&router, &plan),
+        Some(("prefill".to_owned(), "panic")),
+        "every pool ejected: the first pool of the plan, in panic mode"
+    );
+}
+
+#[test]
+fn spills_when_the_prefill_queue_is_deeper_than_the_threshold() {
+    let router = router(|_| {});
+    let plan = long_plan(&router);
+    let prefill = Arc::clone(&router.pools[0].backends()[0]);
+    let _queued = LoadGuard::new(Arc::clone(&prefill), 10_000);
+    assert_eq!(
+        picked(&router, &plan),
+        Some(("prefill".to_owned(), "rule")),
+        "10 000 queued tokens is not more than the threshold"
+    );
+    let _more = LoadGuard::new(prefill, 1);
+    assert_eq!(
+        picked(&router, &plan),
+        Some(("decode".to_owned(), "spill")),
+        "10 001 queued tokens spill to decode"
+    );
+}

@@ -1,0 +1,289 @@
+//! Admission limits on the traffic port: open connections and requests in flight.
+//!
+//! A sidecar must never be the reason a pod falls over, so past a limit it answers at once — 503
+//! with `retry-after` and an OpenAI-style JSON error (SDKs retry on exactly that) — instead of
+//! queueing without bound. Both limits are semaphores whose permits live as long as what they
+//! count: a connection permit moves into the connection task, a stream permit into the response
+//! body ([`Admitted`]), so it is released when the last byte went out or the client left.
+//!
+//! Rejections are counted in `tokenmeter_rejected_total{reason}` (`max_streams`,
+//! `max_connections`), and the open counts are exposed as gauges; [`Limits::counts`] reads them at
+//! scrape time and [`crate::metrics::admission`] writes them beside every other series.
+//!
+//! ```no_run
+//! # use tokenmeter::{config::Config, server::admission::{AdmissionLayer, Limits}};
+//! # use std::sync::Arc;
+//! let limits = Arc::new(Limits::new(&Config::default().server));
+//! let layer = AdmissionLayer::new(Arc::clone(&limits)); // outermost layer of the traffic stack
+//! ```
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{Either, Full};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tower::{Layer, Service};
+
+use crate::config::ServerConfig;
+use crate::meter::layer::ResponseBody;
+use crate::metrics::admission::AdmissionCounts;
+use crate::proxy::error::json_error;
+
+/// Seconds a rejected client is told to wait (`retry-after`).
+const RETRY_AFTER_SECONDS: u32 = 1;
+
+/// Which limit turned a client away (the `reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    Streams,
+    Connections,
+}
+
+impl Limit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Streams => "max_streams",
+            Limit::Connections => "max_connections",
+        }
+    }
+}
+
+/// The admission state shared by the accept loop and every connection.
+#[derive(Debug)]
+pub struct Limits {
+    streams: Arc<Semaphore>,
+    connections: Arc<Semaphore>,
+    max_streams: usize,
+    max_connections: usize,
+    rejected_streams: AtomicU64,
+    rejected_connections: AtomicU64,
+}
+
+/// Held by a connection task for the connection's life.
+#[derive(Debug)]
+pub struct ConnectionPermit(#[allow(dead_code)] OwnedSemaphorePermit);
+
+impl Limits {
+    pub fn new(config: &ServerConfig) -> Self {
+        Self {
+            streams: Arc::new(Semaphore::new(config.max_streams)),
+            connections: Arc::new(Semaphore::new(config.max_connections)),
+            max_streams: config.max_streams,
+            max_connections: config.max_connections,
+            rejected_streams: AtomicU64::new(0),
+            rejected_connections: AtomicU64::new(0),
+        }
+    }
+
+    /// A permit for a newly accepted connection; `None` (and counted) when at the limit.
+    pub fn try_connection(&self) -> Option<ConnectionPermit> {
+        match Arc::clone(&self.connections).try_acquire_owned() {
+            Ok(permit) => Some(ConnectionPermit(permit)),
+            Err(_) => {
+                self.rejected(Limit::Connections);
+                None
+            }
+        }
+    }
+
+    fn try_stream(&self) -> Option<OwnedSemaphorePermit> {
+        let permit = Arc::clone(&self.streams).try_acquire_owned().ok();
+        if permit.is_none() {
+            self.rejected(Limit::Streams);
+        }
+        permit
+    }
+
+    fn rejected(&self, limit: Limit) {
+        let counter = match limit {
+            Limit::Streams => &self.rejected_streams,
+            Limit::Connections => &self.rejected_connections,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many clients this limit has turned away.
+    pub fn rejections(&self, limit: Limit) -> u64 {
+        match limit {
+            Limit::Streams => self.rejected_streams.load(Ordering::Relaxed),
+            Limit::Connections => self.rejected_connections.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Open traffic connections now.
+    pub fn connections_open(&self) -> usize {
+        self.max_connections - self.connections.available_permits()
+    }
+
+    /// Admitted requests whose response has not finished.
+    pub fn streams_admitted(&self) -> usize {
+        self.max_streams - self.streams.available_permits()
+    }
+
+    /// The counts at this instant.
+    pub fn counts(&self) -> AdmissionCounts {
+        AdmissionCounts {
+            rejected: [Limit::Streams, Limit::Connections]
+                .map(|limit| (limit.as_str(), self.rejections(limit))),
+            connections_open: self.connections_open(),
+            streams_admitted: self.streams_admitted(),
+        }
+    }
+
+    /// The series of this module in the Prometheus text format (see [`crate::metrics::admission`]).
+    pub fn render(&self) -> String {
+        crate::metrics::admission::render(&self.counts())
+    }
+}
+
+/// The answer past a limit: 503, `retry-after`, an OpenAI-style JSON error.
+pub fn overloaded(limit: Limit) -> Response<Full<Bytes>> {
+    let message = match limit {
+        Limit::Streams => {
+            "tokenmeter is at its limit of concurrent requests (server.max_streams); retry shortly"
+        }
+        Limit::Connections => {
+            "tokenmeter is at its limit of open connections (server.max_connections); retry shortly"
+        }
+    };
+    let mut response = json_error(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+    response
+}
+
+/// Puts the stream limit in front of a service (see the module docs).
+#[derive(Debug, Clone)]
+pub struct AdmissionLayer {
+    limits: Arc<Limits>,
+}
+
+impl AdmissionLayer {
+    pub fn new(limits: Arc<Limits>) -> Self {
+        Self { limits }
+    }
+}
+
+impl<S> Layer<S> for AdmissionLayer {
+    type Service = Admission<S>;
+
+    fn layer(&self, inner: S) -> Admission<S> {
+        Admission {
+            inner,
+            limits: Arc::clone(&self.limits),
+        }
+    }
+}
+
+/// Admits a request when a stream permit is free, else answers 503 without calling `S`.
+#[derive(Debug, Clone)]
+pub struct Admission<S> {
+    inner: S,
+    limits: Arc<Limits>,
+}
+
+impl<S, B> Service<Request<B>> for Admission<S>
+where
+    S: Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = Response<Admitted<ResponseBody>>;
+    type Error = Infallible;
+    type Future = AdmissionFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        match self.limits.try_stream() {
+            Some(permit) => AdmissionFuture::Admitted {
+                inner: Box::pin(self.inner.call(req)),
+                permit: Some(permit),
+            },
+            None => AdmissionFuture::Rejected,
+        }
+    }
+}
+
+/// The response of [`Admission`]: the inner one, or a 503 answered at once.
+pub enum AdmissionFuture<F> {
+    Admitted {
+        inner: Pin<Box<F>>,
+        permit: Option<OwnedSemaphorePermit>,
+    },
+    Rejected,
+}
+
+impl<F> Future for AdmissionFuture<F>
+where
+    F: Future<Output = Result<Response<ResponseBody>, Infallible>>,
+{
+    type Output = Result<Response<Admitted<ResponseBody>>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Every field is Unpin (the inner future is boxed).
+        match self.get_mut() {
+            AdmissionFuture::Admitted { inner, permit } => {
+                let Ok(response) = std::task::ready!(inner.as_mut().poll(cx));
+                let permit = permit.take();
+                Poll::Ready(Ok(response.map(|body| Admitted {
+                    inner: body,
+                    permit,
+                })))
+            }
+            AdmissionFuture::Rejected => {
+                Poll::Ready(Ok(overloaded(Limit::Streams).map(|body| Admitted {
+                    inner: Either::Right(body),
+                    permit: None,
+                })))
+            }
+        }
+    }
+}
+
+/// A response body holding its stream permit until the end of the stream (or its drop).
+#[derive(Debug)]
+pub struct Admitted<B> {
+    inner: B,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl<B> Body for Admitted<B>
+where
+    B: Body + Unpin,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let this = self.get_mut();
+        let polled = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx));
+        if polled.is_none() {
+            // Released at the end, not only on drop: hyper may keep the body a while after.
+            this.permit = None;
+        }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,326 @@
+//! Listeners, the tower stack, admin routes and graceful shutdown.
+//!
+//! The traffic listener serves HTTP/1.1 and h2c on one port (hyper-util's auto builder) through the
+//! stack `meter -> route -> forward`. The admin listener, kept on its own port so API clients never
+//! see metrics, serves `/metrics`, `/healthz` and `/readyz`.
+//!
+//! Hostile clients meet the limits of `[server]`: the HTTP/1 head must arrive within
+//! `header_read_timeout` and fit `max_header_bytes` / `max_headers`; HTTP/2 connections get
+//! `http2_max_concurrent_streams`; connections past `max_connections` and requests past `max_streams`
+//! are answered 503 at once ([`crate::server::admission`]).
+//!
+//! Shutdown: `/readyz` turns 503, the traffic listener closes, in-flight streams may finish for
+//! `server.shutdown_grace`, then whatever is left is cut (its bodies are dropped, so each is counted
+//! as `cancelled`).
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{header, HeaderValue, Request};
+
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+use admission::{AdmissionLayer, Limit, Limits};
+use smuggling::{ConnectionFraming, GuardedStream};
+
+use crate::config::{Config, ServerConfig};
+use crate::context::RequestContext;
+use crate::meter::layer::MeterLayer;
+use crate::metrics::{Metrics, MetricsError};
+use crate::proxy::{client, Forward};
+use crate::route::{self, RouteError, RouteLayer, Router};
+use crate::upstream::UpstreamError;
+
+mod admin;
+pub mod admission;
+pub mod smuggling;
+mod sniff;
+
+/// How often histogram samples are folded into buckets (keeps memory flat between scrapes).
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot bind {what} listener on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    #[error(transparent)]
+    Route(#[from] RouteError),
+}
+
+/// Binds the traffic and admin listeners from the config.
+pub async fn bind(config: &Config) -> Result<(TcpListener, TcpListener), ServerError> {
+    let bind = |what, addr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind { what, addr, source })
+    };
+    let traffic = bind("traffic", config.server.listen).await?;
+    let admin = bind("admin", config.server.admin_listen).await?;
+    Ok((traffic, admin))
+}
+
+/// A running proxy started by [`spawn`] (tests and the demo use it).
+#[derive(Debug)]
+pub struct ServerHandle {
+    pub traffic_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    /// Admission state: open connections, requests in flight, rejections.
+    pub limits: Arc<Limits>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl ServerHandle {
+    /// Starts the graceful shutdown and waits until it is complete.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Starts the proxy on bound listeners in a background task.
+pub fn spawn(
+    config: Config,
+    traffic: TcpListener,
+    admin: TcpListener,
+) -> Result<ServerHandle, ServerError> {
+    let traffic_addr = local_addr(&traffic)?;
+    let admin_addr = local_addr(&admin)?;
+    let metrics = Arc::new(Metrics::new(&config)?);
+    let (stop, mut stopped) = watch::channel(false);
+    let shutdown = async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let server = Server::new(config, Arc::clone(&metrics))?;
+    let limits = Arc::clone(&server.limits);
+    let task = tokio::spawn(server.run(traffic, admin, shutdown));
+    Ok(ServerHandle {
+        traffic_addr,
+        admin_addr,
+        metrics,
+        limits,
+        stop,
+        task,
+    })
+}
+
+fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ServerError> {
+    listener.local_addr().map_err(|source| ServerError::Bind {
+        what: "local",
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })
+}
+
+/// The proxy: its config, metrics, and readiness.
+pub struct Server {
+    config: Config,
+    metrics: Arc<Metrics>,
+    router: Arc<Router>,
+    limits: Arc<Limits>,
+    ready: Arc<AtomicBool>,
+}
+
+impl Server {
+    pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ServerError> {
+        let router = Arc::new(Router::from_config(&config, Arc::clone(&metrics))?);
+        let limits = Arc::new(Limits::new(&config.server));
+        Ok(Self {
+            config,
+            metrics,
+            router,
+            limits,
+            ready: Arc::new(AtomicBool::new(true)),
+        })
+    }
+
+    /// Serves until `shutdown` resolves, then drains (see the module docs).
+    pub async fn run(
+        self,
+        traffic: TcpListener,
+        admin: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        let client = client::build(&self.config.upstream);
+        self.router.connect(&client);
+        let probes = route::probe::spawn(&self.router, &client);
+        let stack = tower::ServiceBuilder::new()
+            .layer(AdmissionLayer::new(Arc::clone(&self.limits)))
+            .layer(MeterLayer::new(
+                &self.config,
+                Arc::clone(&self.metrics),
+                Arc::clone(&self.router),
+            ))
+            .layer(RouteLayer::new(Arc::clone(&self.router)))
+            .service(Forward::new(client, &self.config.upstream));
+
+        let upkeep = tokio::spawn(upkeep(Arc::clone(&self.metrics)));
+        let admin_task = tokio::spawn(admin::serve(
+            admin,
+            Arc::clone(&self.metrics),
+            Arc::clone(&self.limits),
+            Arc::clone(&self.ready),
+        ));
+
+        let builders = Arc::new(TrafficBuilders::new(&self.config.server));
+        let graceful = GracefulShutdown::new();
+        // Tells connections still waiting for their first byte to give up (see `sniff`).
+        let (stopping_tx, stopping) = watch::channel(false);
+        // Connection tasks live in a set so that, past the grace period, they can be cut.
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                accepted = traffic.accept() => {
+                    let (stream, peer) = match accepted {
+                        Ok(accepted) => accepted,
+                        Err(err) => {
+                            // Out of file descriptors and the like: back off instead of spinning.
+                            tracing::warn!(error = %err, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let Some(permit) = self.limits.try_connection() else {
+                        connections.spawn(refuse_connection(stream));
+                        continue;
+                    };
+                    let framing = ConnectionFraming::new();
+                    let io_framing = Arc::clone(&framing);
+                    let max_head = self.config.server.max_header_bytes;
+                    let first_byte_timeout = self.config.server.header_read_timeout;
+                    let service = stack.clone().map_request(move |mut req: Request<Incoming>| {
+                        // The request's head is here: its context starts, and with it t0.
+                        let mut context = RequestContext::new(Instant::now(), Some(peer));
+                        context.conflicting_framing = framing.next_request_conflicts();
+                        req.extensions_mut().insert(context);
+                        req
+                    });
+                    let watcher = graceful.watcher();
+                    let builders = Arc::clone(&builders);
+                    let mut stopping = stopping.clone();
+                    connections.spawn(async move {
+                        let _permit = permit;
+                        let Some(http1) = sniff::first_bytes(&stream, first_byte_timeout, &mut stopping).await else {
+                            tracing::debug!(%peer, "no byte before header_read_timeout or shutdown: closed");
+                            return;
+                        };
+                        let builder = if http1 { &builders.http1 } else { &builders.auto };
+                        let io = GuardedStream::new(stream, io_framing, max_head);
+                        let connection = builder
+                            .serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
+                        if let Err(err) = watcher.watch(connection).await {
+                            tracing::debug!(error = %err, %peer, "connection ended with an error");
+                        }
+                    });
+                }
+            }
+        }
+
+        self.ready.store(false, Ordering::SeqCst);
+        drop(traffic);
+        let _ = stopping_tx.send(true);
+        let grace = self.config.server.shutdown_grace;
+        tracing::info!(
+            grace_seconds = grace.as_secs_f64(),
+            "draining in-flight streams"
+        );
+        tokio::select! {
+            () = graceful.shutdown() => tracing::info!("all streams finished"),
+            () = tokio::time::sleep(grace) => {
+                tracing::warn!(connections = connections.len(), "grace period over: cutting remaining streams");
+            }
+        }
+        // Dropping a connection drops its response bodies: each unfinished stream counts as cancelled.
+        connections.shutdown().await;
+        admin_task.abort();
+        upkeep.abort();
+        probes.iter().for_each(JoinHandle::abort);
+        self.metrics.run_upkeep();
+    }
+}
+
+/// The traffic port's two connection builders: `auto` detects HTTP/1 or h2c itself, `http1` is the
+/// same configuration for connections already known to be HTTP/1 ([`sniff`]: it saves 8 KiB of
+/// read buffer per connection).
+struct TrafficBuilders {
+    auto: auto::Builder<TokioExecutor>,
+    http1: auto::Builder<TokioExecutor>,
+}
+
+impl TrafficBuilders {
+    fn new(config: &ServerConfig) -> Self {
+        let auto = traffic_builder(config);
+        let http1 = auto.clone().http1_only();
+        Self { auto, http1 }
+    }
+}
+
+/// The traffic port's HTTP/1 + h2c builder with the request-head limits of `[server]`.
+fn traffic_builder(config: &ServerConfig) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout)
+        .max_buf_size(config.max_header_bytes)
+        .max_headers(config.max_headers);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(config.http2_max_concurrent_streams)
+        .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
+    builder
+}
+
+/// How long a connection past `max_connections` may take to read its 503.
+const REFUSE_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Answers every request of a connection past `max_connections` with 503 and closes it. Bounded in
+/// time, so a flood of refused connections cannot pile up.
+async fn refuse_connection(stream: tokio::net::TcpStream) {
+    let service = hyper::service::service_fn(|_req: Request<Incoming>| async {
+        let mut response = admission::overloaded(Limit::Connections);
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        Ok::<_, Infallible>(response)
+    });
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().keep_alive(false);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(REFUSE_DEADLINE, connection).await;
+}
+
+async fn upkeep(metrics: Arc<Metrics>) {
+    let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
+    loop {
+        tick.tick().await;
+        metrics.run_upkeep();
+    }
+}

@@ -1,0 +1,267 @@
+//! Driving the load: arrival processes (pure, seeded: testable without a clock), the closed
+//! and open loop drivers, and [`run_point`].
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Exp, Gamma};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::client::{BenchClient, Destination, PlannedRequest, RequestRecord};
+use super::{Arrival, BenchError, LoadMode, LoadSpec, PointReport, Stop};
+
+/// Draws the gaps between open-loop arrivals. Pure: the caller decides what a gap means in
+/// time, so the distribution is testable without sleeping.
+#[derive(Debug)]
+pub struct ArrivalProcess {
+    gaps: GapDist,
+    rng: StdRng,
+}
+
+#[derive(Debug)]
+enum GapDist {
+    /// Constant gap in seconds (0 for an unlimited rate).
+    Constant(f64),
+    Exp(Exp<f64>),
+    Gamma(Gamma<f64>),
+}
+
+impl ArrivalProcess {
+    /// Gaps averaging `1 / rate` seconds. `rate` may be infinite (every gap 0).
+    pub fn new(arrival: Arrival, rate: f64, seed: u64) -> Result<Self, BenchError> {
+        if rate.is_nan() || rate <= 0.0 {
+            return Err(BenchError::Spec(format!("rate must be > 0, got {rate}")));
+        }
+        let spec_err =
+            |e: &dyn std::fmt::Display| BenchError::Spec(format!("arrival process: {e}"));
+        let gaps = if rate.is_infinite() {
+            GapDist::Constant(0.0)
+        } else {
+            match arrival {
+                Arrival::Constant => GapDist::Constant(1.0 / rate),
+                Arrival::Poisson => GapDist::Exp(Exp::new(rate).map_err(|e| spec_err(&e))?),
+                // Shape b, scale 1/(rate b): mean 1/rate, coefficient of variation 1/sqrt(b).
+                Arrival::Gamma { burstiness } => GapDist::Gamma(
+                    Gamma::new(burstiness, 1.0 / (rate * burstiness)).map_err(|e| spec_err(&e))?,
+                ),
+            }
+        };
+        // A stream distinct from the per-request workload draws of the same seed.
+        let rng = StdRng::seed_from_u64(seed ^ 0xA5A5_5A5A_C3C3_3C3C);
+        Ok(ArrivalProcess { gaps, rng })
+    }
+
+    /// The next gap in seconds.
+    pub fn next_gap_secs(&mut self) -> f64 {
+        match &self.gaps {
+            GapDist::Constant(g) => *g,
+            GapDist::Exp(d) => d.sample(&mut self.rng),
+            GapDist::Gamma(d) => d.sample(&mut self.rng),
+        }
+    }
+
+    /// The next gap.
+    pub fn next_gap(&mut self) -> Duration {
+        Duration::try_from_secs_f64(self.next_gap_secs()).unwrap_or(Duration::ZERO)
+    }
+}
+
+/// Live counters of a running point, for a progress line.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub sent: AtomicU64,
+    pub done: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+impl Progress {
+    fn record(&self, r: &RequestRecord) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+        if !r.outcome.is_ok() {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs one load point with a fresh client: resolves the model, drives the load, summarises.
+pub async fn run_point(spec: &LoadSpec) -> Result<PointReport, BenchError> {
+    run_point_with(&BenchClient::new(), spec, &Arc::new(Progress::default())).await
+}
+
+/// [`run_point`] on a given client, updating `progress` as requests end.
+pub async fn run_point_with(
+    client: &BenchClient,
+    spec: &LoadSpec,
+    progress: &Arc<Progress>,
+) -> Result<PointReport, BenchError> {
+    spec.validate()?;
+    let model = match &spec.model {
+        Some(m) => m.clone(),
+        None => client
+            .first_model(&spec.url)
+            .await
+            .unwrap_or_else(|| "default".to_string()),
+    };
+    let target = Arc::new(Destination {
+        uri: spec.endpoint_uri()?,
+        endpoint: spec.endpoint,
+        model,
+    });
+    let start = Instant::now();
+    let mut records = match spec.mode {
+        LoadMode::Closed { concurrency } => {
+            closed_loop(client, spec, &target, concurrency, start, progress).await?
+        }
+        LoadMode::Open { rate, arrival } => {
+            let arrivals = ArrivalProcess::new(arrival, rate, spec.seed)?;
+            open_loop(client, spec, &target, arrivals, start, progress).await?
+        }
+    };
+    let wall_s = start.elapsed().as_secs_f64();
+    records.sort_by_key(|r| r.index);
+    Ok(PointReport::new(spec, &target.model, wall_s, records))
+}
+
+/// What every request task needs, cheap to clone.
+#[derive(Clone)]
+struct Shared {
+    client: BenchClient,
+    target: Arc<Destination>,
+    spec: Arc<LoadSpec>,
+    names: Arc<Vec<String>>,
+    start: Instant,
+    progress: Arc<Progress>,
+}
+
+impl Shared {
+    async fn send(&self, index: u64) -> RequestRecord {
+        let s = self.spec.workload.sample_request(self.spec.seed, index);
+        let plan = PlannedRequest {
+            index,
+            class: s.class,
+            prompt_words: s.prompt_tokens,
+            max_tokens: s.output_tokens,
+        };
+        self.progress.sent.fetch_add(1, Ordering::Relaxed);
+        let class = self.names.get(s.class).map_or("default", String::as_str);
+        let rec = self
+            .client
+            .send(
+                &self.target,
+                &plan,
+                class,
+                self.start,
+                self.spec.request_timeout,
+            )
+            .await;
+        self.progress.record(&rec);
+        rec
+    }
+}
+
+fn shared(
+    client: &BenchClient,
+    spec: &LoadSpec,
+    target: &Arc<Destination>,
+    start: Instant,
+    progress: &Arc<Progress>,
+) -> Shared {
+    Shared {
+        client: client.clone(),
+        target: Arc::clone(target),
+        spec: Arc::new(spec.clone()),
+        names: Arc::new(spec.workload.class_names()),
+        start,
+        progress: Arc::clone(progress),
+    }
+}
+
+/// `concurrency` workers, each sending its next request when the previous one ended; the
+/// request numbers come from one counter, so the set of requests does not depend on timing.
+async fn closed_loop(
+    client: &BenchClient,
+    spec: &LoadSpec,
+    target: &Arc<Destination>,
+    concurrency: usize,
+    start: Instant,
+    progress: &Arc<Progress>,
+) -> Result<Vec<RequestRecord>, BenchError> {
+    let sh = shared(client, spec, target, start, progress);
+    let next = Arc::new(AtomicU64::new(0));
+    let workers = match spec.stop {
+        Stop::Requests(n) => concurrency.min(usize::try_from(n).unwrap_or(usize::MAX)),
+        Stop::Duration(_) => concurrency,
+    };
+    let mut set = JoinSet::new();
+    for _ in 0..workers {
+        let (sh, next) = (sh.clone(), Arc::clone(&next));
+        let stop = spec.stop;
+        set.spawn(async move {
+            let mut out = Vec::new();
+            // Bounded by the request count or the deadline.
+            loop {
+                if let Stop::Duration(d) = stop {
+                    if start.elapsed() >= d {
+                        break;
+                    }
+                }
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if matches!(stop, Stop::Requests(n) if index >= n) {
+                    break;
+                }
+                out.push(sh.send(index).await);
+            }
+            out
+        });
+    }
+    let mut records = Vec::new();
+    while let Some(res) = set.join_next().await {
+        records.extend(res?);
+    }
+    Ok(records)
+}
+
+/// One task per arrival, on an absolute schedule (sleeping until `start + sum of gaps`), so
+/// slow spawning does not lower the rate.
+async fn open_loop(
+    client: &BenchClient,
+    spec: &LoadSpec,
+    target: &Arc<Destination>,
+    mut arrivals: ArrivalProcess,
+    start: Instant,
+    progress: &Arc<Progress>,
+) -> Result<Vec<RequestRecord>, BenchError> {
+    let sh = shared(client, spec, target, start, progress);
+    let mut set = JoinSet::new();
+    let mut records = Vec::new();
+    let mut offset = Duration::ZERO;
+    let mut index = 0u64;
+    // Bounded by the request count or the deadline (validation rejects an infinite rate
+    // with a deadline).
+    loop {
+        match spec.stop {
+            Stop::Requests(n) if index >= n => break,
+            Stop::Duration(d) if offset >= d => break,
+            _ => {}
+        }
+        tokio::time::sleep_until(start + offset).await;
+        let sh = sh.clone();
+        set.spawn(async move { sh.send(index).await });
+        index += 1;
+        offset += arrivals.next_gap();
+        // Collect finished requests as we go so memory follows the in-flight count.
+        while let Some(res) = set.try_join_next() {
+            records.push(res?);
+        }
+    }
+    while let Some(res) = set.join_next().await {
+        records.push(res?);
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests;

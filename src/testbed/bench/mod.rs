@@ -1,0 +1,292 @@
+//! `tokenmeter bench`: the load generator.
+//!
+//! It measures an OpenAI-compatible streaming server from the client side, with the
+//! definitions of REFERENCE.md §1 on its own monotonic clock and its own SSE splitting
+//! (independent of `crate::sse`, so `bench` can cross-check the proxy): TTFT = first token
+//! event - request sent; ITL = every gap between consecutive token events; TPOT = (last -
+//! first) / (N_out - 1) for N_out >= 2; E2E = end of stream; N_out from
+//! `usage.completion_tokens` (always requested), else the token event count.
+//!
+//! - [`spec`]: what one load point is ([`LoadSpec`]);
+//! - [`workload`]: length distributions and class mixes;
+//! - [`load`]: arrival processes, the closed and open loop drivers, [`run_point`];
+//! - [`client`]: one timed request over the shared client; `events` splits SSE (private);
+//! - [`stats`]: numpy-compatible percentiles, per-class summaries, goodput;
+//! - [`report`] and [`plot`]: the table, the JSON file, the SVG.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), tokenmeter::testbed::bench::BenchError> {
+//! use tokenmeter::testbed::bench::{run_point, LoadMode, LoadSpec, Stop};
+//! let mut spec = LoadSpec::new("http://127.0.0.1:8000");
+//! spec.mode = LoadMode::Closed { concurrency: 8 };
+//! spec.stop = Stop::Requests(200);
+//! let report = run_point(&spec).await?;
+//! print!("{}", report.render_table());
+//! # Ok(()) }
+//! ```
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub mod client;
+mod error;
+mod events;
+pub mod load;
+pub mod plot;
+pub mod report;
+pub mod spec;
+pub mod stats;
+pub mod workload;
+
+pub use client::{BenchClient, Ending, RequestRecord};
+pub use error::BenchError;
+pub use load::{run_point, run_point_with, ArrivalProcess, Progress};
+pub use plot::write_plot;
+pub use report::{BenchReport, PointReport};
+pub use spec::{Arrival, Endpoint, LoadMode, LoadSpec, Slo, Stop};
+pub use stats::{percentile, ClassStats, Summary};
+pub use workload::{Class, Dist, Workload, WorkloadError};
+
+/// How `--arrival` names the arrival processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ArrivalKind {
+    Poisson,
+    Constant,
+    Gamma,
+}
+
+const WORKLOAD_HELP: &str = "\
+Request classes with prompt and output length distributions.
+DIST: fixed:N (or N) | uniform:A-B (inclusive) | lognormal:MEDIAN,SIGMA[,MAX] (clamped to 1..=MAX, \
+default MAX = MEDIAN*e^(3*SIGMA)).
+CLASS: NAME:WEIGHT:prompt=DIST:output=DIST. Classes are separated by ';' or ','; weights are relative.
+Example: \"chat:0.9:prompt=uniform:200-600:output=uniform:64-256,document:0.1:prompt=uniform:6000-10000:output=fixed:128\"
+Prompts are N words (one token each on the simulated replica); outputs are max_tokens with ignore_eos.";
+
+/// Command-line arguments of `tokenmeter bench`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Base URL of the OpenAI-compatible server (plain http://).
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub url: String,
+    /// Which API to call.
+    #[arg(long, value_enum, default_value_t = Endpoint::Chat)]
+    pub endpoint: Endpoint,
+    /// Model name; default: the first of GET /v1/models, else "default".
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Closed loop: requests kept in flight. A comma list sweeps, e.g. 1,2,4,8 [default: 1].
+    #[arg(long, value_delimiter = ',', conflicts_with = "rate")]
+    pub concurrency: Vec<usize>,
+    /// Open loop: arrivals per second ("inf": all at once). A comma list sweeps, e.g. 1,2,4.
+    #[arg(long, value_delimiter = ',')]
+    pub rate: Vec<f64>,
+    /// Open-loop arrival process.
+    #[arg(long, value_enum, default_value_t = ArrivalKind::Poisson)]
+    pub arrival: ArrivalKind,
+    /// Gamma shape for --arrival gamma: <1 burstier than Poisson, 1 = Poisson [default: 1].
+    #[arg(long)]
+    pub burstiness: Option<f64>,
+    /// Seed of the arrival process and the workload draws.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Requests per load point [default: 100 unless --duration].
+    #[arg(long, conflicts_with = "duration")]
+    pub requests: Option<u64>,
+    /// Time per load point instead of a request count, e.g. 30s.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// A mix of request classes, e.g. "chat:0.9:prompt=uniform:200-600:output=64;doc:0.1:prompt=8000:output=128" (--help: syntax).
+    #[arg(long, value_parser = parse_workload, long_help = WORKLOAD_HELP,
+          conflicts_with_all = ["prompt_tokens", "output_tokens"])]
+    pub workload: Option<Workload>,
+    /// Prompt length DIST of a single-class workload (words = tokens on the simulated replica).
+    #[arg(long, value_parser = parse_dist, default_value = "128")]
+    pub prompt_tokens: Dist,
+    /// Output length DIST of a single-class workload (max_tokens, with ignore_eos).
+    #[arg(long, value_parser = parse_dist, default_value = "128")]
+    pub output_tokens: Dist,
+    /// TTFT target for goodput.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "800ms")]
+    pub slo_ttft: Duration,
+    /// TPOT target for goodput (ignored for requests with fewer than 2 output tokens).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "35ms")]
+    pub slo_tpot: Duration,
+    /// Per-request bound, head to end of stream; past it the request counts as `timeout`.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "120s")]
+    pub timeout: Duration,
+    /// Write the full results as JSON (schema: docs/bench-results.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Include per-request records in the JSON.
+    #[arg(long, requires = "json")]
+    pub raw: bool,
+    /// Draw p50/p99 TTFT and ITL against concurrency or rate into an SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+fn parse_workload(s: &str) -> Result<Workload, WorkloadError> {
+    s.parse()
+}
+
+fn parse_dist(s: &str) -> Result<Dist, WorkloadError> {
+    s.parse()
+}
+
+impl BenchArgs {
+    /// The spec shared by every point (its `mode` is the first point's) and the sweep.
+    pub fn to_specs(&self) -> Result<(LoadSpec, Vec<LoadMode>), BenchError> {
+        let arrival = match (self.arrival, self.burstiness) {
+            (ArrivalKind::Gamma, b) => Arrival::Gamma {
+                burstiness: b.unwrap_or(1.0),
+            },
+            (_, Some(_)) => {
+                return Err(BenchError::Spec(
+                    "--burstiness needs --arrival gamma".into(),
+                ))
+            }
+            (ArrivalKind::Poisson, None) => Arrival::Poisson,
+            (ArrivalKind::Constant, None) => Arrival::Constant,
+        };
+        let modes: Vec<LoadMode> = if !self.rate.is_empty() {
+            self.rate
+                .iter()
+                .map(|&rate| LoadMode::Open { rate, arrival })
+                .collect()
+        } else if self.concurrency.is_empty() {
+            vec![LoadMode::Closed { concurrency: 1 }]
+        } else {
+            self.concurrency
+                .iter()
+                .map(|&concurrency| LoadMode::Closed { concurrency })
+                .collect()
+        };
+        let stop = match (self.requests, self.duration) {
+            (_, Some(d)) => Stop::Duration(d),
+            (n, None) => Stop::Requests(n.unwrap_or(100)),
+        };
+        let workload = self
+            .workload
+            .clone()
+            .unwrap_or_else(|| Workload::single(self.prompt_tokens, self.output_tokens));
+        let spec = LoadSpec {
+            url: self.url.clone(),
+            endpoint: self.endpoint,
+            model: self.model.clone(),
+            mode: modes[0],
+            stop,
+            workload,
+            slo: Slo {
+                ttft: self.slo_ttft,
+                tpot: self.slo_tpot,
+            },
+            seed: self.seed,
+            request_timeout: self.timeout,
+        };
+        for &mode in &modes {
+            LoadSpec {
+                mode,
+                ..spec.clone()
+            }
+            .validate()?;
+        }
+        Ok((spec, modes))
+    }
+}
+
+/// Runs the load described by the arguments and reports: a table per point on stdout, a
+/// progress line on stderr (terminals only), then the JSON and SVG files if asked.
+pub async fn run(args: BenchArgs) -> Result<(), crate::BoxError> {
+    let (mut spec, modes) = args.to_specs()?;
+    let client = BenchClient::new();
+    if spec.model.is_none() {
+        let model = client
+            .first_model(&spec.url)
+            .await
+            .unwrap_or_else(|| "default".to_string());
+        spec.model = Some(model);
+    }
+    let mut points = Vec::with_capacity(modes.len());
+    let mut ok_total = 0;
+    for (i, &mode) in modes.iter().enumerate() {
+        let point_spec = LoadSpec {
+            mode,
+            ..spec.clone()
+        };
+        let progress = Arc::new(Progress::default());
+        let label = format!("[{}/{}] {}", i + 1, modes.len(), mode.label());
+        let ticker = std::io::stderr()
+            .is_terminal()
+            .then(|| spawn_progress_line(label, spec.stop, Arc::clone(&progress)));
+        let result = run_point_with(&client, &point_spec, &progress).await;
+        if let Some((stop_tx, handle)) = ticker {
+            let _ = stop_tx.send(());
+            let _ = handle.await;
+        }
+        let report = result?;
+        ok_total += report.all().map_or(0, |c| c.ok);
+        println!("{}", report.render_table());
+        points.push(report);
+    }
+    if let Some(path) = &args.plot {
+        write_plot(&points, path)?;
+        eprintln!("plot written to {}", path.display());
+    }
+    if let Some(path) = &args.json {
+        if !args.raw {
+            points.iter_mut().for_each(|p| p.requests.clear());
+        }
+        BenchReport::new(&spec, points).write_json(path)?;
+        eprintln!("results written to {}", path.display());
+    }
+    if ok_total == 0 {
+        return Err(format!("no request succeeded (is {} serving?)", spec.url).into());
+    }
+    Ok(())
+}
+
+/// Rewrites one stderr line a few times a second until told to stop, then clears it.
+pub(crate) fn spawn_progress_line(
+    label: String,
+    stop: Stop,
+    progress: Arc<Progress>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(async move {
+        let start = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        // Bounded: ends when the point ends (the sender fires or is dropped).
+        loop {
+            tokio::select! {
+                _ = &mut rx => break,
+                _ = tick.tick() => {}
+            }
+            let done = progress.done.load(Ordering::Relaxed);
+            let sent = progress.sent.load(Ordering::Relaxed);
+            let errors = progress.errors.load(Ordering::Relaxed);
+            let target = match stop {
+                Stop::Requests(n) => format!("{done}/{n}"),
+                Stop::Duration(d) => format!(
+                    "{done} ({:.0}/{:.0} s)",
+                    start.elapsed().as_secs_f64(),
+                    d.as_secs_f64()
+                ),
+            };
+            let mut err = std::io::stderr().lock();
+            let _ = write!(
+                err,
+                "\r\x1b[2K{label}: {target} done, {} in flight, {errors} errors",
+                sent.saturating_sub(done)
+            );
+            let _ = err.flush();
+        }
+        let _ = write!(std::io::stderr(), "\r\x1b[2K");
+    });
+    (tx, handle)
+}

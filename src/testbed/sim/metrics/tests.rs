@@ -1,0 +1,62 @@
+use super::*;
+
+#[test]
+fn histogram_buckets_are_le_and_cumulative() {
+    let m = SimMetrics::new("m");
+    m.update(|s| {
+        s.ttft.observe(0.001);
+        s.ttft.observe(0.0011);
+        s.ttft.observe(5000.0);
+    });
+    let text = m.render();
+    for line in [
+        "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.001\"} 1\n",
+        "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.005\"} 2\n",
+        "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"2560.0\"} 2\n",
+        "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 3\n",
+        "vllm:time_to_first_token_seconds_count{model_name=\"m\"} 3\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+}
+
+#[test]
+fn gauges_counters_and_label_escaping() {
+    let m = SimMetrics::new("a\"b");
+    m.update(|s| {
+        s.running = 3;
+        s.kv_usage = 0.25;
+        s.prompt_tokens = 42;
+        s.success = 2;
+    });
+    let text = m.render();
+    for line in [
+        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"a\\\"b\"} 3.0\n",
+        "vllm:kv_cache_usage_perc{model_name=\"a\\\"b\"} 0.25\n",
+        "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"a\\\"b\"} 42\n",
+        "vllm:request_success_total{model_name=\"a\\\"b\",finished_reason=\"length\"} 2\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+}
+
+#[test]
+fn every_histogram_has_its_reference_edges() {
+    let text = SimMetrics::new("m").render();
+    let sets: [(&str, &[f64]); 4] = [
+        ("vllm:time_to_first_token_seconds", &TTFT_BUCKETS),
+        ("vllm:inter_token_latency_seconds", &ITL_BUCKETS),
+        ("vllm:e2e_request_latency_seconds", &REQUEST_BUCKETS),
+        ("vllm:request_queue_time_seconds", &REQUEST_BUCKETS),
+    ];
+    for (name, edges) in sets {
+        let prefix = format!("{name}_bucket{{model_name=\"m\",le=\"");
+        let got: Vec<f64> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(&prefix)?.split('"').next())
+            .filter(|edge| *edge != "+Inf")
+            .filter_map(|edge| edge.parse().ok())
+            .collect();
+        assert_eq!(got, edges, "{name} has exactly the reference edges");
+    }
+}

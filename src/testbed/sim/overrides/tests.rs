@@ -1,0 +1,93 @@
+use super::*;
+
+fn parse(text: &str) -> Result<SimOverrides, SimError> {
+    SimOverrides::from_toml(text, Path::new("test.toml"))
+}
+
+#[test]
+fn file_then_flags_override_the_profile() {
+    let file = parse(
+        "profile = \"fast\"\nmax_num_seqs = 4\nt_fixed = \"3ms\"\nparams = 2e9\ntime_scale = 3\n",
+    )
+    .expect("valid overrides");
+    let flags = SimOverrides {
+        max_num_seqs: Some(9),
+        ..SimOverrides::default()
+    };
+    let config = resolve(&file, &flags).expect("resolves");
+    let mut want = SimConfig::profile("fast").expect("fast profile");
+    want.max_num_seqs = 9;
+    want.t_fixed = Duration::from_millis(3);
+    want.params = 2e9;
+    want.time_scale = 3.0;
+    assert_eq!(
+        config, want,
+        "flags beat the file, the file beats the profile; integers read as floats"
+    );
+}
+
+#[test]
+fn example_files_resolve() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/sim");
+    let file = SimOverrides::from_file(&dir.join("8b-chunked-2k.toml")).expect("example parses");
+    let config = resolve(&file, &SimOverrides::default()).expect("example resolves");
+    assert_eq!(config.max_num_batched_tokens, 2048, "the example's budget");
+    let file =
+        SimOverrides::from_file(&dir.join("70b-4xh100-spec-decode.toml")).expect("example parses");
+    let config = resolve(&file, &SimOverrides::default()).expect("example resolves");
+    assert_eq!(
+        (config.tokens_per_chunk, config.t_fixed),
+        (3, Duration::from_micros(3500)),
+        "spec decode example"
+    );
+    assert_eq!(
+        config.model, "meta-llama/Llama-3.1-70B-Instruct",
+        "the file's profile applies"
+    );
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let err = parse("max_num_seq = 4\n")
+        .expect_err("typo must be rejected")
+        .to_string();
+    assert!(
+        err.contains("max_num_seq") && err.contains("test.toml"),
+        "error names key and file: {err}"
+    );
+}
+
+#[test]
+fn bad_values_are_placed() {
+    let err = parse("t_fixed = \"soon\"\n")
+        .expect_err("bad duration")
+        .to_string();
+    assert!(err.contains("t_fixed"), "error names the key: {err}");
+}
+
+#[test]
+fn unknown_profile_lists_the_known_ones() {
+    let flags = SimOverrides {
+        profile: Some("gpt-9".to_owned()),
+        ..SimOverrides::default()
+    };
+    let err = resolve(&SimOverrides::default(), &flags)
+        .expect_err("unknown profile")
+        .to_string();
+    assert!(
+        err.contains("gpt-9") && err.contains("llama-3.1-8b-h100"),
+        "helpful error: {err}"
+    );
+}
+
+#[test]
+fn invalid_result_is_rejected() {
+    let flags = SimOverrides {
+        eff_compute: Some(0.0),
+        ..SimOverrides::default()
+    };
+    let err = resolve(&SimOverrides::default(), &flags)
+        .expect_err("zero efficiency")
+        .to_string();
+    assert!(err.contains("eff_compute"), "error names the knob: {err}");
+}
