@@ -322,3 +322,56 @@ async fn the_first_long_document_after_start_goes_to_prefill() {
         "a short chat goes to decode"
     );
 }
+
+/// The `timings` of the last event that carries them, from a client's stream.
+fn last_timings(body: &str) -> serde_json::Value {
+    body.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data).ok())
+        .filter_map(|event| event.get("timings").cloned())
+        .last()
+        .expect("a timings object")
+}
+
+#[tokio::test]
+async fn cached_prompt_tokens_are_counted_exactly() {
+    let Some(llama) = LlamaServer::start(1, 2048).await else {
+        return;
+    };
+    let proxy = start_proxy(config_for(&llama.url)).await;
+    // One conversation growing turn by turn: the slot reuses the common prefix.
+    let (mut seen_cached, mut seen_prompt) = (0, 0);
+    let mut history = String::from("r1");
+    for turn in 0..3 {
+        history.push_str(&" w".repeat(20));
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"{history}"}}],"max_tokens":2,"temperature":0,"stream":true}}"#
+        );
+        let streamed = client::post(proxy.traffic_addr, CHAT, &body).await;
+        assert_eq!(streamed.status, 200, "turn {turn}: {}", streamed.text());
+        // The client receives timings (given back by the proxy): the server's own figures.
+        let timings = last_timings(&streamed.text());
+        let cached = timings["cache_n"].as_u64().expect("cache_n");
+        seen_cached += cached;
+        seen_prompt += timings["prompt_n"].as_u64().expect("prompt_n") + cached;
+    }
+    assert!(seen_cached > 0, "later turns reused the cached prefix");
+    let metrics = proxy.metrics.render();
+    let cache = |result: &str| {
+        prom::sum(
+            &metrics,
+            "tokenmeter_prompt_cache_tokens_total",
+            &[("result", result)],
+        )
+    };
+    assert_eq!(
+        cache("hit"),
+        seen_cached as f64,
+        "hits: the server's timings.cache_n, summed"
+    );
+    assert_eq!(
+        cache("hit") + cache("miss"),
+        seen_prompt as f64,
+        "hits and misses add up to the prompts (prompt_n + cache_n)"
+    );
+}

@@ -499,6 +499,18 @@ async fn members_the_usage_chunk_took_are_given_back_where_the_server_puts_them(
         64.0,
         "prompt tokens from the stripped usage"
     );
+    let cache = |result: &str| {
+        prom::value(
+            &text,
+            "tokenmeter_prompt_cache_tokens_total",
+            &[("result", result), ("gen_ai_request_model", MODEL)],
+        )
+    };
+    assert_eq!(
+        (cache("hit"), cache("miss")),
+        (63.0, 1.0),
+        "prompt_tokens_details.cached_tokens 63 of 64 prompt tokens"
+    );
 }
 
 #[tokio::test]

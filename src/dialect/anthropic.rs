@@ -10,7 +10,8 @@
 //! - **Usage**: `message_start` gives the input tokens (`message.usage`); `message_delta` gives
 //!   the cumulative `usage.output_tokens` (and, from newer servers, the input again). Input
 //!   tokens are `input_tokens + cache_creation_input_tokens + cache_read_input_tokens`, as
-//!   OpenTelemetry counts cached input as input. The placeholder `output_tokens` of
+//!   OpenTelemetry counts cached input as input; the cached prompt tokens (prompt-cache hits) are
+//!   `cache_read_input_tokens` (a cache write is computed: a miss). The placeholder `output_tokens` of
 //!   `message_start` is not used: a stream cut before `message_delta` falls back to counting
 //!   token events rather than reporting 1.
 //! - **Error**: an `error` event (`{"type":"error","error":{...}}`) after the 200.
@@ -39,9 +40,11 @@ pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
         Kind::MessageStart => message_usage.and_then(|u| u.input()),
         Kind::MessageDelta => usage.and_then(|u| {
             let Counts { output, .. } = u;
+            let input = u.input();
             let usage = Usage {
-                prompt_tokens: u.input().and_then(|i| i.prompt_tokens),
+                prompt_tokens: input.and_then(|i| i.prompt_tokens),
                 completion_tokens: output,
+                cached_tokens: input.and_then(|i| i.cached_tokens),
             };
             (usage != Usage::default()).then_some(usage)
         }),
@@ -62,9 +65,11 @@ pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
 /// `None` when the body is not JSON or carries no readable count.
 pub fn body_usage(body: &[u8]) -> Option<Usage> {
     let counts = walk::parse(body, UsageMember(CountsPick))??;
+    let input = counts.input();
     let usage = Usage {
-        prompt_tokens: counts.input().and_then(|input| input.prompt_tokens),
+        prompt_tokens: input.and_then(|input| input.prompt_tokens),
         completion_tokens: counts.output,
+        cached_tokens: input.and_then(|input| input.cached_tokens),
     };
     (usage != Usage::default()).then_some(usage)
 }
@@ -120,6 +125,7 @@ impl Counts {
         Some(Usage {
             prompt_tokens: Some(total),
             completion_tokens: None,
+            cached_tokens: cache_read,
         })
     }
 }

@@ -9,6 +9,42 @@ pub struct Usage {
     /// `usage.completion_tokens`, same rule. With vLLM's `continuous_usage_stats` it is
     /// cumulative, so the last value seen is the stream's total.
     pub completion_tokens: Option<u64>,
+    /// Prompt tokens the server served from its prompt cache instead of computing them, where it
+    /// says (each dialect's module names the field); `prompt_tokens` includes them. `None` when
+    /// the server reports no cache figure, which is not the same as `Some(0)`.
+    pub cached_tokens: Option<u64>,
+}
+
+/// A nested `…_details` object's `cached_tokens` (OpenAI's `prompt_tokens_details`, the
+/// Responses API's `input_tokens_details`).
+#[derive(Clone, Copy)]
+pub(super) struct CachedTokensPick;
+
+#[derive(serde::Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum DetailsKey {
+    CachedTokens,
+    #[serde(other)]
+    Other,
+}
+
+impl<'de> super::walk::Pick<'de> for CachedTokensPick {
+    type Out = Option<u64>;
+
+    fn map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Option<u64>, A::Error> {
+        let mut cached = None;
+        while let Some(key) = map.next_key::<DetailsKey>()? {
+            match key {
+                DetailsKey::CachedTokens => {
+                    cached = map.next_value_seed(super::walk::Lenient(super::walk::Count))?;
+                }
+                DetailsKey::Other => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(cached)
+    }
 }
 
 /// What one event of the stream means to the meter (every dialect reports in this shape; see

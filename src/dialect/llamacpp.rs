@@ -8,7 +8,9 @@
 //!   is held back and sent with the next one, so an event may hold more than one token: the count
 //!   per event is not said.
 //! - **Usage**: `tokens_predicted` (output) and `tokens_evaluated` (prompt), falling back to
-//!   `timings.predicted_n` / `timings.prompt_n` when the top-level counts are missing.
+//!   `timings.predicted_n` / `timings.prompt_n` + `timings.cache_n` when the top-level counts are
+//!   missing. Cached prompt tokens: `timings.cache_n` (the prompt tokens a slot reused from its
+//!   last prompt, not computed again; `prompt_n` is the rest).
 //! - **Error**: a non-null `error` (`{"error":{"code":..,"message":..,"type":..}}`).
 //! - **End**: `"stop": true`.
 
@@ -34,6 +36,7 @@ pub fn classify(data: &[u8]) -> EventSummary {
     let usage = Usage {
         prompt_tokens: usage.prompt_tokens.or(timings.prompt_tokens),
         completion_tokens: usage.completion_tokens.or(timings.completion_tokens),
+        cached_tokens: timings.cached_tokens,
     };
     EventSummary {
         token: content,
@@ -78,6 +81,7 @@ enum TopKey {
 #[serde(field_identifier, rename_all = "snake_case")]
 enum TimingsKey {
     PromptN,
+    CacheN,
     PredictedN,
     #[serde(other)]
     Other,
@@ -111,26 +115,32 @@ impl<'de> Pick<'de> for TopPick {
     }
 }
 
-/// `timings`: `prompt_n` / `predicted_n` as a usage.
-struct TimingsPick;
+/// llama.cpp's `timings` as a usage: the prompt is `prompt_n` (computed) plus `cache_n` (reused
+/// from the slot's cache), the output `predicted_n`. Also read on llama.cpp's OpenAI routes
+/// (see [`super::openai`]), whose last chunk carries the same object.
+#[derive(Clone, Copy)]
+pub(super) struct TimingsPick;
 
 impl<'de> Pick<'de> for TimingsPick {
     type Out = Usage;
 
     fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Usage, A::Error> {
-        let mut usage = Usage::default();
+        let (mut computed, mut cached, mut predicted) = (None, None, None);
         while let Some(key) = map.next_key::<TimingsKey>()? {
             match key {
-                TimingsKey::PromptN => usage.prompt_tokens = map.next_value_seed(Lenient(Count))?,
-                TimingsKey::PredictedN => {
-                    usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
-                }
+                TimingsKey::PromptN => computed = map.next_value_seed(Lenient(Count))?,
+                TimingsKey::CacheN => cached = map.next_value_seed(Lenient(Count))?,
+                TimingsKey::PredictedN => predicted = map.next_value_seed(Lenient(Count))?,
                 TimingsKey::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        Ok(usage)
+        Ok(Usage {
+            prompt_tokens: computed.map(|computed| computed.saturating_add(cached.unwrap_or(0))),
+            completion_tokens: predicted,
+            cached_tokens: cached,
+        })
     }
 }
 

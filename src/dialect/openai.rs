@@ -14,6 +14,11 @@
 //! when its raw text is longer than `""`. Everything the meter does not need is skipped with
 //! [`IgnoredAny`].
 //!
+//! Usage: `usage.prompt_tokens`, `completion_tokens`, and the cached prompt tokens
+//! `usage.prompt_tokens_details.cached_tokens` (OpenAI, SGLang, vLLM with
+//! `--enable-prompt-tokens-details`, llama.cpp); llama.cpp's `timings` (`cache_n`, and the
+//! counts of a last chunk that carries no `usage`) fill what `usage` lacks.
+//!
 //! The walk is lenient about types below the top level: a field of an unexpected type (say
 //! `"usage": {"completion_tokens": "5"}` or `"choices": null`) contributes nothing instead of
 //! discarding the whole event, so one quirky field cannot hide a token. Input that is not JSON at
@@ -23,7 +28,8 @@ use serde::de::{IgnoredAny, MapAccess, SeqAccess};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::event::{EventSummary, Usage};
+use super::event::{CachedTokensPick, EventSummary, Usage};
+use super::llamacpp::TimingsPick;
 use super::walk::{
     self, is_non_null, is_nonempty_array, is_nonempty_string, Count, Lenient, Pick, UsageMember,
 };
@@ -50,12 +56,23 @@ pub fn classify(data: &[u8]) -> EventSummary {
     let Chunk {
         choices,
         usage,
+        timings,
         error,
     } = chunk;
+    let usage_only = usage.is_some() && choices.is_some_and(|c| c.empty);
+    // llama.cpp's `timings` fill what `usage` lacks (cached tokens), or stand in for it on the
+    // last chunk of a stream that asked for no usage.
+    let usage = match usage {
+        Some(usage) => Some(Usage {
+            cached_tokens: usage.cached_tokens.or(timings.cached_tokens),
+            ..usage
+        }),
+        None => (timings != Usage::default()).then_some(timings),
+    };
     EventSummary {
         token: choices.is_some_and(|c| c.token),
         usage,
-        usage_only: usage.is_some() && choices.is_some_and(|c| c.empty),
+        usage_only,
         finish: choices.is_some_and(|c| c.finish),
         error,
         done: false,
@@ -76,6 +93,8 @@ struct Chunk {
     /// `None` when `choices` is absent or not an array.
     choices: Option<Choices>,
     usage: Option<Usage>,
+    /// llama.cpp's `timings` (its last chunk): counts the chunk may carry without `usage`.
+    timings: Usage,
     error: bool,
 }
 
@@ -95,6 +114,7 @@ struct Choices {
 enum ChunkKey {
     Choices,
     Usage,
+    Timings,
     Error,
     #[serde(other)]
     Other,
@@ -126,6 +146,7 @@ enum DeltaKey {
 enum UsageKey {
     PromptTokens,
     CompletionTokens,
+    PromptTokensDetails,
     #[serde(other)]
     Other,
 }
@@ -155,6 +176,7 @@ impl<'de> Pick<'de> for ChunkPick {
                     }
                 }
                 ChunkKey::Usage => chunk.usage = map.next_value_seed(Lenient(UsagePick))?,
+                ChunkKey::Timings => chunk.timings = map.next_value_seed(Lenient(TimingsPick))?,
                 ChunkKey::Error => chunk.error = map.next_value::<&RawValue>()?.get() != "null",
                 ChunkKey::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -247,6 +269,9 @@ impl<'de> Pick<'de> for UsagePick {
                 }
                 UsageKey::CompletionTokens => {
                     usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
+                }
+                UsageKey::PromptTokensDetails => {
+                    usage.cached_tokens = map.next_value_seed(Lenient(CachedTokensPick))?;
                 }
                 UsageKey::Other => {
                     map.next_value::<IgnoredAny>()?;

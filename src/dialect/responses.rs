@@ -5,7 +5,8 @@
 //!   `response.refusal.delta`, `response.reasoning_text.delta`,
 //!   `response.reasoning_summary_text.delta`, `response.function_call_arguments.delta`,
 //!   `response.custom_tool_call_input.delta`. How many tokens a delta holds is not said.
-//! - **Usage**: `response.usage` (`input_tokens`, `output_tokens`) of the terminal event
+//! - **Usage**: `response.usage` (`input_tokens`, `output_tokens`; cached prompt tokens
+//!   `input_tokens_details.cached_tokens`) of the terminal event
 //!   (`response.completed`, `response.incomplete`, `response.failed`); `response.created`
 //!   carries `"usage": null`. The server always sends it, so nothing is injected.
 //! - **Error**: `response.failed`, or an `error` event.
@@ -18,7 +19,7 @@ use serde::de::{IgnoredAny, MapAccess};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::event::{EventSummary, Usage};
+use super::event::{CachedTokensPick, EventSummary, Usage};
 use super::walk::{self, is_nonempty_string, Count, Lenient, Pick, UsageMember};
 
 /// Classifies one event; `event` is its SSE `event:` field.
@@ -102,6 +103,7 @@ enum TopKey {
 enum UsageKey {
     InputTokens,
     OutputTokens,
+    InputTokensDetails,
     #[serde(other)]
     Other,
 }
@@ -129,7 +131,8 @@ impl<'de> Pick<'de> for TopPick {
     }
 }
 
-/// `usage`: `input_tokens` / `output_tokens`; `None` unless one of them is a valid count.
+/// `usage`: `input_tokens` / `output_tokens` (and `input_tokens_details.cached_tokens`); `None`
+/// unless one of the two counts is valid.
 #[derive(Clone, Copy)]
 struct UsagePick;
 
@@ -145,6 +148,9 @@ impl<'de> Pick<'de> for UsagePick {
                 }
                 UsageKey::OutputTokens => {
                     usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
+                }
+                UsageKey::InputTokensDetails => {
+                    usage.cached_tokens = map.next_value_seed(Lenient(CachedTokensPick))?;
                 }
                 UsageKey::Other => {
                     map.next_value::<IgnoredAny>()?;

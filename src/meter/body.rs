@@ -378,6 +378,16 @@ impl StreamMeter {
             handles.input_tokens.record(input as f64);
             handles.input_total.increment(input);
         }
+        // The prompt cache, where the server reports it: hits are its cached tokens, misses the rest
+        // of the prompt it computed.
+        if let (Some(prompt), Some(cached)) = (finished.input_tokens, finished.cached_input_tokens)
+        {
+            metrics.prompt_cache(
+                &handles.labels,
+                cached.min(prompt),
+                prompt.saturating_sub(cached),
+            );
+        }
         if outcome == Outcome::Ok {
             if let Some(verdict) = finished.verdict(slo) {
                 metrics.slo_verdict(&handles.labels, "ttft", verdict.ttft_met);

@@ -37,6 +37,8 @@ pub struct Finished {
     /// `true` when `output_tokens` came from usage, `false` when counted from token events.
     pub exact_output: bool,
     pub input_tokens: Option<u64>,
+    /// Of `input_tokens`, those the server served from its prompt cache, where it says.
+    pub cached_input_tokens: Option<u64>,
 }
 
 /// The SLO targets a stream is judged against.
@@ -107,6 +109,9 @@ impl StreamRecord {
         if usage.completion_tokens.is_some() {
             self.usage.completion_tokens = usage.completion_tokens;
         }
+        if usage.cached_tokens.is_some() {
+            self.usage.cached_tokens = usage.cached_tokens;
+        }
     }
 
     /// The observations of the stream ending at `end`.
@@ -133,6 +138,7 @@ impl StreamRecord {
             output_tokens,
             exact_output,
             input_tokens: self.usage.prompt_tokens,
+            cached_input_tokens: self.usage.cached_tokens,
         }
     }
 }

@@ -54,6 +54,9 @@ pub const TOKEN_COUNT_SOURCE: &str = "tokenmeter_token_count_source_total";
 pub const STALLS: &str = "tokenmeter_stalls_total";
 /// SSE lines longer than the configured cap (skipped by the scanner, forwarded untouched).
 pub const SSE_OVERFLOWS: &str = "tokenmeter_sse_overflows_total";
+/// Prompt tokens by `result`: `hit` (the server served them from its prompt cache) and `miss` (the
+/// rest of the prompt), for servers that report a cache figure.
+pub const PROMPT_CACHE: &str = "tokenmeter_prompt_cache_tokens_total";
 /// Usage injection outcomes by `result`: `injected` (the backend took the injected request),
 /// `rejected` (it answered it with an error status), `unanswered` (no response), `not_needed`
 /// (the client asked for usage, or the request is not a stream), `declined` (a body shape the
@@ -338,6 +341,15 @@ impl Metrics {
         self.counter(USAGE_INJECTIONS, set).increment(1);
     }
 
+    /// Counts a finished request's prompt tokens by whether the server's prompt cache served them.
+    pub fn prompt_cache(&self, labels: &RequestLabels, hit: u64, miss: u64) {
+        for (result, tokens) in [("hit", hit), ("miss", miss)] {
+            let mut set = labels.cache_base();
+            set.push(Label::new("result", result));
+            self.counter(PROMPT_CACHE, set).increment(tokens);
+        }
+    }
+
     /// Counts one `/tokenize` call of the router.
     pub fn prompt_tokenize(&self, model: &Arc<str>, mode: &'static str, result: &'static str) {
         let set = vec![
@@ -460,6 +472,7 @@ impl Metrics {
             (ROUTE_RETRIES, "Requests retried elsewhere after this backend failed before any response byte."),
             (BACKEND_EJECTIONS, "Times a backend was ejected by health checking."),
             (BACKEND_CONFIRMATIONS, "Health checks asked for by a run of answer failures, by result (ejected, kept, unavailable)."),
+            (PROMPT_CACHE, "Prompt tokens by result: hit (served from the server's prompt cache) or miss (computed), where the server reports a cache figure."),
             (PROMPT_TOKENIZE, "Calls to a backend's /tokenize for an untrusted model's prompt, by mode (wait, background) and result (ok, unsupported, error, timeout)."),
         ];
         for (name, help) in counters {
@@ -509,6 +522,16 @@ impl RequestLabels {
             Label::new(LABEL_MODEL, SharedString::from(Arc::clone(&self.model))),
             Label::new(LABEL_BACKEND, SharedString::from(Arc::clone(&self.backend))),
             Label::new(LABEL_POOL, SharedString::from(Arc::clone(&self.pool))),
+        ]
+    }
+
+    /// The labels of the prompt-cache series: where the cache lives (pool, backend) and for which
+    /// model, not which API asked.
+    fn cache_base(&self) -> Vec<Label> {
+        vec![
+            Label::new(LABEL_POOL, SharedString::from(Arc::clone(&self.pool))),
+            Label::new(LABEL_BACKEND, SharedString::from(Arc::clone(&self.backend))),
+            Label::new(LABEL_MODEL, SharedString::from(Arc::clone(&self.model))),
         ]
     }
 }

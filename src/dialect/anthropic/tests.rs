@@ -4,10 +4,18 @@ fn summary(event: &str, data: &str) -> EventSummary {
     classify(event.as_bytes(), data.as_bytes())
 }
 
+fn cached(prompt: u64, completion: Option<u64>, cached: u64) -> Option<Usage> {
+    usage(Some(prompt), completion).map(|usage| Usage {
+        cached_tokens: Some(cached),
+        ..usage
+    })
+}
+
 fn usage(prompt: Option<u64>, completion: Option<u64>) -> Option<Usage> {
     Some(Usage {
         prompt_tokens: prompt,
         completion_tokens: completion,
+        cached_tokens: None,
     })
 }
 
@@ -54,8 +62,9 @@ fn input_from_message_start_output_from_message_delta() {
     );
     assert_eq!(
         start.usage,
-        usage(Some(30), None),
-        "input includes cached input; the placeholder output count is ignored"
+        cached(30, None, 2),
+        "input includes cached input (cache_read_input_tokens: the cache hits); the placeholder \
+         output count is ignored"
     );
     let delta = summary(
         "message_delta",
@@ -115,13 +124,13 @@ fn body_usage_reads_a_whole_message() {
     let body = r#"{"id":"msg_013Zva2CMHLNnXjNJJKqJ2EF","type":"message","role":"assistant","model":"claude-sonnet-4-20250514","content":[{"type":"text","text":"Hi! My name is Claude."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":2095,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":503}}"#;
     assert_eq!(
         body_usage(body.as_bytes()),
-        usage(Some(2095), Some(503)),
-        "usage.input_tokens / usage.output_tokens"
+        cached(2095, Some(503), 0),
+        "usage.input_tokens / usage.output_tokens; no cache read"
     );
     let cached = r#"{"type":"message","content":[],"usage":{"cache_read_input_tokens":100,"input_tokens":12,"cache_creation_input_tokens":30,"output_tokens":7,"service_tier":"standard"}}"#;
     assert_eq!(
         body_usage(cached.as_bytes()),
-        usage(Some(142), Some(7)),
+        self::cached(142, Some(7), 100),
         "cached input counts as input, as in the stream"
     );
     for body in [

@@ -14,7 +14,8 @@ fn content_events_are_tokens_with_running_counts() {
             token: true,
             usage: Some(Usage {
                 prompt_tokens: Some(9),
-                completion_tokens: Some(1)
+                completion_tokens: Some(1),
+                cached_tokens: None,
             }),
             ..EventSummary::default()
         },
@@ -32,7 +33,8 @@ fn the_stop_event_ends_with_final_counts() {
         EventSummary {
             usage: Some(Usage {
                 prompt_tokens: Some(9),
-                completion_tokens: Some(12)
+                completion_tokens: Some(12),
+                cached_tokens: None,
             }),
             done: true,
             ..EventSummary::default()
@@ -45,7 +47,8 @@ fn the_stop_event_ends_with_final_counts() {
         timings_only.usage,
         Some(Usage {
             prompt_tokens: Some(4),
-            completion_tokens: Some(6)
+            completion_tokens: Some(6),
+            cached_tokens: None,
         }),
         "timings stand in for missing counts"
     );
@@ -69,7 +72,8 @@ fn body_usage_reads_a_whole_answer() {
         body_usage(body.as_bytes()),
         Some(Usage {
             prompt_tokens: Some(9),
-            completion_tokens: Some(3)
+            completion_tokens: Some(3),
+            cached_tokens: None,
         }),
         "tokens_evaluated / tokens_predicted"
     );
@@ -78,7 +82,8 @@ fn body_usage_reads_a_whole_answer() {
         body_usage(timings_only.as_bytes()),
         Some(Usage {
             prompt_tokens: Some(4),
-            completion_tokens: Some(1)
+            completion_tokens: Some(1),
+            cached_tokens: None,
         }),
         "timings stand in for missing top-level counts"
     );
@@ -89,4 +94,29 @@ fn body_usage_reads_a_whole_answer() {
     ] {
         assert_eq!(body_usage(body.as_bytes()), None, "{body:?} gives nothing");
     }
+}
+
+#[test]
+fn cached_prompt_tokens_are_timings_cache_n() {
+    let last = r#"{"index":0,"content":"","stop":true,"tokens_predicted":4,"tokens_evaluated":60,"timings":{"cache_n":52,"prompt_n":8,"prompt_ms":9.1,"predicted_n":4,"predicted_ms":25.2}}"#;
+    assert_eq!(
+        summary(last).usage,
+        Some(Usage {
+            prompt_tokens: Some(60),
+            completion_tokens: Some(4),
+            cached_tokens: Some(52),
+        }),
+        "tokens_evaluated is the whole prompt; cache_n of it came from the slot's cache"
+    );
+    let timings_only =
+        r#"{"content":"","stop":true,"timings":{"cache_n":52,"prompt_n":8,"predicted_n":4}}"#;
+    assert_eq!(
+        summary(timings_only).usage,
+        Some(Usage {
+            prompt_tokens: Some(60),
+            completion_tokens: Some(4),
+            cached_tokens: Some(52),
+        }),
+        "without the top-level counts the prompt is prompt_n + cache_n"
+    );
 }

@@ -31,7 +31,8 @@ fn the_done_line_reports_usage() {
         EventSummary {
             usage: Some(Usage {
                 prompt_tokens: Some(26),
-                completion_tokens: Some(259)
+                completion_tokens: Some(259),
+                cached_tokens: None,
             }),
             done: true,
             ..EventSummary::default()
@@ -68,7 +69,8 @@ fn body_usage_reads_a_whole_answer() {
         body_usage(chat.as_bytes()),
         Some(Usage {
             prompt_tokens: Some(26),
-            completion_tokens: Some(298)
+            completion_tokens: Some(298),
+            cached_tokens: None,
         }),
         "/api/chat: prompt_eval_count / eval_count"
     );
@@ -77,7 +79,8 @@ fn body_usage_reads_a_whole_answer() {
         body_usage(generate.as_bytes()),
         Some(Usage {
             prompt_tokens: Some(26),
-            completion_tokens: Some(290)
+            completion_tokens: Some(290),
+            cached_tokens: None,
         }),
         "/api/generate: prompt_eval_count / eval_count"
     );

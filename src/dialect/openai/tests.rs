@@ -34,6 +34,7 @@ fn usage(prompt: Option<u64>, completion: Option<u64>) -> Option<Usage> {
     Some(Usage {
         prompt_tokens: prompt,
         completion_tokens: completion,
+        cached_tokens: None,
     })
 }
 
@@ -413,16 +414,18 @@ fn body_usage_reads_whole_chat_and_completions_answers() {
         body_usage(CHAT_BODY.as_bytes()),
         Some(Usage {
             prompt_tokens: Some(1117),
-            completion_tokens: Some(46)
+            completion_tokens: Some(46),
+            cached_tokens: Some(0),
         }),
-        "chat.completion: top-level usage"
+        "chat.completion: top-level usage, prompt_tokens_details.cached_tokens"
     );
     let completion = r#"{"id":"cmpl-uqkvlQyYK7bGYrRHQ0eXlWi7","object":"text_completion","created":1589478378,"model":"gpt-3.5-turbo-instruct","usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12},"choices":[{"text":"\n\nThis is indeed a test","index":0,"logprobs":null,"finish_reason":"length"}]}"#;
     assert_eq!(
         body_usage(completion.as_bytes()),
         Some(Usage {
             prompt_tokens: Some(5),
-            completion_tokens: Some(7)
+            completion_tokens: Some(7),
+            cached_tokens: None,
         }),
         "text_completion, usage before the choices"
     );
@@ -472,4 +475,57 @@ fn bytes_that_are_not_utf8_in_a_skipped_string_do_not_hide_the_token() {
             String::from_utf8_lossy(data)
         );
     }
+}
+
+#[test]
+fn cached_prompt_tokens_from_usage_details_or_llama_cpp_timings() {
+    let vllm = r#"{"choices":[],"usage":{"prompt_tokens":40,"total_tokens":45,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":32}}}"#;
+    assert_eq!(
+        summary(vllm).usage.and_then(|u| u.cached_tokens),
+        Some(32),
+        "prompt_tokens_details.cached_tokens"
+    );
+    let null_details = r#"{"choices":[],"usage":{"prompt_tokens":40,"completion_tokens":5,"prompt_tokens_details":null}}"#;
+    assert_eq!(
+        summary(null_details).usage.and_then(|u| u.cached_tokens),
+        None,
+        "details null: no cache figure, which is not zero"
+    );
+    // llama-server's usage chunk (include_usage): usage and timings agree; usage wins.
+    let llama_usage = r#"{"choices":[],"usage":{"completion_tokens":3,"prompt_tokens":54,"total_tokens":57,"prompt_tokens_details":{"cached_tokens":53}},"timings":{"cache_n":53,"prompt_n":1,"predicted_n":3}}"#;
+    let summary_usage = summary(llama_usage);
+    assert!(summary_usage.usage_only, "still the usage-only chunk");
+    assert_eq!(
+        summary_usage.usage,
+        Some(Usage {
+            prompt_tokens: Some(54),
+            completion_tokens: Some(3),
+            cached_tokens: Some(53),
+        }),
+        "the usage member"
+    );
+    // Its finish chunk without include_usage: timings alone, read as the stream's usage.
+    let llama_finish = r#"{"choices":[{"finish_reason":"length","index":0,"delta":{}}],"object":"chat.completion.chunk","timings":{"cache_n":53,"prompt_n":1,"prompt_ms":6.3,"predicted_n":3,"predicted_ms":12.6}}"#;
+    let finish = summary(llama_finish);
+    assert_eq!(
+        finish.usage,
+        Some(Usage {
+            prompt_tokens: Some(54),
+            completion_tokens: Some(3),
+            cached_tokens: Some(53),
+        }),
+        "prompt = prompt_n + cache_n, cached = cache_n, output = predicted_n"
+    );
+    assert!(
+        !finish.usage_only && finish.finish,
+        "a finish chunk, not a usage chunk"
+    );
+    let without_cache_figure = r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":1},"timings":{"cache_n":4,"prompt_n":3}}"#;
+    assert_eq!(
+        summary(without_cache_figure)
+            .usage
+            .and_then(|u| u.cached_tokens),
+        Some(4),
+        "a usage without details takes cache_n from timings"
+    );
 }

@@ -50,7 +50,8 @@ fn usage_from_the_terminal_events() {
         EventSummary {
             usage: Some(Usage {
                 prompt_tokens: Some(36),
-                completion_tokens: Some(87)
+                completion_tokens: Some(87),
+                cached_tokens: Some(0),
             }),
             done: true,
             ..EventSummary::default()
@@ -116,9 +117,10 @@ fn body_usage_reads_a_whole_response_object() {
         body_usage(body.as_bytes()),
         Some(Usage {
             prompt_tokens: Some(328),
-            completion_tokens: Some(52)
+            completion_tokens: Some(52),
+            cached_tokens: Some(0),
         }),
-        "usage.input_tokens / usage.output_tokens"
+        "usage.input_tokens / usage.output_tokens / input_tokens_details.cached_tokens"
     );
     for body in [
         r#"{"id":"resp_1","object":"response","status":"completed","output":[]}"#,

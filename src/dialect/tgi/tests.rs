@@ -29,7 +29,8 @@ fn the_special_last_token_ends_with_details() {
         EventSummary {
             usage: Some(Usage {
                 prompt_tokens: Some(7),
-                completion_tokens: Some(5)
+                completion_tokens: Some(5),
+                cached_tokens: None,
             }),
             done: true,
             ..EventSummary::default()

@@ -41,6 +41,7 @@ fn usage_overrides_event_count_for_tpot() {
     record.on_usage(Usage {
         prompt_tokens: Some(20),
         completion_tokens: Some(5),
+        cached_tokens: None,
     });
     let finished = record.finish(t0 + ms(190));
     assert_eq!(finished.output_tokens, 5, "usage wins");

@@ -8,6 +8,7 @@ const CHAT: &[u8] = br#"{"id":"chatcmpl-1","object":"chat.completion","created":
 const ELEVEN_SEVEN: Usage = Usage {
     prompt_tokens: Some(11),
     completion_tokens: Some(7),
+    cached_tokens: None,
 };
 
 fn headers(pairs: &[(http::HeaderName, &'static str)]) -> HeaderMap {
