@@ -68,8 +68,10 @@ struct Sidecar {
 fn start_sidecar(index: usize, dir: &std::path::Path) -> Sidecar {
     let sim_addr = free_addr();
     let mut sim = Command::new(TOKENMETER);
+    // Reporting cached prompt tokens, as vLLM does with this flag: the prompt-cache panels.
     sim.args(["sim", "--profile", "llama-3.1-8b-h100", "--time-scale"])
         .arg(SIM_TIME_SCALE.to_string())
+        .arg("--enable-prompt-tokens-details")
         .arg("--listen")
         .arg(sim_addr.to_string());
     let sim = Proc::spawn(&format!("sim-{index}"), sim, dir);

@@ -28,7 +28,12 @@ fn scaled_step(model: &SimConfig, tokens: u64, context: u64) -> Duration {
 #[tokio::test]
 async fn batch_one_ttft_and_itl_follow_the_roofline() {
     let _serial = SERIAL.lock().await;
-    let model = config("llama-3.1-8b-h100", |c| c.time_scale = 4.0);
+    // The same prompt three times: without prefix caching each prefill is the whole prompt
+    // (the cached case is `a_cached_prefix_skips_its_prefill` below).
+    let model = config("llama-3.1-8b-h100", |c| {
+        c.time_scale = 4.0;
+        c.enable_prefix_caching = false;
+    });
     let sim = start(model.clone()).await;
     let (prompt, n) = (1000u64, 16u64);
     let (mut ttfts, mut itls) = (Vec::new(), Vec::new());
@@ -219,4 +224,71 @@ async fn long_prefill_stalls_running_streams_and_chunking_trades_ttft_for_itl() 
         got.max_gap,
         whole_got.max_gap
     );
+}
+
+#[tokio::test]
+async fn a_cached_prefix_skips_its_prefill() {
+    let _serial = SERIAL.lock().await;
+    let model = config("llama-3.1-8b-h100", |c| {
+        c.time_scale = 4.0;
+        c.enable_prompt_tokens_details = true;
+    });
+    let sim = start(model.clone()).await;
+    let (prompt, n) = (4010u64, 2u64);
+    let body = completion(prompt as usize, n).replace(
+        r#""stream":true"#,
+        r#""stream":true,"stream_options":{"include_usage":true}"#,
+    );
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let mut conn = Conn::open(sim.local_addr()).await;
+        let (response, sent) = conn.send("POST", "/v1/completions", &body).await;
+        let events = read_events(response.into_body(), |_| {}).await;
+        let ttft = ms(content_events(&events)[0].at - sent);
+        let usage: serde_json::Value = events
+            .iter()
+            .rev()
+            .filter_map(|e| serde_json::from_str(e.text.strip_prefix("data: ")?.trim_end()).ok())
+            .find_map(|json: serde_json::Value| json.get("usage").cloned())
+            .expect("a usage chunk");
+        runs.push((
+            ttft,
+            usage["prompt_tokens_details"]["cached_tokens"].as_u64(),
+        ));
+    }
+    // 4010 tokens: 250 whole blocks of 16 are cached, the 10 tokens of the partial last block are
+    // computed (with the first request's output, which is cached too, it is still not whole).
+    let cold = ms(scaled_step(&model, prompt, prompt));
+    let warm = ms(scaled_step(&model, prompt - 4000, prompt));
+    eprintln!("cached prefix: TTFT {runs:?}, model cold {cold:.1} ms, warm {warm:.1} ms");
+    assert_eq!(runs[0].1, Some(0), "the first request found nothing cached");
+    assert_eq!(runs[1].1, Some(4000), "250 whole blocks cached");
+    assert!(
+        runs[0].0 >= cold - 1.0 && runs[0].0 <= cold + 10.0,
+        "cold TTFT {:.1} ms, model {cold:.1} ms",
+        runs[0].0
+    );
+    assert!(
+        runs[1].0 >= warm - 1.0 && runs[1].0 <= warm + 10.0,
+        "warm TTFT {:.1} ms, model {warm:.1} ms (10 tokens computed over a 4010-token context)",
+        runs[1].0
+    );
+    let metrics = sim_support::call(sim.local_addr(), "GET", "/metrics", "")
+        .await
+        .1;
+    let counter = |name: &str| {
+        metrics
+            .lines()
+            .find(|line| line.starts_with(name))
+            .and_then(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    assert_eq!(
+        (
+            counter("vllm:prefix_cache_queries_total"),
+            counter("vllm:prefix_cache_hits_total")
+        ),
+        (Some(8020.0), Some(4000.0)),
+        "vLLM's counters, in tokens"
+    );
+    sim.shutdown().await;
 }

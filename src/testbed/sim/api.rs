@@ -43,6 +43,9 @@ pub struct SimRequest {
     /// `model` from the request, echoed in responses.
     pub model: Option<String>,
     pub prompt_tokens: u64,
+    /// The prompt's token ids (see [`super::tokenizer`]), `prompt_tokens` of them: what the
+    /// prefix cache matches.
+    pub prompt_ids: Vec<u64>,
     pub max_tokens: u64,
     pub stream: bool,
     pub usage: UsageOptions,

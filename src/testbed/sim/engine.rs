@@ -21,7 +21,8 @@ use super::SimConfig;
 /// A request handed to the engine.
 #[derive(Debug)]
 pub struct Submission {
-    pub prompt_tokens: u64,
+    /// The prompt's token ids (what the prefix cache matches).
+    pub prompt: Arc<[u64]>,
     pub max_tokens: u64,
     /// When the server had the whole request (TTFT, queue time and E2E start here).
     pub arrival: Instant,
@@ -93,6 +94,7 @@ async fn run(
         max_num_seqs: config.max_num_seqs,
         kv_capacity_tokens: config.kv_capacity_tokens,
         tokens_per_step: config.tokens_per_chunk,
+        prefix_caching: config.enable_prefix_caching,
     };
     let mut engine = Engine {
         config,
@@ -137,14 +139,15 @@ async fn run(
 impl Engine {
     fn accept(&mut self, submission: Submission) {
         let Submission {
-            prompt_tokens,
+            prompt,
             max_tokens,
             arrival,
             events,
         } = submission;
         let id = self.next_id;
         self.next_id += 1;
-        self.scheduler.add(id, prompt_tokens, max_tokens);
+        let prompt_tokens = prompt.len() as u64;
+        self.scheduler.add_prompt(id, prompt, max_tokens);
         self.live.insert(
             id,
             Live {
@@ -240,4 +243,5 @@ fn publish_gauges(m: &mut MetricsState, scheduler: &Scheduler) {
     m.running = scheduler.num_running() as u64;
     m.waiting = scheduler.num_waiting() as u64;
     m.kv_usage = scheduler.kv_usage();
+    (m.prefix_cache_queries, m.prefix_cache_hits) = scheduler.prefix_cache_counts();
 }

@@ -3,7 +3,7 @@
 //! Request: `messages` (each `content` a string or a list of blocks with `text`), optional
 //! `system` (a string or blocks; counted as one more message), `model`, `max_tokens`
 //! (required, as Anthropic requires it), `stream`. The prompt is counted with the chat template
-//! rule ([`count_chat_tokens`]).
+//! rule ([`super::tokenizer::count_chat_tokens`]).
 //!
 //! Stream, in Anthropic's event order (`event: <type>` + `data: {"type": "<type>", ...}`):
 //! `message_start` (with `usage.input_tokens`), `content_block_start` and `ping` as soon as the
@@ -20,7 +20,7 @@ use super::api::{
     from_json, json_string, tokens_text, BadRequest, Content, Endpoint, SimRequest, UsageOptions,
 };
 use super::scheduler::Progress;
-use super::tokenizer::count_chat_tokens;
+use super::tokenizer::chat_token_ids;
 
 #[derive(Deserialize)]
 struct Body {
@@ -38,7 +38,6 @@ struct Body {
 
 #[derive(Deserialize)]
 struct Message {
-    #[allow(dead_code)]
     role: String,
     #[serde(default)]
     content: Option<Content>,
@@ -70,20 +69,25 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, BadRequest> {
             "max_tokens: must be at least 1, got 0".to_owned(),
         ));
     }
-    let texts: Vec<String> = system
+    let texts: Vec<(String, String)> = system
         .as_ref()
-        .map(Content::text)
+        .map(|system| ("system".to_owned(), system.text()))
         .into_iter()
-        .chain(
-            messages
-                .into_iter()
-                .map(|m| m.content.as_ref().map(Content::text).unwrap_or_default()),
-        )
+        .chain(messages.into_iter().map(|m| {
+            let text = m.content.as_ref().map(Content::text).unwrap_or_default();
+            (m.role, text)
+        }))
         .collect();
+    let prompt_ids = chat_token_ids(
+        texts
+            .iter()
+            .map(|(role, text)| (role.as_str(), text.as_str())),
+    );
     Ok(SimRequest {
         endpoint: Endpoint::Messages,
         model,
-        prompt_tokens: count_chat_tokens(texts.iter().map(String::as_str)),
+        prompt_tokens: prompt_ids.len() as u64,
+        prompt_ids,
         max_tokens,
         stream: stream.unwrap_or(false),
         usage: UsageOptions::default(),

@@ -63,6 +63,9 @@ pub struct MetricsState {
     pub kv_usage: f64,
     pub prompt_tokens: u64,
     pub generation_tokens: u64,
+    /// Prompt tokens looked up in the prefix cache, and those it served (vLLM's counters).
+    pub prefix_cache_queries: u64,
+    pub prefix_cache_hits: u64,
     pub success: u64,
     pub ttft: Histogram,
     pub itl: Histogram,
@@ -93,6 +96,8 @@ impl SimMetrics {
                 kv_usage: 0.0,
                 prompt_tokens: 0,
                 generation_tokens: 0,
+                prefix_cache_queries: 0,
+                prefix_cache_hits: 0,
                 success: 0,
                 ttft: Histogram::new(&TTFT_BUCKETS),
                 itl: Histogram::new(&ITL_BUCKETS),
@@ -151,6 +156,18 @@ impl SimMetrics {
                 "vllm:generation_tokens_total",
                 "Number of generation tokens processed.",
                 s.generation_tokens,
+                "",
+            ),
+            (
+                "vllm:prefix_cache_queries_total",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                s.prefix_cache_queries,
+                "",
+            ),
+            (
+                "vllm:prefix_cache_hits_total",
+                "Prefix cache hits, in terms of number of cached tokens.",
+                s.prefix_cache_hits,
                 "",
             ),
             (

@@ -51,6 +51,7 @@ mod error;
 pub mod messages;
 pub mod metrics;
 pub mod overrides;
+pub mod prefix_cache;
 pub mod profile;
 pub mod request;
 pub mod responses;

@@ -62,6 +62,17 @@ pub struct SimOverrides {
     /// Tokens per chunk per step (speculative decoding).
     #[arg(long)]
     pub tokens_per_chunk: Option<u64>,
+    /// Automatic prefix caching: cached prompt blocks skip prefill (on by default, as in vLLM
+    /// V1; `--enable-prefix-caching false` or `--no-enable-prefix-caching` turns it off).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub enable_prefix_caching: Option<bool>,
+    /// vLLM's spelling for turning prefix caching off.
+    #[arg(long)]
+    #[serde(skip)]
+    pub no_enable_prefix_caching: bool,
+    /// Report usage.prompt_tokens_details.cached_tokens, as vLLM does with this flag.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub enable_prompt_tokens_details: Option<bool>,
 }
 
 fn human_duration<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Duration>, D::Error> {
@@ -111,6 +122,9 @@ impl SimOverrides {
             kv_capacity_tokens,
             time_scale,
             tokens_per_chunk,
+            enable_prefix_caching,
+            no_enable_prefix_caching,
+            enable_prompt_tokens_details,
         } = self.clone();
         fn set<T>(slot: &mut T, value: Option<T>) {
             if let Some(value) = value {
@@ -131,6 +145,14 @@ impl SimOverrides {
         set(&mut config.kv_capacity_tokens, kv_capacity_tokens);
         set(&mut config.time_scale, time_scale);
         set(&mut config.tokens_per_chunk, tokens_per_chunk);
+        set(&mut config.enable_prefix_caching, enable_prefix_caching);
+        if no_enable_prefix_caching {
+            config.enable_prefix_caching = false;
+        }
+        set(
+            &mut config.enable_prompt_tokens_details,
+            enable_prompt_tokens_details,
+        );
     }
 }
 

@@ -55,6 +55,11 @@ pub struct SimConfig {
     pub time_scale: f64,
     /// Tokens generated per decode step per request, all in one chunk (speculative decoding).
     pub tokens_per_chunk: u64,
+    /// Automatic prefix caching (vLLM V1: on by default): cached prompt blocks skip prefill.
+    pub enable_prefix_caching: bool,
+    /// Report `usage.prompt_tokens_details.cached_tokens` (vLLM's
+    /// `--enable-prompt-tokens-details`: off by default).
+    pub enable_prompt_tokens_details: bool,
 }
 
 impl SimConfig {
@@ -76,6 +81,8 @@ impl SimConfig {
             kv_capacity_tokens: 0,
             time_scale: 1.0,
             tokens_per_chunk: 1,
+            enable_prefix_caching: true,
+            enable_prompt_tokens_details: false,
         };
         match name {
             // One H100 SXM (3.35 TB/s, 989 TFLOP/s dense BF16), BF16 weights. KV: 32 layers x 8

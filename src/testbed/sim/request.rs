@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::api::{
     from_json, BadRequest, Content, Endpoint, SimRequest, UsageOptions, DEFAULT_MAX_TOKENS,
 };
-use super::tokenizer::{count_chat_tokens, count_prompt_tokens};
+use super::tokenizer::{chat_token_ids, token_ids};
 
 #[derive(Deserialize)]
 struct StreamOptions {
@@ -46,7 +46,6 @@ struct WireRequest {
 
 #[derive(Deserialize)]
 struct Message {
-    #[allow(dead_code)]
     role: String,
     #[serde(default)]
     content: Option<Content>,
@@ -71,7 +70,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<SimRequest, BadRequest> 
         Endpoint::Completions => false,
     };
     let body: WireRequest = from_json(body)?;
-    let prompt_tokens = match chat {
+    let prompt_ids = match chat {
         true => {
             let Some(messages) = &body.messages else {
                 return Err(BadRequest("messages: field required".to_owned()));
@@ -81,23 +80,31 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<SimRequest, BadRequest> 
                     "messages: must contain at least one message".to_owned(),
                 ));
             }
-            let texts: Vec<String> = messages
+            let texts: Vec<(&str, String)> = messages
                 .iter()
-                .map(|m| m.content.as_ref().map(Content::text).unwrap_or_default())
+                .map(|m| {
+                    let text = m.content.as_ref().map(Content::text).unwrap_or_default();
+                    (m.role.as_str(), text)
+                })
                 .collect();
-            count_chat_tokens(texts.iter().map(String::as_str))
+            chat_token_ids(texts.iter().map(|(role, text)| (*role, text.as_str())))
         }
         false => {
-            let tokens = match &body.prompt {
+            let mut ids = Vec::new();
+            match &body.prompt {
                 None => return Err(BadRequest("prompt: field required".to_owned())),
-                Some(Prompt::Text(text)) => count_prompt_tokens(text),
-                Some(Prompt::Texts(texts)) => texts.iter().map(|t| count_prompt_tokens(t)).sum(),
-                Some(Prompt::Ids(ids)) => ids.len() as u64,
-            };
-            if tokens == 0 {
+                Some(Prompt::Text(text)) => token_ids(text, &mut ids),
+                Some(Prompt::Texts(texts)) => {
+                    for text in texts {
+                        token_ids(text, &mut ids);
+                    }
+                }
+                Some(Prompt::Ids(given)) => ids.extend(given),
+            }
+            if ids.is_empty() {
                 return Err(BadRequest("prompt: the prompt cannot be empty".to_owned()));
             }
-            tokens
+            ids
         }
     };
     let WireRequest {
@@ -138,7 +145,8 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<SimRequest, BadRequest> 
     Ok(SimRequest {
         endpoint,
         model,
-        prompt_tokens,
+        prompt_tokens: prompt_ids.len() as u64,
+        prompt_ids,
         max_tokens,
         stream,
         usage,

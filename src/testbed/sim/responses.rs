@@ -3,7 +3,7 @@
 //! Request: `input` (a string, or a list of messages whose `content` is a string or a list of
 //! parts with `text`), optional `instructions` (counted as a system message), `model`,
 //! `max_output_tokens` (default [`DEFAULT_MAX_TOKENS`]), `stream`. The prompt is counted with
-//! the chat template rule ([`count_chat_tokens`]).
+//! the chat template rule ([`super::tokenizer::count_chat_tokens`]).
 //!
 //! Stream, in OpenAI's event order (`event: <type>` + `data: {"type": "<type>", ...}`, a
 //! `sequence_number` on each): `response.created` and `response.in_progress` as soon as the
@@ -24,7 +24,7 @@ use super::api::{
     DEFAULT_MAX_TOKENS,
 };
 use super::scheduler::Progress;
-use super::tokenizer::count_chat_tokens;
+use super::tokenizer::chat_token_ids;
 
 #[derive(Deserialize)]
 struct Body {
@@ -50,6 +50,8 @@ enum Input {
 #[derive(Deserialize)]
 struct Item {
     #[serde(default)]
+    role: Option<String>,
+    #[serde(default)]
     content: Option<Content>,
 }
 
@@ -63,19 +65,21 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, BadRequest> {
         max_output_tokens,
         stream,
     } = body;
-    let mut texts: Vec<String> = instructions.into_iter().collect();
+    let mut texts: Vec<(String, String)> = instructions
+        .into_iter()
+        .map(|text| ("system".to_owned(), text))
+        .collect();
     match input {
         None => return Err(BadRequest("input: field required".to_owned())),
-        Some(Input::Text(text)) => texts.push(text),
+        Some(Input::Text(text)) => texts.push(("user".to_owned(), text)),
         Some(Input::Items(items)) => {
             if items.is_empty() {
                 return Err(BadRequest("input: must not be empty".to_owned()));
             }
-            texts.extend(
-                items
-                    .into_iter()
-                    .map(|item| item.content.as_ref().map(Content::text).unwrap_or_default()),
-            );
+            texts.extend(items.into_iter().map(|item| {
+                let text = item.content.as_ref().map(Content::text).unwrap_or_default();
+                (item.role.unwrap_or_else(|| "user".to_owned()), text)
+            }));
         }
     }
     let max_tokens = max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
@@ -84,10 +88,16 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, BadRequest> {
             "max_output_tokens must be at least 1, got 0.".to_owned(),
         ));
     }
+    let prompt_ids = chat_token_ids(
+        texts
+            .iter()
+            .map(|(role, text)| (role.as_str(), text.as_str())),
+    );
     Ok(SimRequest {
         endpoint: Endpoint::Responses,
         model,
-        prompt_tokens: count_chat_tokens(texts.iter().map(String::as_str)),
+        prompt_tokens: prompt_ids.len() as u64,
+        prompt_ids,
         max_tokens,
         stream: stream.unwrap_or(false),
         usage: UsageOptions::default(),

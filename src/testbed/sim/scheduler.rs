@@ -11,7 +11,17 @@
 //!
 //! The engine calls [`Scheduler::plan`] at the start of a step, waits the step's modelled
 //! time, then calls [`Scheduler::complete`] with the same plan.
+//!
+//! With prefix caching (on by default, as in vLLM V1), a request admitted with its prompt's token
+//! ids first looks its prompt up in the [`PrefixCache`]: the cached tokens count as prefilled
+//! already, so only the rest is computed (and scheduled against the step budget); a finished
+//! request's prompt and output go into the cache, which lives in the KV capacity that admitted
+//! requests do not reserve.
 use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::prefix_cache::PrefixCache;
+use super::tokenizer::output_token_id;
 
 /// Identifies a request inside one engine.
 pub type RequestId = u64;
@@ -27,6 +37,8 @@ pub struct Limits {
     pub kv_capacity_tokens: u64,
     /// Decode tokens per request per step.
     pub tokens_per_step: u64,
+    /// Reuse cached prompt prefixes (vLLM's `--enable-prefix-caching`, on by default in V1).
+    pub prefix_caching: bool,
 }
 
 /// One request's share of a step.
@@ -76,14 +88,20 @@ pub struct Progress {
     pub first: bool,
     /// The request has generated its `max_tokens` and has left the scheduler.
     pub finished: bool,
+    /// Prompt tokens the prefix cache served (reported with the first output; 0 otherwise).
+    pub cached_tokens: u64,
 }
 
 #[derive(Clone, Debug)]
 struct Seq {
     id: RequestId,
     prompt_tokens: u64,
+    /// The prompt's token ids, when known: what the prefix cache matches and keeps.
+    prompt: Option<Arc<[u64]>>,
     max_tokens: u64,
     prefilled: u64,
+    /// Of `prefilled`, the tokens the prefix cache served.
+    cached: u64,
     generated: u64,
 }
 
@@ -105,6 +123,11 @@ pub struct Scheduler {
     /// Admitted requests in arrival order, prefilling or decoding.
     admitted: Vec<Seq>,
     kv_reserved: u64,
+    cache: PrefixCache,
+    /// Prompt tokens looked up in the prefix cache, and those found (vLLM's
+    /// `prefix_cache_queries` / `prefix_cache_hits`).
+    prefix_queries: u64,
+    prefix_hits: u64,
 }
 
 impl Scheduler {
@@ -114,17 +137,38 @@ impl Scheduler {
             waiting: VecDeque::new(),
             admitted: Vec::new(),
             kv_reserved: 0,
+            cache: PrefixCache::default(),
+            prefix_queries: 0,
+            prefix_hits: 0,
         }
     }
 
-    /// Queues a request. A prompt of 0 tokens counts as 1 (there is always a BOS token), and
-    /// `max_tokens` of 0 as 1 (the prefill step always samples one).
+    /// Queues a request of `prompt_tokens` whose tokens are unknown (never cached). A prompt of 0
+    /// tokens counts as 1 (there is always a BOS token), and `max_tokens` of 0 as 1 (the prefill
+    /// step always samples one).
     pub fn add(&mut self, id: RequestId, prompt_tokens: u64, max_tokens: u64) {
+        self.queue(id, prompt_tokens, None, max_tokens);
+    }
+
+    /// Queues a request with its prompt's token ids: the prefix cache may serve part of it.
+    pub fn add_prompt(&mut self, id: RequestId, prompt: Arc<[u64]>, max_tokens: u64) {
+        self.queue(id, prompt.len() as u64, Some(prompt), max_tokens);
+    }
+
+    fn queue(
+        &mut self,
+        id: RequestId,
+        prompt_tokens: u64,
+        prompt: Option<Arc<[u64]>>,
+        max_tokens: u64,
+    ) {
         self.waiting.push_back(Seq {
             id,
             prompt_tokens: prompt_tokens.max(1),
+            prompt,
             max_tokens: max_tokens.max(1),
             prefilled: 0,
+            cached: 0,
             generated: 0,
         });
     }
@@ -150,6 +194,7 @@ impl Scheduler {
             max_num_seqs,
             kv_capacity_tokens,
             tokens_per_step,
+            prefix_caching,
         } = self.limits;
         let mut budget = max_num_batched_tokens;
         let mut plan = StepPlan::default();
@@ -180,17 +225,26 @@ impl Scheduler {
             if !fits {
                 break;
             }
-            let Some(seq) = self.waiting.pop_front() else {
+            let Some(mut seq) = self.waiting.pop_front() else {
                 break;
             };
-            let tokens = seq.prompt_tokens.min(budget);
+            if let Some(prompt) = seq.prompt.as_ref().filter(|_| prefix_caching) {
+                seq.cached = self.cache.lookup(prompt);
+                seq.prefilled = seq.cached;
+                self.prefix_queries += seq.prompt_tokens;
+                self.prefix_hits += seq.cached;
+            }
+            let tokens = (seq.prompt_tokens - seq.prefilled).min(budget);
             budget -= tokens;
             self.kv_reserved += seq.kv_need();
-            plan.context_tokens += tokens;
+            plan.context_tokens += seq.prefilled + tokens;
             plan.prefills.push(Scheduled { id: seq.id, tokens });
             plan.admitted.push(seq.id);
             self.admitted.push(seq);
         }
+        // Cached blocks live in what admitted requests do not reserve.
+        self.cache
+            .fit(kv_capacity_tokens.saturating_sub(self.kv_reserved));
         plan
     }
 
@@ -208,6 +262,7 @@ impl Scheduler {
                 new_tokens: done.tokens,
                 first: false,
                 finished,
+                cached_tokens: 0,
             });
         }
         for done in &plan.prefills {
@@ -223,6 +278,7 @@ impl Scheduler {
                     new_tokens: 1,
                     first: true,
                     finished,
+                    cached_tokens: seq.cached,
                 });
             }
         }
@@ -230,9 +286,25 @@ impl Scheduler {
             if let Some(pos) = self.admitted.iter().position(|s| s.id == p.id) {
                 let seq = self.admitted.remove(pos);
                 self.kv_reserved -= seq.kv_need();
+                if let Some(prompt) = seq.prompt.as_ref().filter(|_| self.limits.prefix_caching) {
+                    // The whole sequence's KV, prompt and output, stays behind as cached blocks.
+                    let mut tokens = prompt.to_vec();
+                    tokens.extend((0..seq.generated).map(output_token_id));
+                    self.cache.insert(&tokens);
+                }
             }
         }
+        self.cache.fit(
+            self.limits
+                .kv_capacity_tokens
+                .saturating_sub(self.kv_reserved),
+        );
         progress
+    }
+
+    /// Prompt tokens looked up in the prefix cache so far, and those it served.
+    pub fn prefix_cache_counts(&self) -> (u64, u64) {
+        (self.prefix_queries, self.prefix_hits)
     }
 
     /// Admitted requests (vLLM's "running": prefilling or decoding).

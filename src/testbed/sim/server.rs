@@ -192,11 +192,13 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
     let SimRequest {
         model,
         prompt_tokens,
+        prompt_ids,
         max_tokens,
         stream,
         usage,
         ..
     } = request;
+    let details = state.config.enable_prompt_tokens_details;
     let limit = state.config.kv_capacity_tokens;
     if prompt_tokens + max_tokens > limit {
         let message = format!(
@@ -210,7 +212,7 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
     let model = model.unwrap_or_else(|| state.config.model.clone());
     let (tx, mut rx) = mpsc::unbounded_channel();
     let submission = Submission {
-        prompt_tokens,
+        prompt: Arc::from(prompt_ids),
         max_tokens,
         arrival,
         events: tx,
@@ -223,7 +225,9 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
     if stream {
         let formatter: Formatter = match endpoint {
             Endpoint::Chat | Endpoint::Completions => {
-                StreamFormatter::new(endpoint, &id, created, &model, prompt_tokens, usage).into()
+                StreamFormatter::new(endpoint, &id, created, &model, prompt_tokens, usage)
+                    .with_prompt_tokens_details(details)
+                    .into()
             }
             Endpoint::Responses => {
                 ResponsesFormatter::new(&id, created, &model, prompt_tokens, max_tokens).into()
@@ -237,11 +241,12 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
         );
         return response;
     }
-    let mut generated = 0;
+    let (mut generated, mut cached) = (0, 0);
     loop {
         match rx.recv().await {
             Some(progress) => {
                 generated += progress.new_tokens;
+                cached += progress.cached_tokens;
                 if progress.finished {
                     break;
                 }
@@ -249,7 +254,16 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
             None => return engine_gone(),
         }
     }
-    let body = stream::full_response(endpoint, &id, created, &model, prompt_tokens, generated);
+    let cached = details.then_some(cached);
+    let body = stream::full_response(
+        endpoint,
+        &id,
+        created,
+        &model,
+        prompt_tokens,
+        generated,
+        cached,
+    );
     full(StatusCode::OK, "application/json", body.into())
 }
 

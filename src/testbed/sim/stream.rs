@@ -27,6 +27,9 @@ pub struct StreamFormatter {
     prefix: String,
     usage: UsageOptions,
     prompt_tokens: u64,
+    /// `Some` when usage reports `prompt_tokens_details.cached_tokens`: the prefix cache's hits,
+    /// known with the first output.
+    cached: Option<u64>,
     generated: u64,
 }
 
@@ -57,14 +60,27 @@ impl StreamFormatter {
             prefix,
             usage,
             prompt_tokens,
+            cached: None,
             generated: 0,
         }
+    }
+
+    /// Reports `usage.prompt_tokens_details.cached_tokens` (vLLM's
+    /// `--enable-prompt-tokens-details`).
+    pub fn with_prompt_tokens_details(mut self, enabled: bool) -> Self {
+        self.cached = enabled.then_some(0);
+        self
     }
 
     /// Appends the chunks for one step's progress to `out`, one `Bytes` per SSE event: the
     /// role chunk before the first content chunk (chat), the usage chunk and `[DONE]` after the
     /// last.
     pub fn push(&mut self, progress: &Progress, out: &mut VecDeque<Bytes>) {
+        if progress.first {
+            if let Some(cached) = &mut self.cached {
+                *cached = progress.cached_tokens;
+            }
+        }
         if progress.first && self.endpoint == Endpoint::Chat {
             let choice = r#"{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}"#;
             out.push_back(self.chunk(choice, self.usage.continuous));
@@ -107,23 +123,27 @@ impl StreamFormatter {
         event.push_str(choice);
         event.push(']');
         if with_usage {
-            event.push_str(&usage_json(self.prompt_tokens, self.generated));
+            event.push_str(&usage_json(self.prompt_tokens, self.generated, self.cached));
         }
         event.push_str("}\n\n");
         Bytes::from(event)
     }
 }
 
-/// `,"usage":{...}` in vLLM's key order.
-fn usage_json(prompt: u64, completion: u64) -> String {
+/// `,"usage":{...}` in vLLM's key order; with `prompt_tokens_details` when `cached` is known.
+fn usage_json(prompt: u64, completion: u64, cached: Option<u64>) -> String {
+    let details = cached.map_or(String::new(), |cached| {
+        format!(r#","prompt_tokens_details":{{"cached_tokens":{cached}}}"#)
+    });
     format!(
-        r#","usage":{{"prompt_tokens":{prompt},"total_tokens":{},"completion_tokens":{completion}}}"#,
+        r#","usage":{{"prompt_tokens":{prompt},"total_tokens":{},"completion_tokens":{completion}{details}}}"#,
         prompt + completion
     )
 }
 
 /// A whole (non-streaming) response body, as vLLM sends it (Responses and Messages in their own
 /// APIs' shapes; the sim always generates `max_tokens`, so that is `completion_tokens`).
+/// `cached`: the prefix cache's hits when `prompt_tokens_details` is reported.
 pub fn full_response(
     endpoint: Endpoint,
     id: &str,
@@ -131,10 +151,14 @@ pub fn full_response(
     model: &str,
     prompt_tokens: u64,
     completion_tokens: u64,
+    cached: Option<u64>,
 ) -> String {
     let text = json_string(&tokens_text(0, completion_tokens));
+    let details = cached.map_or("null".to_owned(), |cached| {
+        format!(r#"{{"cached_tokens":{cached}}}"#)
+    });
     let usage = format!(
-        r#""usage":{{"prompt_tokens":{prompt_tokens},"total_tokens":{},"completion_tokens":{completion_tokens},"prompt_tokens_details":null}}"#,
+        r#""usage":{{"prompt_tokens":{prompt_tokens},"total_tokens":{},"completion_tokens":{completion_tokens},"prompt_tokens_details":{details}}}"#,
         prompt_tokens + completion_tokens
     );
     let (raw_id, raw_model) = (id, model);

@@ -21,6 +21,7 @@ async fn one_frame_per_chunk() {
         new_tokens: 1,
         first: true,
         finished: false,
+        cached_tokens: 0,
     })
     .expect("send");
     tx.send(Progress {
@@ -28,6 +29,7 @@ async fn one_frame_per_chunk() {
         new_tokens: 1,
         first: false,
         finished: true,
+        cached_tokens: 0,
     })
     .expect("send");
     let mut frames = Vec::new();

@@ -21,6 +21,10 @@ fn chat_request_fields() {
             endpoint: Endpoint::Chat,
             model: Some("m".to_owned()),
             prompt_tokens: 2 + 3 + 2 * CHAT_TOKENS_PER_MESSAGE + CHAT_TOKENS_PER_REQUEST,
+            prompt_ids: crate::testbed::sim::tokenizer::chat_token_ids([
+                ("system", "be brief"),
+                ("user", "a b c")
+            ]),
             max_tokens: 7,
             stream: true,
             usage: UsageOptions {

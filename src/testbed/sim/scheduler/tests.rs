@@ -2,6 +2,7 @@ use super::*;
 
 fn limits(budget: u64, seqs: u64, kv: u64) -> Limits {
     Limits {
+        prefix_caching: true,
         max_num_batched_tokens: budget,
         max_num_seqs: seqs,
         kv_capacity_tokens: kv,
@@ -77,7 +78,8 @@ fn chunked_prefill_continues_next_step_and_gives_no_output_until_done() {
             id: 1,
             new_tokens: 1,
             first: true,
-            finished: false
+            finished: false,
+            cached_tokens: 0,
         }],
         "first token"
     );
@@ -208,7 +210,8 @@ fn single_token_request_finishes_at_prefill() {
             id: 1,
             new_tokens: 1,
             first: true,
-            finished: true
+            finished: true,
+            cached_tokens: 0,
         }],
         "one token"
     );
@@ -261,4 +264,84 @@ fn decode_tokens_respect_the_budget() {
         (2, 1),
         "the third never got budget to start"
     );
+}
+
+/// Runs steps until every admitted request has finished; returns the prefill tokens each step
+/// scheduled for `id` and its first progress.
+fn run_to_end(sched: &mut Scheduler, id: RequestId) -> (Vec<u64>, Option<Progress>) {
+    let (mut prefills, mut first) = (Vec::new(), None);
+    for _ in 0..100 {
+        let plan = sched.plan();
+        if plan.is_empty() {
+            break;
+        }
+        prefills.extend(
+            plan.prefills
+                .iter()
+                .filter(|s| s.id == id)
+                .map(|s| s.tokens),
+        );
+        for p in sched.complete(&plan) {
+            if p.id == id && p.first {
+                first = Some(p);
+            }
+        }
+    }
+    (prefills, first)
+}
+
+#[test]
+fn a_cached_prefix_is_not_computed_again() {
+    let mut sched = Scheduler::new(limits(10_000, 8, 100_000));
+    let prompt: Arc<[u64]> = (0..100).collect::<Vec<u64>>().into();
+    sched.add_prompt(1, Arc::clone(&prompt), 2);
+    let (prefills, first) = run_to_end(&mut sched, 1);
+    assert_eq!(prefills, vec![100], "a cold prompt is computed whole");
+    assert_eq!(first.map(|p| p.cached_tokens), Some(0), "nothing cached");
+
+    sched.add_prompt(2, Arc::clone(&prompt), 2);
+    let (prefills, first) = run_to_end(&mut sched, 2);
+    assert_eq!(
+        prefills,
+        vec![4],
+        "6 full blocks (96 tokens) come from the cache, 4 are computed"
+    );
+    assert_eq!(
+        first.map(|p| p.cached_tokens),
+        Some(96),
+        "reported with the first output"
+    );
+    // The first request's output (2 tokens) is cached too: a next turn that sends the prompt,
+    // that output and more reuses all of it that fills whole blocks.
+    let mut next: Vec<u64> = prompt.to_vec();
+    next.extend((0..2).map(crate::testbed::sim::tokenizer::output_token_id));
+    next.extend(500..540);
+    sched.add_prompt(3, next.into(), 2);
+    let (prefills, first) = run_to_end(&mut sched, 3);
+    assert_eq!(
+        first.map(|p| p.cached_tokens),
+        Some(96),
+        "102 cached tokens fill 6 blocks"
+    );
+    assert_eq!(prefills, vec![142 - 96], "the rest computed");
+    assert_eq!(
+        sched.prefix_cache_counts(),
+        (100 + 100 + 142, 96 + 96),
+        "queries and hits, in tokens, as vLLM counts them"
+    );
+}
+
+#[test]
+fn prefix_caching_off_computes_everything() {
+    let mut sched = Scheduler::new(Limits {
+        prefix_caching: false,
+        ..limits(10_000, 8, 100_000)
+    });
+    let prompt: Arc<[u64]> = (0..100).collect::<Vec<u64>>().into();
+    for id in 1..=2 {
+        sched.add_prompt(id, Arc::clone(&prompt), 2);
+        let (prefills, _) = run_to_end(&mut sched, id);
+        assert_eq!(prefills, vec![100], "request {id}: the whole prompt");
+    }
+    assert_eq!(sched.prefix_cache_counts(), (0, 0), "no lookups");
 }

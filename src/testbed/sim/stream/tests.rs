@@ -21,6 +21,7 @@ fn render(formatter: &mut StreamFormatter, n: u64, per_step: u64) -> Vec<String>
             new_tokens: 1,
             first: true,
             finished: n == 1,
+            cached_tokens: 0,
         },
         &mut out,
     );
@@ -34,6 +35,7 @@ fn render(formatter: &mut StreamFormatter, n: u64, per_step: u64) -> Vec<String>
                 new_tokens,
                 first: false,
                 finished: generated == n,
+                cached_tokens: 0,
             },
             &mut out,
         );
@@ -178,13 +180,13 @@ fn several_tokens_per_chunk() {
 
 #[test]
 fn full_responses_are_vllm_shaped() {
-    let chat = full_response(Endpoint::Chat, "chatcmpl-1", 5, "m", 10, 3);
+    let chat = full_response(Endpoint::Chat, "chatcmpl-1", 5, "m", 10, 3, None);
     assert_eq!(
         chat,
         r#"{"id":"chatcmpl-1","object":"chat.completion","created":5,"model":"m","choices":[{"index":0,"message":{"role":"assistant","reasoning_content":null,"content":" tok0 tok1 tok2","tool_calls":[]},"logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":{"prompt_tokens":10,"total_tokens":13,"completion_tokens":3,"prompt_tokens_details":null},"prompt_logprobs":null}"#,
         "chat.completion body"
     );
-    let text = full_response(Endpoint::Completions, "cmpl-1", 5, "m\"q", 2, 1);
+    let text = full_response(Endpoint::Completions, "cmpl-1", 5, "m\"q", 2, 1, None);
     let value: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
     assert_eq!(value["model"], "m\"q", "model is escaped and echoed");
     assert_eq!(value["choices"][0]["text"], " tok0", "one token");

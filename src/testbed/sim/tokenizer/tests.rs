@@ -46,3 +46,29 @@ fn chat_overhead() {
         "no messages"
     );
 }
+
+#[test]
+fn token_ids_are_as_many_as_the_count_and_repeat_with_the_text() {
+    for text in ["Hello, world!", "w w w", "x€y  abc123", "", "tok0 tok1"] {
+        let mut ids = Vec::new();
+        token_ids(text, &mut ids);
+        assert_eq!(ids.len() as u64, count_prompt_tokens(text), "{text:?}");
+    }
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    token_ids("the same words", &mut a);
+    token_ids("the  same\twords", &mut b);
+    assert_eq!(a, b, "whitespace does not make tokens");
+    let chat = chat_token_ids([("system", "be brief"), ("user", "hi, you")]);
+    assert_eq!(
+        chat.len() as u64,
+        count_chat_tokens(["be brief", "hi, you"]),
+        "the template counts as count_chat_tokens says"
+    );
+    let mut reply = Vec::new();
+    token_ids(&super::super::api::tokens_text(0, 3), &mut reply);
+    assert_eq!(
+        reply,
+        (0..3).map(output_token_id).collect::<Vec<_>>(),
+        "a reply's text tokenizes to the ids the engine gave its tokens"
+    );
+}
