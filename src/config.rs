@@ -165,6 +165,13 @@ pub struct RoutingConfig {
     /// How often a pool's `dns` name is resolved again.
     #[serde(deserialize_with = "duration")]
     pub dns_refresh: Duration,
+    /// Prefix affinity's block: a prompt's text is cut into blocks of this many bytes, each named
+    /// by the hash of its content and every block before it. Every tokenmeter replica in front of
+    /// the same backends must use the same value.
+    pub prefix_block_bytes: usize,
+    /// A text prompt (no chat roles) is known by its first this-many blocks: the key its home
+    /// backend is hashed from (a chat is known by its messages up to the first user message).
+    pub prefix_key_blocks: usize,
 }
 
 /// How a pool chooses among its healthy backends (power of two choices on a load).
@@ -204,6 +211,55 @@ pub struct PoolConfig {
     /// `vllm:kv_cache_usage_perc`) to weight its load; `"0s"` = off.
     #[serde(deserialize_with = "duration")]
     pub scrape_metrics: Duration,
+    /// Which backend a request prefers inside the pool (see [`Affinity`]).
+    pub affinity: Affinity,
+    /// The backend affinity prefers is overloaded, and the pool's balancing decides instead, when
+    /// its streams in flight exceed `affinity_load_factor` x the least-loaded backend's plus
+    /// `affinity_load_slack` (consistent hashing with bounded loads).
+    pub affinity_load_factor: f64,
+    pub affinity_load_slack: u64,
+    /// Prompt blocks the pool's prefix index remembers (`affinity = "prefix"`); the least
+    /// recently used are forgotten first.
+    pub affinity_index_blocks: usize,
+}
+
+/// Which backend of a pool a request prefers, before the pool's balancing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Affinity {
+    /// None: the pool's balancing alone (`"none"`).
+    #[default]
+    None,
+    /// The backend that served the longest prefix of the prompt, else the conversation's
+    /// rendezvous-hashed home (`"prefix"`): where the backend's prompt cache most likely holds it.
+    Prefix,
+    /// The rendezvous-hashed home of a client-chosen key, the value of this request header
+    /// (`"header:x-session-id"`; the name is lower-cased).
+    Header(http::HeaderName),
+}
+
+impl<'de> Deserialize<'de> for Affinity {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Affinity::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Affinity {
+    /// Parses `"none"`, `"prefix"` or `"header:<name>"`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "none" => Ok(Self::None),
+            "prefix" => Ok(Self::Prefix),
+            _ => match text.strip_prefix("header:") {
+                Some(name) => http::HeaderName::from_bytes(name.trim().as_bytes())
+                    .map(Self::Header)
+                    .map_err(|_| format!("{name:?} is not a header name")),
+                None => Err(format!(
+                    "unknown affinity {text:?} (expected \"none\", \"prefix\" or \"header:<name>\")"
+                )),
+            },
+        }
+    }
 }
 
 /// One routing rule: every condition given must hold.
@@ -332,6 +388,10 @@ impl Default for PoolConfig {
             health_check: Duration::ZERO,
             health_path: "/health".to_owned(),
             scrape_metrics: Duration::ZERO,
+            affinity: Affinity::None,
+            affinity_load_factor: 1.5,
+            affinity_load_slack: 4,
+            affinity_index_blocks: 65_536,
         }
     }
 }
@@ -350,6 +410,8 @@ impl Default for RoutingConfig {
             eject_base: Duration::from_secs(1),
             eject_max: Duration::from_secs(30),
             dns_refresh: Duration::from_secs(5),
+            prefix_block_bytes: 128,
+            prefix_key_blocks: 8,
         }
     }
 }
@@ -601,6 +663,18 @@ impl Config {
                 "must be at least routing.eject_base",
             ));
         }
+        if !(16..=65_536).contains(&r.prefix_block_bytes) {
+            return Err(invalid(
+                "routing.prefix_block_bytes".into(),
+                "must be in 16..=65536",
+            ));
+        }
+        if r.prefix_key_blocks == 0 {
+            return Err(invalid(
+                "routing.prefix_key_blocks".into(),
+                "must be at least 1",
+            ));
+        }
         let pools = self.effective_pools();
         for (i, pool) in self.pools.iter().enumerate() {
             if pool.name.is_empty() {
@@ -631,6 +705,18 @@ impl Config {
                 return Err(invalid(
                     format!("pools[{i}].health_path"),
                     "must be a path starting with /",
+                ));
+            }
+            if !(pool.affinity_load_factor.is_finite() && pool.affinity_load_factor >= 1.0) {
+                return Err(invalid(
+                    format!("pools[{i}].affinity_load_factor"),
+                    "must be a number of at least 1",
+                ));
+            }
+            if pool.affinity_index_blocks < 64 {
+                return Err(invalid(
+                    format!("pools[{i}].affinity_index_blocks"),
+                    "must be at least 64",
                 ));
             }
         }

@@ -31,6 +31,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+pub mod prefix;
 #[cfg(test)]
 mod tests;
 

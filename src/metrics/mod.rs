@@ -65,6 +65,10 @@ pub const USAGE_INJECTIONS: &str = "tokenmeter_usage_injections_total";
 
 /// Routing decisions by `pool` and `reason` (rule, fallback, spill).
 pub const ROUTE_DECISIONS: &str = "tokenmeter_route_decisions_total";
+/// Affinity decisions of pools with an `affinity`, by `pool` and `result` (hit, miss, overloaded).
+pub const AFFINITY_DECISIONS: &str = "tokenmeter_affinity_decisions_total";
+/// Prompt blocks a pool's prefix index holds, by `pool`.
+pub const AFFINITY_INDEX_BLOCKS: &str = "tokenmeter_affinity_index_blocks";
 /// Requests retried on another backend after a failure before any response byte, by the failed
 /// backend's `pool` and `backend`.
 pub const ROUTE_RETRIES: &str = "tokenmeter_route_retries_total";
@@ -369,6 +373,24 @@ impl Metrics {
         self.counter(ROUTE_DECISIONS, set).increment(1);
     }
 
+    /// A pool's affinity handles, resolved once per pool.
+    pub fn affinity(&self, pool: &str) -> AffinityMetrics {
+        let pool = SharedString::from(pool.to_owned());
+        AffinityMetrics {
+            decisions: ["hit", "miss", "overloaded"].map(|result| {
+                let labels = vec![
+                    Label::new(LABEL_POOL, pool.clone()),
+                    Label::new("result", result),
+                ];
+                self.counter(AFFINITY_DECISIONS, labels)
+            }),
+            blocks: self.gauge(
+                AFFINITY_INDEX_BLOCKS,
+                vec![Label::new(LABEL_POOL, pool.clone())],
+            ),
+        }
+    }
+
     /// The per-backend routing handles, resolved once per backend.
     pub fn backend(&self, pool: &Arc<str>, backend: &Arc<str>) -> BackendMetrics {
         let set = || {
@@ -469,6 +491,7 @@ impl Metrics {
             (SSE_OVERFLOWS, "SSE lines over the configured cap, skipped by the scanner (bytes still forwarded)."),
             (USAGE_INJECTIONS, "Usage-injection outcomes by result (injected, rejected, unanswered, not_needed, declined)."),
             (ROUTE_DECISIONS, "Routing decisions by pool and reason (rule, fallback, spill)."),
+            (AFFINITY_DECISIONS, "Affinity decisions by pool and result: hit (the backend known to hold the conversation, or the session key's home), miss (nothing known: the conversation's home), overloaded (the preferred backend was over the load bound; balancing chose)."),
             (ROUTE_RETRIES, "Requests retried elsewhere after this backend failed before any response byte."),
             (BACKEND_EJECTIONS, "Times a backend was ejected by health checking."),
             (BACKEND_CONFIRMATIONS, "Health checks asked for by a run of answer failures, by result (ejected, kept, unavailable)."),
@@ -496,6 +519,10 @@ impl Metrics {
             (
                 PROMPT_TOKENS_PER_BYTE,
                 "Calibrated tokens per byte of prompt text, by model.",
+            ),
+            (
+                AFFINITY_INDEX_BLOCKS,
+                "Prompt blocks the pool's prefix index holds (bounded by affinity_index_blocks).",
             ),
         ];
         for (name, help) in gauges {
@@ -545,6 +572,14 @@ pub struct BackendMetrics {
     pub ejections: Counter,
     /// [`BACKEND_CONFIRMATIONS`] by result: kept, ejected, unavailable.
     pub confirmations: [Counter; 3],
+}
+
+/// A pool's affinity handles.
+#[derive(Debug, Clone)]
+pub struct AffinityMetrics {
+    /// [`AFFINITY_DECISIONS`] by result: hit, miss, overloaded.
+    pub decisions: [Counter; 3],
+    pub blocks: Gauge,
 }
 
 /// Handles for one stream, resolved once; recording through them is a few atomic operations.

@@ -46,13 +46,15 @@ impl Router {
             None
         };
         let estimated = context.estimate.map_or(0, |estimate| estimate.tokens);
+        let keys = self.affinity_keys(&context, req.headers());
         let malformed = context.malformed();
         let mut pending = Some(req);
         let mut tried: Vec<Arc<Backend>> = Vec::new();
         let mut last_pool = None;
         let mut last_error = None;
         for _attempt in 0..=self.retries {
-            let Some((index, backend, reason)) = self.pick(&context.plan, &tried, Instant::now())
+            let Some((index, backend, reason)) =
+                self.pick(&context.plan, &keys, &tried, Instant::now())
             else {
                 break;
             };

@@ -9,7 +9,9 @@
 //!    [`estimate`] measures the prompt (text bytes times the model's tokens-per-byte ratio, which
 //!    every response's `usage.prompt_tokens` calibrates, and [`tokenize`] asks a backend's own
 //!    tokenizer while a model is untrusted); [`rules`] list the candidate pools, best first;
-//! 2. the **dispatch** ([`Route`], a tower service before forwarding): [`balance`] picks a backend
+//! 2. the **dispatch** ([`Route`], a tower service before forwarding): in a pool with an
+//!    [`affinity`], the backend whose prompt cache likely holds the prompt's prefix (or a session's
+//!    home) goes first, within a load bound; otherwise [`balance`] picks a backend
 //!    by power of two choices on the pool's load (streams in flight, or prompt tokens not yet past
 //!    their first byte), kept by a [`pools::LoadGuard`] that the response body carries to the end
 //!    of the stream; a failure before the first response byte is retried on another backend;
@@ -33,6 +35,7 @@
 //!     .layer(route::RouteLayer::new(router))
 //!     .service(proxy::Forward::new(proxy::client::build(&config.upstream), &config.upstream));
 //! ```
+pub mod affinity;
 pub mod balance;
 pub mod estimate;
 pub mod health;

@@ -4,23 +4,30 @@
 //! changes it; a backend that stays keeps its `Arc`, so its load counts and health survive, and a
 //! backend that leaves is freed when its last in-flight response ends.
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
 use tokio::time::Instant;
 
+use super::affinity::{Owner, PoolAffinity};
 use super::health::{EjectPolicy, Fault, Health, Verdict};
 use crate::config::{BalanceLoad, PoolConfig};
 use crate::metrics::{BackendMetrics, Metrics};
 use crate::upstream::{BodyGuard, Target};
+
+/// Ids of backends, unique in the process (the prefix index names owners by them).
+static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
 /// One backend of one pool.
 #[derive(Debug)]
 pub struct Backend {
     pub target: Target,
     pub pool: Arc<str>,
+    id: u32,
+    /// Ejections so far: prefix index entries written before the last one are dead.
+    epoch: AtomicU32,
     /// Requests whose response stream has not ended.
     streams: AtomicU64,
     /// Estimated prompt tokens of requests not yet past their first response byte.
@@ -46,6 +53,8 @@ impl Backend {
         Self {
             target,
             pool,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            epoch: AtomicU32::new(0),
             streams: AtomicU64::new(0),
             queued_tokens: AtomicU64::new(0),
             health: Mutex::new(Health::default()),
@@ -64,6 +73,14 @@ impl Backend {
             m.healthy.set(if available { 1.0 } else { 0.0 });
         }
         available
+    }
+
+    /// The backend as a prefix index owner: its id and current ejection epoch.
+    pub fn owner(&self) -> Owner {
+        Owner {
+            backend: self.id,
+            epoch: self.epoch.load(Ordering::Relaxed),
+        }
     }
 
     pub fn streams(&self) -> u64 {
@@ -143,6 +160,9 @@ impl Backend {
     }
 
     fn ejected(&self, length: Duration) {
+        // Whatever the backend cached may be gone (a restart) and it takes no traffic now: its
+        // prefix index entries die with this epoch.
+        self.epoch.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             pool = &*self.pool,
             backend = &*self.target.label,
@@ -241,6 +261,8 @@ pub struct Pool {
     /// Path of the backends' health endpoint.
     pub health_path: Arc<str>,
     pub scrape_metrics: Duration,
+    /// The pool's affinity (`None`: balancing alone).
+    pub affinity: Option<PoolAffinity>,
     statics: Vec<Target>,
     backends: RwLock<Arc<[Arc<Backend>]>>,
     /// Round-robin position (the `round_robin` balance only).
@@ -276,6 +298,7 @@ impl Pool {
             health_check: config.health_check,
             health_path: Arc::from(config.health_path.as_str()),
             scrape_metrics: config.scrape_metrics,
+            affinity: PoolAffinity::new(config, metrics.as_deref()),
             statics,
             backends: RwLock::new(backends.into()),
             next: AtomicUsize::new(0),

@@ -14,16 +14,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::affinity::AffinityKeys;
 use super::estimate::Calibrator;
 use super::health::{EjectPolicy, Fault, Verdict};
 use super::pools::{Backend, Pool};
 use super::rules::{RuleInput, Rules};
 use super::{balance, probe, tokenize, RouteError};
-use crate::config::Config;
+use crate::config::{Affinity, Config};
 use crate::context::{Estimate, RequestContext, RoutePlan};
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
-use crate::request::{self, Inspection, PromptSize};
+use crate::request::{self, prefix, Inspection, PromptSize};
 
 /// Background tokenizer samples are taken of prompts at least this long: a shorter one says more
 /// about its chat template than about its tokenizer.
@@ -44,6 +45,8 @@ pub struct Router {
     pub(crate) probe_timeout: Duration,
     tokenize: bool,
     tokenize_timeout: Duration,
+    prefix_block_bytes: usize,
+    prefix_key_blocks: usize,
     /// The client for the router's own requests (confirming checks, tokenizer calls); set once
     /// by [`Router::connect`]. Without it (a router used on its own) neither happens.
     client: OnceLock<UpstreamClient>,
@@ -91,6 +94,8 @@ impl Router {
             probe_timeout: config.upstream.connect_timeout + Duration::from_secs(1),
             tokenize: routing.tokenize,
             tokenize_timeout: routing.tokenize_timeout,
+            prefix_block_bytes: routing.prefix_block_bytes,
+            prefix_key_blocks: routing.prefix_key_blocks,
             client: OnceLock::new(),
         })
     }
@@ -147,9 +152,13 @@ impl Router {
     /// The backend to try next, and why its pool: `rule`, `spill`, `fallback`, or `panic` when
     /// every backend the plan allows is ejected (then the first pool's backends are balanced over
     /// whatever their health; see [`balance::choose_ignoring_health`]).
+    ///
+    /// Within a pool that has an affinity, the backend it prefers goes first (see
+    /// [`super::affinity`]); its decision is counted on a request's first attempt only.
     pub(crate) fn pick(
         &self,
         plan: &RoutePlan,
+        keys: &AffinityKeys,
         tried: &[Arc<Backend>],
         now: Instant,
     ) -> Option<(usize, Arc<Backend>, &'static str)> {
@@ -169,7 +178,7 @@ impl Router {
                 reason = "spill";
                 continue;
             }
-            if let Some(backend) = balance::choose(pool, now, tried, &mut rng) {
+            if let Some(backend) = self.choose_in(pool, keys, tried, now, &mut rng) {
                 return Some((index, backend, reason));
             }
             reason = "fallback";
@@ -177,6 +186,63 @@ impl Router {
         let first = *plan.pools.first()?;
         balance::choose_ignoring_health(&self.pools[first], tried, &mut rng)
             .map(|backend| (first, backend, "panic"))
+    }
+
+    /// A backend of `pool`: affinity's preference within its load bound, else balancing.
+    fn choose_in(
+        &self,
+        pool: &Pool,
+        keys: &AffinityKeys,
+        tried: &[Arc<Backend>],
+        now: Instant,
+        rng: &mut impl rand::Rng,
+    ) -> Option<Arc<Backend>> {
+        let Some(affinity) = &pool.affinity else {
+            return balance::choose(pool, now, tried, rng);
+        };
+        let backends = pool.backends();
+        let (preferred, decision) = affinity.prefer(&backends, keys, |b| {
+            b.available(now) && !tried.iter().any(|t| Arc::ptr_eq(t, b))
+        });
+        let chosen = preferred.or_else(|| balance::choose(pool, now, tried, rng))?;
+        affinity.remember(keys, &chosen);
+        if let (Some(decision), true) = (decision, tried.is_empty()) {
+            affinity.count(decision);
+        }
+        Some(chosen)
+    }
+
+    /// What the request offers the affinity of the pools its plan may use: its prompt's blocks
+    /// (named only when one of them has `affinity = "prefix"`) and affinity headers' values.
+    pub(crate) fn affinity_keys(
+        &self,
+        context: &RequestContext,
+        headers: &http::HeaderMap,
+    ) -> AffinityKeys {
+        let mut keys = AffinityKeys {
+            generation: context.generation.is_some(),
+            ..AffinityKeys::default()
+        };
+        for &index in &context.plan.pools {
+            match self.pools[index].affinity.as_ref().map(|a| &a.mode) {
+                Some(Affinity::Prefix) if keys.prefix.is_none() => {
+                    keys.prefix = context.generation.as_ref().and_then(|generation| {
+                        prefix::read(
+                            &generation.body,
+                            context.model.as_deref(),
+                            self.prefix_block_bytes,
+                            self.prefix_key_blocks,
+                        )
+                    });
+                }
+                Some(Affinity::Header(name)) if !keys.headers.iter().any(|(n, _)| n == name) => {
+                    keys.headers
+                        .push((name.clone(), AffinityKeys::header(name, headers)));
+                }
+                _ => {}
+            }
+        }
+        keys
     }
 
     /// Counts a routing decision.

@@ -50,7 +50,7 @@ fn long_plan(router: &Router) -> RoutePlan {
 
 fn picked(router: &Router, plan: &RoutePlan) -> Option<(String, &'static str)> {
     router
-        .pick(plan, &[], Instant::now())
+        .pick(plan, &Default::default(), &[], Instant::now())
         .map(|(i, _, reason)| (router.pools[i].name.to_string(), reason))
 }
 

@@ -1,0 +1,402 @@
+//! A prompt's prefix, named in blocks: what prefix affinity looks up and remembers.
+//!
+//! An inference server's prompt cache (vLLM's automatic prefix cache, SGLang's radix cache,
+//! llama.cpp's slot cache) skips the prefill of a prompt prefix it still holds. The router cannot
+//! see tokens without a tokenizer, so it names prefixes at the text level, as vLLM names KV blocks:
+//! the prompt's text is cut into blocks of `block_bytes`, and block *i* is named by
+//! `xxh3(block_i, seed = name of block i-1)`, the chain starting from the model's name. Two
+//! prompts share a block's name exactly when they share every byte up to its end, so a shared
+//! system prompt and a conversation that grows turn by turn keep their leading names, and one
+//! lookup per block finds the longest prefix a backend served. XXH3 has a fixed specification:
+//! every tokenmeter replica, of any build, names the same prompt the same way.
+//!
+//! The text is every string (and member name, number and literal) of the body's prompt members,
+//! in a fixed member order (`instructions`, `system`, `messages`, `input`, `prompt`, `inputs`,
+//! covering chat and completions, Anthropic Messages, OpenAI Responses, TGI and llama.cpp),
+//! each followed by a separator byte so that `["ab"]` and `["a", "b"]` differ. Other members
+//! (sampling parameters, `stream`) never matter: a conversation's turns may change them.
+//!
+//! The prompt's **key** names the conversation: the chain up to the end of its first user message
+//! (a chat's turns all begin with the same system prompt and first user message, and two
+//! conversations rarely do), or, for a text prompt, through its first `key_blocks` blocks. The
+//! router hashes a conversation's home backend from it, so tokenmeter replicas that share no
+//! state still agree on where a conversation lives.
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+#[cfg(test)]
+mod tests;
+
+/// The most blocks a prompt is named by: 8 192 blocks of 128 bytes are 1 MiB of text, far past
+/// any prompt a cache keeps, and the bound keeps one huge body from flooding the index.
+pub const MAX_BLOCKS: usize = 8192;
+
+/// Separator after each string (or other scalar) of the text.
+const END_VALUE: u8 = 0x1f;
+/// Separator after each element of a list, and each member of an object.
+const END_ITEM: u8 = 0x1e;
+/// Mixed into the seed of a partial block's name, so it never equals a full block's.
+const PARTIAL: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// A prompt named in blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptPrefix {
+    /// The names of the prompt's whole blocks, in order (at most [`MAX_BLOCKS`]).
+    pub blocks: Vec<u64>,
+    /// The conversation's name (see the module docs).
+    pub key: u64,
+    /// Bytes of text the key covers.
+    pub key_bytes: u64,
+    /// Bytes of text in all.
+    pub bytes: u64,
+    /// Bytes of text per block.
+    pub block_bytes: u64,
+}
+
+/// Names `body`'s prompt for a request to `model`; `None` when the body is not a JSON object or
+/// has no prompt member.
+pub fn read(
+    body: &[u8],
+    model: Option<&str>,
+    block_bytes: usize,
+    key_blocks: usize,
+) -> Option<PromptPrefix> {
+    let text = std::str::from_utf8(body).ok()?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let members = de.deserialize_map(TopVisitor).ok()?;
+    de.end().ok()?;
+    let mut chain = Chain::new(model.unwrap_or(""), block_bytes.max(1));
+    let mut key = None;
+    let mut any = false;
+    for (name, raw) in members.in_order() {
+        let Some(raw) = raw else { continue };
+        any = true;
+        chain.feed(name.as_bytes());
+        chain.feed(&[END_VALUE]);
+        let conversation = matches!(name, "messages" | "input");
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        let first_user = Walk {
+            chain: &mut chain,
+            roles: conversation,
+        }
+        .deserialize(&mut de)
+        .ok()?;
+        if key.is_none() {
+            key = first_user;
+        }
+        chain.feed(&[END_ITEM]);
+    }
+    if !any {
+        return None;
+    }
+    let (key, key_bytes) = key.unwrap_or_else(|| {
+        let whole = chain.blocks.len().min(key_blocks);
+        match whole {
+            0 => (chain.mark(), chain.bytes),
+            n => (chain.blocks[n - 1], (n * chain.block_bytes) as u64),
+        }
+    });
+    Some(PromptPrefix {
+        blocks: chain.blocks,
+        key,
+        key_bytes,
+        bytes: chain.bytes,
+        block_bytes: chain.block_bytes as u64,
+    })
+}
+
+/// The running chain of block names.
+struct Chain {
+    block_bytes: usize,
+    /// The bytes of the block being filled.
+    partial: Vec<u8>,
+    /// The name of the last whole block (the model's name before the first).
+    last: u64,
+    blocks: Vec<u64>,
+    bytes: u64,
+}
+
+impl Chain {
+    fn new(model: &str, block_bytes: usize) -> Self {
+        Self {
+            block_bytes,
+            partial: Vec::with_capacity(block_bytes),
+            last: xxh3_64_with_seed(model.as_bytes(), 0),
+            blocks: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    fn feed(&mut self, mut bytes: &[u8]) {
+        self.bytes += bytes.len() as u64;
+        while !bytes.is_empty() && self.blocks.len() < MAX_BLOCKS {
+            if self.partial.is_empty() && bytes.len() >= self.block_bytes {
+                // A whole block in place: named without a copy.
+                let (block, rest) = bytes.split_at(self.block_bytes);
+                self.close(block);
+                bytes = rest;
+                continue;
+            }
+            let take = (self.block_bytes - self.partial.len()).min(bytes.len());
+            self.partial.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if self.partial.len() == self.block_bytes {
+                let block = std::mem::take(&mut self.partial);
+                self.close(&block);
+                self.partial = block;
+                self.partial.clear();
+            }
+        }
+    }
+
+    fn close(&mut self, block: &[u8]) {
+        self.last = xxh3_64_with_seed(block, self.last);
+        self.blocks.push(self.last);
+    }
+
+    /// The name of everything fed so far, a partial block included.
+    fn mark(&self) -> u64 {
+        if self.partial.is_empty() {
+            self.last
+        } else {
+            xxh3_64_with_seed(&self.partial, self.last ^ PARTIAL)
+        }
+    }
+}
+
+/// The prompt members of a body, borrowed; a repeated member keeps its last value, as the
+/// backends' JSON parsers do.
+#[derive(Default)]
+struct Members<'a> {
+    instructions: Option<&'a RawValue>,
+    system: Option<&'a RawValue>,
+    messages: Option<&'a RawValue>,
+    input: Option<&'a RawValue>,
+    prompt: Option<&'a RawValue>,
+    inputs: Option<&'a RawValue>,
+}
+
+impl<'a> Members<'a> {
+    fn in_order(&self) -> [(&'static str, Option<&'a RawValue>); 6] {
+        [
+            ("instructions", self.instructions),
+            ("system", self.system),
+            ("messages", self.messages),
+            ("input", self.input),
+            ("prompt", self.prompt),
+            ("inputs", self.inputs),
+        ]
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum TopKey {
+    Instructions,
+    System,
+    Messages,
+    Input,
+    Prompt,
+    Inputs,
+    #[serde(other)]
+    Other,
+}
+
+struct TopVisitor;
+
+impl<'de> Visitor<'de> for TopVisitor {
+    type Value = Members<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+        let mut members = Members::default();
+        while let Some(key) = map.next_key::<TopKey>()? {
+            let slot = match key {
+                TopKey::Instructions => &mut members.instructions,
+                TopKey::System => &mut members.system,
+                TopKey::Messages => &mut members.messages,
+                TopKey::Input => &mut members.input,
+                TopKey::Prompt => &mut members.prompt,
+                TopKey::Inputs => &mut members.inputs,
+                TopKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            let value: &RawValue = map.next_value()?;
+            *slot = (value.get() != "null").then_some(value);
+        }
+        Ok(members)
+    }
+}
+
+/// Feeds one JSON value into the chain. With `roles` (a list of chat messages), it returns the
+/// chain's mark and length after the first element whose `role` is `"user"`.
+struct Walk<'c> {
+    chain: &'c mut Chain,
+    roles: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_> {
+    type Value = Option<(u64, u64)>;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+/// What one element or member value was: a user message, or the string `"user"`.
+#[derive(Default, Clone, Copy)]
+struct Seen {
+    user_string: bool,
+    user_message: bool,
+}
+
+/// Feeds a value below the top, reporting what it was.
+struct Value<'c> {
+    chain: &'c mut Chain,
+}
+
+impl<'de> DeserializeSeed<'de> for Value<'_> {
+    type Value = Seen;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Seen, D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Walk<'_> {
+    type Value = Option<(u64, u64)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a prompt")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut first_user = None;
+        while let Some(seen) = seq.next_element_seed(Value {
+            chain: &mut *self.chain,
+        })? {
+            self.chain.feed(&[END_ITEM]);
+            if self.roles && first_user.is_none() && seen.user_message {
+                first_user = Some((self.chain.mark(), self.chain.bytes));
+            }
+        }
+        Ok(first_user)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        Value { chain: self.chain }.visit_map(map)?;
+        Ok(None)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<Self::Value, E> {
+        Value { chain: self.chain }.visit_str::<E>(value)?;
+        Ok(None)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<Self::Value, E> {
+        Value { chain: self.chain }.visit_bool::<E>(value)?;
+        Ok(None)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<Self::Value, E> {
+        Value { chain: self.chain }.visit_u64::<E>(value)?;
+        Ok(None)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<Self::Value, E> {
+        Value { chain: self.chain }.visit_i64::<E>(value)?;
+        Ok(None)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<Self::Value, E> {
+        Value { chain: self.chain }.visit_f64::<E>(value)?;
+        Ok(None)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Value { chain: self.chain }.visit_unit::<E>()?;
+        Ok(None)
+    }
+}
+
+impl<'de> Visitor<'de> for Value<'_> {
+    type Value = Seen;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<Seen, E> {
+        self.chain.feed(value.as_bytes());
+        self.chain.feed(&[END_VALUE]);
+        Ok(Seen {
+            user_string: value == "user",
+            user_message: false,
+        })
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<Seen, E> {
+        self.scalar(if value { "true" } else { "false" })
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<Seen, E> {
+        self.scalar(&value.to_string())
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<Seen, E> {
+        self.scalar(&value.to_string())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<Seen, E> {
+        self.scalar(&value.to_string())
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Seen, E> {
+        self.scalar("null")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Seen, A::Error> {
+        while seq
+            .next_element_seed(Value {
+                chain: &mut *self.chain,
+            })?
+            .is_some()
+        {
+            self.chain.feed(&[END_ITEM]);
+        }
+        Ok(Seen::default())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Seen, A::Error> {
+        let mut seen = Seen::default();
+        while let Some(super::MemberName(name)) = map.next_key()? {
+            self.chain.feed(name.as_bytes());
+            self.chain.feed(&[END_VALUE]);
+            let value = map.next_value_seed(Value {
+                chain: &mut *self.chain,
+            })?;
+            self.chain.feed(&[END_ITEM]);
+            if name == "role" && value.user_string {
+                seen.user_message = true;
+            }
+        }
+        Ok(seen)
+    }
+}
+
+impl Value<'_> {
+    fn scalar<E: serde::de::Error>(self, text: &str) -> Result<Seen, E> {
+        self.chain.feed(text.as_bytes());
+        self.chain.feed(&[END_VALUE]);
+        Ok(Seen::default())
+    }
+}

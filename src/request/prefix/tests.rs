@@ -1,0 +1,238 @@
+use super::*;
+use proptest::prelude::*;
+use serde_json::json;
+
+const BLOCK: usize = 32;
+
+fn named(body: &serde_json::Value) -> PromptPrefix {
+    read(body.to_string().as_bytes(), Some("m"), BLOCK, 4).expect("a prompt")
+}
+
+fn chat(messages: &[(&str, &str)]) -> serde_json::Value {
+    let messages: Vec<_> = messages
+        .iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    json!({"model": "m", "messages": messages, "stream": true})
+}
+
+fn common_prefix(a: &[u64], b: &[u64]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+const SYSTEM: &str = "You are a careful assistant. Answer in full sentences and cite sources.";
+
+#[test]
+fn a_growing_conversation_keeps_every_block_and_its_key() {
+    let turn1 = named(&chat(&[
+        ("system", SYSTEM),
+        ("user", "What is a KV cache?"),
+    ]));
+    let turn2 = named(&chat(&[
+        ("system", SYSTEM),
+        ("user", "What is a KV cache?"),
+        (
+            "assistant",
+            "The attention keys and values of earlier tokens, kept.",
+        ),
+        ("user", "And prefix caching?"),
+    ]));
+    assert!(
+        turn1.blocks.len() >= 2,
+        "the first turn fills blocks: {turn1:?}"
+    );
+    assert_eq!(
+        turn2.blocks[..turn1.blocks.len()],
+        turn1.blocks[..],
+        "the second turn begins with every whole block of the first"
+    );
+    assert!(turn2.blocks.len() > turn1.blocks.len(), "and has more");
+    assert_eq!(turn1.key, turn2.key, "one conversation, one key");
+    assert_eq!(
+        turn1.key_bytes, turn2.key_bytes,
+        "the key covers the same text"
+    );
+    assert_eq!(
+        turn1.key_bytes + 1,
+        turn1.bytes,
+        "a first turn is all key (system prompt and first user message) but the member's end"
+    );
+}
+
+#[test]
+fn conversations_with_one_system_prompt_share_its_blocks_not_their_key() {
+    let a = named(&chat(&[
+        ("system", SYSTEM),
+        ("user", "Tell me about tides."),
+    ]));
+    let b = named(&chat(&[
+        ("system", SYSTEM),
+        ("user", "Tell me about rain."),
+    ]));
+    let shared = common_prefix(&a.blocks, &b.blocks);
+    // The system message is {"role":"system","content":SYSTEM}: member names, values and
+    // separators, 113 bytes after "messages" and its separator (10 bytes).
+    assert_eq!(
+        shared,
+        (10 + 113) / BLOCK,
+        "the system prompt's whole blocks are shared"
+    );
+    assert_ne!(
+        a.key, b.key,
+        "different first questions: different conversations"
+    );
+}
+
+#[test]
+fn only_the_prompt_members_matter() {
+    let a = json!({"model": "m", "messages": [{"role": "user", "content": "hi there"}], "temperature": 0.2});
+    let b = json!({"temperature": 1.0, "stream": true, "messages": [{"role": "user", "content": "hi there"}], "model": "m", "max_tokens": 9});
+    assert_eq!(
+        named(&a),
+        named(&b),
+        "sampling parameters and member order outside the prompt do not"
+    );
+    let other_model = read(a.to_string().as_bytes(), Some("n"), BLOCK, 4).expect("a prompt");
+    assert_ne!(
+        other_model.key,
+        named(&a).key,
+        "another model's cache is another cache"
+    );
+}
+
+#[test]
+fn separators_keep_different_texts_apart() {
+    let one = named(&json!({"prompt": ["ab"]}));
+    let two = named(&json!({"prompt": ["a", "b"]}));
+    assert_ne!(
+        one.key, two.key,
+        "[\"ab\"] and [\"a\", \"b\"] are different prompts"
+    );
+    assert_eq!(
+        one.bytes,
+        "prompt".len() as u64 + 1 + 2 + 1 + 1 + 1,
+        "name, sep, text, sep, item end, member end"
+    );
+}
+
+#[test]
+fn a_text_prompt_is_known_by_its_first_key_blocks() {
+    let doc = "x".repeat(BLOCK * 10);
+    let short = named(&json!({"prompt": &doc[..BLOCK * 2]}));
+    let long = named(&json!({"prompt": doc}));
+    let longer = named(&json!({"prompt": format!("{doc} and more")}));
+    assert_eq!(
+        long.key, longer.key,
+        "past key_blocks, growth keeps the key"
+    );
+    assert_eq!(long.key, long.blocks[3], "the key is the 4th block's name");
+    assert_eq!(long.key_bytes, 4 * BLOCK as u64);
+    assert_eq!(
+        short.key_bytes,
+        2 * BLOCK as u64,
+        "a shorter prompt: its whole blocks"
+    );
+    let tiny = named(&json!({"prompt": "hi"}));
+    assert!(tiny.blocks.is_empty(), "no whole block");
+    assert_eq!(
+        tiny.key_bytes, tiny.bytes,
+        "the key covers the partial text"
+    );
+    assert_ne!(
+        tiny.key,
+        named(&json!({"prompt": "ho"})).key,
+        "and depends on it"
+    );
+}
+
+#[test]
+fn every_dialect_names_its_prompt() {
+    let anthropic = named(&json!({"model": "m", "system": SYSTEM, "max_tokens": 5,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]}));
+    let anthropic_other = named(
+        &json!({"model": "m", "system": "Another system prompt entirely.",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]}),
+    );
+    assert_ne!(
+        anthropic.key, anthropic_other.key,
+        "the system member is part of the key"
+    );
+    let responses = named(&json!({"model": "m", "instructions": SYSTEM, "input": [
+        {"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]}));
+    assert!(
+        responses.key_bytes < responses.bytes,
+        "Responses input items have roles"
+    );
+    let tgi = named(&json!({"inputs": "hello world", "parameters": {"max_new_tokens": 4}}));
+    assert_eq!(tgi.key_bytes, tgi.bytes, "TGI's inputs is a text prompt");
+    let ids = named(&json!({"prompt": [1, 2, 3]}));
+    assert_ne!(
+        ids.key,
+        named(&json!({"prompt": [1, 2, 4]})).key,
+        "token ids are text too"
+    );
+    assert!(
+        read(b"{\"model\": \"m\"}", None, BLOCK, 4).is_none(),
+        "no prompt member"
+    );
+    assert!(read(b"not json", None, BLOCK, 4).is_none(), "not JSON");
+    assert!(
+        read(b"{\"prompt\": null}", None, BLOCK, 4).is_none(),
+        "null is absent"
+    );
+}
+
+#[test]
+fn escapes_are_read_as_the_text_they_spell() {
+    let plain = read(br#"{"prompt": "caf\u00e9 \"x\""}"#, None, BLOCK, 4).expect("a prompt");
+    let raw = read(
+        "{\"prompt\": \"café \\\"x\\\"\"}".as_bytes(),
+        None,
+        BLOCK,
+        4,
+    )
+    .expect("a prompt");
+    assert_eq!(
+        plain, raw,
+        "two spellings of one string name the same prompt"
+    );
+}
+
+#[test]
+fn blocks_are_bounded() {
+    let huge = "y".repeat(BLOCK * (MAX_BLOCKS + 100));
+    let named = read(
+        json!({"prompt": huge}).to_string().as_bytes(),
+        None,
+        BLOCK,
+        4,
+    )
+    .expect("a prompt");
+    assert_eq!(named.blocks.len(), MAX_BLOCKS, "at most MAX_BLOCKS names");
+    assert_eq!(
+        named.bytes,
+        (BLOCK * (MAX_BLOCKS + 100) + 9) as u64,
+        "every byte is still counted (+ name and separators)"
+    );
+}
+
+proptest! {
+    /// Cutting the same text into strings differently never changes the blocks before the cut:
+    /// the chain depends on bytes, not on how the feed was split.
+    #[test]
+    fn the_chain_depends_on_bytes_alone(text in proptest::collection::vec(any::<u8>(), 0..400), cuts in proptest::collection::vec(0usize..400, 0..6)) {
+        let mut whole = Chain::new("m", BLOCK);
+        whole.feed(&text);
+        let mut pieces = Chain::new("m", BLOCK);
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(text.len())).collect();
+        cuts.sort_unstable();
+        let mut start = 0;
+        for cut in cuts.into_iter().chain([text.len()]) {
+            pieces.feed(&text[start..cut]);
+            start = cut;
+        }
+        prop_assert_eq!(&whole.blocks, &pieces.blocks);
+        prop_assert_eq!(whole.mark(), pieces.mark());
+        prop_assert_eq!(whole.blocks.len(), text.len() / BLOCK);
+    }
+}

@@ -1,0 +1,100 @@
+use super::*;
+
+fn owner(backend: u32) -> Owner {
+    Owner { backend, epoch: 0 }
+}
+
+fn alive(_: Owner) -> bool {
+    true
+}
+
+#[test]
+fn never_holds_more_than_its_capacity() {
+    let mut index = PrefixIndex::new(100);
+    for name in 0..10_000u64 {
+        index.insert(name, owner(1));
+        assert!(
+            index.len() <= 100,
+            "{} names after {name} inserts",
+            index.len()
+        );
+    }
+    assert!(
+        index.len() >= 50,
+        "and still holds the recent half: {}",
+        index.len()
+    );
+}
+
+#[test]
+fn the_least_recently_used_go_first() {
+    let mut index = PrefixIndex::new(100);
+    for name in 0..50u64 {
+        index.insert(name, owner(1));
+    }
+    // Name 0 is used again while later names arrive; names 1..50 are not.
+    for name in 50..140u64 {
+        assert_eq!(
+            index.get(0, alive),
+            Some(owner(1)),
+            "a name in use stays (at {name})"
+        );
+        index.insert(name, owner(2));
+    }
+    assert_eq!(
+        index.get(1, alive),
+        None,
+        "an unused name from a whole capacity ago is gone"
+    );
+    assert_eq!(index.get(139, alive), Some(owner(2)), "the newest stays");
+}
+
+#[test]
+fn the_longest_live_run_from_the_first_name() {
+    let mut index = PrefixIndex::new(1000);
+    for name in [10u64, 11, 12] {
+        index.insert(name, owner(1));
+    }
+    index.insert(13, owner(2));
+    assert_eq!(
+        index.longest(&[10, 11, 12, 13, 14], alive),
+        (4, Some(owner(2))),
+        "runs to the last known name"
+    );
+    assert_eq!(
+        index.longest(&[10, 99, 12], alive),
+        (1, Some(owner(1))),
+        "stops at the first unknown"
+    );
+    assert_eq!(
+        index.longest(&[99, 10], alive),
+        (0, None),
+        "nothing when the first is unknown"
+    );
+    let not_two = |o: Owner| o.backend != 2;
+    assert_eq!(
+        index.longest(&[10, 11, 12, 13], not_two),
+        (3, Some(owner(1))),
+        "a dead entry ends the run"
+    );
+    assert_eq!(index.get(13, alive), None, "and is removed");
+}
+
+#[test]
+fn a_later_owner_replaces_an_earlier_one() {
+    let mut index = PrefixIndex::new(10);
+    index.insert(7, owner(1));
+    for name in 100..104u64 {
+        index.insert(name, owner(1));
+    }
+    // 7 is now in the previous generation: a new owner must win over it.
+    index.insert(7, owner(3));
+    for name in 200..210u64 {
+        assert_eq!(
+            index.get(7, alive),
+            Some(owner(3)),
+            "the newest owner, whatever the generation"
+        );
+        index.insert(name, owner(1));
+    }
+}
