@@ -375,3 +375,121 @@ async fn cached_prompt_tokens_are_counted_exactly() {
         "hits and misses add up to the prompts (prompt_n + cache_n)"
     );
 }
+
+#[tokio::test]
+async fn prefix_affinity_keeps_each_session_on_its_server() {
+    let Some(first) = LlamaServer::start(4, 1024).await else {
+        return;
+    };
+    let Some(second) = LlamaServer::start(4, 1024).await else {
+        return;
+    };
+    let mut config = config_for(&first.url);
+    config.pools = vec![tokenmeter::config::PoolConfig {
+        name: "chat".to_owned(),
+        urls: vec![first.url.clone(), second.url.clone()],
+        affinity: tokenmeter::config::Affinity::Prefix,
+        ..tokenmeter::config::PoolConfig::default()
+    }];
+    config.validate().expect("valid config");
+    let proxy = start_proxy(config).await;
+    let served = |metrics: &str| -> Vec<f64> {
+        [&first, &second]
+            .iter()
+            .map(|server| {
+                prom::sum(
+                    metrics,
+                    "tokenmeter_requests_total",
+                    &[("backend", &server.addr.to_string())],
+                )
+            })
+            .collect()
+    };
+    const SESSIONS: usize = 6;
+    const TURNS: usize = 3;
+    let mut histories: Vec<Vec<serde_json::Value>> = (0..SESSIONS)
+        .map(|session| {
+            vec![serde_json::json!({"role": "system", "content": format!("s{} {}", session % 2, " w".repeat(60))})]
+        })
+        .collect();
+    let mut homes: Vec<Option<usize>> = vec![None; SESSIONS];
+    let mut last_prompt = vec![0u64; SESSIONS];
+    let (mut seen_cached, mut later_cached, mut later_prompt) = (0, 0, 0);
+    // Sessions interleave, turn by turn, as users do.
+    for turn in 1..=TURNS {
+        for session in 0..SESSIONS {
+            let messages = &mut histories[session];
+            messages.push(serde_json::json!({"role": "user", "content": format!("u{session} t{turn} {}", " x".repeat(20))}));
+            let body = serde_json::json!({"model": "m", "messages": messages, "max_tokens": 4,
+                "temperature": 0, "stream": true});
+            let before = served(&proxy.metrics.render());
+            let streamed = client::post(proxy.traffic_addr, CHAT, &body.to_string()).await;
+            assert_eq!(
+                streamed.status,
+                200,
+                "session {session} turn {turn}: {}",
+                streamed.text()
+            );
+            let after = served(&proxy.metrics.render());
+            let server = (0..2)
+                .find(|&i| after[i] > before[i])
+                .expect("a server answered");
+            match homes[session] {
+                None => homes[session] = Some(server),
+                Some(home) => assert_eq!(home, server, "session {session} turn {turn}: its server"),
+            }
+            let text = streamed.text();
+            let timings = last_timings(&text);
+            let cached = timings["cache_n"].as_u64().expect("cache_n");
+            let prompt = timings["prompt_n"].as_u64().expect("prompt_n") + cached;
+            seen_cached += cached;
+            if turn > 1 {
+                later_cached += cached;
+                later_prompt += prompt;
+                assert!(
+                    cached >= last_prompt[session] / 2,
+                    "session {session} turn {turn}: the server reused its last prompt ({cached} of {})",
+                    last_prompt[session]
+                );
+            }
+            last_prompt[session] = prompt;
+            let answer: String = text
+                .lines()
+                .filter_map(|line| line.strip_prefix("data: "))
+                .filter_map(|data| serde_json::from_str::<serde_json::Value>(data).ok())
+                .filter_map(|event| {
+                    event["choices"][0]["delta"]["content"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .collect();
+            messages.push(serde_json::json!({"role": "assistant", "content": answer}));
+        }
+    }
+    let metrics = proxy.metrics.render();
+    assert_eq!(
+        prom::sum(
+            &metrics,
+            "tokenmeter_prompt_cache_tokens_total",
+            &[("result", "hit")]
+        ),
+        seen_cached as f64,
+        "hits: the servers' timings.cache_n, summed"
+    );
+    let decided = |result| {
+        prom::value(
+            &metrics,
+            "tokenmeter_affinity_decisions_total",
+            &[("pool", "chat"), ("result", result)],
+        )
+    };
+    assert_eq!(
+        (decided("miss"), decided("hit"), decided("overloaded")),
+        (SESSIONS as f64, (SESSIONS * (TURNS - 1)) as f64, 0.0),
+        "first turns go home, later ones follow their prefix"
+    );
+    eprintln!(
+        "later turns: {later_cached} of {later_prompt} prompt tokens cached ({:.0} %); homes {homes:?}",
+        100.0 * later_cached as f64 / later_prompt as f64
+    );
+}

@@ -65,8 +65,12 @@ async fn send(proxy: SocketAddr, messages: &[Value]) -> Turn {
         cached_tokens: 0,
     };
     for line in streamed.text().lines() {
-        let Some(data) = line.strip_prefix("data: ") else { continue };
-        let Ok(event) = serde_json::from_str::<Value>(data) else { continue };
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        let Ok(event) = serde_json::from_str::<Value>(data) else {
+            continue;
+        };
         if let Some(text) = event["choices"][0]["delta"]["content"].as_str() {
             turn.answer.push_str(text);
         }
@@ -82,7 +86,10 @@ async fn send(proxy: SocketAddr, messages: &[Value]) -> Turn {
 }
 
 fn system_prompt(n: usize) -> String {
-    format!("You are assistant {n} of the support team. {}", "Answer briefly and politely. ".repeat(12))
+    format!(
+        "You are assistant {n} of the support team. {}",
+        "Answer briefly and politely. ".repeat(12)
+    )
 }
 
 /// Requests each replica served, by the proxies' own counters.
@@ -111,7 +118,8 @@ async fn two_replicas_that_share_nothing_keep_each_conversation_on_its_cache() {
     let mut homes = HashSet::new();
     let mut cached_seen = 0;
     for conversation in 0..CONVERSATIONS {
-        let mut messages = vec![json!({"role": "system", "content": system_prompt(conversation % 3)})];
+        let mut messages =
+            vec![json!({"role": "system", "content": system_prompt(conversation % 3)})];
         let mut last: Option<Turn> = None;
         for turn in 1..=TURNS {
             messages.push(json!({"role": "user", "content": format!("Conversation {conversation} asks question {turn}.")}));
@@ -177,7 +185,10 @@ async fn two_replicas_that_share_nothing_keep_each_conversation_on_its_cache() {
             )
         })
         .sum();
-    assert_eq!(metered, cached_seen as f64, "the proxies metered every cached token the replicas reported");
+    assert_eq!(
+        metered, cached_seen as f64,
+        "the proxies metered every cached token the replicas reported"
+    );
 }
 
 #[tokio::test]
@@ -192,7 +203,8 @@ async fn without_affinity_the_same_conversations_lose_their_cache() {
     let mut later_turns_cached = 0;
     let mut later_turns_prompt = 0;
     for conversation in 0..8 {
-        let mut messages = vec![json!({"role": "system", "content": system_prompt(conversation % 3)})];
+        let mut messages =
+            vec![json!({"role": "system", "content": system_prompt(conversation % 3)})];
         for turn in 1..=TURNS {
             messages.push(json!({"role": "user", "content": format!("Conversation {conversation} asks question {turn}.")}));
             let answered = send(proxy.traffic_addr, &messages).await;
