@@ -413,7 +413,7 @@ async fn prefix_affinity_keeps_each_session_on_its_server() {
         })
         .collect();
     let mut homes: Vec<Option<usize>> = vec![None; SESSIONS];
-    let mut last_prompt = vec![0u64; SESSIONS];
+    let mut last_prompt = [0u64; SESSIONS];
     let (mut seen_cached, mut later_cached, mut later_prompt) = (0, 0, 0);
     // Sessions interleave, turn by turn, as users do.
     for turn in 1..=TURNS {
