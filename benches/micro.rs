@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{criterion_group, Criterion, Throughput};
+use tokenmeter::config::{Affinity, PoolConfig};
 use tokenmeter::dialect::Dialect;
 use tokenmeter::request;
+use tokenmeter::route::affinity::AffinityKeys;
+use tokenmeter::route::pools::Pool;
 use tokenmeter::sse::{Framer, StreamFormat};
 use tokenmeter::sse::{Scanner, DEFAULT_MAX_LINE};
 
@@ -80,8 +83,43 @@ fn per_request(c: &mut Criterion) {
         group.bench_function(format!("inject_include_usage_{kib}KiB"), |b| {
             b.iter(|| request::inject_include_usage(black_box(&body)))
         });
+        // Prefix affinity: naming the prompt's blocks, then one pick in a pool of four backends
+        // (index lookup, rendezvous home, remembering every block).
+        let model = Some("meta-llama/Llama-3.1-8B-Instruct");
+        group.bench_function(format!("prefix_blocks_{kib}KiB"), |b| {
+            b.iter(|| request::prefix::read(black_box(&body), model, 128, 8))
+        });
+        let pool = affinity_pool();
+        let backends = pool.backends();
+        let affinity = pool.affinity.as_ref().expect("prefix affinity");
+        let keys = AffinityKeys {
+            generation: true,
+            prefix: request::prefix::read(&body, model, 128, 8),
+            headers: Vec::new(),
+        };
+        group.bench_function(format!("affinity_pick_{kib}KiB"), |b| {
+            b.iter(|| {
+                let (chosen, _) = affinity.prefer(&backends, black_box(&keys), |_| true);
+                if let Some(chosen) = &chosen {
+                    affinity.remember(&keys, chosen);
+                }
+                chosen
+            })
+        });
     }
     group.finish();
+}
+
+fn affinity_pool() -> Pool {
+    let config = PoolConfig {
+        name: "chat".to_owned(),
+        urls: (0..4)
+            .map(|i| format!("http://127.0.0.1:{}", 9100 + i))
+            .collect(),
+        affinity: Affinity::Prefix,
+        ..PoolConfig::default()
+    };
+    Pool::new(&config, None).expect("a pool")
 }
 
 fn per_token(c: &mut Criterion) {

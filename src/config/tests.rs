@@ -108,6 +108,56 @@ fn bad_env_names_the_variable() {
 }
 
 #[test]
+fn the_affinity_example_parses_as_documented() {
+    let config = Config::from_toml(include_str!("../../config/examples/affinity.toml"))
+        .expect("affinity.toml parses");
+    assert_eq!(config.pools.len(), 1, "one pool");
+    let pool = &config.pools[0];
+    assert_eq!(pool.affinity, Affinity::Prefix, "prefix affinity");
+    assert_eq!(pool.urls.len(), 4, "four replicas");
+    assert_eq!(
+        (pool.affinity_load_factor, pool.affinity_load_slack),
+        (1.5, 4),
+        "the documented bound"
+    );
+}
+
+#[test]
+fn affinity_values_are_checked_by_name() {
+    let err = Config::from_toml(
+        "[[pools]]\nname = \"p\"\nurls = [\"http://a:1\"]\naffinity = \"sticky\"\n",
+    )
+    .expect_err("an unknown affinity");
+    let text = err.to_string();
+    assert!(
+        text.contains("pools[0].affinity") && text.contains("sticky"),
+        "{text}"
+    );
+    let header = Config::from_toml(
+        "[[pools]]\nname = \"p\"\nurls = [\"http://a:1\"]\naffinity = \"header:X-Session-Id\"\n",
+    )
+    .expect("a header affinity");
+    assert_eq!(
+        header.pools[0].affinity,
+        Affinity::Header(http::HeaderName::from_static("x-session-id")),
+        "header names are lower-cased"
+    );
+    let err = Config::from_toml(
+        "[[pools]]\nname = \"p\"\nurls = [\"http://a:1\"]\naffinity_load_factor = 0.5\n",
+    )
+    .expect_err("a factor below 1");
+    assert!(
+        err.to_string().contains("pools[0].affinity_load_factor"),
+        "{err}"
+    );
+    let err = Config::from_toml("[routing]\nprefix_block_bytes = 4\n").expect_err("tiny blocks");
+    assert!(
+        err.to_string().contains("routing.prefix_block_bytes"),
+        "{err}"
+    );
+}
+
+#[test]
 fn shipped_examples_parse_as_documented() {
     let sidecar = Config::from_toml(include_str!("../../config/examples/sidecar.toml"))
         .expect("sidecar.toml parses");
