@@ -10,7 +10,7 @@ use rand_distr::{Distribution, Exp, Gamma};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::client::{BenchClient, Destination, PlannedRequest, RequestRecord};
+use super::client::{BenchClient, Destination, PlannedRequest, Prompt, RequestRecord};
 use super::{Arrival, BenchError, LoadMode, LoadSpec, PointReport, Stop};
 
 /// Draws the gaps between open-loop arrivals. Pure: the caller decides what a gap means in
@@ -144,6 +144,8 @@ impl Shared {
             class: s.class,
             prompt_words: s.prompt_tokens,
             max_tokens: s.output_tokens,
+            prompt: Prompt::Words,
+            header: None,
         };
         self.progress.sent.fetch_add(1, Ordering::Relaxed);
         let class = self.names.get(s.class).map_or("default", String::as_str);
