@@ -272,6 +272,10 @@ pub(crate) fn spawn_progress_line(
             let errors = progress.errors.load(Ordering::Relaxed);
             let target = match stop {
                 Stop::Requests(n) => format!("{done}/{n}"),
+                Stop::Sessions(n) => format!(
+                    "{done} requests, {:.0} s, {n} sessions",
+                    start.elapsed().as_secs_f64()
+                ),
                 Stop::Duration(d) => format!(
                     "{done} ({:.0}/{:.0} s)",
                     start.elapsed().as_secs_f64(),
