@@ -47,6 +47,7 @@ pub use plot::write_plot;
 pub use report::{BenchReport, PointReport};
 pub use spec::{Arrival, Endpoint, LoadMode, LoadSpec, Slo, Stop};
 pub use stats::{percentile, ClassStats, Summary};
+pub use workload::session::SessionWorkload;
 pub use workload::{Class, Dist, Workload, WorkloadError};
 
 /// How `--arrival` names the arrival processes.
