@@ -184,7 +184,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DURATION", help_heading = "Multi-turn sessions",
           value_parser = humantime::parse_duration, default_value = "2s", requires = "session_rate")]
     pub think_time: Duration,
-    /// Send NAME: <session id> on every turn (for header-keyed affinity in the proxy).
+    /// Send a NAME header holding the session id on every turn (for header-keyed affinity in the proxy).
     #[arg(
         long,
         value_name = "NAME",
