@@ -27,6 +27,9 @@ fn record(index: u64, class: &str, outcome: Ending, ttft: f64, gap: f64, n: u64)
         output_tokens: n,
         usage_prompt_tokens: Some(100),
         usage_completion_tokens: Some(n),
+        usage_cached_tokens: None,
+        session: None,
+        turn: None,
     }
 }
 

@@ -2,10 +2,14 @@
 //! client, stamp every SSE event with the arrival time of the frame that completed it, and
 //! turn the stamps into TTFT / ITL / TPOT / E2E (REFERENCE.md §1, with `t0` = just before
 //! the request is handed to the client, so connection set-up counts as the user feels it).
+//!
+//! The prompt is either generated words ([`Prompt::Words`], the single-turn workload) or a
+//! conversation so far ([`Prompt::Messages`], a session's turn); [`BenchClient::send_keeping_reply`]
+//! also returns the text the server streamed, which the next turn sends back.
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE};
+use http::header::{HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use http::{Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -88,15 +92,65 @@ pub struct RequestRecord {
     pub output_tokens: u64,
     pub usage_prompt_tokens: Option<u64>,
     pub usage_completion_tokens: Option<u64>,
+    /// Prompt tokens the server served from its prefix cache:
+    /// `usage.prompt_tokens_details.cached_tokens`, else llama.cpp's `timings.cache_n`; absent
+    /// when the server reports neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_cached_tokens: Option<u64>,
+    /// The session this request belongs to (session workloads only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
+    /// Its turn within the session, from 1 (session workloads only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+}
+
+/// Who speaks a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+/// One chat message, serialized as the API takes it: `{"role": "user", "content": "..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+}
+
+/// What a request sends as its prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prompt {
+    /// [`prompt_text`]`(index, prompt_words)`: the single-turn workload.
+    Words,
+    /// A conversation so far: chat `messages` as given; for completions, the messages' texts
+    /// joined by `"\n"`, so the prompt grows the way the conversation does.
+    Messages(Vec<Message>),
 }
 
 /// One request to send: which workload draw, how long the prompt and output are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedRequest {
     pub index: u64,
     pub class: usize,
+    /// The prompt's length in words (with [`Prompt::Words`], exactly the words sent).
     pub prompt_words: u32,
     pub max_tokens: u32,
+    pub prompt: Prompt,
+    /// One extra request header, e.g. a session id for header-keyed affinity.
+    pub header: Option<(HeaderName, HeaderValue)>,
+}
+
+/// A request's measurements and the reply text it received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub record: RequestRecord,
+    /// The streamed `delta.content`s (completions: `text`s) concatenated, as far as the stream
+    /// got.
+    pub text: String,
 }
 
 /// Where requests go: the resolved endpoint URI, dialect and model.
@@ -171,7 +225,39 @@ impl BenchClient {
         point_start: Instant,
         timeout: Duration,
     ) -> RequestRecord {
-        let mut st = StreamState::default();
+        let st = StreamState::default();
+        self.measure(st, target, plan, class, point_start, timeout)
+            .await
+            .record
+    }
+
+    /// [`send`](Self::send), keeping the reply's text as well (a session's next turn sends
+    /// it back).
+    pub async fn send_keeping_reply(
+        &self,
+        target: &Destination,
+        plan: &PlannedRequest,
+        class: &str,
+        point_start: Instant,
+        timeout: Duration,
+    ) -> Reply {
+        let st = StreamState {
+            reply: Some(String::new()),
+            ..StreamState::default()
+        };
+        self.measure(st, target, plan, class, point_start, timeout)
+            .await
+    }
+
+    async fn measure(
+        &self,
+        mut st: StreamState,
+        target: &Destination,
+        plan: &PlannedRequest,
+        class: &str,
+        point_start: Instant,
+        timeout: Duration,
+    ) -> Reply {
         let t0 = Instant::now();
         let exchange = self.exchange(target, plan, &mut st);
         let end = match tokio::time::timeout(timeout, exchange).await {
@@ -184,7 +270,7 @@ impl BenchClient {
                 Instant::now()
             }
         };
-        st.into_record(plan, class, t0, point_start, end)
+        st.into_reply(plan, class, t0, point_start, end)
     }
 
     /// Sends and reads to the end of the stream; returns when the stream ended.
@@ -252,13 +338,27 @@ impl BenchClient {
     }
 }
 
-/// The request body: `ignore_eos` makes the output exactly `max_tokens` long on vLLM-like
-/// servers, and `include_usage` gives the true token count (chunks are not tokens).
-fn build_request(
+/// The request: `ignore_eos` makes the output exactly `max_tokens` long on vLLM-like servers,
+/// and `include_usage` gives the true token count (chunks are not tokens).
+pub(crate) fn build_request(
     target: &Destination,
     plan: &PlannedRequest,
 ) -> Result<Request<Full<Bytes>>, http::Error> {
-    let prompt = prompt_text(plan.index, plan.prompt_words);
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(target.uri.clone())
+        .header(CONTENT_TYPE, "application/json")
+        .header(ACCEPT, "text/event-stream");
+    if let Some((name, value)) = &plan.header {
+        request = request.header(name, value);
+    }
+    request.body(Full::new(Bytes::from(
+        request_body(target, plan).to_string(),
+    )))
+}
+
+/// The JSON body of a planned request.
+pub(crate) fn request_body(target: &Destination, plan: &PlannedRequest) -> serde_json::Value {
     let mut body = serde_json::json!({
         "model": target.model,
         "stream": true,
@@ -266,18 +366,28 @@ fn build_request(
         "ignore_eos": true,
         "stream_options": { "include_usage": true },
     });
-    match target.endpoint {
-        Endpoint::Chat => {
-            body["messages"] = serde_json::json!([{ "role": "user", "content": prompt }]);
+    let (messages, prompt) = match (&plan.prompt, target.endpoint) {
+        (Prompt::Words, endpoint) => {
+            let text = prompt_text(plan.index, plan.prompt_words);
+            match endpoint {
+                Endpoint::Chat => (
+                    serde_json::json!([{ "role": "user", "content": text }]),
+                    None,
+                ),
+                Endpoint::Completions => (serde_json::Value::Null, Some(text)),
+            }
         }
-        Endpoint::Completions => body["prompt"] = serde_json::Value::String(prompt),
+        (Prompt::Messages(messages), Endpoint::Chat) => (serde_json::json!(messages), None),
+        (Prompt::Messages(messages), Endpoint::Completions) => {
+            let texts: Vec<&str> = messages.iter().map(|m| m.content.as_str()).collect();
+            (serde_json::Value::Null, Some(texts.join("\n")))
+        }
+    };
+    match prompt {
+        Some(text) => body["prompt"] = serde_json::Value::String(text),
+        None => body["messages"] = messages,
     }
-    Request::builder()
-        .method(Method::POST)
-        .uri(target.uri.clone())
-        .header(CONTENT_TYPE, "application/json")
-        .header(ACCEPT, "text/event-stream")
-        .body(Full::new(Bytes::from(body.to_string())))
+    body
 }
 
 /// `words` words: a per-request word first (so no two prompts share a cached prefix), then
@@ -310,6 +420,10 @@ struct StreamState {
     token_times: Vec<Instant>,
     completion_tokens: Option<u64>,
     prompt_tokens: Option<u64>,
+    cached_tokens: Option<u64>,
+    cache_n: Option<u64>,
+    /// The reply text so far, when the caller keeps it.
+    reply: Option<String>,
     done: bool,
     failure: Option<(Ending, String)>,
 }
@@ -333,6 +447,15 @@ impl StreamState {
         if info.prompt_tokens.is_some() {
             self.prompt_tokens = info.prompt_tokens;
         }
+        if info.cached_tokens.is_some() {
+            self.cached_tokens = info.cached_tokens;
+        }
+        if info.cache_n.is_some() {
+            self.cache_n = info.cache_n;
+        }
+        if let (Some(reply), Some(content)) = (&mut self.reply, &info.content) {
+            reply.push_str(content);
+        }
         match info.kind {
             EventKind::Token => self.token_times.push(at),
             EventKind::Other => {}
@@ -342,19 +465,22 @@ impl StreamState {
         }
     }
 
-    fn into_record(
+    fn into_reply(
         self,
         plan: &PlannedRequest,
         class: &str,
         t0: Instant,
         point_start: Instant,
         end: Instant,
-    ) -> RequestRecord {
+    ) -> Reply {
         let Self {
             status,
             token_times,
             completion_tokens,
             prompt_tokens,
+            cached_tokens,
+            cache_n,
+            reply,
             done: _,
             failure,
         } = self;
@@ -373,7 +499,7 @@ impl StreamState {
             Some((o, m)) => (o, Some(m)),
             None => (Ending::Ok, None),
         };
-        RequestRecord {
+        let record = RequestRecord {
             index: plan.index,
             class: class.to_string(),
             prompt_words: plan.prompt_words,
@@ -390,6 +516,16 @@ impl StreamState {
             output_tokens,
             usage_prompt_tokens: prompt_tokens,
             usage_completion_tokens: completion_tokens,
+            usage_cached_tokens: cached_tokens.or(cache_n),
+            session: None,
+            turn: None,
+        };
+        Reply {
+            record,
+            text: reply.unwrap_or_default(),
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -82,19 +82,29 @@ impl EventSplitter {
 }
 
 /// What one event's data means to the bench client.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct EventInfo {
     pub kind: EventKind,
     /// `usage.completion_tokens` if the event carries it (continuous usage: cumulative).
     pub completion_tokens: Option<u64>,
     pub prompt_tokens: Option<u64>,
+    /// `usage.prompt_tokens_details.cached_tokens` (vLLM with `--enable-prompt-tokens-details`,
+    /// OpenAI, llama.cpp).
+    pub cached_tokens: Option<u64>,
+    /// llama.cpp's `timings.cache_n` (on its last chunk): the prompt tokens its slot reused, the
+    /// stand-in when the usage has no `prompt_tokens_details`.
+    pub cache_n: Option<u64>,
+    /// The reply text the event carries (`delta.content`, or `text` for completions), moved out
+    /// of the parsed chunk: a session sends it back as the assistant's message.
+    pub content: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) enum EventKind {
     /// Carries generated output.
     Token,
     /// Role chunk, usage-only chunk, empty deltas: not output.
+    #[default]
     Other,
     /// `data: [DONE]`.
     Done,
@@ -112,6 +122,15 @@ struct Chunk {
     usage: Option<Usage>,
     #[serde(default)]
     error: Option<serde_json::Value>,
+    #[serde(default)]
+    timings: Option<Timings>,
+}
+
+/// llama.cpp's per-request timings; only the cache figure matters here.
+#[derive(Deserialize)]
+struct Timings {
+    #[serde(default)]
+    cache_n: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -140,6 +159,14 @@ struct Usage {
     completion_tokens: Option<u64>,
     #[serde(default)]
     prompt_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 fn non_empty(s: &Option<String>) -> bool {
@@ -162,8 +189,7 @@ impl Choice {
 pub(crate) fn classify(data: &[u8]) -> EventInfo {
     let info = |kind| EventInfo {
         kind,
-        completion_tokens: None,
-        prompt_tokens: None,
+        ..EventInfo::default()
     };
     let trimmed = data.trim_ascii();
     if trimmed == b"[DONE]" {
@@ -173,18 +199,23 @@ pub(crate) fn classify(data: &[u8]) -> EventInfo {
         Ok(c) => c,
         Err(e) => return info(EventKind::Invalid(e.to_string())),
     };
-    let (completion_tokens, prompt_tokens) = chunk
-        .usage
-        .as_ref()
-        .map_or((None, None), |u| (u.completion_tokens, u.prompt_tokens));
-    let kind = if let Some(err) = chunk.error.filter(|e| !e.is_null()) {
+    let Chunk {
+        choices,
+        usage,
+        error,
+        timings,
+    } = chunk;
+    let (completion_tokens, prompt_tokens, cached_tokens) = usage.map_or((None, None, None), |u| {
+        let cached = u.prompt_tokens_details.and_then(|d| d.cached_tokens);
+        (u.completion_tokens, u.prompt_tokens, cached)
+    });
+    let kind = if let Some(err) = error.filter(|e| !e.is_null()) {
         let msg = err
             .get("message")
             .and_then(|m| m.as_str())
             .map_or_else(|| err.to_string(), str::to_string);
         EventKind::Error(msg)
-    } else if chunk
-        .choices
+    } else if choices
         .as_deref()
         .is_some_and(|cs| cs.iter().any(Choice::carries_output))
     {
@@ -192,10 +223,19 @@ pub(crate) fn classify(data: &[u8]) -> EventInfo {
     } else {
         EventKind::Other
     };
+    // One choice (bench never asks for n > 1): its content, or its completions text.
+    let content = choices
+        .into_iter()
+        .flatten()
+        .find_map(|c| c.delta.and_then(|d| d.content).or(c.text))
+        .filter(|t| !t.is_empty());
     EventInfo {
         kind,
         completion_tokens,
         prompt_tokens,
+        cached_tokens,
+        cache_n: timings.and_then(|t| t.cache_n),
+        content,
     }
 }
 

@@ -10,7 +10,7 @@ use rand_distr::{Distribution, Exp, Gamma};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::client::{BenchClient, Destination, PlannedRequest, RequestRecord};
+use super::client::{BenchClient, Destination, PlannedRequest, Prompt, RequestRecord};
 use super::{Arrival, BenchError, LoadMode, LoadSpec, PointReport, Stop};
 
 /// Draws the gaps between open-loop arrivals. Pure: the caller decides what a gap means in
@@ -78,7 +78,7 @@ pub struct Progress {
 }
 
 impl Progress {
-    fn record(&self, r: &RequestRecord) {
+    pub(crate) fn record(&self, r: &RequestRecord) {
         self.done.fetch_add(1, Ordering::Relaxed);
         if !r.outcome.is_ok() {
             self.errors.fetch_add(1, Ordering::Relaxed);
@@ -119,6 +119,8 @@ pub async fn run_point_with(
             let arrivals = ArrivalProcess::new(arrival, rate, spec.seed)?;
             open_loop(client, spec, &target, arrivals, start, progress).await?
         }
+        // Refused by `validate` already; sessions have their own driver.
+        LoadMode::Sessions { .. } => Vec::new(),
     };
     let wall_s = start.elapsed().as_secs_f64();
     records.sort_by_key(|r| r.index);
@@ -144,6 +146,8 @@ impl Shared {
             class: s.class,
             prompt_words: s.prompt_tokens,
             max_tokens: s.output_tokens,
+            prompt: Prompt::Words,
+            header: None,
         };
         self.progress.sent.fetch_add(1, Ordering::Relaxed);
         let class = self.names.get(s.class).map_or("default", String::as_str);
@@ -194,6 +198,8 @@ async fn closed_loop(
     let workers = match spec.stop {
         Stop::Requests(n) => concurrency.min(usize::try_from(n).unwrap_or(usize::MAX)),
         Stop::Duration(_) => concurrency,
+        // Refused by `validate`: no session count in a request load.
+        Stop::Sessions(_) => 0,
     };
     let mut set = JoinSet::new();
     for _ in 0..workers {
@@ -245,6 +251,8 @@ async fn open_loop(
         match spec.stop {
             Stop::Requests(n) if index >= n => break,
             Stop::Duration(d) if offset >= d => break,
+            // Refused by `validate`: no session count in a request load.
+            Stop::Sessions(_) => break,
             _ => {}
         }
         tokio::time::sleep_until(start + offset).await;

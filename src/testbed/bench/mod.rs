@@ -12,7 +12,9 @@
 //! - [`load`]: arrival processes, the closed and open loop drivers, [`run_point`];
 //! - [`client`]: one timed request over the shared client; `events` splits SSE (private);
 //! - [`stats`]: numpy-compatible percentiles, per-class summaries, goodput;
-//! - [`report`] and [`plot`]: the table, the JSON file, the SVG.
+//! - [`report`] and [`plot`]: the table, the JSON file, the SVG;
+//! - [`session`]: multi-turn session workloads ([`run_sessions`]), their description in
+//!   [`workload::session`] and their per-turn rows in [`session_stats`].
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), tokenmeter::testbed::bench::BenchError> {
@@ -36,6 +38,8 @@ mod events;
 pub mod load;
 pub mod plot;
 pub mod report;
+pub mod session;
+pub mod session_stats;
 pub mod spec;
 pub mod stats;
 pub mod workload;
@@ -45,8 +49,11 @@ pub use error::BenchError;
 pub use load::{run_point, run_point_with, ArrivalProcess, Progress};
 pub use plot::write_plot;
 pub use report::{BenchReport, PointReport};
+pub use session::{run_sessions, run_sessions_with, SessionReport, SessionSpec};
+pub use session_stats::{CacheTally, SessionResults, TurnStats};
 pub use spec::{Arrival, Endpoint, LoadMode, LoadSpec, Slo, Stop};
 pub use stats::{percentile, ClassStats, Summary};
+pub use workload::session::SessionWorkload;
 pub use workload::{Class, Dist, Workload, WorkloadError};
 
 /// How `--arrival` names the arrival processes.
@@ -64,6 +71,19 @@ default MAX = MEDIAN*e^(3*SIGMA)).
 CLASS: NAME:WEIGHT:prompt=DIST:output=DIST. Classes are separated by ';' or ','; weights are relative.
 Example: \"chat:0.9:prompt=uniform:200-600:output=uniform:64-256,document:0.1:prompt=uniform:6000-10000:output=fixed:128\"
 Prompts are N words (one token each on the simulated replica); outputs are max_tokens with ignore_eos.";
+
+const SESSIONS_HELP: &str = "\
+Multi-turn sessions instead of single requests: sessions arrive open loop at R per second \
+(--arrival, default Poisson; \"inf\": all at once) for --sessions N (default 20) or --duration \
+(sessions start until then, and every started session runs all its turns).
+Each session picks one of --system-prompts shared system prompts, then runs --turns turns: turn 1 \
+sends [system, user]; turn k+1 resends turn k's messages, the reply exactly as received and a new \
+user message (--endpoint completions: the same texts joined by newlines), after an exponential \
+--think-time. Per turn: --user-tokens words of question, --output-tokens of answer.
+The report adds one row per turn (turns 8 and later share a row): TTFT, mean prompt tokens and the \
+share of prompt tokens the server served from its prefix cache \
+(usage.prompt_tokens_details.cached_tokens, or llama.cpp's timings.cache_n; \"-\" when not reported).
+Example: --session-rate 0.5 --sessions 40 --turns uniform:3-6 --think-time 2s --session-header x-session-id";
 
 /// Command-line arguments of `tokenmeter bench`.
 #[derive(clap::Args, Debug)]
@@ -126,6 +146,52 @@ pub struct BenchArgs {
     /// Draw p50/p99 TTFT and ITL against concurrency or rate into an SVG file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Multi-turn sessions arriving at R per second (open loop), instead of single requests (--help: details).
+    #[arg(long, value_name = "R", help_heading = "Multi-turn sessions", long_help = SESSIONS_HELP,
+          conflicts_with_all = ["concurrency", "rate", "requests", "workload", "prompt_tokens", "plot"])]
+    pub session_rate: Option<f64>,
+    /// Sessions to start [default: 20 unless --duration].
+    #[arg(
+        long,
+        value_name = "N",
+        help_heading = "Multi-turn sessions",
+        requires = "session_rate",
+        conflicts_with = "duration"
+    )]
+    pub sessions: Option<u64>,
+    /// Distinct system prompts the sessions share (each session picks one uniformly).
+    #[arg(
+        long,
+        value_name = "K",
+        help_heading = "Multi-turn sessions",
+        default_value_t = 4,
+        requires = "session_rate"
+    )]
+    pub system_prompts: u32,
+    /// Length DIST of each system prompt, in words (drawn once per prompt).
+    #[arg(long, value_name = "DIST", help_heading = "Multi-turn sessions", value_parser = parse_dist,
+          default_value = "1000", requires = "session_rate")]
+    pub system_tokens: Dist,
+    /// Turns per session (DIST).
+    #[arg(long, value_name = "DIST", help_heading = "Multi-turn sessions", value_parser = parse_dist,
+          default_value = "uniform:3-6", requires = "session_rate")]
+    pub turns: Dist,
+    /// Length DIST of each user message, in words.
+    #[arg(long, value_name = "DIST", help_heading = "Multi-turn sessions", value_parser = parse_dist,
+          default_value = "100", requires = "session_rate")]
+    pub user_tokens: Dist,
+    /// Mean think time between a reply and the next turn (exponential; 0s: none).
+    #[arg(long, value_name = "DURATION", help_heading = "Multi-turn sessions",
+          value_parser = humantime::parse_duration, default_value = "2s", requires = "session_rate")]
+    pub think_time: Duration,
+    /// Send a NAME header holding the session id on every turn (for header-keyed affinity in the proxy).
+    #[arg(
+        long,
+        value_name = "NAME",
+        help_heading = "Multi-turn sessions",
+        requires = "session_rate"
+    )]
+    pub session_header: Option<String>,
 }
 
 fn parse_workload(s: &str) -> Result<Workload, WorkloadError> {
@@ -137,9 +203,9 @@ fn parse_dist(s: &str) -> Result<Dist, WorkloadError> {
 }
 
 impl BenchArgs {
-    /// The spec shared by every point (its `mode` is the first point's) and the sweep.
-    pub fn to_specs(&self) -> Result<(LoadSpec, Vec<LoadMode>), BenchError> {
-        let arrival = match (self.arrival, self.burstiness) {
+    /// The open-loop arrival process of `--arrival` and `--burstiness`.
+    fn arrival(&self) -> Result<Arrival, BenchError> {
+        Ok(match (self.arrival, self.burstiness) {
             (ArrivalKind::Gamma, b) => Arrival::Gamma {
                 burstiness: b.unwrap_or(1.0),
             },
@@ -150,7 +216,12 @@ impl BenchArgs {
             }
             (ArrivalKind::Poisson, None) => Arrival::Poisson,
             (ArrivalKind::Constant, None) => Arrival::Constant,
-        };
+        })
+    }
+
+    /// The spec shared by every point (its `mode` is the first point's) and the sweep.
+    pub fn to_specs(&self) -> Result<(LoadSpec, Vec<LoadMode>), BenchError> {
+        let arrival = self.arrival()?;
         let modes: Vec<LoadMode> = if !self.rate.is_empty() {
             self.rate
                 .iter()
@@ -197,9 +268,51 @@ impl BenchArgs {
     }
 }
 
+impl BenchArgs {
+    /// The session run these arguments describe, if `--session-rate` asks for one.
+    pub fn to_session_spec(&self) -> Result<Option<SessionSpec>, BenchError> {
+        let Some(rate) = self.session_rate else {
+            return Ok(None);
+        };
+        let arrival = self.arrival()?;
+        let stop = match (self.sessions, self.duration) {
+            (_, Some(d)) => Stop::Duration(d),
+            (n, None) => Stop::Sessions(n.unwrap_or(20)),
+        };
+        let spec = SessionSpec {
+            url: self.url.clone(),
+            endpoint: self.endpoint,
+            model: self.model.clone(),
+            rate,
+            arrival,
+            stop,
+            workload: SessionWorkload {
+                system_prompts: self.system_prompts,
+                system_tokens: self.system_tokens,
+                turns: self.turns,
+                user_tokens: self.user_tokens,
+                output_tokens: self.output_tokens,
+                think_time: self.think_time,
+            },
+            session_header: self.session_header.clone(),
+            slo: Slo {
+                ttft: self.slo_ttft,
+                tpot: self.slo_tpot,
+            },
+            seed: self.seed,
+            request_timeout: self.timeout,
+        };
+        spec.validate()?;
+        Ok(Some(spec))
+    }
+}
+
 /// Runs the load described by the arguments and reports: a table per point on stdout, a
 /// progress line on stderr (terminals only), then the JSON and SVG files if asked.
 pub async fn run(args: BenchArgs) -> Result<(), crate::BoxError> {
+    if let Some(spec) = args.to_session_spec()? {
+        return run_session_load(spec, args.json.as_deref(), args.raw).await;
+    }
     let (mut spec, modes) = args.to_specs()?;
     let client = BenchClient::new();
     if spec.model.is_none() {
@@ -248,6 +361,39 @@ pub async fn run(args: BenchArgs) -> Result<(), crate::BoxError> {
     Ok(())
 }
 
+/// A session run from the command line: the progress line, the table, the JSON file.
+async fn run_session_load(
+    mut spec: SessionSpec,
+    json: Option<&std::path::Path>,
+    raw: bool,
+) -> Result<(), crate::BoxError> {
+    let client = BenchClient::new();
+    if spec.model.is_none() {
+        let model = client.first_model(&spec.url).await;
+        spec.model = Some(model.unwrap_or_else(|| "default".to_string()));
+    }
+    let progress = Arc::new(Progress::default());
+    let ticker = std::io::stderr()
+        .is_terminal()
+        .then(|| spawn_progress_line(spec.mode().label(), spec.stop, Arc::clone(&progress)));
+    let result = run_sessions_with(&client, &spec, &progress).await;
+    if let Some((stop_tx, handle)) = ticker {
+        let _ = stop_tx.send(());
+        let _ = handle.await;
+    }
+    let report = result?;
+    println!("{}", report.render_table());
+    let ok = report.point.all().map_or(0, |c| c.ok);
+    if let Some(path) = json {
+        report.into_bench_report(&spec, raw).write_json(path)?;
+        eprintln!("results written to {}", path.display());
+    }
+    if ok == 0 {
+        return Err(format!("no request succeeded (is {} serving?)", spec.url).into());
+    }
+    Ok(())
+}
+
 /// Rewrites one stderr line a few times a second until told to stop, then clears it.
 pub(crate) fn spawn_progress_line(
     label: String,
@@ -272,6 +418,10 @@ pub(crate) fn spawn_progress_line(
             let errors = progress.errors.load(Ordering::Relaxed);
             let target = match stop {
                 Stop::Requests(n) => format!("{done}/{n}"),
+                Stop::Sessions(n) => format!(
+                    "{done} requests, {:.0} s, {n} sessions",
+                    start.elapsed().as_secs_f64()
+                ),
                 Stop::Duration(d) => format!(
                     "{done} ({:.0}/{:.0} s)",
                     start.elapsed().as_secs_f64(),

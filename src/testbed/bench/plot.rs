@@ -25,6 +25,7 @@ pub fn write_plot(points: &[PointReport], path: &Path) -> Result<(), BenchError>
     }
     let x_label = match points.first().map(|p| p.mode) {
         Some(LoadMode::Open { .. }) => "request rate (req/s)",
+        Some(LoadMode::Sessions { .. }) => "session rate (sessions/s)",
         _ => "concurrency",
     };
     let series: [Vec<(f64, f64)>; 4] = [

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::session_stats::SessionResults;
 use super::stats::{ClassStats, Summary};
 use super::{BenchError, Endpoint, LoadMode, LoadSpec, RequestRecord, Slo, Stop};
 
@@ -127,11 +128,11 @@ impl PointReport {
     }
 }
 
-fn truncate(s: &str, n: usize) -> String {
+pub(crate) fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
 
-fn ms3(s: &Summary) -> String {
+pub(crate) fn ms3(s: &Summary) -> String {
     if s.count == 0 {
         return "-".into();
     }
@@ -159,6 +160,14 @@ pub struct BenchReport {
     pub stop: Stop,
     pub seed: u64,
     pub points: Vec<PointReport>,
+    /// Session runs only: the per-turn rows and the prefix cache's share (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<SessionResults>,
+}
+
+/// [`BenchReport::tool`]: this program and its version.
+pub(crate) fn tool() -> String {
+    format!("tokenmeter bench {}", env!("CARGO_PKG_VERSION"))
 }
 
 /// The current [`BenchReport::schema_version`].
@@ -169,7 +178,7 @@ impl BenchReport {
     pub fn new(spec: &LoadSpec, points: Vec<PointReport>) -> Self {
         BenchReport {
             schema_version: SCHEMA_VERSION,
-            tool: format!("tokenmeter bench {}", env!("CARGO_PKG_VERSION")),
+            tool: tool(),
             url: spec.url.clone(),
             endpoint: spec.endpoint,
             workload: spec.workload.to_string(),
@@ -177,6 +186,7 @@ impl BenchReport {
             stop: spec.stop,
             seed: spec.seed,
             points,
+            sessions: None,
         }
     }
 

@@ -42,7 +42,9 @@ pub enum Arrival {
 }
 
 /// Closed loop (a fixed number of users, each waiting for its answer) or open loop (arrivals
-/// at a rate, whatever the server does): the second exposes queueing, the first hides it.
+/// at a rate, whatever the server does): the second exposes queueing, the first hides it. A
+/// session run is open loop in sessions, each a conversation of several turns
+/// ([`super::session`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]
 pub enum LoadMode {
@@ -54,6 +56,13 @@ pub enum LoadMode {
         rate: f64,
         arrival: Arrival,
     },
+    /// Sessions arriving at `rate` per second (`inf`: all at once; JSON `null`), each a
+    /// multi-turn conversation; run by [`run_sessions`](super::run_sessions), not `run_point`.
+    Sessions {
+        #[serde(with = "inf_as_null")]
+        rate: f64,
+        arrival: Arrival,
+    },
 }
 
 impl LoadMode {
@@ -61,21 +70,23 @@ impl LoadMode {
     pub fn x(&self) -> f64 {
         match *self {
             LoadMode::Closed { concurrency } => concurrency as f64,
-            LoadMode::Open { rate, .. } => rate,
+            LoadMode::Open { rate, .. } | LoadMode::Sessions { rate, .. } => rate,
         }
     }
 
-    /// A short label such as `concurrency=4` or `rate=2 (poisson)`.
+    /// A short label such as `concurrency=4`, `rate=2 (poisson)` or
+    /// `sessions rate=0.5 (poisson)`.
     pub fn label(&self) -> String {
+        let arrival_label = |arrival| match arrival {
+            Arrival::Poisson => "poisson".to_string(),
+            Arrival::Constant => "constant".to_string(),
+            Arrival::Gamma { burstiness } => format!("gamma b={burstiness}"),
+        };
         match *self {
             LoadMode::Closed { concurrency } => format!("concurrency={concurrency}"),
-            LoadMode::Open { rate, arrival } => {
-                let arrival = match arrival {
-                    Arrival::Poisson => "poisson".to_string(),
-                    Arrival::Constant => "constant".to_string(),
-                    Arrival::Gamma { burstiness } => format!("gamma b={burstiness}"),
-                };
-                format!("rate={rate} ({arrival})")
+            LoadMode::Open { rate, arrival } => format!("rate={rate} ({})", arrival_label(arrival)),
+            LoadMode::Sessions { rate, arrival } => {
+                format!("sessions rate={rate} ({})", arrival_label(arrival))
             }
         }
     }
@@ -88,8 +99,11 @@ impl LoadMode {
 pub enum Stop {
     /// Send exactly this many requests.
     Requests(u64),
-    /// Send requests until this much time has passed since the point started.
+    /// Send requests until this much time has passed since the point started (session runs:
+    /// start sessions until then; each started session runs all its turns).
     Duration(#[serde(with = "secs")] Duration),
+    /// Start exactly this many sessions (session runs only).
+    Sessions(u64),
 }
 
 /// The service-level objective a request must meet to count towards goodput.
@@ -152,21 +166,12 @@ impl LoadSpec {
                 return Err(BenchError::Spec("concurrency must be at least 1".into()))
             }
             LoadMode::Open { rate, arrival } => {
-                if rate.is_nan() || rate <= 0.0 {
-                    return Err(BenchError::Spec(format!("rate must be > 0, got {rate}")));
-                }
-                if rate.is_infinite() && matches!(self.stop, Stop::Duration(_)) {
-                    return Err(BenchError::Spec(
-                        "rate inf sends everything at once: stop it with a request count".into(),
-                    ));
-                }
-                if let Arrival::Gamma { burstiness } = arrival {
-                    if !(burstiness.is_finite() && burstiness > 0.0) {
-                        return Err(BenchError::Spec(format!(
-                            "burstiness must be a finite number > 0, got {burstiness}"
-                        )));
-                    }
-                }
+                validate_arrivals(rate, arrival, self.stop, "a request count")?
+            }
+            LoadMode::Sessions { .. } => {
+                return Err(BenchError::Spec(
+                    "a session load runs with run_sessions and a SessionSpec".into(),
+                ))
             }
             LoadMode::Closed { .. } => {}
         }
@@ -176,6 +181,11 @@ impl LoadSpec {
             }
             Stop::Duration(d) if d.is_zero() => {
                 return Err(BenchError::Spec("duration must be > 0".into()))
+            }
+            Stop::Sessions(_) => {
+                return Err(BenchError::Spec(
+                    "a session count stops session runs only".into(),
+                ))
             }
             _ => {}
         }
@@ -189,6 +199,32 @@ impl LoadSpec {
     pub fn endpoint_uri(&self) -> Result<Uri, BenchError> {
         join_url(&self.url, self.endpoint.path())
     }
+}
+
+/// Checks an open-loop rate and arrival process: a rate > 0, an unlimited rate only with a
+/// count to stop at (`count` names it), a usable gamma shape.
+pub(crate) fn validate_arrivals(
+    rate: f64,
+    arrival: Arrival,
+    stop: Stop,
+    count: &str,
+) -> Result<(), BenchError> {
+    if rate.is_nan() || rate <= 0.0 {
+        return Err(BenchError::Spec(format!("rate must be > 0, got {rate}")));
+    }
+    if rate.is_infinite() && matches!(stop, Stop::Duration(_)) {
+        return Err(BenchError::Spec(format!(
+            "rate inf sends everything at once: stop it with {count}"
+        )));
+    }
+    if let Arrival::Gamma { burstiness } = arrival {
+        if !(burstiness.is_finite() && burstiness > 0.0) {
+            return Err(BenchError::Spec(format!(
+                "burstiness must be a finite number > 0, got {burstiness}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Appends `path` to a base URL that must be plain `http://` (the client has no TLS: a load

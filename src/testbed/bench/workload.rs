@@ -10,12 +10,16 @@
 //!
 //! Sampling is reproducible per request: request `i` of a run with seed `s` draws from its own
 //! RNG seeded by `(s, i)`, so the same request gets the same lengths whatever the scheduling.
+//!
+//! Multi-turn conversations have their own description in [`session`].
 use std::fmt;
 use std::str::FromStr;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, LogNormal};
+
+pub mod session;
 
 /// A workload description that does not parse; `part` is the offending piece of text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

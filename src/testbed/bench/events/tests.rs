@@ -161,8 +161,49 @@ fn classifies_chunks() {
         EventInfo {
             kind: EventKind::Other,
             completion_tokens: Some(3),
-            prompt_tokens: Some(5)
+            prompt_tokens: Some(5),
+            ..EventInfo::default()
         },
         "usage is read"
+    );
+}
+
+#[test]
+fn reads_cached_tokens_and_reply_text() {
+    let vllm = classify(
+        br#"{"choices":[],"usage":{"prompt_tokens":40,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":32}}}"#,
+    );
+    assert_eq!(
+        (vllm.prompt_tokens, vllm.cached_tokens, vllm.cache_n),
+        (Some(40), Some(32), None),
+        "usage.prompt_tokens_details.cached_tokens is the cache figure"
+    );
+    let llama = classify(
+        br#"{"choices":[{"finish_reason":"length","index":0,"delta":{}}],"timings":{"cache_n":53,"prompt_n":1,"predicted_n":3}}"#,
+    );
+    assert_eq!(
+        (llama.kind, llama.cached_tokens, llama.cache_n),
+        (EventKind::Other, None, Some(53)),
+        "llama.cpp's timings.cache_n is read from its last chunk"
+    );
+    let null_details =
+        classify(br#"{"choices":[],"usage":{"prompt_tokens":7,"prompt_tokens_details":null}}"#);
+    assert_eq!(
+        null_details.cached_tokens, None,
+        "details: null reports no cache figure"
+    );
+    let chat = classify(br#"{"choices":[{"index":0,"delta":{"content":" tok1 tok2"}}]}"#);
+    assert_eq!(
+        chat.content.as_deref(),
+        Some(" tok1 tok2"),
+        "chat: delta.content, spaces kept"
+    );
+    let text = classify(br#"{"choices":[{"index":0,"text":" tok0"}]}"#);
+    assert_eq!(text.content.as_deref(), Some(" tok0"), "completions: text");
+    let reasoning = classify(br#"{"choices":[{"delta":{"reasoning":"hmm"}}]}"#);
+    assert_eq!(
+        (reasoning.kind, reasoning.content),
+        (EventKind::Token, None),
+        "reasoning is output but not the reply's text"
     );
 }

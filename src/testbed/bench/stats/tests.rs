@@ -91,6 +91,9 @@ fn record(class: &str, outcome: Ending, ttft: f64, tpot: Option<f64>, n_out: u64
         output_tokens: n_out,
         usage_prompt_tokens: None,
         usage_completion_tokens: Some(n_out),
+        usage_cached_tokens: None,
+        session: None,
+        turn: None,
     }
 }
 
