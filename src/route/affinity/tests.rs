@@ -413,3 +413,63 @@ fn rendezvous_moves_only_what_the_leaver_held() {
         "about a quarter were homed on the leaver: {moved}"
     );
 }
+
+#[test]
+fn length_rules_pick_the_pool_and_affinity_acts_inside_it() {
+    let mut config = config("prefix", |pool| pool.name = "decode".to_owned());
+    config.pools.insert(
+        0,
+        PoolConfig {
+            name: "prefill".to_owned(),
+            urls: vec!["http://127.0.0.1:9200".to_owned()],
+            ..PoolConfig::default()
+        },
+    );
+    config.rules = vec![
+        crate::config::RuleConfig {
+            pool: "prefill".to_owned(),
+            min_prompt_tokens: Some(2048),
+            ..Default::default()
+        },
+        crate::config::RuleConfig {
+            pool: "decode".to_owned(),
+            ..Default::default()
+        },
+    ];
+    config.validate().expect("valid config");
+    let (router, metrics) = instance(&config);
+    let none = http::HeaderMap::new();
+    let routed = |body: &serde_json::Value, prompt_tokens: u64| {
+        let mut context = context(body);
+        context.plan = router.rules.plan(crate::route::rules::RuleInput {
+            path: "/v1/chat/completions",
+            model: Some("m"),
+            prompt_tokens,
+        });
+        let keys = router.affinity_keys(&context, &none);
+        let (pool, backend, _) = router
+            .pick(&context.plan, &keys, &[], Instant::now())
+            .expect("a backend");
+        (router.pools()[pool].name.to_string(), port(&backend))
+    };
+    let (pool, _) = routed(&turn(1, 0, 1), 5000);
+    assert_eq!(
+        pool, "prefill",
+        "a long prompt goes to the prefill pool first"
+    );
+    let (pool, home) = routed(&turn(2, 0, 1), 300);
+    assert_eq!(pool, "decode", "a short one to decode");
+    for turns in 2..=4 {
+        assert_eq!(
+            routed(&turn(2, 0, turns), 300),
+            ("decode".to_owned(), home),
+            "turn {turns}: its decode backend"
+        );
+    }
+    let counted = decisions(&metrics);
+    assert_eq!(
+        counted.values().sum::<u64>(),
+        4,
+        "only the decode pool, which has an affinity, counts decisions: {counted:?}"
+    );
+}
