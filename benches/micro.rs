@@ -12,7 +12,7 @@ use criterion::{criterion_group, Criterion, Throughput};
 use tokenmeter::config::{Affinity, PoolConfig};
 use tokenmeter::dialect::Dialect;
 use tokenmeter::request;
-use tokenmeter::route::affinity::AffinityKeys;
+use tokenmeter::route::affinity::{AffinityKeys, PoolAffinity};
 use tokenmeter::route::pools::Pool;
 use tokenmeter::sse::{Framer, StreamFormat};
 use tokenmeter::sse::{Scanner, DEFAULT_MAX_LINE};
@@ -89,9 +89,8 @@ fn per_request(c: &mut Criterion) {
         group.bench_function(format!("prefix_blocks_{kib}KiB"), |b| {
             b.iter(|| request::prefix::read(black_box(&body), model, 128, 8))
         });
-        let pool = affinity_pool();
+        let (pool, affinity) = affinity_pool();
         let backends = pool.backends();
-        let affinity = pool.affinity.as_ref().expect("prefix affinity");
         let keys = AffinityKeys {
             generation: true,
             prefix: request::prefix::read(&body, model, 128, 8),
@@ -110,7 +109,7 @@ fn per_request(c: &mut Criterion) {
     group.finish();
 }
 
-fn affinity_pool() -> Pool {
+fn affinity_pool() -> (Pool, PoolAffinity) {
     let config = PoolConfig {
         name: "chat".to_owned(),
         urls: (0..4)
@@ -119,7 +118,9 @@ fn affinity_pool() -> Pool {
         affinity: Affinity::Prefix,
         ..PoolConfig::default()
     };
-    Pool::new(&config, None).expect("a pool")
+    let pool = Pool::new(&config, None).expect("a pool");
+    let affinity = PoolAffinity::new(&config, None).expect("prefix affinity");
+    (pool, affinity)
 }
 
 fn per_token(c: &mut Criterion) {

@@ -11,11 +11,18 @@ use std::time::Duration;
 use http::uri::{Authority, Scheme};
 use tokio::time::Instant;
 
-use super::affinity::{Owner, PoolAffinity};
 use super::health::{EjectPolicy, Fault, Health, Verdict};
 use crate::config::{BalanceLoad, PoolConfig};
 use crate::metrics::{BackendMetrics, Metrics};
 use crate::upstream::{BodyGuard, Target};
+
+/// A backend as the prefix index names it: its id and its ejection epoch at the time. An entry
+/// whose backend has left the pool, or has been ejected since (its epoch moved on), is dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub backend: u32,
+    pub epoch: u32,
+}
 
 /// Ids of backends, unique in the process (the prefix index names owners by them).
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
@@ -261,8 +268,6 @@ pub struct Pool {
     /// Path of the backends' health endpoint.
     pub health_path: Arc<str>,
     pub scrape_metrics: Duration,
-    /// The pool's affinity (`None`: balancing alone).
-    pub affinity: Option<PoolAffinity>,
     statics: Vec<Target>,
     backends: RwLock<Arc<[Arc<Backend>]>>,
     /// Round-robin position (the `round_robin` balance only).
@@ -298,7 +303,6 @@ impl Pool {
             health_check: config.health_check,
             health_path: Arc::from(config.health_path.as_str()),
             scrape_metrics: config.scrape_metrics,
-            affinity: PoolAffinity::new(config, metrics.as_deref()),
             statics,
             backends: RwLock::new(backends.into()),
             next: AtomicUsize::new(0),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use super::affinity::AffinityKeys;
+use super::affinity::{AffinityKeys, PoolAffinity};
 use super::estimate::Calibrator;
 use super::health::{EjectPolicy, Fault, Verdict};
 use super::pools::{Backend, Pool};
@@ -34,6 +34,8 @@ const MIN_SAMPLE_BYTES: u64 = 256;
 #[derive(Debug)]
 pub struct Router {
     pub(crate) pools: Vec<Arc<Pool>>,
+    /// Each pool's affinity (`None`: balancing alone), in pool order.
+    affinities: Vec<Option<PoolAffinity>>,
     pub(crate) rules: Rules,
     calibrator: Arc<Calibrator>,
     metrics: Arc<Metrics>,
@@ -67,6 +69,11 @@ impl Router {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let affinities = config
+            .effective_pools()
+            .iter()
+            .map(|pool| PoolAffinity::new(pool, Some(&metrics)))
+            .collect();
         let names: Vec<&str> = pools.iter().map(|p| &*p.name).collect();
         let rules = Rules::new(&config.rules, &names)?;
         let routing = &config.routing;
@@ -77,6 +84,7 @@ impl Router {
             .collect();
         Ok(Self {
             pools,
+            affinities,
             rules,
             calibrator: Arc::new(
                 Calibrator::new(
@@ -178,7 +186,7 @@ impl Router {
                 reason = "spill";
                 continue;
             }
-            if let Some(backend) = self.choose_in(pool, keys, tried, now, &mut rng) {
+            if let Some(backend) = self.choose_in(index, keys, tried, now, &mut rng) {
                 return Some((index, backend, reason));
             }
             reason = "fallback";
@@ -191,13 +199,14 @@ impl Router {
     /// A backend of `pool`: affinity's preference within its load bound, else balancing.
     fn choose_in(
         &self,
-        pool: &Pool,
+        index: usize,
         keys: &AffinityKeys,
         tried: &[Arc<Backend>],
         now: Instant,
         rng: &mut impl rand::Rng,
     ) -> Option<Arc<Backend>> {
-        let Some(affinity) = &pool.affinity else {
+        let pool = &self.pools[index];
+        let Some(affinity) = &self.affinities[index] else {
             return balance::choose(pool, now, tried, rng);
         };
         let backends = pool.backends();
@@ -224,7 +233,7 @@ impl Router {
             ..AffinityKeys::default()
         };
         for &index in &context.plan.pools {
-            match self.pools[index].affinity.as_ref().map(|a| &a.mode) {
+            match self.affinities[index].as_ref().map(|a| &a.mode) {
                 Some(Affinity::Prefix) if keys.prefix.is_none() => {
                     keys.prefix = context.generation.as_ref().and_then(|generation| {
                         prefix::read(

@@ -13,13 +13,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 #[cfg(test)]
 mod tests;
 
-/// Who served a block: a backend's id and its ejection epoch at the time. An entry whose backend
-/// has left the pool, or has been ejected since (its epoch moved on), is dead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Owner {
-    pub backend: u32,
-    pub epoch: u32,
-}
+pub use crate::route::pools::Owner;
 
 /// The bounded map from block names to owners.
 #[derive(Debug)]
