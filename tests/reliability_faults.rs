@@ -408,14 +408,18 @@ async fn check(fault: Fault) {
         );
     }
 
-    // File descriptors: back to the baseline once the connections closed (the proxy's idle
-    // keep-alive connection to the upstream may stay in the pool).
+    // File descriptors: back to the baseline once the connections closed. The slack: the
+    // proxy's idle keep-alive connections to the upstream may stay in its pool (and their peers
+    // until the scripted upstream drops them), which a loaded machine has been seen to leave at
+    // 3 for a while. A leak of one descriptor per repetition (REPS = 8) still fails.
+    let slack = REPS / 2;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while raw::open_fds() > fds_before + 2 {
+    while raw::open_fds() > fds_before + slack {
         assert!(
             Instant::now() < deadline,
-            "{fault:?}: fds {} > baseline {fds_before} + 2",
-            raw::open_fds()
+            "{fault:?}: fds {} > baseline {fds_before} + {slack}: {:?}",
+            raw::open_fds(),
+            raw::fd_targets()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
