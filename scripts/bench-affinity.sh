@@ -21,6 +21,7 @@
 #        scripts/bench-affinity.sh --summarize DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/bench.sh
 
 ENGINE=${ENGINE:-sim}
 if [ "$ENGINE" = llama ]; then
@@ -59,21 +60,6 @@ else
 [ "$ENGINE" = llama ] && scripts/llama/build.sh
 cargo build --release --quiet
 tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-}
-trap cleanup EXIT
-
-wait_http() {
-    for _ in $(seq 600); do
-        curl -sf "$1" >/dev/null && return 0
-        sleep 0.1
-    done
-    echo "no answer from $1" >&2
-    exit 1
-}
 
 # run SETUP RATE
 run() {
@@ -91,7 +77,7 @@ run() {
         sims+=("$!")
         pids+=("$!")
     done
-    for port in $PORTS; do wait_http "http://127.0.0.1:$port/health"; done
+    for port in $PORTS; do wait_http "http://127.0.0.1:$port/health" 600; done
     local affinity=none balance=streams urls=""
     [ "$name" = prefix ] && affinity=prefix
     [ "$name" = round_robin ] && balance=round_robin
@@ -101,7 +87,7 @@ run() {
     "$BIN" serve --config "$tmp/$name.toml" >"$tmp/serve-$name.log" 2>&1 &
     local serve=$!
     pids+=("$serve")
-    wait_http "http://$TOKENMETER_ADMIN_LISTEN/readyz"
+    wait_http "http://$TOKENMETER_ADMIN_LISTEN/readyz" 600
     echo "== $name: $rate sessions/s for $DURATION" >&2
     "$BIN" bench --url "http://$TOKENMETER_LISTEN" --session-rate "$rate" --duration "$DURATION" \
         --seed "$SEED" --system-prompts "$SYSTEM_PROMPTS" --system-tokens "$SYSTEM_TOKENS" \
@@ -179,12 +165,4 @@ table=$(jq -r '
     (map("\(.ttft_p50_ms | r) / \(.ttft_p99_ms | r), \(.cached_ratio | pct)") | join(" | ")) + " |")
 ' "$OUT")
 echo "$table"
-python3 - "$table" "$MARK" <<'PY'
-import re, sys
-path = "docs/routing.md"
-text = open(path).read()
-mark = sys.argv[2]
-block = f"<!-- {mark}:begin -->\n" + sys.argv[1] + f"\n<!-- {mark}:end -->"
-text = re.sub(rf"<!-- {mark}:begin -->.*?<!-- {mark}:end -->", lambda _: block, text, flags=re.S)
-open(path, "w").write(text)
-PY
+write_block "$MARK" "$table"

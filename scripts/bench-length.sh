@@ -18,6 +18,7 @@
 #        scripts/bench-length.sh --summarize DIR   (rebuild the outputs from DIR/*.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/bench.sh
 
 RATES=${RATES:-"12 24"}
 DURATION=${DURATION:-90s}
@@ -34,21 +35,6 @@ if [ "${1:-}" = "--summarize" ]; then
 else
 cargo build --release --quiet
 tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-}
-trap cleanup EXIT
-
-wait_http() {
-    for _ in $(seq 100); do
-        curl -sf "$1" >/dev/null && return 0
-        sleep 0.1
-    done
-    echo "no answer from $1" >&2
-    exit 1
-}
 
 urls() {
     local out="" port
@@ -134,11 +120,4 @@ table=$(jq -r '
   (.results[] | "| \(.rate) | \(.setup) | \(.chat_itl_p50_ms | r) / \(.chat_itl_p99_ms | r) / \(.chat_itl_max_ms | r) | \(.chat_tpot_p99_ms | r) | \(.chat_ttft_p50_ms | r) / \(.chat_ttft_p99_ms | r) | \(.document_ttft_p50_ms | r) / \(.document_ttft_p99_ms | r) | \(.slo_met_pct | r) % | \(.goodput_rps | r) |")
 ' docs/length-routing-results.json)
 echo "$table"
-python3 - "$table" <<'PY'
-import re, sys
-path = "docs/routing.md"
-text = open(path).read()
-block = "<!-- length4:begin -->\n" + sys.argv[1] + "\n<!-- length4:end -->"
-text = re.sub(r"<!-- length4:begin -->.*?<!-- length4:end -->", lambda _: block, text, flags=re.S)
-open(path, "w").write(text)
-PY
+write_block length4 "$table"

@@ -15,6 +15,7 @@
 #        scripts/bench-llama-routing.sh --summarize DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/bench.sh
 
 RATE=${RATE:-1.2}
 DURATION=${DURATION:-90s}
@@ -34,21 +35,6 @@ else
 scripts/llama/build.sh
 cargo build --release --quiet
 tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-}
-trap cleanup EXIT
-
-wait_http() {
-    for _ in $(seq 600); do
-        curl -sf "$1" >/dev/null && return 0
-        sleep 0.1
-    done
-    echo "no answer from $1" >&2
-    exit 1
-}
 
 # server CORE PORT BATCH LOG
 server() {
@@ -66,8 +52,8 @@ run() {
     local a b
     a=$(server 0 8201 2048 "$tmp/llama-8201-$name-$n.log")
     b=$(server 1 8202 "$decode_batch" "$tmp/llama-8202-$name-$n.log")
-    wait_http http://127.0.0.1:8201/health
-    wait_http http://127.0.0.1:8202/health
+    wait_http http://127.0.0.1:8201/health 600
+    wait_http http://127.0.0.1:8202/health 600
     if [ "$name" = one_pool ]; then
         printf '[[pools]]\nname = "both"\nurls = ["http://127.0.0.1:8201", "http://127.0.0.1:8202"]\n' >"$tmp/$name.toml"
     else
@@ -81,7 +67,7 @@ run() {
     "$BIN" serve --config "$tmp/$name.toml" >"$tmp/serve-$name-$n.log" 2>&1 &
     local serve=$!
     pids+=("$serve")
-    wait_http "http://$TOKENMETER_ADMIN_LISTEN/readyz"
+    wait_http "http://$TOKENMETER_ADMIN_LISTEN/readyz" 600
     echo "== $name run $n: rate $RATE/s for $DURATION" >&2
     "$BIN" bench --url "http://$TOKENMETER_LISTEN" --rate "$RATE" --duration "$DURATION" \
         --seed "$((SEED + n))" --workload "$WORKLOAD" --json "$tmp/$name-$n.json" --raw >&2
@@ -125,11 +111,4 @@ table=$(jq -r '
   (.results[] | "| \(.setup) | \(.run) | \(.chat_ttft_p50_ms | r) / \(.chat_ttft_p99_ms | r) | \(.chat_itl_p50_ms | r) / \(.chat_itl_p99_ms | r) / \(.chat_itl_max_ms | r) | \(.chat_gaps_100ms) of \(.chat_gaps) | \(.document_ttft_p50_ms | r) / \(.document_ttft_p99_ms | r) | \(.slo_met_pct | r) % | \(.goodput_rps * 100 | round / 100) |")
 ' docs/llama-routing-results.json)
 echo "$table"
-python3 - "$table" <<'PY'
-import re, sys
-path = "docs/routing.md"
-text = open(path).read()
-block = "<!-- llama-length:begin -->\n" + sys.argv[1] + "\n<!-- llama-length:end -->"
-text = re.sub(r"<!-- llama-length:begin -->.*?<!-- llama-length:end -->", lambda _: block, text, flags=re.S)
-open(path, "w").write(text)
-PY
+write_block llama-length "$table"

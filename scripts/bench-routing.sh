@@ -13,6 +13,7 @@
 #        scripts/bench-routing.sh --summarize DIR   (only rebuild the outputs from DIR/*.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/bench.sh
 
 RATE=${RATE:-6}
 DURATION=${DURATION:-90s}
@@ -29,21 +30,6 @@ if [ "${1:-}" = "--summarize" ]; then
 else
 cargo build --release --quiet
 tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-}
-trap cleanup EXIT
-
-wait_http() {
-    for _ in $(seq 100); do
-        curl -sf "$1" >/dev/null && return 0
-        sleep 0.1
-    done
-    echo "no answer from $1" >&2
-    exit 1
-}
 
 # run NAME CONFIG PREFILL_BUDGET DECODE_BUDGET
 run() {
@@ -109,11 +95,4 @@ table=$(jq -r '
   else "| \($name) | \(.round_robin[$key] | r) | \(.routed[$key] | r) |" end
 ' docs/routing-results.json)
 echo "$table"
-python3 - "$table" <<'PY'
-import re, sys
-path = "docs/routing.md"
-text = open(path).read()
-block = "<!-- results:begin -->\n" + sys.argv[1] + "\n<!-- results:end -->"
-text = re.sub(r"<!-- results:begin -->.*?<!-- results:end -->", lambda _: block, text, flags=re.S)
-open(path, "w").write(text)
-PY
+write_block results "$table"
