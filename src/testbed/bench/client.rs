@@ -189,6 +189,17 @@ impl BenchClient {
         BenchClient { http }
     }
 
+    /// The model to name: `given`, else the first of `GET {base}/v1/models`, else `"default"`.
+    pub async fn model_or_first(&self, given: Option<&str>, base: &str) -> String {
+        match given {
+            Some(model) => model.to_owned(),
+            None => self
+                .first_model(base)
+                .await
+                .unwrap_or_else(|| "default".to_string()),
+        }
+    }
+
     /// The first model of `GET {base}/v1/models`, or `None` if the server does not say.
     pub async fn first_model(&self, base: &str) -> Option<String> {
         #[derive(Deserialize)]

@@ -98,13 +98,9 @@ pub async fn run_point_with(
     progress: &Arc<Progress>,
 ) -> Result<PointReport, BenchError> {
     spec.validate()?;
-    let model = match &spec.model {
-        Some(m) => m.clone(),
-        None => client
-            .first_model(&spec.url)
-            .await
-            .unwrap_or_else(|| "default".to_string()),
-    };
+    let model = client
+        .model_or_first(spec.model.as_deref(), &spec.url)
+        .await;
     let target = Arc::new(Destination {
         uri: spec.endpoint_uri()?,
         endpoint: spec.endpoint,

@@ -315,13 +315,11 @@ pub async fn run(args: BenchArgs) -> Result<(), crate::BoxError> {
     }
     let (mut spec, modes) = args.to_specs()?;
     let client = BenchClient::new();
-    if spec.model.is_none() {
-        let model = client
-            .first_model(&spec.url)
-            .await
-            .unwrap_or_else(|| "default".to_string());
-        spec.model = Some(model);
-    }
+    spec.model = Some(
+        client
+            .model_or_first(spec.model.as_deref(), &spec.url)
+            .await,
+    );
     let mut points = Vec::with_capacity(modes.len());
     let mut ok_total = 0;
     for (i, &mode) in modes.iter().enumerate() {
@@ -368,10 +366,11 @@ async fn run_session_load(
     raw: bool,
 ) -> Result<(), crate::BoxError> {
     let client = BenchClient::new();
-    if spec.model.is_none() {
-        let model = client.first_model(&spec.url).await;
-        spec.model = Some(model.unwrap_or_else(|| "default".to_string()));
-    }
+    spec.model = Some(
+        client
+            .model_or_first(spec.model.as_deref(), &spec.url)
+            .await,
+    );
     let progress = Arc::new(Progress::default());
     let ticker = std::io::stderr()
         .is_terminal()

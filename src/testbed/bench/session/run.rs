@@ -32,13 +32,9 @@ pub async fn run_sessions_with(
     progress: &Arc<Progress>,
 ) -> Result<SessionReport, BenchError> {
     spec.validate()?;
-    let model = match &spec.model {
-        Some(m) => m.clone(),
-        None => client
-            .first_model(&spec.url)
-            .await
-            .unwrap_or_else(|| "default".to_string()),
-    };
+    let model = client
+        .model_or_first(spec.model.as_deref(), &spec.url)
+        .await;
     let mut arrivals = ArrivalProcess::new(spec.arrival, spec.rate, spec.seed)?;
     let start = Instant::now();
     let shared = Arc::new(Shared {
