@@ -46,7 +46,8 @@ pub use index::{Owner, PrefixIndex};
 #[cfg(test)]
 mod tests;
 
-/// How an affinity decision went (the `result` label, in [`AffinityMetrics`] order).
+/// How an affinity decision went: the `result` label `hit`, `miss` or `overloaded`, in
+/// [`AffinityMetrics::decisions`] order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     /// The backend known to hold the conversation (prefix), or the key's home (header).
@@ -55,18 +56,6 @@ pub enum Decision {
     Miss = 1,
     /// The preferred backend was over the load bound: the pool's balancing chose.
     Overloaded = 2,
-}
-
-impl Decision {
-    pub const ALL: [Decision; 3] = [Decision::Hit, Decision::Miss, Decision::Overloaded];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Hit => "hit",
-            Decision::Miss => "miss",
-            Decision::Overloaded => "overloaded",
-        }
-    }
 }
 
 /// What a request offers affinity: its prompt's blocks and the affinity headers' values.
