@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{criterion_group, Criterion, Throughput};
 use tokenmeter::config::{Affinity, PoolConfig};
-use tokenmeter::dialect::Dialect;
+use tokenmeter::dialect::{openai, Dialect};
 use tokenmeter::request;
 use tokenmeter::route::affinity::{AffinityKeys, PoolAffinity};
 use tokenmeter::route::pools::Pool;
@@ -42,6 +42,15 @@ fn per_chunk(c: &mut Criterion) {
             });
             tokens
         })
+    });
+    // The classifier alone on one chunk's data: the skim fast path, then the serde walk it
+    // replaces for ordinary chunks (docs/performance.md, "The classifier").
+    let data = &VLLM_CHUNK[b"data: ".len()..VLLM_CHUNK.len() - 2];
+    group.bench_function("classify_fast", |b| {
+        b.iter(|| openai::classify(black_box(data)))
+    });
+    group.bench_function("classify_parsed", |b| {
+        b.iter(|| openai::classify_parsed(black_box(data)))
     });
     group.bench_function("metered_body", |b| {
         let metrics = metrics();
@@ -156,25 +165,39 @@ criterion_group! {
     targets = per_chunk, per_request, per_token
 }
 
-fn callgrind(chunks: u64) {
-    let metrics = metrics();
-    let mut body = metered(&metrics, Repeat(Bytes::from_static(VLLM_CHUNK)));
-    let waker = noop_waker();
-    let mut bytes = 0usize;
-    for _ in 0..chunks {
-        bytes += poll_one(&mut body, &waker);
+/// `micro callgrind [body|classify|parsed] [N]`: N chunks through the metered body, or N chunk
+/// payloads through the classifier (fast path with fallback, or the serde walk alone), for
+/// counting instructions per chunk under `valgrind --tool=callgrind` (docs/performance.md).
+fn callgrind(what: &str, chunks: u64) {
+    let data = &VLLM_CHUNK[b"data: ".len()..VLLM_CHUNK.len() - 2];
+    let mut tokens = 0u64;
+    match what {
+        "classify" => {
+            (0..chunks).for_each(|_| tokens += u64::from(openai::classify(black_box(data)).token))
+        }
+        "parsed" => (0..chunks)
+            .for_each(|_| tokens += u64::from(openai::classify_parsed(black_box(data)).token)),
+        _ => {
+            let metrics = metrics();
+            let mut body = metered(&metrics, Repeat(Bytes::from_static(VLLM_CHUNK)));
+            let waker = noop_waker();
+            for _ in 0..chunks {
+                tokens += u64::from(poll_one(&mut body, &waker) > 0);
+            }
+        }
     }
-    println!("{chunks} chunks, {bytes} bytes through MeteredBody");
+    println!("{what}: {chunks} chunks, {tokens} with a token");
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "callgrind") {
+        let what = args.get(at + 1).map_or("body", String::as_str);
         let chunks = args
-            .get(at + 1)
+            .get(at + 2)
             .and_then(|n| n.parse().ok())
             .unwrap_or(100_000);
-        callgrind(chunks);
+        callgrind(what, chunks);
         return;
     }
     benches();

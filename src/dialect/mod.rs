@@ -36,6 +36,7 @@ pub mod llamacpp;
 pub mod ollama;
 pub mod openai;
 pub mod responses;
+pub(crate) mod skim;
 pub mod tgi;
 pub mod triton;
 pub(crate) mod walk;

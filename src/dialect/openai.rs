@@ -34,21 +34,38 @@ use super::walk::{
     self, is_non_null, is_nonempty_array, is_nonempty_string, Count, Lenient, Pick, UsageMember,
 };
 
+mod fast;
 #[cfg(test)]
 mod tests;
 
-/// Classifies the `data` payload of one SSE event.
+/// Classifies the `data` payload of one SSE event: the skimming fast path ([`classify_fast`]) for
+/// the ordinary chunk, the serde walk ([`classify_parsed`]) for anything it hands back.
 ///
 /// Never panics. Allocation-free for the ordinary chunk of a vLLM / OpenAI stream; serde_json
 /// grows its scratch buffer (once per call) only to unescape a key such as `"\u0063hoices"` or to
 /// skip a value nested two or more levels deep (`tool_calls` entries, `logprobs` content).
 pub fn classify(data: &[u8]) -> EventSummary {
+    classify_fast(data).unwrap_or_else(|| classify_parsed(data))
+}
+
+/// The fast path alone: the summary of an ordinary chunk, read by skimming its bytes once, or
+/// `None` when the event needs the full walk (a usage object, an unusual shape, anything outside
+/// the skimmer's subset of JSON). Whenever it answers, it answers as [`classify_parsed`] does;
+/// public so the differential test (`tests/dialect_skim.rs`) and the benchmarks can call it.
+pub fn classify_fast(data: &[u8]) -> Option<EventSummary> {
+    if is_done(data) {
+        return Some(done());
+    }
+    fast::classify(data)
+}
+
+/// The definition: the serde walk of the whole event, with the lenient rules of the module docs.
+/// [`classify`] uses it for what the fast path hands back; public as the reference the fast path
+/// is tested against.
+pub fn classify_parsed(data: &[u8]) -> EventSummary {
     // The terminator is the one non-JSON payload; checking it first keeps it off the parser.
-    if data.trim_ascii() == b"[DONE]" {
-        return EventSummary {
-            done: true,
-            ..EventSummary::default()
-        };
+    if is_done(data) {
+        return done();
     }
     let Some(chunk) = walk::parse(data, ChunkPick) else {
         return EventSummary::default();
@@ -77,6 +94,18 @@ pub fn classify(data: &[u8]) -> EventSummary {
         error,
         done: false,
         tokens: None,
+    }
+}
+
+/// `[DONE]`, the stream's end marker (surrounding ASCII whitespace allowed).
+fn is_done(data: &[u8]) -> bool {
+    data.trim_ascii() == b"[DONE]"
+}
+
+fn done() -> EventSummary {
+    EventSummary {
+        done: true,
+        ..EventSummary::default()
     }
 }
 
