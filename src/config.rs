@@ -52,6 +52,10 @@ pub struct ServerConfig {
     /// Admin listener: `/metrics`, `/healthz`, `/readyz`. Kept apart from traffic so that metrics are
     /// never exposed to API clients.
     pub admin_listen: SocketAddr,
+    /// Accept queue of each listener: connections the kernel completes before the proxy accepts
+    /// them (capped by `net.core.somaxconn`). Past it, new clients' SYNs are dropped and they
+    /// retry a second later (see `server::listen`).
+    pub listen_backlog: u32,
     /// Largest request body buffered for inspection (chat and completions requests); larger -> 413.
     pub max_request_body_bytes: usize,
     /// How long in-flight streams may run after SIGTERM before they are cut.
@@ -303,6 +307,7 @@ impl Default for ServerConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8000)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            listen_backlog: 4096,
             max_request_body_bytes: 16 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(30),
             max_connections: 10_000,
@@ -580,6 +585,7 @@ impl Config {
         };
         let s = &self.server;
         let at_least = [
+            ("server.listen_backlog", s.listen_backlog as usize, 1),
             ("server.max_connections", s.max_connections, 1),
             ("server.max_streams", s.max_streams, 1),
             ("server.max_headers", s.max_headers, 1),

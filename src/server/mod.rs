@@ -33,6 +33,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 
 use admission::{AdmissionLayer, Limit, Limits};
+pub use listen::listen;
 use smuggling::{ConnectionFraming, GuardedStream};
 
 use crate::config::{Config, ServerConfig};
@@ -45,6 +46,7 @@ use crate::upstream::UpstreamError;
 
 mod admin;
 pub mod admission;
+mod listen;
 pub mod smuggling;
 mod sniff;
 
@@ -69,14 +71,14 @@ pub enum ServerError {
 }
 
 /// Binds the traffic and admin listeners from the config.
+/// Both listen with `server.listen_backlog` (see [`listen()`]).
 pub async fn bind(config: &Config) -> Result<(TcpListener, TcpListener), ServerError> {
-    let bind = |what, addr| async move {
-        TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServerError::Bind { what, addr, source })
+    let backlog = config.server.listen_backlog;
+    let bind = |what, addr| {
+        listen(addr, backlog).map_err(|source| ServerError::Bind { what, addr, source })
     };
-    let traffic = bind("traffic", config.server.listen).await?;
-    let admin = bind("admin", config.server.admin_listen).await?;
+    let traffic = bind("traffic", config.server.listen)?;
+    let admin = bind("admin", config.server.admin_listen)?;
     Ok((traffic, admin))
 }
 

@@ -97,7 +97,8 @@ impl SimArgs {
 /// Runs the simulated replica until interrupted (Ctrl-C).
 pub async fn run(args: SimArgs) -> Result<(), crate::BoxError> {
     let config = args.to_config()?;
-    let listener = TcpListener::bind(args.listen).await.map_err(SimError::Io)?;
+    // A burst of clients must not overflow the accept queue (see `server::listen`).
+    let listener = crate::server::listen(args.listen, 4096).map_err(SimError::Io)?;
     let model = config.model.clone();
     let sim = spawn(listener, config).await?;
     eprintln!(
