@@ -593,56 +593,71 @@ fn summarize(records: &[Record], args: &RunArgs) -> String {
             ));
         }
     }
-    let ratio = |a: f64, b: f64| fmt(a / b);
-    out.push_str(
-        "\n### tokenmeter / nginx\n\n| figure | tokenmeter | nginx | ratio |\n|---|---|---|---|\n",
-    );
-    if let (Some(tm), Some(ng)) = (
-        saturation_cpu.get("tokenmeter"),
-        saturation_cpu.get("nginx"),
-    ) {
-        out.push_str(&format!(
-            "| CPU s per M chunks (saturation) | {} | {} | {} |\n",
-            fmt(*tm),
-            fmt(*ng),
-            ratio(*tm, *ng)
-        ));
+    for baseline in ["nginx"] {
+        if records.iter().any(|r| r.path == baseline) {
+            out.push_str(&versus(
+                baseline,
+                &grouped,
+                &saturation_cpu,
+                &idle_kib,
+                args.concurrency.iter().max().copied(),
+            ));
+        }
     }
-    if let Some(&top) = args.concurrency.iter().max() {
-        if let Some(by_path) = grouped.get(&("latency".to_owned(), top)) {
-            if let (Some(tm), Some(ng)) = (by_path.get("tokenmeter"), by_path.get("nginx")) {
-                let (a, b) = (med(tm, cpu_per_million), med(ng, cpu_per_million));
-                out.push_str(&format!(
-                    "| CPU s per M chunks (paced, {top} streams) | {} | {} | {} |\n",
-                    fmt(a),
-                    fmt(b),
-                    ratio(a, b)
-                ));
-                for (label, f) in [
-                    (
-                        "added chunk p99 µs",
-                        (|x: &LoadResult| x.chunk_p99_us) as fn(&LoadResult) -> f64,
-                    ),
-                    ("added TTFT p99 µs", |x: &LoadResult| x.ttft_p99_us),
-                ] {
-                    let (a, b) = (added(by_path, "tokenmeter", f), added(by_path, "nginx", f));
-                    out.push_str(&format!(
-                        "| {label} ({top} streams) | {} | {} | {} |\n",
-                        fmt(a),
-                        fmt(b),
-                        ratio(a, b)
-                    ));
-                }
+    out
+}
+
+/// The `tokenmeter / <baseline>` table: the figures the headline quotes, tokenmeter's against one
+/// C baseline's, at the saturation point and the highest paced concurrency (`top`).
+fn versus(
+    baseline: &str,
+    grouped: &Grouped<'_>,
+    saturation_cpu: &BTreeMap<&str, f64>,
+    idle_kib: &BTreeMap<String, f64>,
+    top: Option<usize>,
+) -> String {
+    let mut out = format!(
+        "\n### tokenmeter / {baseline}\n\n| figure | tokenmeter | {baseline} | ratio |\n|---|---|---|---|\n"
+    );
+    let mut row = |label: &str, a: f64, b: f64| {
+        out.push_str(&format!(
+            "| {label} | {} | {} | {} |\n",
+            fmt(a),
+            fmt(b),
+            fmt(a / b)
+        ));
+    };
+    if let (Some(tm), Some(base)) = (
+        saturation_cpu.get("tokenmeter"),
+        saturation_cpu.get(baseline),
+    ) {
+        row("CPU s per M chunks (saturation)", *tm, *base);
+    }
+    let paced = top.and_then(|top| Some((top, grouped.get(&("latency".to_owned(), top))?)));
+    if let Some((top, by_path)) = paced {
+        if let (Some(tm), Some(base)) = (by_path.get("tokenmeter"), by_path.get(baseline)) {
+            row(
+                &format!("CPU s per M chunks (paced, {top} streams)"),
+                med(tm, cpu_per_million),
+                med(base, cpu_per_million),
+            );
+            for (label, f) in [
+                (
+                    "added chunk p99 µs",
+                    (|x: &LoadResult| x.chunk_p99_us) as fn(&LoadResult) -> f64,
+                ),
+                ("added TTFT p99 µs", |x: &LoadResult| x.ttft_p99_us),
+            ] {
+                row(
+                    &format!("{label} ({top} streams)"),
+                    added(by_path, "tokenmeter", f),
+                    added(by_path, baseline, f),
+                );
             }
         }
     }
-    if let (Some(tm), Some(ng)) = (idle_kib.get("tokenmeter"), idle_kib.get("nginx")) {
-        out.push_str(&format!(
-            "| KiB per idle stream | {} | {} | {} |\n",
-            fmt(*tm),
-            fmt(*ng),
-            ratio(*tm, *ng)
-        ));
+    if let (Some(tm), Some(base)) = (idle_kib.get("tokenmeter"), idle_kib.get(baseline)) {
+        row("KiB per idle stream", *tm, *base);
     }
     out
 }
