@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The end-to-end overhead benchmark: direct vs tokenmeter vs nginx on loopback, interleaved.
+# The end-to-end overhead benchmark: direct vs tokenmeter vs nginx vs haproxy on loopback, interleaved.
 # Results: target/bench-overhead/{summary.md,results.jsonl,machine.txt}; method: docs/performance.md.
 #
 #   scripts/bench-overhead.sh            # the full run (~15 min on 2 cores; release build)
@@ -18,16 +18,20 @@ for arg in "$@"; do
     esac
 done
 
-# nginx is the C baseline; install Debian's package when it is missing and we may.
-if ! [ -x /usr/sbin/nginx ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    apt-get install -y -q nginx >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q nginx >/dev/null; } || true
-fi
-if [ -x /usr/sbin/nginx ]; then
-    # The package starts a system nginx on :80; it is not ours to measure.
-    systemctl stop nginx >/dev/null 2>&1 || true
-fi
+# nginx and haproxy are the C baselines; install Debian's packages when missing and we may.
+baselines=(nginx haproxy)
+for baseline in "${baselines[@]}"; do
+    if ! [ -x "/usr/sbin/$baseline" ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get install -y -q "$baseline" >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q "$baseline" >/dev/null; } || true
+    fi
+    if [ -x "/usr/sbin/$baseline" ]; then
+        # The package starts a system service (nginx on :80); it is not ours to measure.
+        systemctl stop "$baseline" >/dev/null 2>&1 || true
+    fi
+done
 
 # 10 000 idle streams = 20 000 sockets in the proxy, 10 000 in the client and the backend each.
+# haproxy sizes its own descriptor limit from its maxconn, which the harness derives from this one.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 if [ "$smoke" = 1 ]; then
@@ -58,6 +62,7 @@ mkdir -p "$out"
     echo "kernel: $(uname -r)"
     echo "rustc: $(rustc -V)"
     echo "nginx: $(/usr/sbin/nginx -v 2>&1 || echo none)"
+    echo "haproxy: $( { /usr/sbin/haproxy -v 2>/dev/null || echo none; } | head -1)"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "uptime: $(uptime)"
 } > "$out/machine.txt"
@@ -70,9 +75,11 @@ if [ "$smoke" = 1 ]; then
     for path in direct tokenmeter; do
         grep -q "| $path |" "$out/summary.md" || { echo "bench-overhead smoke: no $path row" >&2; exit 1; }
     done
-    if [ -x /usr/sbin/nginx ]; then
-        grep -q "| nginx |" "$out/summary.md" || { echo "bench-overhead smoke: no nginx row" >&2; exit 1; }
-    fi
+    for baseline in "${baselines[@]}"; do
+        if [ -x "/usr/sbin/$baseline" ]; then
+            grep -q "| $baseline |" "$out/summary.md" || { echo "bench-overhead smoke: no $baseline row" >&2; exit 1; }
+        fi
+    done
     if grep -q '"chunks_total":0' "$out/results.jsonl"; then
         echo "bench-overhead smoke: a run received no chunks" >&2; exit 1
     fi

@@ -1,14 +1,14 @@
-//! The end-to-end overhead benchmark: the same load against three paths in one run, interleaved —
-//! client -> backend (direct), client -> tokenmeter -> backend, client -> nginx -> backend — and
-//! the cost of each proxy: added chunk latency and TTFT, CPU per million chunks, peak chunks/s,
-//! RSS per idle stream. `scripts/bench-overhead.sh` builds and runs it; docs/performance.md
-//! explains the method and holds the results.
+//! The end-to-end overhead benchmark: the same load against every path in one run, interleaved —
+//! client -> backend (direct), client -> tokenmeter -> backend, and the same through the C
+//! baselines nginx and haproxy — and the cost of each proxy: added chunk latency and TTFT, CPU per
+//! million chunks, peak chunks/s, RSS per idle stream. `scripts/bench-overhead.sh` builds and
+//! runs it; docs/performance.md explains the method and holds the results.
 //!
 //! One binary, four roles (each a separate process when the benchmark runs):
 //! - `backend`: the minimal streaming server ([`backend`]);
 //! - `load` / `idle`: the load client ([`client`]), one JSON line on stdout;
-//! - `run`: the orchestrator ([`run`]) that starts the others, tokenmeter and nginx, and writes
-//!   `results.jsonl` and `summary.md`.
+//! - `run`: the orchestrator ([`run`]) that starts the others, tokenmeter, nginx and haproxy, and
+//!   writes `results.jsonl` and `summary.md`.
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -1,7 +1,7 @@
-//! The orchestrator: starts the backend, tokenmeter and nginx, runs the load client against the
-//! three paths interleaved (the order rotates every repetition), reads each proxy's CPU from
-//! `/proc/<pid>/stat` around every run, and writes `results.jsonl` (every run) and `summary.md`
-//! (medians over repetitions, added figures paired per repetition against direct).
+//! The orchestrator: starts the backend, tokenmeter and the C baselines (nginx, haproxy), runs the
+//! load client against every path interleaved (the order rotates every repetition), reads each
+//! proxy's CPU from `/proc/<pid>/stat` around every run, and writes `results.jsonl` (every run) and
+//! `summary.md` (medians over repetitions, added figures paired per repetition against direct).
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -24,6 +24,9 @@ pub struct RunArgs {
     /// The nginx binary; the nginx path is skipped when it is not there.
     #[arg(long, default_value = "/usr/sbin/nginx")]
     nginx: PathBuf,
+    /// The haproxy binary; the haproxy path is skipped when it is not there.
+    #[arg(long, default_value = "/usr/sbin/haproxy")]
+    haproxy: PathBuf,
     /// Where results.jsonl, summary.md, configs and logs go.
     #[arg(long, default_value = "target/bench-overhead")]
     out: PathBuf,
@@ -227,8 +230,83 @@ fn start_nginx(
     Ok(Some((proc, listen, pids)))
 }
 
+/// haproxy as a plain streaming proxy, configured like the nginx path: two threads for the two
+/// cores, pooled upstream connections, no logging, timeouts that outlast the idle streams.
+fn haproxy_cfg(listen: SocketAddr, backend: SocketAddr, maxconn: u64) -> String {
+    format!(
+        r#"# haproxy as a plain streaming proxy: the second C baseline (written by benches/overhead/run.rs).
+global
+    # Two threads for the two cores, as nginx's two worker processes.
+    nbthread 2
+    # Client connections; haproxy asks for about 2 x maxconn descriptors (each stream also holds
+    # a server connection) and will not start above the hard limit (strict-limits), so the
+    # orchestrator derives it from the limit it inherits. No `log` line: nothing is logged.
+    maxconn {maxconn}
+defaults
+    mode http
+    # Send each chunk as soon as it is read: without it haproxy passes MSG_MORE while a response
+    # is in progress and the kernel may hold a chunk back waiting for a fuller packet.
+    option http-no-delay
+    # Any request may take any pooled upstream connection (nginx: upstream keepalive).
+    http-reuse always
+    timeout connect 5s
+    # Idle streams stay open for 2 minutes.
+    timeout client 10m
+    timeout server 10m
+frontend bench
+    bind {listen}
+    default_backend backend
+backend backend
+    server backend {backend}
+"#
+    )
+}
+
+/// The soft `RLIMIT_NOFILE` this process (and so every proxy it starts) runs under.
+fn nofile_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+fn start_haproxy(
+    args: &RunArgs,
+    backend: SocketAddr,
+) -> Result<Option<(Proc, SocketAddr, Vec<u32>)>, Error> {
+    if !args.haproxy.exists() {
+        eprintln!(
+            "haproxy not found at {}: skipping the haproxy path",
+            args.haproxy.display()
+        );
+        return Ok(None);
+    }
+    let dir = std::fs::canonicalize(&args.out)?.join("haproxy");
+    std::fs::create_dir_all(&dir)?;
+    let listen = free_port()?;
+    // Room for 10 000 streams, within the descriptors there are (a few dozen kept for listeners
+    // and pollers).
+    let maxconn = nofile_limit().map_or(10_000, |n| (n.saturating_sub(100) / 2).min(20_000));
+    let conf = dir.join("haproxy.cfg");
+    std::fs::write(&conf, haproxy_cfg(listen, backend, maxconn))?;
+    // -db: foreground, one process (no master-worker), so its pid carries the CPU of all threads.
+    let child = Command::new(&args.haproxy)
+        .arg("-f")
+        .arg(&conf)
+        .arg("-db")
+        .stdout(Stdio::null())
+        .stderr(log_file(&args.out, "haproxy.log")?)
+        .spawn()?;
+    let pid = child.id();
+    let proc = Proc {
+        name: "haproxy",
+        child,
+    };
+    wait_for_port(listen)?;
+    Ok(Some((proc, listen, vec![pid])))
+}
+
 /// One path under test.
-struct Path3 {
+struct PathUnderTest {
     name: &'static str,
     addr: SocketAddr,
     /// The proxy's processes (empty for direct).
@@ -285,7 +363,7 @@ impl Ctx<'_> {
         &mut self,
         kind: &str,
         rep: usize,
-        path: &Path3,
+        path: &PathUnderTest,
         streams: usize,
         interval_us: u64,
         secs: f64,
@@ -329,7 +407,7 @@ impl Ctx<'_> {
         self.push(record)
     }
 
-    fn idle(&mut self, path: &Path3, streams: usize) -> Result<(), Error> {
+    fn idle(&mut self, path: &PathUnderTest, streams: usize) -> Result<(), Error> {
         let pids = path
             .pids
             .iter()
@@ -377,24 +455,27 @@ pub fn run(args: RunArgs, _runtime: &tokio::runtime::Runtime) -> Result<(), Erro
     let backend_pid = backend.child.id();
     let (_tokenmeter, tm_addr, tm_pids) = start_tokenmeter(&args, backend_addr)?;
     let nginx = start_nginx(&args, backend_addr)?;
+    let haproxy = start_haproxy(&args, backend_addr)?;
     let mut paths = vec![
-        Path3 {
+        PathUnderTest {
             name: "direct",
             addr: backend_addr,
             pids: Vec::new(),
         },
-        Path3 {
+        PathUnderTest {
             name: "tokenmeter",
             addr: tm_addr,
             pids: tm_pids,
         },
     ];
-    if let Some((_, addr, pids)) = &nginx {
-        paths.push(Path3 {
-            name: "nginx",
-            addr: *addr,
-            pids: pids.clone(),
-        });
+    for (name, started) in [("nginx", &nginx), ("haproxy", &haproxy)] {
+        if let Some((_, addr, pids)) = started {
+            paths.push(PathUnderTest {
+                name,
+                addr: *addr,
+                pids: pids.clone(),
+            });
+        }
     }
     let mut ctx = Ctx {
         results: std::fs::File::create(args.out.join("results.jsonl"))?,
@@ -431,6 +512,7 @@ pub fn run(args: RunArgs, _runtime: &tokio::runtime::Runtime) -> Result<(), Erro
     std::fs::write(args.out.join("summary.md"), &summary)?;
     println!("{summary}");
     drop(nginx);
+    drop(haproxy);
     Ok(())
 }
 
@@ -510,7 +592,7 @@ fn med(reps: &BTreeMap<usize, &Record>, f: impl Fn(&Record) -> f64) -> f64 {
 fn summarize(records: &[Record], args: &RunArgs) -> String {
     let grouped = group(records);
     let mut out = String::new();
-    let paths = ["direct", "tokenmeter", "nginx"];
+    let paths = ["direct", "tokenmeter", "nginx", "haproxy"];
     out.push_str(&format!(
         "Medians of {} repetitions; added = median of per-repetition differences against direct. \
          Latencies in µs; CPU in CPU-seconds of the proxy process(es) per million content chunks.\n\n",
@@ -593,56 +675,71 @@ fn summarize(records: &[Record], args: &RunArgs) -> String {
             ));
         }
     }
-    let ratio = |a: f64, b: f64| fmt(a / b);
-    out.push_str(
-        "\n### tokenmeter / nginx\n\n| figure | tokenmeter | nginx | ratio |\n|---|---|---|---|\n",
-    );
-    if let (Some(tm), Some(ng)) = (
-        saturation_cpu.get("tokenmeter"),
-        saturation_cpu.get("nginx"),
-    ) {
-        out.push_str(&format!(
-            "| CPU s per M chunks (saturation) | {} | {} | {} |\n",
-            fmt(*tm),
-            fmt(*ng),
-            ratio(*tm, *ng)
-        ));
+    for baseline in ["nginx", "haproxy"] {
+        if records.iter().any(|r| r.path == baseline) {
+            out.push_str(&versus(
+                baseline,
+                &grouped,
+                &saturation_cpu,
+                &idle_kib,
+                args.concurrency.iter().max().copied(),
+            ));
+        }
     }
-    if let Some(&top) = args.concurrency.iter().max() {
-        if let Some(by_path) = grouped.get(&("latency".to_owned(), top)) {
-            if let (Some(tm), Some(ng)) = (by_path.get("tokenmeter"), by_path.get("nginx")) {
-                let (a, b) = (med(tm, cpu_per_million), med(ng, cpu_per_million));
-                out.push_str(&format!(
-                    "| CPU s per M chunks (paced, {top} streams) | {} | {} | {} |\n",
-                    fmt(a),
-                    fmt(b),
-                    ratio(a, b)
-                ));
-                for (label, f) in [
-                    (
-                        "added chunk p99 µs",
-                        (|x: &LoadResult| x.chunk_p99_us) as fn(&LoadResult) -> f64,
-                    ),
-                    ("added TTFT p99 µs", |x: &LoadResult| x.ttft_p99_us),
-                ] {
-                    let (a, b) = (added(by_path, "tokenmeter", f), added(by_path, "nginx", f));
-                    out.push_str(&format!(
-                        "| {label} ({top} streams) | {} | {} | {} |\n",
-                        fmt(a),
-                        fmt(b),
-                        ratio(a, b)
-                    ));
-                }
+    out
+}
+
+/// The `tokenmeter / <baseline>` table: the figures the headline quotes, tokenmeter's against one
+/// C baseline's, at the saturation point and the highest paced concurrency (`top`).
+fn versus(
+    baseline: &str,
+    grouped: &Grouped<'_>,
+    saturation_cpu: &BTreeMap<&str, f64>,
+    idle_kib: &BTreeMap<String, f64>,
+    top: Option<usize>,
+) -> String {
+    let mut out = format!(
+        "\n### tokenmeter / {baseline}\n\n| figure | tokenmeter | {baseline} | ratio |\n|---|---|---|---|\n"
+    );
+    let mut row = |label: &str, a: f64, b: f64| {
+        out.push_str(&format!(
+            "| {label} | {} | {} | {} |\n",
+            fmt(a),
+            fmt(b),
+            fmt(a / b)
+        ));
+    };
+    if let (Some(tm), Some(base)) = (
+        saturation_cpu.get("tokenmeter"),
+        saturation_cpu.get(baseline),
+    ) {
+        row("CPU s per M chunks (saturation)", *tm, *base);
+    }
+    let paced = top.and_then(|top| Some((top, grouped.get(&("latency".to_owned(), top))?)));
+    if let Some((top, by_path)) = paced {
+        if let (Some(tm), Some(base)) = (by_path.get("tokenmeter"), by_path.get(baseline)) {
+            row(
+                &format!("CPU s per M chunks (paced, {top} streams)"),
+                med(tm, cpu_per_million),
+                med(base, cpu_per_million),
+            );
+            for (label, f) in [
+                (
+                    "added chunk p99 µs",
+                    (|x: &LoadResult| x.chunk_p99_us) as fn(&LoadResult) -> f64,
+                ),
+                ("added TTFT p99 µs", |x: &LoadResult| x.ttft_p99_us),
+            ] {
+                row(
+                    &format!("{label} ({top} streams)"),
+                    added(by_path, "tokenmeter", f),
+                    added(by_path, baseline, f),
+                );
             }
         }
     }
-    if let (Some(tm), Some(ng)) = (idle_kib.get("tokenmeter"), idle_kib.get("nginx")) {
-        out.push_str(&format!(
-            "| KiB per idle stream | {} | {} | {} |\n",
-            fmt(*tm),
-            fmt(*ng),
-            ratio(*tm, *ng)
-        ));
+    if let (Some(tm), Some(base)) = (idle_kib.get("tokenmeter"), idle_kib.get(baseline)) {
+        row("KiB per idle stream", *tm, *base);
     }
     out
 }
