@@ -1,40 +1,74 @@
-//! The skimming classifier against the definition: whatever `openai::classify_fast` answers
-//! equals what the serde walk (`openai::classify_parsed`) answers, and `openai::classify` (fast
-//! path, then the walk) always equals the walk. Checked on every event of every fixture of every
-//! dialect, on hand-picked adversarial payloads, and on random JSON written with random
-//! whitespace and escapes: chunk-shaped objects, arbitrary values, and both with bytes mutated.
+//! The skimming classifiers against the definition: for OpenAI chat / completions, Anthropic
+//! Messages and OpenAI Responses, whatever `classify_fast` answers equals what the serde walk
+//! (`classify_parsed`) answers, and `classify` (fast path, then the walk) always equals the walk.
+//! Checked on every event of every fixture of every dialect (each classifier on every fixture),
+//! on hand-picked adversarial payloads, and on random JSON written with random whitespace and
+//! escapes: event-shaped objects, arbitrary values, and both with bytes mutated.
 //!
-//! The fast path must also be *used*: the ordinary chunks of the OpenAI fixtures and a list of
-//! real servers' chunk shapes must be answered by it, so this test cannot pass by the fast path
-//! declining everything.
+//! The fast paths must also be *used*: the token events of the fixtures and a list of real
+//! servers' chunk shapes must be answered by them, so this test cannot pass by a fast path
+//! declining everything. (TGI, Triton, Ollama and llama.cpp's native API keep the serde walk.)
 
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 use proptest::test_runner::TestRng;
-use tokenmeter::dialect::openai::{classify, classify_fast, classify_parsed};
+use tokenmeter::dialect::{anthropic, openai, responses, EventSummary};
 use tokenmeter::sse::{Framer, StreamFormat};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
+/// A dialect's three entry points, as `(event, data)` functions.
+struct Classifier {
+    name: &'static str,
+    fast: fn(&[u8], &[u8]) -> Option<EventSummary>,
+    parsed: fn(&[u8], &[u8]) -> EventSummary,
+    classify: fn(&[u8], &[u8]) -> EventSummary,
+}
+
+const OPENAI: Classifier = Classifier {
+    name: "openai",
+    fast: |_, data| openai::classify_fast(data),
+    parsed: |_, data| openai::classify_parsed(data),
+    classify: |_, data| openai::classify(data),
+};
+
+const ANTHROPIC: Classifier = Classifier {
+    name: "anthropic",
+    fast: anthropic::classify_fast,
+    parsed: anthropic::classify_parsed,
+    classify: anthropic::classify,
+};
+
+const RESPONSES: Classifier = Classifier {
+    name: "responses",
+    fast: responses::classify_fast,
+    parsed: responses::classify_parsed,
+    classify: responses::classify,
+};
+
+const ALL: [&Classifier; 3] = [&OPENAI, &ANTHROPIC, &RESPONSES];
+
 /// The differential check; `true` when the fast path answered.
-fn agrees(data: &[u8]) -> Result<bool, TestCaseError> {
-    let parsed = classify_parsed(data);
-    let fast = classify_fast(data);
+fn agrees(c: &Classifier, event: &[u8], data: &[u8]) -> Result<bool, TestCaseError> {
+    let parsed = (c.parsed)(event, data);
+    let fast = (c.fast)(event, data);
     if let Some(fast) = fast {
         prop_assert_eq!(
             fast,
             parsed,
-            "fast path differs on {:?}",
+            "{} fast path differs on event {:?} data {:?}",
+            c.name,
+            String::from_utf8_lossy(event),
             String::from_utf8_lossy(data)
         );
     }
-    prop_assert_eq!(classify(data), parsed);
+    prop_assert_eq!((c.classify)(event, data), parsed);
     Ok(fast.is_some())
 }
 
-fn check(data: &[u8]) -> bool {
-    match agrees(data) {
+fn check(c: &Classifier, event: &[u8], data: &[u8]) -> bool {
+    match agrees(c, event, data) {
         Ok(fast) => fast,
         Err(failure) => panic!("{failure}"),
     }
@@ -54,8 +88,8 @@ fn fixture_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Every event's data of a fixture, framed by the proxy's own framer.
-fn events(path: &Path) -> Vec<Vec<u8>> {
+/// Every event (`event:` name, data) of a fixture, framed by the proxy's own framer.
+fn events(path: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
     let format = if path.extension().is_some_and(|ext| ext == "ndjson") {
         StreamFormat::NdJson
     } else {
@@ -64,7 +98,9 @@ fn events(path: &Path) -> Vec<Vec<u8>> {
     let bytes = std::fs::read(path).expect("a readable fixture");
     let mut framer = Framer::new(format, 1 << 20);
     let mut out = Vec::new();
-    framer.feed(&bytes, |event| out.push(event.data.to_vec()));
+    framer.feed(&bytes, |event| {
+        out.push((event.event.to_vec(), event.data.to_vec()))
+    });
     out
 }
 
@@ -74,31 +110,46 @@ fn every_fixture_event_of_every_dialect_agrees() {
     fixture_files(Path::new(FIXTURES), &mut files);
     files.sort();
     assert!(files.len() >= 20, "fixtures found: {files:?}");
-    let (mut total, mut fast) = (0, 0);
+    let mut total = 0;
+    let mut fast = [0usize; 3];
     for file in &files {
-        let openai = file.to_string_lossy().contains("/openai/")
-            || file.to_string_lossy().contains("llamacpp-chat");
-        for data in events(file) {
+        let path = file.to_string_lossy();
+        let own = if path.contains("/openai/") || path.contains("llamacpp-chat") {
+            Some(0)
+        } else if path.contains("anthropic") {
+            Some(1)
+        } else if path.contains("responses") {
+            Some(2)
+        } else {
+            None
+        };
+        for (event, data) in events(file) {
             total += 1;
-            let answered = check(&data);
-            fast += usize::from(answered);
-            // An OpenAI stream's ordinary chunk (no usage object, no llama.cpp timings, not an
-            // error event) is the fast path's to answer.
-            let text = String::from_utf8_lossy(&data);
-            let ordinary = !text.contains("\"usage\":{")
-                && !text.contains("\"usage\": {")
-                && !text.contains("\"timings\"");
-            if openai && ordinary {
-                assert!(
-                    answered,
-                    "{}: the fast path declined {text}",
-                    file.display()
-                );
+            let text = String::from_utf8_lossy(&data).into_owned();
+            for (i, classifier) in ALL.iter().enumerate() {
+                let answered = check(classifier, &event, &data);
+                fast[i] += usize::from(answered);
+                // A stream's token events are its own fast path's to answer (usage objects, llama.cpp
+                // timings and lifecycle events may go to the walk).
+                if own == Some(i) && (classifier.parsed)(&event, &data).token {
+                    assert!(
+                        answered,
+                        "{}: the {} fast path declined {text}",
+                        file.display(),
+                        classifier.name
+                    );
+                }
             }
         }
     }
     assert!(total > 150, "events checked: {total}");
-    assert!(fast > total / 2, "fast path answered {fast} of {total}");
+    for (i, classifier) in ALL.iter().enumerate() {
+        assert!(
+            fast[i] > 0,
+            "the {} fast path answered nothing",
+            classifier.name
+        );
+    }
 }
 
 /// Chunk shapes as real servers send them; each must be answered by the fast path.
@@ -115,16 +166,56 @@ const ORDINARY: &[&str] = &[
     // completions, unicode, escapes
     r#"{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"日本語 🦀","logprobs":null,"finish_reason":null}]}"#,
     r#"{"choices":[{"delta":{"content":"line\nbreak \"quoted\" \u00e9 \\ /"}}]}"#,
+    // vLLM's `continuous_usage_stats` (usage on every chunk) and the usage-only last chunk
+    r#"{"id":"c","choices":[{"index":0,"delta":{"content":"The"},"logprobs":null,"finish_reason":null}],"usage":{"prompt_tokens":30,"total_tokens":31,"completion_tokens":1}}"#,
+    r#"{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":30,"total_tokens":94,"completion_tokens":64,"prompt_tokens_details":{"cached_tokens":16}}}"#,
     // llama.cpp's ordinary chunk and an error event after a 200
     r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" the"}}],"created":1,"id":"chatcmpl-x","model":"m","system_fingerprint":"b1","object":"chat.completion.chunk"}"#,
     r#"{"error":{"message":"engine died","type":"internal_error","code":500}}"#,
     "[DONE]",
 ];
 
+/// Anthropic and Responses token events as the APIs send them: `(event, data)`.
+const TYPED: &[(&Classifier, &str, &str)] = &[
+    (
+        &ANTHROPIC,
+        "content_block_delta",
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#,
+    ),
+    (
+        &ANTHROPIC,
+        "content_block_delta",
+        r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"loc"}}"#,
+    ),
+    (
+        &ANTHROPIC,
+        "content_block_delta",
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me"}}"#,
+    ),
+    (&ANTHROPIC, "ping", r#"{"type": "ping"}"#),
+    (&ANTHROPIC, "message_stop", r#"{"type":"message_stop"}"#),
+    (
+        &RESPONSES,
+        "response.output_text.delta",
+        r#"{"type":"response.output_text.delta","sequence_number":5,"item_id":"msg_1","output_index":0,"content_index":0,"delta":" world","logprobs":[]}"#,
+    ),
+    (
+        &RESPONSES,
+        "response.function_call_arguments.delta",
+        r#"{"type":"response.function_call_arguments.delta","item_id":"fc_1","output_index":0,"delta":"{\"a\""}"#,
+    ),
+];
+
 #[test]
 fn ordinary_chunks_of_real_servers_take_the_fast_path() {
     for chunk in ORDINARY {
-        assert!(check(chunk.as_bytes()), "declined: {chunk}");
+        assert!(check(&OPENAI, b"", chunk.as_bytes()), "declined: {chunk}");
+    }
+    for (classifier, event, data) in TYPED {
+        assert!(
+            check(classifier, event.as_bytes(), data.as_bytes()),
+            "declined: {data}"
+        );
     }
 }
 
@@ -165,6 +256,20 @@ fn adversarial_payloads_agree() {
         r#"{"choices":[{"delta":{"tool_calls":{}}}]}"#,
         r#"{"choices":[{"finish_reason":false}]}"#,
         r#"{"choices":[{"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":5}}"#,
+        // Counts the walk reads as floats (with its own range checks) or not at all.
+        r#"{"choices":[],"usage":{"prompt_tokens":1e400,"completion_tokens":3}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":-1e400,"completion_tokens":3}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":-3,"completion_tokens":3}}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":3.0,"completion_tokens":3}}"#,
+        r#"{"usage":{"prompt_tokens":18446744073709551616,"completion_tokens":3},"choices":[]}"#,
+        r#"{"usage":{"prompt_tokens":18446744073709551615},"choices":[]}"#,
+        r#"{"usage":{"prompt_tokens":"3","completion_tokens":3,"prompt_tokens_details":{"cached_tokens":2}},"choices":[]}"#,
+        r#"{"usage":{"prompt_tokens":3,"prompt_tokens_details":7},"choices":[]}"#,
+        r#"{"usage":{"prompt_tokens":3,"prompt_tokens_details":1e400},"choices":[]}"#,
+        r#"{"usage":{"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":1e400}},"choices":[]}"#,
+        r#"{"usage":{"completion_tokens":03},"choices":[]}"#,
+        r#"{"usage":{"completion_tokens":3,"completion_tokens":null},"choices":[]}"#,
+        r#"{"usage":{"prompt_tokens":[1],"completion_tokens":{}},"choices":[]}"#,
         r#"{"choices":[],"usage":{"prompt_tokens":"3"}}"#,
         r#"{"choices":[],"usage":null,"usage":{"completion_tokens":5}}"#,
         r#"{"error":null}"#,
@@ -186,8 +291,38 @@ fn adversarial_payloads_agree() {
         b"{\"choices\":[{\"text\":\"\xe2\x82\xac\"}]}".to_vec(),
     ])
     .collect();
-    for case in &cases {
-        check(case);
+    let typed: Vec<&[u8]> = vec![
+        br#"{"type":"content_block_delta","delta":{"text":"x"}} x"#,
+        br#"{"type":"content_block_delta","delta":"text"}"#,
+        br#"{"type":"content_block_delta","delta":1e400}"#,
+        br#"{"type":"content_block_delta","delta":{"text":"x"},"delta":null}"#,
+        br#"{"type":"content_block_delta","delta":{"text":"x"},"type":1}"#,
+        br#"{"type":"content_block\u005fdelta","delta":{"text":"x"}}"#,
+        br#"{"type":"content_block_delta","delta":{"text":"x","index":01}}"#,
+        br#"{"type":"message_delta","usage":{"output_tokens":5},"delta":{"stop_reason":"end_turn"}}"#,
+        br#"{"type":"message_start","message":{"usage":{"input_tokens":3}}}"#,
+        br#"{"type":"message_start","message":null}"#,
+        br#"{"delta":{"text":"x"}}"#,
+        br#"{"type":"response.output_text.delta","delta":""}"#,
+        br#"{"type":"response.output_text.delta","delta":["x"]}"#,
+        br#"{"type":"response.completed","response":{"usage":{"input_tokens":3,"output_tokens":5}}}"#,
+        br#"{"type":"response.created","response":null}"#,
+        br#"{"type":"response.failed"}"#,
+        br#"{"type":"error","error":{"type":"overloaded_error"}}"#,
+        br#"{"delta":"x"}"#,
+    ];
+    let events: [&[u8]; 4] = [
+        b"",
+        b"content_block_delta",
+        b"response.output_text.delta",
+        b"error",
+    ];
+    for classifier in ALL {
+        for case in cases.iter().map(Vec::as_slice).chain(typed.iter().copied()) {
+            for event in events {
+                check(classifier, event, case);
+            }
+        }
     }
 }
 
@@ -204,6 +339,13 @@ enum Json {
 }
 
 const NAMES: &[&str] = &[
+    "type",
+    "message",
+    "response",
+    "partial_json",
+    "thinking",
+    "input_tokens",
+    "output_tokens",
     "choices",
     "delta",
     "content",
@@ -325,6 +467,64 @@ fn chunk() -> impl Strategy<Value = Json> {
     .prop_map(Json::Object)
 }
 
+/// Event types of Anthropic and Responses streams (and some of neither).
+const TYPES: &[&str] = &[
+    "content_block_delta",
+    "content_block_start",
+    "message_start",
+    "message_delta",
+    "message_stop",
+    "ping",
+    "error",
+    "response.output_text.delta",
+    "response.function_call_arguments.delta",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "response.created",
+    "",
+];
+
+fn event_type() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => prop::sample::select(TYPES).prop_map(str::to_owned),
+        1 => "[a-z_.]{0,16}",
+    ]
+}
+
+/// An Anthropic or Responses event of random shape: `type`, a `delta` object or string, the
+/// objects the walk reads for usage, in any order, among random members.
+fn typed() -> impl Strategy<Value = Json> {
+    let delta_object = prop::collection::vec(
+        (
+            prop::sample::select(&["text", "thinking", "partial_json", "type", "x"])
+                .prop_map(str::to_owned),
+            prop_oneof![3 => text().prop_map(Json::Str), 1 => json()],
+        ),
+        0..3,
+    )
+    .prop_map(Json::Object);
+    let delta = prop_oneof![
+        2 => delta_object,
+        2 => text().prop_map(Json::Str),
+        1 => json(),
+    ];
+    let nullable = || prop_oneof![Just(Json::Null), json()];
+    prop::collection::vec(
+        prop_oneof![
+            3 => prop_oneof![4 => event_type().prop_map(Json::Str), 1 => json()]
+                .prop_map(|t| ("type".to_owned(), t)),
+            3 => delta.prop_map(|d| ("delta".to_owned(), d)),
+            1 => nullable().prop_map(|u| ("usage".to_owned(), u)),
+            1 => nullable().prop_map(|m| ("message".to_owned(), m)),
+            1 => nullable().prop_map(|r| ("response".to_owned(), r)),
+            2 => (name(), json()),
+        ],
+        0..5,
+    )
+    .prop_map(Json::Object)
+}
+
 /// Writes `value` as JSON, varying what JSON lets a writer vary: whitespace between tokens and
 /// how each character of a string or key is spelled (raw, short escape, `\u` escape, surrogate
 /// pair). Characters JSON forbids raw are always escaped, so the output is valid JSON.
@@ -430,27 +630,41 @@ fn byte() -> impl Strategy<Value = u8> {
     ]
 }
 
+/// Every classifier on the same bytes, with an SSE event name.
+fn all_agree(event: &str, data: &[u8]) -> Result<(), TestCaseError> {
+    for classifier in ALL {
+        agrees(classifier, event.as_bytes(), data)?;
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2000))]
 
     #[test]
     fn random_chunks_agree(value in chunk(), seed in any::<u64>()) {
-        agrees(&written(&value, seed))?;
+        all_agree("", &written(&value, seed))?;
     }
 
     #[test]
-    fn random_json_agrees(value in json(), seed in any::<u64>()) {
-        agrees(&written(&value, seed))?;
+    fn random_typed_events_agree(value in typed(), seed in any::<u64>(), event in event_type()) {
+        all_agree(&event, &written(&value, seed))?;
     }
 
     #[test]
-    fn mutated_chunks_agree(
-        value in chunk(),
+    fn random_json_agrees(value in json(), seed in any::<u64>(), event in event_type()) {
+        all_agree(&event, &written(&value, seed))?;
+    }
+
+    #[test]
+    fn mutated_events_agree(
+        value in prop_oneof![chunk(), typed()],
         seed in any::<u64>(),
         at in any::<usize>(),
         byte in byte(),
         how in any::<u8>(),
+        event in event_type(),
     ) {
-        agrees(&mutate(written(&value, seed), at, byte, how))?;
+        all_agree(&event, &mutate(written(&value, seed), at, byte, how))?;
     }
 }

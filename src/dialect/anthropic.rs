@@ -24,8 +24,22 @@ use serde_json::value::RawValue;
 use super::event::{EventSummary, Usage};
 use super::walk::{self, is_nonempty_string, Count, Lenient, Pick, UsageMember};
 
-/// Classifies one event; `event` is its SSE `event:` field.
+/// Classifies one event; `event` is its SSE `event:` field. The skimming fast path
+/// ([`classify_fast`]) answers for the frequent events, the serde walk ([`classify_parsed`]) for
+/// the rest.
 pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
+    classify_fast(event, data).unwrap_or_else(|| classify_parsed(event, data))
+}
+
+/// The fast path alone: `None` when the event needs the full walk. Whenever it answers, it
+/// answers as [`classify_parsed`] does (the differential test `tests/dialect_skim.rs`).
+pub fn classify_fast(event: &[u8], data: &[u8]) -> Option<EventSummary> {
+    fast::classify(event, data)
+}
+
+/// The definition: the serde walk of the whole event (the reference the fast path is tested
+/// against).
+pub fn classify_parsed(event: &[u8], data: &[u8]) -> EventSummary {
     let Some(found) = walk::parse(data, TopPick) else {
         return EventSummary::default();
     };
@@ -241,5 +255,6 @@ impl<'de> Pick<'de> for CountsPick {
     }
 }
 
+mod fast;
 #[cfg(test)]
 mod tests;

@@ -308,6 +308,33 @@ impl<'a> Skim<'a> {
         Some(any)
     }
 
+    /// A token count where the serde walk reads one leniently (`walk::Lenient(walk::Count)`):
+    /// `Some(n)` for a plain non-negative integer that fits in `u64`, `None` for a string,
+    /// literal, object or array (skipped). A number with a sign, fraction or exponent, or one
+    /// past `u64`, is handed back: serde_json reads those as floats, with range checks of its own.
+    pub(crate) fn count(&mut self) -> Option<Option<u64>> {
+        if !self.peek()?.is_ascii_digit() {
+            return match self.peek()? {
+                b'-' => None,
+                _ => self.skip().map(|()| None),
+            };
+        }
+        let start = self.pos;
+        let mut value: u64 = 0;
+        while let Some(digit) = self.peek().filter(u8::is_ascii_digit) {
+            value = value
+                .checked_mul(10)?
+                .checked_add(u64::from(digit - b'0'))?;
+            self.pos += 1;
+        }
+        let leading_zero = self.bytes[start] == b'0' && self.pos - start > 1;
+        if leading_zero || matches!(self.peek(), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        self.skip_ws();
+        Some(Some(value))
+    }
+
     /// Skips a value and says whether it was anything but `null`.
     pub(crate) fn skip_is_non_null(&mut self) -> Option<bool> {
         if self.null()? {

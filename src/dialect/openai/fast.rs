@@ -3,14 +3,15 @@
 //! `chunk/classify_*` micro benchmarks).
 //!
 //! It answers for the chunks that make up a stream: content, reasoning and tool-call deltas,
-//! completions `text`, `finish_reason`, `"usage": null` and `error`. Everything else is handed
-//! back (`None`) to the serde walk, which is the definition: a `usage` or `timings` object (one
-//! chunk per stream), a member of an unexpected type where the walk would look inside it, and any
-//! input outside the skimmer's subset of JSON ([`crate::dialect::skim`]). The lenient rules of
+//! completions `text`, `finish_reason`, `usage` (also when vLLM's `continuous_usage_stats` puts
+//! it on every chunk) and `error`. Everything else is handed back (`None`) to the serde walk,
+//! which is the definition: llama.cpp's `timings` object (its last chunk), a count written as a
+//! float or a negative number, a member of an unexpected type where the walk would decode it,
+//! and any input outside the skimmer's subset of JSON ([`crate::dialect::skim`]). The lenient rules of
 //! the walk are kept member by member, so that whatever this returns, the walk returns too
 //! (`tests/dialect_skim.rs`).
 
-use super::{Choices, EventSummary};
+use super::{Choices, EventSummary, Usage};
 use crate::dialect::skim::Skim;
 
 /// The chunk's summary, or `None` when the serde walk must decide.
@@ -18,6 +19,7 @@ pub(super) fn classify(data: &[u8]) -> Option<EventSummary> {
     let mut skim = Skim::new(data);
     skim.enter_object()?;
     let mut choices: Option<Choices> = None;
+    let mut usage: Option<Usage> = None;
     let mut error = false;
     let mut first = true;
     while let Some(name) = skim.next_member(&mut first)? {
@@ -36,8 +38,9 @@ pub(super) fn classify(data: &[u8]) -> Option<EventSummary> {
                     });
                 }
             }
-            // Only `null` here; a usage object is read by the walk.
-            b"usage" | b"timings" => {
+            b"usage" => usage = usage_value(&mut skim)?,
+            // Only `null` here; llama.cpp's timings (its last chunk) are read by the walk.
+            b"timings" => {
                 if !skim.null()? {
                     return None;
                 }
@@ -49,13 +52,52 @@ pub(super) fn classify(data: &[u8]) -> Option<EventSummary> {
     skim.finish()?;
     Some(EventSummary {
         token: choices.is_some_and(|c| c.token),
-        usage: None,
-        usage_only: false,
+        usage,
+        usage_only: usage.is_some() && choices.is_some_and(|c| c.empty),
         finish: choices.is_some_and(|c| c.finish),
         error,
         done: false,
         tokens: None,
     })
+}
+
+/// The `usage` member, read as the walk's `UsagePick` reads it: `None` unless it is an object
+/// with at least one readable count (a repeated key: the last one wins).
+fn usage_value(skim: &mut Skim<'_>) -> Option<Option<Usage>> {
+    if skim.peek()? != b'{' {
+        lenient_scalar(skim)?;
+        return Some(None);
+    }
+    skim.enter_object()?;
+    let mut usage = Usage::default();
+    let mut first = true;
+    while let Some(name) = skim.next_member(&mut first)? {
+        match name {
+            b"prompt_tokens" => usage.prompt_tokens = skim.count()?,
+            b"completion_tokens" => usage.completion_tokens = skim.count()?,
+            b"prompt_tokens_details" => usage.cached_tokens = cached_tokens(skim)?,
+            _ => skim.skip()?,
+        }
+    }
+    let readable = usage.prompt_tokens.is_some() || usage.completion_tokens.is_some();
+    Some(readable.then_some(usage))
+}
+
+/// `prompt_tokens_details.cached_tokens`; any other shape is none.
+fn cached_tokens(skim: &mut Skim<'_>) -> Option<Option<u64>> {
+    if skim.peek()? != b'{' {
+        return skim.count().map(|_| None);
+    }
+    skim.enter_object()?;
+    let mut cached = None;
+    let mut first = true;
+    while let Some(name) = skim.next_member(&mut first)? {
+        match name {
+            b"cached_tokens" => cached = skim.count()?,
+            _ => skim.skip()?,
+        }
+    }
+    Some(cached)
 }
 
 /// Where the walk runs a lenient pick on a value: an array or object goes to the pick, `null`
