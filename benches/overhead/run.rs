@@ -68,7 +68,15 @@ struct Proc {
 }
 
 impl Drop for Proc {
+    /// SIGTERM first, so that nginx's master stops its workers (a SIGKILLed master leaves them
+    /// running, orphaned, into the next runs); SIGKILL after 3 s.
     fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         eprintln!("stopped {}", self.name);

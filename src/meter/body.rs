@@ -23,7 +23,7 @@ use super::strip::{EventRole, UsageStripper};
 use super::whole::WholeBody;
 use crate::context::Estimate;
 use crate::dialect::{Dialect, EventSummary};
-use crate::metrics::{Metrics, Outcome, StreamMetrics};
+use crate::metrics::{Metrics, Outcome, Slo, StreamMetrics};
 use crate::proxy::BodyError;
 use crate::route::Calibrator;
 use crate::sse::Framer;
@@ -356,12 +356,7 @@ impl StreamMeter {
             }
             handles.output_tokens.record(finished.output_tokens as f64);
             handles.output_total.increment(finished.output_tokens);
-            let source = if finished.exact_output {
-                "usage"
-            } else {
-                "events"
-            };
-            metrics.token_count_source(&handles.labels, source);
+            handles.token_count_source(&metrics, finished.exact_output);
         }
         // N_in: usage.prompt_tokens when known (and it calibrates the estimate), else the estimate.
         let input = match (finished.input_tokens, &estimate) {
@@ -382,22 +377,18 @@ impl StreamMeter {
         // of the prompt it computed.
         if let (Some(prompt), Some(cached)) = (finished.input_tokens, finished.cached_input_tokens)
         {
-            metrics.prompt_cache(
-                &handles.labels,
-                cached.min(prompt),
-                prompt.saturating_sub(cached),
-            );
+            handles.prompt_cache(&metrics, cached.min(prompt), prompt.saturating_sub(cached));
         }
         if outcome == Outcome::Ok {
             if let Some(verdict) = finished.verdict(slo) {
-                metrics.slo_verdict(&handles.labels, "ttft", verdict.ttft_met);
+                handles.slo_verdict(&metrics, Slo::Ttft, verdict.ttft_met);
                 if let Some(tpot_met) = verdict.tpot_met {
-                    metrics.slo_verdict(&handles.labels, "tpot", tpot_met);
+                    handles.slo_verdict(&metrics, Slo::Tpot, tpot_met);
                 }
-                metrics.slo_verdict(&handles.labels, "all", verdict.all_met());
+                handles.slo_verdict(&metrics, Slo::All, verdict.all_met());
             }
         }
-        metrics.request_finished(&handles.labels, outcome);
+        handles.finished(&metrics, outcome);
         active.decrement(1.0);
         tracing::debug!(
             outcome = outcome.as_str(),

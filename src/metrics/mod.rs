@@ -9,7 +9,7 @@
 //! demo can run several proxies (and simulated replicas) in one process without their series mixing.
 //! Handles are resolved once per request ([`Metrics::stream`]) and only touched per token after that.
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
 use metrics::{
@@ -117,7 +117,7 @@ static METADATA: Metadata<'static> =
 /// What kind of request a stream answers: `gen_ai_operation_name` and `gen_ai_provider_name`, from
 /// the request's [`Dialect`] (OpenTelemetry GenAI values), or [`Operation::PASSTHROUGH`] for paths
 /// that are proxied and counted but are not generation endpoints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Operation {
     name: &'static str,
     provider: &'static str,
@@ -162,6 +162,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// How many outcomes there are (the variants index per-outcome arrays).
+    pub const COUNT: usize = 5;
+
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Ok => "ok",
@@ -182,6 +185,8 @@ pub struct Metrics {
     histograms: Histograms,
     models: ModelLabels,
     stall_threshold: Duration,
+    /// Every label set's per-stream handles, resolved once (see [`Metrics::stream`]).
+    streams: Mutex<HashMap<RequestLabels, StreamMetrics>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -240,6 +245,7 @@ impl Metrics {
                 config.metering.max_observed_models,
             ),
             stall_threshold: config.metering.stall_threshold,
+            streams: Mutex::new(HashMap::new()),
         };
         metrics.describe();
         Ok(metrics)
@@ -273,7 +279,13 @@ impl Metrics {
             .register_gauge(&Key::from_parts(STREAMS_ACTIVE, labels), &METADATA)
     }
 
-    /// Resolves every per-stream handle once, when the response head names the backend.
+    /// Every per-stream handle of a label set, for a stream whose response head named its backend.
+    ///
+    /// Resolving a handle is a registry lookup that builds, hashes and compares its label set
+    /// (thousands of instructions each; a stream needs about twenty, a third of a request's cost
+    /// in the proxy, measured with callgrind). So each label set is resolved the first time it
+    /// is seen and kept; later streams clone the handles. The set of label sets is bounded as the
+    /// series are: operations x bounded model labels x backends x pools.
     pub fn stream(
         &self,
         operation: Operation,
@@ -287,6 +299,16 @@ impl Metrics {
             backend: Arc::clone(backend),
             pool: Arc::clone(pool),
         };
+        let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = streams.get(&labels) {
+            return known.clone();
+        }
+        let resolved = self.resolve_stream(labels.clone());
+        streams.insert(labels, resolved.clone());
+        resolved
+    }
+
+    fn resolve_stream(&self, labels: RequestLabels) -> StreamMetrics {
         let histogram = |name: &'static str| self.histogram(name, labels.base());
         let tokens = |kind: &'static str| {
             let mut set = labels.base();
@@ -305,6 +327,7 @@ impl Metrics {
             output_total: self.counter(TOKENS, tokens("output")),
             stalls: self.counter(STALLS, labels.base()),
             stall_threshold: self.stall_threshold,
+            ends: Arc::default(),
             labels,
         }
     }
@@ -314,21 +337,6 @@ impl Metrics {
         let mut set = labels.base();
         set.push(Label::new(LABEL_OUTCOME, outcome.as_str()));
         self.counter(REQUESTS, set).increment(1);
-    }
-
-    /// Counts one SLO verdict (`slo` = ttft | tpot | all).
-    pub fn slo_verdict(&self, labels: &RequestLabels, slo: &'static str, met: bool) {
-        let mut set = labels.base();
-        set.push(Label::new("slo", slo));
-        set.push(Label::new("result", if met { "met" } else { "missed" }));
-        self.counter(SLO_REQUESTS, set).increment(1);
-    }
-
-    /// Counts where a request's output token count came from (`usage` or `events`).
-    pub fn token_count_source(&self, labels: &RequestLabels, source: &'static str) {
-        let mut set = labels.base();
-        set.push(Label::new("source", source));
-        self.counter(TOKEN_COUNT_SOURCE, set).increment(1);
     }
 
     /// Counts SSE lines the scanner skipped for being over the cap.
@@ -343,15 +351,6 @@ impl Metrics {
             Label::new("result", result),
         ];
         self.counter(USAGE_INJECTIONS, set).increment(1);
-    }
-
-    /// Counts a finished request's prompt tokens by whether the server's prompt cache served them.
-    pub fn prompt_cache(&self, labels: &RequestLabels, hit: u64, miss: u64) {
-        for (result, tokens) in [("hit", hit), ("miss", miss)] {
-            let mut set = labels.cache_base();
-            set.push(Label::new("result", result));
-            self.counter(PROMPT_CACHE, set).increment(tokens);
-        }
     }
 
     /// Counts one `/tokenize` call of the router.
@@ -532,7 +531,7 @@ impl Metrics {
 }
 
 /// The labels every per-request series carries.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RequestLabels {
     pub operation: Operation,
     pub model: Arc<str>,
@@ -596,6 +595,8 @@ pub struct StreamMetrics {
     pub output_total: Counter,
     pub stalls: Counter,
     pub stall_threshold: Duration,
+    /// Counters of the stream's end, shared by every stream of the label set.
+    pub ends: Arc<EndCounters>,
     pub labels: RequestLabels,
 }
 
@@ -607,6 +608,83 @@ impl StreamMetrics {
             self.stalls.increment(1);
         }
     }
+
+    /// Counts the finished stream (as [`Metrics::request_finished`]).
+    pub fn finished(&self, metrics: &Metrics, outcome: Outcome) {
+        self.ends.finished[outcome as usize]
+            .get_or_init(|| {
+                let mut set = self.labels.base();
+                set.push(Label::new(LABEL_OUTCOME, outcome.as_str()));
+                metrics.counter(REQUESTS, set)
+            })
+            .increment(1);
+    }
+
+    /// Counts one SLO verdict (as [`Metrics::slo_verdict`]).
+    pub fn slo_verdict(&self, metrics: &Metrics, slo: Slo, met: bool) {
+        self.ends.slo[slo as usize][usize::from(met)]
+            .get_or_init(|| {
+                let mut set = self.labels.base();
+                set.push(Label::new("slo", slo.as_str()));
+                set.push(Label::new("result", if met { "met" } else { "missed" }));
+                metrics.counter(SLO_REQUESTS, set)
+            })
+            .increment(1);
+    }
+
+    /// Counts where the output token count came from: `usage` (`exact`) or token `events`.
+    pub fn token_count_source(&self, metrics: &Metrics, exact: bool) {
+        let source = if exact { "usage" } else { "events" };
+        self.ends.source[usize::from(exact)]
+            .get_or_init(|| {
+                let mut set = self.labels.base();
+                set.push(Label::new("source", source));
+                metrics.counter(TOKEN_COUNT_SOURCE, set)
+            })
+            .increment(1);
+    }
+
+    /// Counts the prompt tokens the server's cache served (`hit`) and computed (`miss`).
+    pub fn prompt_cache(&self, metrics: &Metrics, hit: u64, miss: u64) {
+        for (slot, (result, tokens)) in [("hit", hit), ("miss", miss)].into_iter().enumerate() {
+            self.ends.cache[slot]
+                .get_or_init(|| {
+                    let mut set = self.labels.cache_base();
+                    set.push(Label::new("result", result));
+                    metrics.counter(PROMPT_CACHE, set)
+                })
+                .increment(tokens);
+        }
+    }
+}
+
+/// The SLOs a finished stream is judged on (`slo` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slo {
+    Ttft,
+    Tpot,
+    All,
+}
+
+impl Slo {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Slo::Ttft => "ttft",
+            Slo::Tpot => "tpot",
+            Slo::All => "all",
+        }
+    }
+}
+
+/// The counters a stream touches only as it ends, each resolved the first time a stream of the
+/// label set needs it (not before: a series appears with its first count, as it always has) and
+/// shared by the later ones.
+#[derive(Debug, Default)]
+pub struct EndCounters {
+    finished: [OnceLock<Counter>; Outcome::COUNT],
+    slo: [[OnceLock<Counter>; 2]; 3],
+    source: [OnceLock<Counter>; 2],
+    cache: [OnceLock<Counter>; 2],
 }
 
 /// Bounded model label values: configured names, then the first `max_observed` names seen, then

@@ -78,3 +78,42 @@ fn histograms_render_as_histograms_with_slo_edges() {
     );
     assert!(!text.contains("quantile="), "no summaries:\n{text}");
 }
+
+#[test]
+fn streams_of_one_label_set_share_their_handles_and_end_counters() {
+    let metrics = Metrics::new(&Config::default()).expect("metrics");
+    let model = metrics.model_label(Some("m"));
+    let (backend, pool): (Arc<str>, Arc<str>) = (Arc::from("b"), Arc::from("p"));
+    let chat = Operation::of(Dialect::OpenAiChat);
+    let first = metrics.stream(chat, &model, &backend, &pool);
+    let second = metrics.stream(chat, &model, &backend, &pool);
+    assert!(Arc::ptr_eq(&first.ends, &second.ends), "resolved once");
+    let other = metrics.stream(chat, &model, &Arc::from("b2"), &pool);
+    assert!(!Arc::ptr_eq(&first.ends, &other.ends), "another backend, other series");
+
+    first.finished(&metrics, Outcome::Ok);
+    second.finished(&metrics, Outcome::Ok);
+    second.finished(&metrics, Outcome::Timeout);
+    first.slo_verdict(&metrics, Slo::Ttft, true);
+    second.slo_verdict(&metrics, Slo::Ttft, false);
+    first.token_count_source(&metrics, true);
+    first.prompt_cache(&metrics, 30, 70);
+    second.prompt_cache(&metrics, 10, 0);
+    let text = metrics.render();
+    let base = r#"gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="m",backend="b",pool="p""#;
+    for line in [
+        format!(r#"{REQUESTS}{{{base},outcome="ok"}} 2"#),
+        format!(r#"{REQUESTS}{{{base},outcome="timeout"}} 1"#),
+        format!(r#"{SLO_REQUESTS}{{{base},slo="ttft",result="met"}} 1"#),
+        format!(r#"{SLO_REQUESTS}{{{base},slo="ttft",result="missed"}} 1"#),
+        format!(r#"{TOKEN_COUNT_SOURCE}{{{base},source="usage"}} 1"#),
+        format!(r#"{PROMPT_CACHE}{{pool="p",backend="b",gen_ai_request_model="m",result="hit"}} 40"#),
+        format!(r#"{PROMPT_CACHE}{{pool="p",backend="b",gen_ai_request_model="m",result="miss"}} 70"#),
+    ] {
+        assert!(text.contains(&line), "{line} in:\n{text}");
+    }
+    // A series appears with its first count, not before.
+    assert!(!text.contains(r#"outcome="cancelled""#), "{text}");
+    assert!(!text.contains(r#"source="events""#), "{text}");
+    assert!(!text.contains(r#"slo="tpot""#), "{text}");
+}
