@@ -89,7 +89,10 @@ fn streams_of_one_label_set_share_their_handles_and_end_counters() {
     let second = metrics.stream(chat, &model, &backend, &pool);
     assert!(Arc::ptr_eq(&first.ends, &second.ends), "resolved once");
     let other = metrics.stream(chat, &model, &Arc::from("b2"), &pool);
-    assert!(!Arc::ptr_eq(&first.ends, &other.ends), "another backend, other series");
+    assert!(
+        !Arc::ptr_eq(&first.ends, &other.ends),
+        "another backend, other series"
+    );
 
     first.finished(&metrics, Outcome::Ok);
     second.finished(&metrics, Outcome::Ok);
@@ -107,8 +110,12 @@ fn streams_of_one_label_set_share_their_handles_and_end_counters() {
         format!(r#"{SLO_REQUESTS}{{{base},slo="ttft",result="met"}} 1"#),
         format!(r#"{SLO_REQUESTS}{{{base},slo="ttft",result="missed"}} 1"#),
         format!(r#"{TOKEN_COUNT_SOURCE}{{{base},source="usage"}} 1"#),
-        format!(r#"{PROMPT_CACHE}{{pool="p",backend="b",gen_ai_request_model="m",result="hit"}} 40"#),
-        format!(r#"{PROMPT_CACHE}{{pool="p",backend="b",gen_ai_request_model="m",result="miss"}} 70"#),
+        format!(
+            r#"{PROMPT_CACHE}{{pool="p",backend="b",gen_ai_request_model="m",result="hit"}} 40"#
+        ),
+        format!(
+            r#"{PROMPT_CACHE}{{pool="p",backend="b",gen_ai_request_model="m",result="miss"}} 70"#
+        ),
     ] {
         assert!(text.contains(&line), "{line} in:\n{text}");
     }
