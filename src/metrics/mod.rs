@@ -162,7 +162,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// How many outcomes there are (the variants index per-outcome arrays).
+    /// How many outcomes there are: per-outcome arrays are indexed by `outcome as usize`.
     pub const COUNT: usize = 5;
 
     pub fn as_str(self) -> &'static str {
@@ -611,25 +611,30 @@ impl StreamMetrics {
 
     /// Counts the finished stream (as [`Metrics::request_finished`]).
     pub fn finished(&self, metrics: &Metrics, outcome: Outcome) {
-        self.ends.finished[outcome as usize]
-            .get_or_init(|| {
-                let mut set = self.labels.base();
-                set.push(Label::new(LABEL_OUTCOME, outcome.as_str()));
-                metrics.counter(REQUESTS, set)
-            })
-            .increment(1);
+        let Some(slot) = self.ends.finished.get(outcome as usize) else {
+            // An outcome without a slot (none today) still counts, through the registry.
+            return metrics.request_finished(&self.labels, outcome);
+        };
+        slot.get_or_init(|| {
+            let mut set = self.labels.base();
+            set.push(Label::new(LABEL_OUTCOME, outcome.as_str()));
+            metrics.counter(REQUESTS, set)
+        })
+        .increment(1);
     }
 
-    /// Counts one SLO verdict (as [`Metrics::slo_verdict`]).
+    /// Counts one SLO verdict (`slo` = ttft | tpot | all, `result` = met | missed).
     pub fn slo_verdict(&self, metrics: &Metrics, slo: Slo, met: bool) {
-        self.ends.slo[slo as usize][usize::from(met)]
-            .get_or_init(|| {
-                let mut set = self.labels.base();
-                set.push(Label::new("slo", slo.as_str()));
-                set.push(Label::new("result", if met { "met" } else { "missed" }));
-                metrics.counter(SLO_REQUESTS, set)
-            })
-            .increment(1);
+        let counter = || {
+            let mut set = self.labels.base();
+            set.push(Label::new("slo", slo.as_str()));
+            set.push(Label::new("result", if met { "met" } else { "missed" }));
+            metrics.counter(SLO_REQUESTS, set)
+        };
+        match self.ends.slo.get(slo as usize) {
+            Some(slots) => slots[usize::from(met)].get_or_init(counter).increment(1),
+            None => counter().increment(1),
+        }
     }
 
     /// Counts where the output token count came from: `usage` (`exact`) or token `events`.
