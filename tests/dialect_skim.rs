@@ -289,6 +289,10 @@ fn adversarial_payloads_agree() {
         b"{\"choices\":[{\"delta\":{\"content\":\"\xff\xfe\"}}]}".to_vec(),
         b"{\"id\":\"\xc3\",\"choices\":[{\"text\":\"x\"}]}".to_vec(),
         b"{\"choices\":[{\"text\":\"\xe2\x82\xac\"}]}".to_vec(),
+        // Found by `mutated_events_agree`: a non-UTF-8 byte in a word of a string that ends
+        // within the last eight bytes of the event.
+        b"{\"r\xffsponse\":\t[\t]}".to_vec(),
+        b"{\"choices\":[],\"r\xc3sponse\":1}".to_vec(),
     ])
     .collect();
     let typed: Vec<&[u8]> = vec![

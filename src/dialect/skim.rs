@@ -376,7 +376,8 @@ fn plain_run(bytes: &[u8], mut at: usize) -> Option<(usize, bool)> {
         high |= u64::from(bytes[at]);
         at += 1;
     }
-    Some((at, high & 0x80 != 0))
+    // Words and tail bytes alike: a byte of 0x80 or above sets some lane's top bit.
+    Some((at, high & HIGHS != 0))
 }
 
 /// Validates the escape whose letter is at `at`; the index after it.
