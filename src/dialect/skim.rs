@@ -335,6 +335,25 @@ impl<'a> Skim<'a> {
         Some(Some(value))
     }
 
+    /// Where the serde walk runs a lenient pick (`walk::Lenient`) on a value of the wrong shape:
+    /// `null`, booleans, arrays and objects are skipped ("nothing here"); a string or number,
+    /// which the walk decodes with checks of its own, is handed back (`None`).
+    pub(crate) fn skip_lenient(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'n' | b't' | b'f' | b'{' | b'[' => self.skip(),
+            _ => None,
+        }
+    }
+
+    /// An event's `type` as the walk reads it (`walk::raw_str`): the raw text of a string,
+    /// escapes and all; `None` for any other value (skipped).
+    pub(crate) fn raw_str_or_skip(&mut self) -> Option<Option<&'a [u8]>> {
+        if self.peek()? == b'"' {
+            return Some(Some(self.string()?.raw));
+        }
+        self.skip().map(|()| None)
+    }
+
     /// Skips a value and says whether it was anything but `null`.
     pub(crate) fn skip_is_non_null(&mut self) -> Option<bool> {
         if self.null()? {

@@ -20,31 +20,24 @@ thread_local! {
 /// finish_reason non-null, usage present. Only the first choice, and no validation of the rest:
 /// less than the meter needs, so a lower bound for a sonic-rs classifier.
 fn sonic(data: &[u8]) -> (bool, bool, bool) {
-    use sonic_rs::JsonValueTrait;
-    let found = TREE.with(|tree| unsafe { sonic_rs::get_many_unchecked(data, tree) });
-    match found {
-        Ok(values) => {
-            let token = values[0].as_ref().and_then(|v| v.as_str()).is_some_and(|s| !s.is_empty());
-            let finish = values[1].as_ref().is_some_and(|v| !v.is_null());
-            let usage = values[2].as_ref().is_some_and(|v| !v.is_null());
-            (token, finish, usage)
-        }
-        Err(_) => (false, false, false),
-    }
+    summarize(TREE.with(|tree| unsafe { sonic_rs::get_many_unchecked(data, tree) }))
 }
 
 /// The same with validation (`get_many`, the safe API).
 fn sonic_checked(data: &[u8]) -> (bool, bool, bool) {
+    summarize(TREE.with(|tree| sonic_rs::get_many(data, tree)))
+}
+
+/// (token, finish, usage) from the three looked-up values.
+fn summarize(found: sonic_rs::Result<Vec<Option<sonic_rs::LazyValue<'_>>>>) -> (bool, bool, bool) {
     use sonic_rs::JsonValueTrait;
-    match TREE.with(|tree| sonic_rs::get_many(data, tree)) {
-        Ok(values) => {
-            let token = values[0].as_ref().and_then(|v| v.as_str()).is_some_and(|s| !s.is_empty());
-            let finish = values[1].as_ref().is_some_and(|v| !v.is_null());
-            let usage = values[2].as_ref().is_some_and(|v| !v.is_null());
-            (token, finish, usage)
-        }
-        Err(_) => (false, false, false),
-    }
+    let Ok(values) = found else {
+        return (false, false, false);
+    };
+    let token = values[0].as_ref().and_then(|v| v.as_str()).is_some_and(|s| !s.is_empty());
+    let finish = values[1].as_ref().is_some_and(|v| !v.is_null());
+    let usage = values[2].as_ref().is_some_and(|v| !v.is_null());
+    (token, finish, usage)
 }
 
 fn time<T>(name: &str, f: impl Fn(&[u8]) -> T) {

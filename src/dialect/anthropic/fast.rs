@@ -17,20 +17,13 @@ pub(super) fn classify(event: &[u8], data: &[u8]) -> Option<EventSummary> {
     let mut first = true;
     while let Some(name) = skim.next_member(&mut first)? {
         match name {
-            // The walk reads the raw text of a string (escapes and all); any other value: none.
-            b"type" => {
-                kind = if skim.peek()? == b'"' {
-                    Some(Kind::of(skim.string()?.raw))
-                } else {
-                    skim.skip()?;
-                    None
-                };
-            }
+            b"type" => kind = skim.raw_str_or_skip()?.map(Kind::of),
             b"delta" => {
-                delta = match skim.peek()? {
-                    b'{' => delta_output(&mut skim)?,
-                    b'n' | b't' | b'f' | b'[' => skim.skip().map(|()| false)?,
-                    _ => return None,
+                delta = if skim.peek()? == b'{' {
+                    delta_output(&mut skim)?
+                } else {
+                    skim.skip_lenient()?;
+                    false
                 };
             }
             // Only `null` here; a usage or message object is read by the walk.

@@ -65,7 +65,7 @@ pub(super) fn classify(data: &[u8]) -> Option<EventSummary> {
 /// with at least one readable count (a repeated key: the last one wins).
 fn usage_value(skim: &mut Skim<'_>) -> Option<Option<Usage>> {
     if skim.peek()? != b'{' {
-        lenient_scalar(skim)?;
+        skim.skip_lenient()?;
         return Some(None);
     }
     skim.enter_object()?;
@@ -100,20 +100,10 @@ fn cached_tokens(skim: &mut Skim<'_>) -> Option<Option<u64>> {
     Some(cached)
 }
 
-/// Where the walk runs a lenient pick on a value: an array or object goes to the pick, `null`
-/// and booleans mean "nothing here", and a string or number (which the walk decodes, with
-/// checks the skimmer does not repeat) is handed back.
-fn lenient_scalar(skim: &mut Skim<'_>) -> Option<()> {
-    match skim.peek()? {
-        b'n' | b't' | b'f' | b'{' | b'[' => skim.skip(),
-        _ => None,
-    }
-}
-
 /// The `choices` member: `Some(None)` when it is not an array (the walk ignores it).
 fn choices_value(skim: &mut Skim<'_>) -> Option<Option<Choices>> {
     if skim.peek()? != b'[' {
-        lenient_scalar(skim)?;
+        skim.skip_lenient()?;
         return Some(None);
     }
     skim.enter_array()?;
@@ -129,7 +119,7 @@ fn choices_value(skim: &mut Skim<'_>) -> Option<Option<Choices>> {
             choices.token |= choice.token;
             choices.finish |= choice.finish;
         } else {
-            lenient_scalar(skim)?;
+            skim.skip_lenient()?;
         }
     }
     Some(Some(choices))
@@ -146,7 +136,7 @@ fn choice(skim: &mut Skim<'_>) -> Option<Choices> {
                 if skim.peek()? == b'{' {
                     choice.token |= delta(skim)?;
                 } else {
-                    lenient_scalar(skim)?;
+                    skim.skip_lenient()?;
                 }
             }
             b"text" => choice.token |= skim.skip_is_nonempty_string()?,

@@ -16,15 +16,7 @@ pub(super) fn classify(event: &[u8], data: &[u8]) -> Option<EventSummary> {
     let mut first = true;
     while let Some(name) = skim.next_member(&mut first)? {
         match name {
-            // The walk reads the raw text of a string (escapes and all); any other value: none.
-            b"type" => {
-                kind = if skim.peek()? == b'"' {
-                    Some(Kind::of(skim.string()?.raw))
-                } else {
-                    skim.skip()?;
-                    None
-                };
-            }
+            b"type" => kind = skim.raw_str_or_skip()?.map(Kind::of),
             b"delta" => delta = skim.skip_is_nonempty_string()?,
             // Only `null` here; a response object is read by the walk.
             b"response" => {
