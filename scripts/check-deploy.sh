@@ -10,6 +10,7 @@
 # Python tools go into a virtualenv (default target/deploy-venv; set DEPLOY_VENV to reuse one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/venv.sh
 
 KUBERNETES_VERSIONS=(1.29.0 1.37.0)  # 1.29: the oldest with native sidecars on by default
 # ConfigMaps whose tokenmeter.toml needs request routing ([routing], [[pools]], [[rules]]), which
@@ -20,9 +21,7 @@ ROUTING_PENDING_CONFIGS=()
 VENV=${DEPLOY_VENV:-target/deploy-venv}
 if [[ ! -x "$VENV/bin/kubernetes-validate" || ! -x "$VENV/bin/python" ]] \
     || ! "$VENV/bin/python" -c 'import cloudcoil.models.prometheus_operator' 2>/dev/null; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check \
-        'kubernetes-validate==1.37.0' 'cloudcoil-models-prometheus-operator==0.80.1.0'
+    make_venv "$VENV" 'kubernetes-validate==1.37.0' 'cloudcoil-models-prometheus-operator==0.80.1.0'
 fi
 PY="$VENV/bin/python"
 

@@ -5,6 +5,7 @@
 # needs root for apt-get. scripts/test.sh (README's test command) runs it first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/venv.sh
 export DEBIAN_FRONTEND=noninteractive
 need_apt=()
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
@@ -22,9 +23,7 @@ fi
 VENV=${DEPLOY_VENV:-target/deploy-venv}
 if [[ ! -x "$VENV/bin/kubernetes-validate" ]] \
     || ! "$VENV/bin/python" -c 'import cloudcoil.models.prometheus_operator' >/dev/null 2>&1; then
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check \
-    'kubernetes-validate==1.37.0' 'cloudcoil-models-prometheus-operator==0.80.1.0'
+  make_venv "$VENV" 'kubernetes-validate==1.37.0' 'cloudcoil-models-prometheus-operator==0.80.1.0'
 fi
 # A real inference engine for tests/llama_server.rs.
 scripts/llama/build.sh

@@ -12,6 +12,7 @@
 # from Debian when missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/lib/venv.sh
 VERSION=0.3.36
 SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 URL=https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-$VERSION.tar.gz
@@ -51,8 +52,7 @@ fi
 if [[ ! -f "$MODEL" ]]; then
     venv="$DIR/venv"
     if ! "$venv/bin/python" -c 'import gguf, numpy' >/dev/null 2>&1; then
-        python3 -m venv "$venv"
-        "$venv/bin/pip" install --quiet --disable-pip-version-check 'gguf==0.19.0' 'numpy>=1.26,<3'
+        make_venv "$venv" 'gguf==0.19.0' 'numpy>=1.26,<3'
     fi
     "$venv/bin/python" scripts/llama/make_gguf.py "$MODEL.part" && mv "$MODEL.part" "$MODEL"
 fi
