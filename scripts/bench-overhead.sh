@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The end-to-end overhead benchmark: direct vs tokenmeter vs nginx vs haproxy on loopback, interleaved.
+# The end-to-end overhead benchmark: direct vs tokenmeter vs nginx vs haproxy on loopback, interleaved,
+# plus tokenmeter forwarding an unmetered path and a bare proxy on hyper (where the cost goes).
 # Results: target/bench-overhead/{summary.md,results.jsonl,machine.txt}; method: docs/performance.md.
 #
 #   scripts/bench-overhead.sh            # the full run (~15 min on 2 cores; release build)
@@ -72,7 +73,7 @@ cat "$out/machine.txt"
 
 if [ "$smoke" = 1 ]; then
     # The smoke run passes when every path produced chunks (not how fast they were).
-    for path in direct tokenmeter; do
+    for path in direct tokenmeter tokenmeter-unmetered hyper-bare; do
         grep -q "| $path |" "$out/summary.md" || { echo "bench-overhead smoke: no $path row" >&2; exit 1; }
     done
     for baseline in "${baselines[@]}"; do

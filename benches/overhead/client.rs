@@ -57,6 +57,8 @@ pub struct LoadArgs {
     pub interval_us: u64,
     pub secs: f64,
     pub warmup: f64,
+    /// The request path: a chat completion (metered), or a path a proxy forwards unmetered.
+    pub path: String,
 }
 
 fn request_body(chunks: u64, interval_us: u64, hold_ms: u64) -> Bytes {
@@ -65,8 +67,11 @@ fn request_body(chunks: u64, interval_us: u64, hold_ms: u64) -> Bytes {
     ))
 }
 
-fn request(addr: SocketAddr, body: Bytes) -> hyper::Request<Full<Bytes>> {
-    hyper::Request::post("/v1/chat/completions")
+/// The path of a metered request (a chat completion, as vLLM serves it).
+pub const CHAT_PATH: &str = "/v1/chat/completions";
+
+fn request(addr: SocketAddr, path: &str, body: Bytes) -> hyper::Request<Full<Bytes>> {
+    hyper::Request::post(path)
         .header("host", addr.to_string())
         .header("content-type", "application/json")
         .header("content-length", body.len())
@@ -155,7 +160,10 @@ async fn load_stream(args: Arc<LoadArgs>, start: Instant) -> StreamSamples {
             },
         };
         let sent = Instant::now();
-        let response = match conn.send_request(request(args.addr, body.clone())).await {
+        let response = match conn
+            .send_request(request(args.addr, &args.path, body.clone()))
+            .await
+        {
             Ok(response) if response.status().is_success() => response,
             _ => {
                 out.errors += 1;
@@ -276,7 +284,10 @@ pub async fn idle(addr: SocketAddr, streams: usize, pids: &[u32], hold_ms: u64) 
         tasks.push(tokio::spawn(async move {
             let permit = gate.acquire_owned().await.ok()?;
             let mut conn = connect(addr).await?;
-            let response = conn.send_request(request(addr, body)).await.ok()?;
+            let response = conn
+                .send_request(request(addr, CHAT_PATH, body))
+                .await
+                .ok()?;
             let mut body = response.into_body();
             // The first chunk: the stream is open and metered.
             body.frame().await?.ok()?;

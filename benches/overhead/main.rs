@@ -6,6 +6,7 @@
 //!
 //! One binary, four roles (each a separate process when the benchmark runs):
 //! - `backend`: the minimal streaming server ([`backend`]);
+//! - `bare`: a bare proxy on hyper's server and client, nothing else ([`bare`]);
 //! - `load` / `idle`: the load client ([`client`]), one JSON line on stdout;
 //! - `run`: the orchestrator ([`run`]) that starts the others, tokenmeter, nginx and haproxy, and
 //!   writes `results.jsonl` and `summary.md`.
@@ -16,6 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::{Parser, Subcommand};
 
 mod backend;
+mod bare;
 mod client;
 mod run;
 
@@ -33,6 +35,13 @@ enum Role {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
     },
+    /// A bare proxy on hyper's server and client to `upstream`.
+    Bare {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        #[arg(long)]
+        upstream: SocketAddr,
+    },
     /// Closed-loop streaming load; prints one JSON line.
     Load {
         #[arg(long)]
@@ -47,6 +56,8 @@ enum Role {
         secs: f64,
         #[arg(long, default_value_t = 2.0)]
         warmup: f64,
+        #[arg(long, default_value = client::CHAT_PATH)]
+        path: String,
     },
     /// Idle streams; prints one JSON line with the RSS of `pids`.
     Idle {
@@ -73,6 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     match cli.role {
         Role::Backend { listen } => runtime.block_on(backend::run(listen))?,
+        Role::Bare { listen, upstream } => runtime.block_on(bare::run(listen, upstream))?,
         Role::Load {
             addr,
             streams,
@@ -80,6 +92,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             interval_us,
             secs,
             warmup,
+            path,
         } => {
             let result = runtime.block_on(client::load(client::LoadArgs {
                 addr,
@@ -88,6 +101,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 interval_us,
                 secs,
                 warmup,
+                path,
             }));
             println!("{}", serde_json::to_string(&result)?);
         }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::client::{IdleResult, LoadResult};
+use super::client::{IdleResult, LoadResult, CHAT_PATH};
 use super::{proc_cpu_secs, self_exe};
 
 type Error = Box<dyn std::error::Error>;
@@ -122,6 +122,37 @@ fn start_backend(out: &Path) -> Result<(Proc, SocketAddr), Error> {
             child,
         },
         addr,
+    ))
+}
+
+/// A POST tokenmeter forwards but does not meter (not a generation API): its response streams
+/// through with routing, admission and the request count, but no event is framed or classified.
+const UNMETERED_PATH: &str = "/v1/embeddings";
+
+/// The bare hyper proxy ([`super::bare`]) in front of the backend.
+fn start_bare(out: &Path, backend: SocketAddr) -> Result<(Proc, SocketAddr, Vec<u32>), Error> {
+    let mut child = Command::new(self_exe()?)
+        .args(["bare", "--listen", "127.0.0.1:0", "--upstream"])
+        .arg(backend.to_string())
+        .stdout(Stdio::piped())
+        .stderr(log_file(out, "bare.log")?)
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("bare stdout")?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening ")
+        .ok_or("bare did not say where it listens")?
+        .parse()?;
+    let pid = child.id();
+    Ok((
+        Proc {
+            name: "hyper-bare",
+            child,
+        },
+        addr,
+        vec![pid],
     ))
 }
 
@@ -317,6 +348,9 @@ fn start_haproxy(
 struct PathUnderTest {
     name: &'static str,
     addr: SocketAddr,
+    /// What the load client asks for: [`CHAT_PATH`], or [`UNMETERED_PATH`] (tokenmeter forwards
+    /// it without metering its events).
+    request_path: &'static str,
     /// The proxy's processes (empty for direct).
     pids: Vec<u32>,
 }
@@ -398,6 +432,8 @@ impl Ctx<'_> {
             secs.to_string(),
             "--warmup".into(),
             warmup.to_string(),
+            "--path".into(),
+            path.request_path.into(),
         ])?;
         let result: LoadResult = serde_json::from_str(&json)?;
         let record = Record {
@@ -464,16 +500,31 @@ pub fn run(args: RunArgs, _runtime: &tokio::runtime::Runtime) -> Result<(), Erro
     let (_tokenmeter, tm_addr, tm_pids) = start_tokenmeter(&args, backend_addr)?;
     let nginx = start_nginx(&args, backend_addr)?;
     let haproxy = start_haproxy(&args, backend_addr)?;
+    let (_bare, bare_addr, bare_pids) = start_bare(&args.out, backend_addr)?;
     let mut paths = vec![
         PathUnderTest {
             name: "direct",
             addr: backend_addr,
+            request_path: CHAT_PATH,
             pids: Vec::new(),
         },
         PathUnderTest {
             name: "tokenmeter",
             addr: tm_addr,
+            request_path: CHAT_PATH,
+            pids: tm_pids.clone(),
+        },
+        PathUnderTest {
+            name: "tokenmeter-unmetered",
+            addr: tm_addr,
+            request_path: UNMETERED_PATH,
             pids: tm_pids,
+        },
+        PathUnderTest {
+            name: "hyper-bare",
+            addr: bare_addr,
+            request_path: CHAT_PATH,
+            pids: bare_pids,
         },
     ];
     for (name, started) in [("nginx", &nginx), ("haproxy", &haproxy)] {
@@ -481,6 +532,7 @@ pub fn run(args: RunArgs, _runtime: &tokio::runtime::Runtime) -> Result<(), Erro
             paths.push(PathUnderTest {
                 name,
                 addr: *addr,
+                request_path: CHAT_PATH,
                 pids: pids.clone(),
             });
         }
@@ -512,7 +564,11 @@ pub fn run(args: RunArgs, _runtime: &tokio::runtime::Runtime) -> Result<(), Erro
         }
     }
     if args.idle_streams > 0 {
-        for path in paths.iter().filter(|p| !p.pids.is_empty()) {
+        // Once per proxy process (the unmetered path is tokenmeter's process again).
+        let proxies = paths
+            .iter()
+            .filter(|p| !p.pids.is_empty() && p.request_path == CHAT_PATH);
+        for path in proxies {
             ctx.idle(path, args.idle_streams)?;
         }
     }
@@ -600,7 +656,14 @@ fn med(reps: &BTreeMap<usize, &Record>, f: impl Fn(&Record) -> f64) -> f64 {
 fn summarize(records: &[Record], args: &RunArgs) -> String {
     let grouped = group(records);
     let mut out = String::new();
-    let paths = ["direct", "tokenmeter", "nginx", "haproxy"];
+    let paths = [
+        "direct",
+        "tokenmeter",
+        "tokenmeter-unmetered",
+        "hyper-bare",
+        "nginx",
+        "haproxy",
+    ];
     out.push_str(&format!(
         "Medians of {} repetitions; added = median of per-repetition differences against direct. \
          Latencies in µs; CPU in CPU-seconds of the proxy process(es) per million content chunks.\n\n",
@@ -683,6 +746,13 @@ fn summarize(records: &[Record], args: &RunArgs) -> String {
             ));
         }
     }
+    out.push_str(&breakdown(
+        &grouped,
+        &saturation_cpu,
+        &idle_kib,
+        args.concurrency.iter().min().copied(),
+        args.concurrency.iter().max().copied(),
+    ));
     for baseline in ["nginx", "haproxy"] {
         if records.iter().any(|r| r.path == baseline) {
             out.push_str(&versus(
@@ -694,6 +764,63 @@ fn summarize(records: &[Record], args: &RunArgs) -> String {
             ));
         }
     }
+    out
+}
+
+/// The breakdown table: what a bare proxy on hyper's server and client (hyper-bare), tokenmeter
+/// forwarding without metering, and tokenmeter metering every event each cost, next to nginx, at
+/// the lowest (`low`) and the highest (`top`) paced concurrency and at saturation. The difference
+/// between the two tokenmeter columns is the metering; the unmetered column is the forwarding.
+fn breakdown(
+    grouped: &Grouped<'_>,
+    saturation_cpu: &BTreeMap<&str, f64>,
+    idle_kib: &BTreeMap<String, f64>,
+    low: Option<usize>,
+    top: Option<usize>,
+) -> String {
+    let columns = ["hyper-bare", "tokenmeter-unmetered", "tokenmeter", "nginx"];
+    let mut out = format!(
+        "\n### Where the cost goes: forwarding and metering\n\n| figure | {} |\n|---|---|---|---|---|\n",
+        columns.join(" | ")
+    );
+    let mut row = |label: String, value: &dyn Fn(&str) -> f64| {
+        let cells: Vec<String> = columns.iter().map(|path| fmt(value(path))).collect();
+        out.push_str(&format!("| {label} | {} |\n", cells.join(" | ")));
+    };
+    row("CPU s per M chunks (saturation)".to_owned(), &|path| {
+        saturation_cpu.get(path).copied().unwrap_or(f64::NAN)
+    });
+    let paced = |streams: Option<usize>| {
+        streams.and_then(|n| Some((n, grouped.get(&("latency".to_owned(), n))?)))
+    };
+    if let Some((top, by_path)) = paced(top) {
+        row(
+            format!("CPU s per M chunks (paced, {top} streams)"),
+            &|path| {
+                by_path
+                    .get(path)
+                    .map_or(f64::NAN, |reps| med(reps, cpu_per_million))
+            },
+        );
+    }
+    for (streams, label, f) in [
+        (
+            low,
+            "added chunk p50 µs",
+            (|x: &LoadResult| x.chunk_p50_us) as fn(&LoadResult) -> f64,
+        ),
+        (top, "added chunk p99 µs", |x: &LoadResult| x.chunk_p99_us),
+        (top, "added TTFT p99 µs", |x: &LoadResult| x.ttft_p99_us),
+    ] {
+        if let Some((n, by_path)) = paced(streams) {
+            row(format!("{label} ({n} streams)"), &|path| {
+                added(by_path, path, f)
+            });
+        }
+    }
+    row("KiB per idle stream".to_owned(), &|path| {
+        idle_kib.get(path).copied().unwrap_or(f64::NAN)
+    });
     out
 }
 
