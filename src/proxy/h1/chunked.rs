@@ -64,10 +64,11 @@ impl Decoder {
         loop {
             match self.state {
                 State::Size => {
-                    let Some(line) = take_line(buf)? else {
+                    let Some((end, next)) = find_line(buf)? else {
                         return Ok(Step::NeedMore);
                     };
-                    let size = parse_size(&line)?;
+                    let size = parse_size(&buf[..end])?;
+                    buf.advance(next);
                     self.state = if size == 0 {
                         State::Trailers(0)
                     } else {
@@ -104,14 +105,15 @@ impl Decoder {
                     Some(_) => return Err(ChunkedError("chunk data longer than its size")),
                 },
                 State::Trailers(seen) => {
-                    let Some(line) = take_line(buf)? else {
+                    let Some((end, next)) = find_line(buf)? else {
                         return Ok(Step::NeedMore);
                     };
-                    if line.is_empty() {
+                    buf.advance(next);
+                    if end == 0 {
                         self.state = State::Done;
                         return Ok(Step::Done);
                     }
-                    let seen = seen + line.len();
+                    let seen = seen + end;
                     if seen > MAX_TRAILERS {
                         return Err(ChunkedError("trailers too large"));
                     }
@@ -123,17 +125,20 @@ impl Decoder {
     }
 }
 
-/// Takes one line (without its LF or CRLF) off the front of `buf`, if a whole one is there.
-fn take_line(buf: &mut BytesMut) -> Result<Option<BytesMut>, ChunkedError> {
+/// Finds the first line of `buf`, if a whole one is there: `(end, next)` where `buf[..end]` is the
+/// line without its LF or CRLF and `next` is where the following one starts. The caller reads the
+/// line in place and advances past it: splitting it off would cost two reference-count updates of
+/// the shared read buffer per chunk, for a line of a few bytes.
+fn find_line(buf: &[u8]) -> Result<Option<(usize, usize)>, ChunkedError> {
     match memchr::memchr(b'\n', buf) {
-        Some(end) if end > MAX_LINE => Err(ChunkedError("line too long")),
-        Some(end) => {
-            let mut line = buf.split_to(end + 1);
-            line.truncate(end);
-            if line.last() == Some(&b'\r') {
-                line.truncate(end - 1);
-            }
-            Ok(Some(line))
+        Some(lf) if lf > MAX_LINE => Err(ChunkedError("line too long")),
+        Some(lf) => {
+            let end = if lf > 0 && buf[lf - 1] == b'\r' {
+                lf - 1
+            } else {
+                lf
+            };
+            Ok(Some((end, lf + 1)))
         }
         None if buf.len() > MAX_LINE => Err(ChunkedError("line too long")),
         None => Ok(None),
