@@ -1,10 +1,11 @@
 //! The end-to-end overhead benchmark: the same load against every path in one run, interleaved —
-//! client -> backend (direct), client -> tokenmeter -> backend, and the same through the C
-//! baselines nginx and haproxy — and the cost of each proxy: added chunk latency and TTFT, CPU per
+//! client -> backend (direct), client -> tokenmeter -> backend (metered, and on a path it does not
+//! meter), and the same through a bare hyper proxy and the C baselines nginx and haproxy — and the
+//! cost of each proxy: added chunk latency and TTFT, CPU per
 //! million chunks, peak chunks/s, RSS per idle stream. `scripts/bench-overhead.sh` builds and
 //! runs it; docs/performance.md explains the method and holds the results.
 //!
-//! One binary, four roles (each a separate process when the benchmark runs):
+//! One binary, five roles (each a separate process when the benchmark runs):
 //! - `backend`: the minimal streaming server ([`backend`]);
 //! - `bare`: a bare proxy on hyper's server and client, nothing else ([`bare`]);
 //! - `load` / `idle`: the load client ([`client`]), one JSON line on stdout;

@@ -1,7 +1,8 @@
-//! The orchestrator: starts the backend, tokenmeter and the C baselines (nginx, haproxy), runs the
-//! load client against every path interleaved (the order rotates every repetition), reads each
-//! proxy's CPU from `/proc/<pid>/stat` around every run, and writes `results.jsonl` (every run) and
-//! `summary.md` (medians over repetitions, added figures paired per repetition against direct).
+//! The orchestrator: starts the backend, tokenmeter, the bare hyper proxy and the C baselines
+//! (nginx, haproxy), runs the load client against every path interleaved (the order rotates every
+//! repetition; tokenmeter twice, metered and unmetered), reads each proxy's CPU from
+//! `/proc/<pid>/stat` around every run, and writes `results.jsonl` (every run) and `summary.md`
+//! (medians over repetitions, added figures paired per repetition against direct).
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
