@@ -15,22 +15,79 @@ use std::sync::{Arc, Mutex};
 
 use metrics::{Histogram, HistogramFn, Label};
 
-/// One series: a count per bucket (the last one is `+Inf`) and the sum of the samples.
+use super::native::{NativeBuckets, NativeSnapshot};
+
+/// One series: a count per bucket (the last one is `+Inf`) and the sum of the samples, and for
+/// the latency histograms the native buckets too ([`super::native`]).
 #[derive(Debug)]
 pub struct AtomicHistogram {
     bounds: Arc<[f64]>,
     counts: Box<[AtomicU64]>,
     /// `f64` bits, added with a compare-and-swap loop.
     sum: AtomicU64,
+    native: Option<NativeBuckets>,
+    /// The label pairs, unescaped (the protobuf exposition carries them as they are).
+    labels: Box<[(String, String)]>,
+}
+
+/// What a scrape reads of one series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesSnapshot {
+    pub labels: Vec<(String, String)>,
+    /// (upper bound, cumulative count) of the classic buckets, `+Inf` last.
+    pub buckets: Vec<(f64, u64)>,
+    pub sum: f64,
+    /// The number of samples: the `+Inf` bucket's count, or the native buckets' total if a sample
+    /// recorded during the read is in those but not yet in these.
+    pub count: u64,
+    pub native: Option<NativeSnapshot>,
+}
+
+/// Every series of one histogram family.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FamilySnapshot {
+    pub name: &'static str,
+    pub help: Option<String>,
+    pub series: Vec<SeriesSnapshot>,
 }
 
 impl AtomicHistogram {
-    fn new(bounds: Arc<[f64]>) -> Self {
+    fn new(bounds: Arc<[f64]>, native: bool, labels: Box<[(String, String)]>) -> Self {
         let counts = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
         Self {
             bounds,
             counts,
             sum: AtomicU64::new(0f64.to_bits()),
+            native: native.then(NativeBuckets::default),
+            labels,
+        }
+    }
+
+    fn snapshot(&self) -> SeriesSnapshot {
+        // Native first: a sample is counted in the classic buckets before the native ones.
+        let native = self.native.as_ref().map(NativeBuckets::snapshot);
+        let mut cumulative = 0u64;
+        let buckets: Vec<(f64, u64)> = self
+            .counts
+            .iter()
+            .enumerate()
+            .map(|(i, count)| {
+                cumulative += count.load(Ordering::Relaxed);
+                (
+                    self.bounds.get(i).copied().unwrap_or(f64::INFINITY),
+                    cumulative,
+                )
+            })
+            .collect();
+        let native_total = native.as_ref().map_or(0, |n| {
+            n.zero_count + n.buckets.iter().map(|(_, count)| count).sum::<u64>()
+        });
+        SeriesSnapshot {
+            labels: self.labels.to_vec(),
+            buckets,
+            sum: f64::from_bits(self.sum.load(Ordering::Relaxed)),
+            count: cumulative.max(native_total),
+            native,
         }
     }
 
@@ -71,6 +128,9 @@ impl HistogramFn for AtomicHistogram {
         if let Some(count) = self.counts.get(index) {
             count.fetch_add(1, Ordering::Relaxed);
         }
+        if let Some(native) = &self.native {
+            native.record(value);
+        }
         let mut current = self.sum.load(Ordering::Relaxed);
         loop {
             let next = (f64::from_bits(current) + value).to_bits();
@@ -92,20 +152,28 @@ impl HistogramFn for AtomicHistogram {
 pub struct Histograms {
     default_bounds: Arc<[f64]>,
     bounds: HashMap<&'static str, Arc<[f64]>>,
+    /// The names whose series also keep native buckets.
+    native: Vec<&'static str>,
     help: Mutex<HashMap<&'static str, String>>,
     /// name -> rendered labels -> series. Touched once per stream per histogram, never per token.
     series: Mutex<BTreeMap<&'static str, BTreeMap<String, Arc<AtomicHistogram>>>>,
 }
 
 impl Histograms {
-    /// `bounds` per metric name; any other name gets `default_bounds`.
-    pub fn new(default_bounds: &[f64], bounds: &[(&'static str, &[f64])]) -> Self {
+    /// `bounds` per metric name; any other name gets `default_bounds`. The `native` names' series
+    /// keep native buckets beside the classic ones.
+    pub fn new(
+        default_bounds: &[f64],
+        bounds: &[(&'static str, &[f64])],
+        native: &[&'static str],
+    ) -> Self {
         Self {
             default_bounds: Arc::from(default_bounds),
             bounds: bounds
                 .iter()
                 .map(|(name, b)| (*name, Arc::from(*b)))
                 .collect(),
+            native: native.to_vec(),
             help: Mutex::new(HashMap::new()),
             series: Mutex::new(BTreeMap::new()),
         }
@@ -136,9 +204,30 @@ impl Histograms {
             .entry(rendered)
             .or_insert_with(|| {
                 let bounds = self.bounds.get(name).unwrap_or(&self.default_bounds);
-                Arc::new(AtomicHistogram::new(Arc::clone(bounds)))
+                let pairs = labels
+                    .iter()
+                    .map(|label| (label.key().to_owned(), label.value().to_owned()))
+                    .collect();
+                let native = self.native.contains(&name);
+                Arc::new(AtomicHistogram::new(Arc::clone(bounds), native, pairs))
             });
         Histogram::from_arc(Arc::clone(histogram))
+    }
+
+    /// Every family's series as a scrape reads them (names in order), for the protobuf exposition.
+    pub fn snapshot(&self) -> Vec<FamilySnapshot> {
+        let help = lock(&self.help);
+        let series = lock(&self.series);
+        series
+            .iter()
+            .map(|(name, by_labels)| FamilySnapshot {
+                name,
+                help: help
+                    .get(name)
+                    .map(|escaped| super::protobuf::unescape(escaped)),
+                series: by_labels.values().map(|h| h.snapshot()).collect(),
+            })
+            .collect()
     }
 
     /// Appends the exposition of every series (names in order, as the exporter does).

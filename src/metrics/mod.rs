@@ -25,6 +25,8 @@ use crate::dialect::Dialect;
 pub mod admission;
 pub mod exposition;
 mod histogram;
+pub mod native;
+pub mod protobuf;
 
 use histogram::Histograms;
 
@@ -232,7 +234,7 @@ impl Metrics {
         let metrics = Self {
             recorder,
             handle,
-            histograms: Histograms::new(&b.e2e, &per_metric),
+            histograms: Histograms::new(&b.e2e, &per_metric, &[TTFT, TTFB, TPOT, ITL, E2E]),
             // A model with its own prompt prior needs its own label: the calibration is keyed by it.
             models: ModelLabels::new(
                 &config
@@ -256,6 +258,14 @@ impl Metrics {
         let mut text = self.handle.render();
         self.histograms.render_into(&mut text);
         text
+    }
+
+    /// The protobuf exposition ([`protobuf`]): every family of [`Metrics::render`], the latency
+    /// histograms with their native buckets, and the families of `extra` (text, as the admission
+    /// limits render theirs).
+    pub fn render_protobuf(&self, extra: &str) -> Vec<u8> {
+        let text = self.handle.render() + extra;
+        protobuf::encode(&text, &self.histograms.snapshot())
     }
 
     /// Folds recorded histogram samples into buckets; call periodically so memory stays flat between

@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics` (every series, the admission limits' included), `/healthz`
+//! The admin listener: `/metrics` (every series, the admission limits' included; in the protobuf
+//! format when the scraper asks for it, which carries the native histograms), `/healthz`
 //! (the process is alive) and `/readyz` (503 once draining). On its own port, so API clients
 //! never see metrics and a Service can send traffic and scrapes to different places.
 use std::convert::Infallible;
@@ -15,7 +16,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
 use super::admission::Limits;
-use crate::metrics::Metrics;
+use crate::metrics::{protobuf, Metrics};
 
 pub(super) async fn serve(
     listener: TcpListener,
@@ -32,7 +33,11 @@ pub(super) async fn serve(
         let limits = Arc::clone(&limits);
         let ready = Arc::clone(&ready);
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let response = route(req.uri().path(), &metrics, &limits, &ready);
+            let accept = req
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|value| value.to_str().ok());
+            let response = route(req.uri().path(), accept, &metrics, &limits, &ready);
             async move { Ok::<_, Infallible>(response) }
         });
         tokio::spawn(async move {
@@ -46,6 +51,7 @@ pub(super) async fn serve(
 
 fn route(
     path: &str,
+    accept: Option<&str>,
     metrics: &Metrics,
     limits: &Limits,
     ready: &AtomicBool,
@@ -60,6 +66,16 @@ fn route(
     };
     const PLAIN: &str = "text/plain; charset=utf-8";
     match path {
+        "/metrics" if accept.is_some_and(protobuf::wants_protobuf) => {
+            let mut response = Response::new(Full::new(Bytes::from(
+                metrics.render_protobuf(&limits.render()),
+            )));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(protobuf::CONTENT_TYPE),
+            );
+            response
+        }
         "/metrics" => text(
             StatusCode::OK,
             metrics.render() + &limits.render(),

@@ -1,0 +1,224 @@
+//! The protobuf exposition of `/metrics`, read as Prometheus reads it: the scraper's `Accept`
+//! header picks it, every family of the text exposition is in it with the same values, and the
+//! latency histograms carry native buckets that agree with their samples.
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use prost::Message;
+use support::backend::{Backend, Script};
+use support::client::{self, Protocol};
+use support::{config_for, events_of, fixture, start_proxy};
+use tokenmeter::metrics::exposition;
+use tokenmeter::metrics::native::{upper_bound, SCHEMA, ZERO_THRESHOLD};
+use tokenmeter::metrics::protobuf::pb;
+
+const CHAT: &str = "/v1/chat/completions";
+const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"stream_options":{"include_usage":true}}"#;
+/// What Prometheus 2.42 sends with `--enable-feature=native-histograms`.
+const PROMETHEUS_ACCEPT: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+
+fn decode_all(mut bytes: &[u8]) -> Vec<pb::MetricFamily> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        out.push(pb::MetricFamily::decode_length_delimited(&mut bytes).expect("one family"));
+    }
+    out
+}
+
+fn label_map(pairs: &[pb::LabelPair]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|p| (p.name().to_owned(), p.value().to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_family_round_trips_and_latencies_carry_native_buckets() {
+    let backend = Backend::start(|_| {
+        Script::sse(
+            events_of(&fixture("vllm-chat-usage.sse"))
+                .into_iter()
+                .map(|event| (Duration::from_millis(3), event))
+                .collect(),
+        )
+    })
+    .await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    for _ in 0..3 {
+        client::post(proxy.traffic_addr, CHAT, BODY).await;
+    }
+    // Nothing runs between the two scrapes, so both must say the same.
+    let (_, text) = client::get(proxy.admin_addr, "/metrics").await;
+    let scrape = client::open_with(
+        proxy.admin_addr,
+        Protocol::Http1,
+        "GET",
+        "/metrics",
+        "",
+        &[("accept", PROMETHEUS_ACCEPT)],
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(scrape.status, 200);
+    assert_eq!(
+        scrape
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some(tokenmeter::metrics::protobuf::CONTENT_TYPE)
+    );
+    let families = decode_all(&scrape.bytes());
+
+    // The same family names as the text exposition, with its types.
+    let text_types: BTreeMap<String, String> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split_once(' '))
+        .map(|(name, kind)| (name.to_owned(), kind.to_owned()))
+        .collect();
+    let proto_types: BTreeMap<String, String> = families
+        .iter()
+        .map(|f| (f.name().to_owned(), f.r#type().as_str_name().to_lowercase()))
+        .collect();
+    assert_eq!(proto_types, text_types, "the same families, the same types");
+    assert!(text_types.len() > 10, "a real scrape: {text_types:?}");
+
+    let samples = exposition::samples(&text);
+    let text_value = |name: &str, labels: &BTreeMap<String, String>| -> f64 {
+        let found: Vec<_> = samples
+            .iter()
+            .filter(|s| s.name == name && &s.labels == labels)
+            .collect();
+        assert_eq!(found.len(), 1, "{name}{labels:?} once in the text");
+        found[0].value
+    };
+    let mut natives = 0;
+    for family in &families {
+        let name = family.name();
+        for metric in &family.metric {
+            let labels = label_map(&metric.label);
+            if let Some(counter) = &metric.counter {
+                assert_eq!(counter.value(), text_value(name, &labels), "{name}");
+            } else if let Some(gauge) = &metric.gauge {
+                assert_eq!(gauge.value(), text_value(name, &labels), "{name}");
+            } else if let Some(h) = &metric.histogram {
+                let count = text_value(&format!("{name}_count"), &labels);
+                assert_eq!(h.sample_count() as f64, count, "{name} count");
+                let sum = text_value(&format!("{name}_sum"), &labels);
+                assert!(
+                    (h.sample_sum() - sum).abs() <= 1e-9 * sum.abs().max(1.0),
+                    "{name} sum"
+                );
+                for bucket in &h.bucket {
+                    let mut with_le = labels.clone();
+                    with_le.insert("le".to_owned(), bucket.upper_bound().to_string());
+                    assert_eq!(
+                        bucket.cumulative_count() as f64,
+                        text_value(&format!("{name}_bucket"), &with_le),
+                        "{name} le={}",
+                        bucket.upper_bound()
+                    );
+                }
+                let text_buckets = samples
+                    .iter()
+                    .filter(|s| s.name == format!("{name}_bucket"))
+                    .filter(|s| {
+                        let mut l = s.labels.clone();
+                        l.remove("le");
+                        l == labels
+                    })
+                    .count();
+                assert_eq!(
+                    h.bucket.len() + 1,
+                    text_buckets,
+                    "{name}: every finite bucket"
+                );
+                if h.schema.is_some() {
+                    natives += 1;
+                    check_native(name, h);
+                }
+            } else {
+                panic!("{name}: a metric with no value");
+            }
+        }
+    }
+    // TTFT, TTFB, TPOT, ITL and E2E for the one label set these requests have.
+    assert_eq!(natives, 5, "the five latency histograms are native");
+}
+
+/// The native buckets account for every sample, and the value range they span holds the sum's
+/// mean.
+fn check_native(name: &str, h: &pb::Histogram) {
+    assert_eq!(h.schema(), SCHEMA, "{name}");
+    assert_eq!(h.zero_threshold(), ZERO_THRESHOLD, "{name}");
+    let mut key = 0i32;
+    let mut count = 0i64;
+    let mut total = h.zero_count();
+    let (mut low, mut high) = (f64::INFINITY, 0f64);
+    let mut deltas = h.positive_delta.iter();
+    for (i, span) in h.positive_span.iter().enumerate() {
+        key = if i == 0 {
+            span.offset()
+        } else {
+            key + span.offset() + 1
+        };
+        for j in 0..span.length() {
+            if j > 0 {
+                key += 1;
+            }
+            count += deltas.next().expect("a delta per bucket");
+            assert!(count > 0, "{name}: only non-empty buckets are sent");
+            total += count as u64;
+            low = low.min(upper_bound(key - 1));
+            high = high.max(upper_bound(key));
+        }
+    }
+    assert!(deltas.next().is_none(), "{name}: no delta without a bucket");
+    assert_eq!(
+        total,
+        h.sample_count(),
+        "{name}: the native buckets hold every sample"
+    );
+    if h.zero_count() == 0 && total > 0 {
+        let mean = h.sample_sum() / total as f64;
+        assert!(
+            low <= mean && mean <= high,
+            "{name}: mean {mean} in [{low}, {high}]"
+        );
+    }
+}
+
+#[tokio::test]
+async fn text_is_served_unless_protobuf_is_asked_for() {
+    let backend = Backend::start(|_| Script::json(200, "{}")).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    for accept in [
+        "text/plain;version=0.0.4",
+        "*/*",
+        "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily",
+        "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.2,text/plain;q=0.5",
+    ] {
+        let scrape = client::open_with(
+            proxy.admin_addr,
+            Protocol::Http1,
+            "GET",
+            "/metrics",
+            "",
+            &[("accept", accept)],
+        )
+        .await
+        .collect()
+        .await;
+        let kind = scrape
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(kind.starts_with("text/plain"), "{accept}: {kind}");
+        assert!(scrape.text().contains("# TYPE "), "{accept}");
+    }
+}
