@@ -8,6 +8,9 @@
 //! ~6 MB of samples waiting between upkeeps. Our buckets are fixed by configuration anyway, so
 //! the counts can be kept directly. The exposition is the same Prometheus text the exporter
 //! writes (`_bucket{...,le=".."}` cumulative, `_sum`, `_count`), appended to its render.
+//!
+//! The latency histograms also keep native buckets ([`super::native`]: one more atomic add per
+//! sample); [`Histograms::snapshot`] reads both for the protobuf exposition ([`super::protobuf`]).
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
