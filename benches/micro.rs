@@ -151,7 +151,7 @@ fn per_token(c: &mut Criterion) {
             if n % 100_000 == 0 {
                 metrics.run_upkeep();
             }
-            handles.record_gap(black_box(Duration::from_micros(20_000)))
+            handles.record_gap(black_box(Duration::from_micros(20_000)), None)
         })
     });
     group.finish();

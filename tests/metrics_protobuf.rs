@@ -222,3 +222,98 @@ async fn text_is_served_unless_protobuf_is_asked_for() {
         assert!(scrape.text().contains("# TYPE "), "{accept}");
     }
 }
+
+#[tokio::test]
+async fn a_traced_request_leaves_exemplars_and_its_traceparent_goes_upstream() {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let traceparent = format!("00-{TRACE}-00f067aa0ba902b7-01");
+    let mut backend = Backend::start(|_| {
+        Script::sse(
+            events_of(&fixture("vllm-chat-usage.sse"))
+                .into_iter()
+                .map(|event| (Duration::from_millis(3), event))
+                .collect(),
+        )
+    })
+    .await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    // An untraced request first: it leaves no exemplar.
+    client::post(proxy.traffic_addr, CHAT, BODY).await;
+    let _ = backend.next_request().await;
+    let before_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    client::open_with(
+        proxy.traffic_addr,
+        Protocol::Http1,
+        "POST",
+        CHAT,
+        BODY,
+        &[("traceparent", &traceparent), ("tracestate", "vendor=abc")],
+    )
+    .await
+    .collect()
+    .await;
+    let seen = backend.next_request().await;
+    assert_eq!(
+        seen.header("traceparent").as_deref(),
+        Some(traceparent.as_str())
+    );
+    assert_eq!(seen.header("tracestate").as_deref(), Some("vendor=abc"));
+
+    let scrape = client::open_with(
+        proxy.admin_addr,
+        Protocol::Http1,
+        "GET",
+        "/metrics",
+        "",
+        &[("accept", PROMETHEUS_ACCEPT)],
+    )
+    .await
+    .collect()
+    .await;
+    let families = decode_all(&scrape.bytes());
+    let mut with_exemplars = BTreeMap::new();
+    for family in &families {
+        for metric in &family.metric {
+            let Some(h) = &metric.histogram else { continue };
+            let mut lower = 0.0;
+            for bucket in &h.bucket {
+                if let Some(e) = &bucket.exemplar {
+                    assert_eq!(e.label.len(), 1);
+                    assert_eq!(e.label[0].name(), "trace_id");
+                    assert_eq!(e.label[0].value(), TRACE, "{}", family.name());
+                    let value = e.value();
+                    assert!(
+                        lower < value && value <= bucket.upper_bound(),
+                        "{}: exemplar {value} in its bucket ({lower}, {}]",
+                        family.name(),
+                        bucket.upper_bound()
+                    );
+                    let ts = e.timestamp.expect("a time");
+                    let ms = ts.seconds * 1000 + i64::from(ts.nanos) / 1_000_000;
+                    assert!(ms >= before_ms - 1 && ms <= before_ms + 10_000, "recent");
+                    *with_exemplars.entry(family.name().to_owned()).or_insert(0) += 1;
+                }
+                lower = bucket.upper_bound();
+            }
+        }
+    }
+    let names: Vec<&str> = with_exemplars.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "gen_ai_server_request_duration_seconds",
+            "gen_ai_server_time_per_output_token_seconds",
+            "gen_ai_server_time_to_first_token_seconds",
+            "tokenmeter_inter_token_latency_seconds",
+            "tokenmeter_time_to_first_byte_seconds",
+        ],
+        "the five latency histograms carry the trace"
+    );
+    assert_eq!(
+        with_exemplars["gen_ai_server_time_to_first_token_seconds"], 1,
+        "one TTFT sample, one exemplar"
+    );
+}

@@ -77,6 +77,7 @@ fn meter(
         stripper: None,
         whole: None,
         estimate: None,
+        trace: None,
     };
     let mut points: Vec<usize> = cuts.iter().map(|cut| cut % (input.len() + 1)).collect();
     points.sort_unstable();

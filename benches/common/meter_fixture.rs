@@ -67,6 +67,7 @@ pub fn metered<B>(metrics: &Arc<Metrics>, inner: B) -> MeteredBody<B> {
         stripper: None,
         whole: None,
         estimate: None,
+        trace: None,
     };
     MeteredBody::new(inner, meter)
 }

@@ -23,6 +23,7 @@ use super::strip::{EventRole, UsageStripper};
 use super::whole::WholeBody;
 use crate::context::Estimate;
 use crate::dialect::{Dialect, EventSummary};
+use crate::metrics::exemplar::TraceId;
 use crate::metrics::{Metrics, Outcome, Slo, StreamMetrics};
 use crate::proxy::BodyError;
 use crate::route::Calibrator;
@@ -64,6 +65,8 @@ pub struct StreamMeter {
     pub whole: Option<WholeBody>,
     /// The router's prompt estimate: calibrated by `usage.prompt_tokens`, or N_in without it.
     pub estimate: Option<Calibration>,
+    /// The request's W3C trace (from `traceparent`): its latencies become exemplars.
+    pub trace: Option<TraceId>,
 }
 
 impl<B> MeteredBody<B> {
@@ -226,11 +229,17 @@ impl Calibration {
 }
 
 /// Applies one classified event to the record and the live histograms (TTFT, ITL).
-fn apply(record: &mut StreamRecord, handles: &StreamMetrics, summary: &EventSummary, now: Instant) {
+fn apply(
+    record: &mut StreamRecord,
+    handles: &StreamMetrics,
+    trace: Option<&TraceId>,
+    summary: &EventSummary,
+    now: Instant,
+) {
     if summary.token {
         match record.on_token(now, summary.tokens) {
-            TokenMark::First(ttft) => handles.ttft.record(ttft.as_secs_f64()),
-            TokenMark::Gap(gap) => handles.record_gap(gap),
+            TokenMark::First(ttft) => handles.ttft.record_traced(ttft.as_secs_f64(), trace),
+            TokenMark::Gap(gap) => handles.record_gap(gap, trace),
         }
     }
     if let Some(usage) = summary.usage {
@@ -251,13 +260,15 @@ impl StreamMeter {
             framer,
             stripper,
             whole,
+            trace,
             ..
         } = self;
+        let trace = trace.as_ref();
         if data.is_empty() {
             return Some(data);
         }
         if let Some(ttfb) = record.on_bytes(now) {
-            handles.ttfb.record(ttfb.as_secs_f64());
+            handles.ttfb.record_traced(ttfb.as_secs_f64(), trace);
         }
         let Some(framer) = framer.as_mut() else {
             if let Some(whole) = whole.as_mut() {
@@ -268,7 +279,7 @@ impl StreamMeter {
         let frame_start = framer.position();
         framer.feed(&data, |event| {
             let summary = dialect.classify(event.event, event.data);
-            apply(record, handles, &summary, now);
+            apply(record, handles, trace, &summary, now);
             if let Some(stripper) = stripper.as_mut() {
                 let role = if summary.usage_only {
                     EventRole::UsageOnly
@@ -297,6 +308,7 @@ impl StreamMeter {
             dialect,
             framer,
             whole,
+            trace,
             ..
         } = self;
         if let Some(usage) = whole.take().and_then(|whole| whole.usage(*dialect)) {
@@ -305,7 +317,7 @@ impl StreamMeter {
         if let Some(framer) = framer.as_mut() {
             framer.finish(|event| {
                 let summary = dialect.classify(event.event, event.data);
-                apply(record, handles, &summary, now);
+                apply(record, handles, trace.as_ref(), &summary, now);
             });
         }
     }
@@ -339,9 +351,11 @@ impl StreamMeter {
             stripper: _,
             whole: _,
             estimate,
+            trace,
         } = self;
+        let trace = trace.as_ref();
         let finished = record.finish(now);
-        handles.e2e.record(finished.e2e.as_secs_f64());
+        handles.e2e.record_traced(finished.e2e.as_secs_f64(), trace);
         if let Some(overflows) = framer.as_ref().map(Framer::overflows).filter(|&n| n > 0) {
             metrics.sse_overflows(&handles.labels, overflows);
         }
@@ -352,7 +366,7 @@ impl StreamMeter {
             dialect != Dialect::Unknown && (framer.is_some() || finished.exact_output);
         if tokens_known {
             if let Some(tpot) = finished.tpot {
-                handles.tpot.record(tpot.as_secs_f64());
+                handles.tpot.record_traced(tpot.as_secs_f64(), trace);
             }
             handles.output_tokens.record(finished.output_tokens as f64);
             handles.output_total.increment(finished.output_tokens);

@@ -44,6 +44,7 @@ use super::whole::WholeBody;
 use crate::config::Config;
 use crate::context::{Generation, RequestContext};
 use crate::dialect::Dialect;
+use crate::metrics::exemplar::TraceId;
 use crate::metrics::{Metrics, Operation, Outcome, RequestLabels};
 use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
 use crate::request::{self, Injection};
@@ -151,6 +152,12 @@ impl Metering {
             .unwrap_or_else(|| RequestContext::new(Instant::now(), None));
         let dialect = Dialect::for_request(&parts.method, parts.uri.path());
         context.dialect = dialect;
+        // The request's W3C trace, for exemplars; the header itself goes upstream unchanged.
+        let trace = parts
+            .headers
+            .get("traceparent")
+            .and_then(|value| value.to_str().ok())
+            .and_then(TraceId::from_traceparent);
         if context.conflicting_framing {
             // Refused before its body is read: counted as a client error of its operation.
             return self.reject(
@@ -260,6 +267,7 @@ impl Metering {
                 model: Arc::clone(&model),
                 estimate,
             }),
+            trace,
         };
         Response::from_parts(parts, Either::Left(MeteredBody::new(body, meter)))
     }

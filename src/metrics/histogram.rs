@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use metrics::{Histogram, HistogramFn, Label};
 
+use super::exemplar::{unix_ms_now, Exemplar, ExemplarSlot, TraceId};
 use super::native::{NativeBuckets, NativeSnapshot};
 
 /// One series: a count per bucket (the last one is `+Inf`) and the sum of the samples, and for
@@ -29,8 +30,25 @@ pub struct AtomicHistogram {
     /// `f64` bits, added with a compare-and-swap loop.
     sum: AtomicU64,
     native: Option<NativeBuckets>,
+    /// The latest exemplar of each classic bucket (`+Inf` last), for the latency histograms.
+    exemplars: Option<Box<[ExemplarSlot]>>,
     /// The label pairs, unescaped (the protobuf exposition carries them as they are).
     labels: Box<[(String, String)]>,
+}
+
+/// A latency series as the meter holds it: recorded with the request's trace when it has one.
+#[derive(Debug, Clone)]
+pub struct LatencyHistogram(Arc<AtomicHistogram>);
+
+impl LatencyHistogram {
+    pub fn record(&self, value: f64) {
+        self.0.record_traced(value, None);
+    }
+
+    /// Records `value`; with a trace, it also becomes its bucket's exemplar.
+    pub fn record_traced(&self, value: f64, trace: Option<&TraceId>) {
+        self.0.record_traced(value, trace);
+    }
 }
 
 /// What a scrape reads of one series.
@@ -44,6 +62,8 @@ pub struct SeriesSnapshot {
     /// recorded during the read is in those but not yet in these.
     pub count: u64,
     pub native: Option<NativeSnapshot>,
+    /// Per classic bucket (as `buckets`), its latest exemplar; empty for a series without them.
+    pub exemplars: Vec<Option<Exemplar>>,
 }
 
 /// Every series of one histogram family.
@@ -57,13 +77,56 @@ pub struct FamilySnapshot {
 impl AtomicHistogram {
     fn new(bounds: Arc<[f64]>, native: bool, labels: Box<[(String, String)]>) -> Self {
         let counts = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
+        let slots = bounds.len() + 1;
         Self {
             bounds,
             counts,
             sum: AtomicU64::new(0f64.to_bits()),
             native: native.then(NativeBuckets::default),
+            exemplars: native.then(|| (0..slots).map(|_| ExemplarSlot::default()).collect()),
             labels,
         }
+    }
+
+    /// [`HistogramFn::record`], and with a trace the bucket's exemplar (a clock read: only for
+    /// traced requests).
+    fn record_traced(&self, value: f64, trace: Option<&TraceId>) {
+        let index = self.record_counted(value);
+        if let (Some(trace), Some(slots)) = (trace, &self.exemplars) {
+            if let Some(slot) = slots.get(index) {
+                slot.store(Exemplar {
+                    trace: *trace,
+                    value,
+                    unix_ms: unix_ms_now(),
+                });
+            }
+        }
+    }
+
+    /// Counts `value` in its classic and native buckets and the sum; returns the classic bucket.
+    fn record_counted(&self, value: f64) -> usize {
+        // Prometheus buckets are `value <= le`: the first bound not below the value.
+        let index = self.bounds.partition_point(|bound| *bound < value);
+        if let Some(count) = self.counts.get(index) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(native) = &self.native {
+            native.record(value);
+        }
+        let mut current = self.sum.load(Ordering::Relaxed);
+        loop {
+            let next = (f64::from_bits(current) + value).to_bits();
+            match self.sum.compare_exchange_weak(
+                current,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => current = actual,
+            }
+        }
+        index
     }
 
     fn snapshot(&self) -> SeriesSnapshot {
@@ -91,6 +154,11 @@ impl AtomicHistogram {
             sum: f64::from_bits(self.sum.load(Ordering::Relaxed)),
             count: cumulative.max(native_total),
             native,
+            exemplars: self
+                .exemplars
+                .as_ref()
+                .map(|slots| slots.iter().map(ExemplarSlot::load).collect())
+                .unwrap_or_default(),
         }
     }
 
@@ -126,27 +194,7 @@ impl AtomicHistogram {
 
 impl HistogramFn for AtomicHistogram {
     fn record(&self, value: f64) {
-        // Prometheus buckets are `value <= le`: the first bound not below the value.
-        let index = self.bounds.partition_point(|bound| *bound < value);
-        if let Some(count) = self.counts.get(index) {
-            count.fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(native) = &self.native {
-            native.record(value);
-        }
-        let mut current = self.sum.load(Ordering::Relaxed);
-        loop {
-            let next = (f64::from_bits(current) + value).to_bits();
-            match self.sum.compare_exchange_weak(
-                current,
-                next,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break,
-                Err(actual) => current = actual,
-            }
-        }
+        self.record_counted(value);
     }
 }
 
@@ -183,11 +231,20 @@ impl Histograms {
     }
 
     pub fn describe(&self, name: &'static str, help: &str) {
-        lock(&self.help).insert(name, escape(help, false));
+        lock(&self.help).insert(name, help.to_owned());
     }
 
     /// The handle of one series, created on first use.
     pub fn register(&self, name: &'static str, labels: &[Label]) -> Histogram {
+        Histogram::from_arc(self.series(name, labels))
+    }
+
+    /// A latency series' handle, which records exemplars (see [`LatencyHistogram`]).
+    pub fn latency(&self, name: &'static str, labels: &[Label]) -> LatencyHistogram {
+        LatencyHistogram(self.series(name, labels))
+    }
+
+    fn series(&self, name: &'static str, labels: &[Label]) -> Arc<AtomicHistogram> {
         let mut rendered = String::new();
         for (i, label) in labels.iter().enumerate() {
             if i > 0 {
@@ -214,7 +271,7 @@ impl Histograms {
                 let native = self.native.contains(&name);
                 Arc::new(AtomicHistogram::new(Arc::clone(bounds), native, pairs))
             });
-        Histogram::from_arc(Arc::clone(histogram))
+        Arc::clone(histogram)
     }
 
     /// Every family's series as a scrape reads them (names in order), for the protobuf exposition.
@@ -225,9 +282,7 @@ impl Histograms {
             .iter()
             .map(|(name, by_labels)| FamilySnapshot {
                 name,
-                help: help
-                    .get(name)
-                    .map(|escaped| super::protobuf::unescape(escaped)),
+                help: help.get(name).cloned(),
                 series: by_labels.values().map(|h| h.snapshot()).collect(),
             })
             .collect()
@@ -239,7 +294,7 @@ impl Histograms {
         let series = lock(&self.series);
         for (name, by_labels) in series.iter() {
             if let Some(help) = help.get(name) {
-                let _ = writeln!(out, "# HELP {name} {help}");
+                let _ = writeln!(out, "# HELP {name} {}", escape(help, false));
             }
             let _ = writeln!(out, "# TYPE {name} histogram");
             for (labels, histogram) in by_labels {

@@ -23,12 +23,15 @@ use crate::config::Config;
 use crate::dialect::Dialect;
 
 pub mod admission;
+pub mod exemplar;
 pub mod exposition;
 mod histogram;
 pub mod native;
 pub mod protobuf;
 
+use exemplar::TraceId;
 use histogram::Histograms;
+pub use histogram::LatencyHistogram;
 
 /// Time from the request head to the first token event (OpenTelemetry GenAI).
 pub const TTFT: &str = "gen_ai_server_time_to_first_token_seconds";
@@ -319,18 +322,18 @@ impl Metrics {
     }
 
     fn resolve_stream(&self, labels: RequestLabels) -> StreamMetrics {
-        let histogram = |name: &'static str| self.histogram(name, labels.base());
+        let latency = |name: &'static str| self.histograms.latency(name, &labels.base());
         let tokens = |kind: &'static str| {
             let mut set = labels.base();
             set.push(Label::new(LABEL_TOKEN_TYPE, kind));
             set
         };
         StreamMetrics {
-            ttfb: histogram(TTFB),
-            ttft: histogram(TTFT),
-            itl: histogram(ITL),
-            tpot: histogram(TPOT),
-            e2e: histogram(E2E),
+            ttfb: latency(TTFB),
+            ttft: latency(TTFT),
+            itl: latency(ITL),
+            tpot: latency(TPOT),
+            e2e: latency(E2E),
             input_tokens: self.histogram(TOKEN_USAGE, tokens("input")),
             output_tokens: self.histogram(TOKEN_USAGE, tokens("output")),
             input_total: self.counter(TOKENS, tokens("input")),
@@ -594,11 +597,11 @@ pub struct AffinityMetrics {
 /// Handles for one stream, resolved once; recording through them is a few atomic operations.
 #[derive(Debug, Clone)]
 pub struct StreamMetrics {
-    pub ttfb: Histogram,
-    pub ttft: Histogram,
-    pub itl: Histogram,
-    pub tpot: Histogram,
-    pub e2e: Histogram,
+    pub ttfb: LatencyHistogram,
+    pub ttft: LatencyHistogram,
+    pub itl: LatencyHistogram,
+    pub tpot: LatencyHistogram,
+    pub e2e: LatencyHistogram,
     pub input_tokens: Histogram,
     pub output_tokens: Histogram,
     pub input_total: Counter,
@@ -611,9 +614,10 @@ pub struct StreamMetrics {
 }
 
 impl StreamMetrics {
-    /// Records one inter-token gap, counting it as a stall when long enough.
-    pub fn record_gap(&self, gap: Duration) {
-        self.itl.record(gap.as_secs_f64());
+    /// Records one inter-token gap (with the request's trace as its exemplar, if it has one),
+    /// counting it as a stall when long enough.
+    pub fn record_gap(&self, gap: Duration, trace: Option<&TraceId>) {
+        self.itl.record_traced(gap.as_secs_f64(), trace);
         if gap >= self.stall_threshold {
             self.stalls.increment(1);
         }

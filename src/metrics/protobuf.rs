@@ -9,6 +9,7 @@
 //! buckets, so a scraper that ignores native buckets sees what the text exposition says.
 use prost::Message;
 
+use super::exemplar::Exemplar;
 use super::histogram::{FamilySnapshot, SeriesSnapshot};
 use super::native::{spans_and_deltas, SCHEMA, ZERO_THRESHOLD};
 
@@ -77,6 +78,22 @@ pub fn encode(text: &str, histograms: &[FamilySnapshot]) -> Vec<u8> {
     out
 }
 
+/// An exemplar as Prometheus reads it: the trace id under `trace_id`, the value, the time.
+fn exemplar(exemplar: Exemplar) -> pb::Exemplar {
+    let millis = i64::try_from(exemplar.unix_ms).unwrap_or(i64::MAX);
+    pb::Exemplar {
+        label: vec![pb::LabelPair {
+            name: Some("trace_id".to_owned()),
+            value: Some(exemplar.trace.hex()),
+        }],
+        value: Some(exemplar.value),
+        timestamp: Some(prost_types::Timestamp {
+            seconds: millis / 1000,
+            nanos: (millis % 1000) as i32 * 1_000_000,
+        }),
+    }
+}
+
 fn labels(pairs: &[(String, String)]) -> Vec<pb::LabelPair> {
     pairs
         .iter()
@@ -87,8 +104,9 @@ fn labels(pairs: &[(String, String)]) -> Vec<pb::LabelPair> {
         .collect()
 }
 
-/// One histogram series: the classic buckets (without `+Inf`, which the count stands for, as
-/// client_golang writes them) and the native ones when the series keeps them.
+/// One histogram series: the classic buckets with their exemplars (without `+Inf`, which the
+/// count stands for, as client_golang writes them, unless it holds an exemplar) and the native
+/// buckets when the series keeps them.
 fn histogram(series: &SeriesSnapshot) -> pb::Metric {
     let mut histogram = pb::Histogram {
         sample_count: Some(series.count),
@@ -96,11 +114,15 @@ fn histogram(series: &SeriesSnapshot) -> pb::Metric {
         bucket: series
             .buckets
             .iter()
-            .filter(|(bound, _)| bound.is_finite())
-            .map(|&(bound, cumulative)| pb::Bucket {
-                cumulative_count: Some(cumulative),
-                upper_bound: Some(bound),
-                ..pb::Bucket::default()
+            .enumerate()
+            .filter_map(|(i, &(bound, cumulative))| {
+                let exemplar = series.exemplars.get(i).copied().flatten().map(exemplar);
+                (bound.is_finite() || exemplar.is_some()).then(|| pb::Bucket {
+                    cumulative_count: Some(cumulative),
+                    upper_bound: Some(bound),
+                    exemplar,
+                    ..pb::Bucket::default()
+                })
             })
             .collect(),
         ..pb::Histogram::default()
@@ -187,6 +209,7 @@ fn text_histograms(family: &text::TextFamily) -> Vec<pb::Metric> {
                     sum: 0.0,
                     count: 0,
                     native: None,
+                    exemplars: Vec::new(),
                 });
                 series.len() - 1
             }
@@ -211,7 +234,7 @@ fn text_histograms(family: &text::TextFamily) -> Vec<pb::Metric> {
 }
 
 /// Undoes the text format's escapes (`\\`, `\n`, `\"`).
-pub(super) fn unescape(text: &str) -> String {
+fn unescape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars();
     while let Some(c) = chars.next() {
