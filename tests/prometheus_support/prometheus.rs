@@ -23,6 +23,16 @@ impl Prometheus {
     /// Starts Prometheus with `targets` under job `tokenmeter` and `rule_files`; returns once it is
     /// ready to answer queries.
     pub fn start(dir: &Path, targets: &[SocketAddr], rule_files: &[&Path]) -> Prometheus {
+        Self::start_with_features(dir, targets, rule_files, &[])
+    }
+
+    /// [`Prometheus::start`] with `--enable-feature` flags (e.g. `native-histograms`).
+    pub fn start_with_features(
+        dir: &Path,
+        targets: &[SocketAddr],
+        rule_files: &[&Path],
+        features: &[&str],
+    ) -> Prometheus {
         let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
         let rules: Vec<String> = rule_files
             .iter()
@@ -47,6 +57,9 @@ impl Prometheus {
             ))
             .arg(format!("--web.listen-address={addr}"))
             .arg("--log.level=warn");
+        if !features.is_empty() {
+            command.arg(format!("--enable-feature={}", features.join(",")));
+        }
         let proc = Proc::spawn("prometheus", command, dir);
         let prometheus = Prometheus { addr, proc };
         wait_for("Prometheus /-/ready", Duration::from_secs(30), || {
