@@ -5,6 +5,8 @@
 //! - the fleet-wide `histogram_quantile(q, sum(rate(...[1m])))` over the native histograms is
 //!   within 3 % of the client's exact quantiles, for TTFT and ITL, at p50, p90 and p99;
 //! - `/api/v1/query_exemplars` returns the trace ids the client sent (and only those);
+//! - the dashboards' latency quantiles and the rules' recorded quantiles have data from the native
+//!   histograms alone (Prometheus 2.42 with the flag stores no classic buckets of them);
 //! - the text exposition still counts every request in its classic series.
 mod prometheus_support;
 mod support;
@@ -15,9 +17,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_support::exprs::dashboard_exprs;
 use prometheus_support::process::Scratch;
-use prometheus_support::prometheus::Prometheus;
-use prometheus_support::{http, percentile};
+use prometheus_support::prometheus::{has_data, Prometheus};
+use prometheus_support::{dashboards, http, percentile, repo_path};
 use support::backend::{Backend, Script};
 use support::client::{self, Protocol};
 use support::{config_for, prom, start_proxy};
@@ -126,10 +129,11 @@ async fn native_quantiles_and_exemplars_through_a_real_prometheus() {
     let targets: Vec<SocketAddr> = proxies.iter().map(|(_, p)| p.admin_addr).collect();
     let dir = scratch.path().to_owned();
     let prometheus = tokio::task::spawn_blocking(move || {
+        let rules = repo_path("deploy/prometheus/tokenmeter-rules.yaml");
         Prometheus::start_with_features(
             &dir,
             &targets,
-            &[],
+            &[&rules],
             &["native-histograms", "exemplar-storage"],
         )
     })
@@ -185,8 +189,9 @@ async fn native_quantiles_and_exemplars_through_a_real_prometheus() {
     // For comparison only: the same quantiles from the classic buckets (both proxies' text).
     let text: String = proxies.iter().map(|(_, p)| p.metrics.render()).collect();
     let classic = tokenmeter::metrics::exposition::samples(&text);
-    let prometheus = Arc::clone(&prometheus);
+    let checks = Arc::clone(&prometheus);
     tokio::task::spawn_blocking(move || {
+        let prometheus = checks;
         for (name, samples) in [(TTFT, &mut all.ttft), (ITL, &mut all.itl)] {
             samples.sort_by(f64::total_cmp);
             for q in [0.5, 0.9, 0.99] {
@@ -240,6 +245,42 @@ async fn native_quantiles_and_exemplars_through_a_real_prometheus() {
     })
     .await
     .expect("the checks");
+
+    // The dashboards' latency quantiles and the recorded quantiles read the native histograms.
+    let prometheus = Arc::clone(&prometheus);
+    tokio::task::spawn_blocking(move || {
+        let vars = &[
+            ("__rate_interval", "1m"),
+            ("model", ".+"),
+            ("backend", ".+"),
+            ("pool", ".+"),
+        ];
+        let mut checked = 0;
+        for (name, dashboard) in dashboards() {
+            for expr in dashboard_exprs(&name, &dashboard, vars) {
+                let latency = [TTFT, ITL, "gen_ai_server_time_per_output_token_seconds"]
+                    .iter()
+                    .any(|metric| expr.promql.contains(metric));
+                if latency && expr.promql.starts_with("histogram_quantile") {
+                    let data = prometheus.query(&expr.promql);
+                    assert!(
+                        has_data(&data),
+                        "{}: no data from native histograms",
+                        expr.origin
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 9, "TTFT, ITL and TPOT at p50 / p90 / p99");
+        prometheus_support::process::wait_for(
+            "the recorded p99 TTFT",
+            Duration::from_secs(20),
+            || prometheus.scalar("model_pool:gen_ai_server_time_to_first_token_seconds:p99_5m"),
+        );
+    })
+    .await
+    .expect("dashboards and rules");
 
     // The text exposition (what classic scrapers read) counts every request, warm-up included.
     for (_, proxy) in &proxies {
