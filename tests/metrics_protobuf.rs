@@ -19,6 +19,34 @@ const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"
 /// What Prometheus 2.42 sends with `--enable-feature=native-histograms`.
 const PROMETHEUS_ACCEPT: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
 
+/// A backend answering every request with the vLLM fixture, an event every 3 ms.
+async fn fixture_backend() -> Backend {
+    Backend::start(|_| {
+        Script::sse(
+            events_of(&fixture("vllm-chat-usage.sse"))
+                .into_iter()
+                .map(|event| (Duration::from_millis(3), event))
+                .collect(),
+        )
+    })
+    .await
+}
+
+/// `GET /metrics` on the admin port with this `Accept` header.
+async fn scrape(admin: std::net::SocketAddr, accept: &str) -> client::Streamed {
+    client::open_with(
+        admin,
+        Protocol::Http1,
+        "GET",
+        "/metrics",
+        "",
+        &[("accept", accept)],
+    )
+    .await
+    .collect()
+    .await
+}
+
 fn decode_all(mut bytes: &[u8]) -> Vec<pb::MetricFamily> {
     let mut out = Vec::new();
     while !bytes.is_empty() {
@@ -36,32 +64,14 @@ fn label_map(pairs: &[pb::LabelPair]) -> BTreeMap<String, String> {
 
 #[tokio::test]
 async fn every_family_round_trips_and_latencies_carry_native_buckets() {
-    let backend = Backend::start(|_| {
-        Script::sse(
-            events_of(&fixture("vllm-chat-usage.sse"))
-                .into_iter()
-                .map(|event| (Duration::from_millis(3), event))
-                .collect(),
-        )
-    })
-    .await;
+    let backend = fixture_backend().await;
     let proxy = start_proxy(config_for(&backend.url)).await;
     for _ in 0..3 {
         client::post(proxy.traffic_addr, CHAT, BODY).await;
     }
     // Nothing runs between the two scrapes, so both must say the same.
     let (_, text) = client::get(proxy.admin_addr, "/metrics").await;
-    let scrape = client::open_with(
-        proxy.admin_addr,
-        Protocol::Http1,
-        "GET",
-        "/metrics",
-        "",
-        &[("accept", PROMETHEUS_ACCEPT)],
-    )
-    .await
-    .collect()
-    .await;
+    let scrape = scrape(proxy.admin_addr, PROMETHEUS_ACCEPT).await;
     assert_eq!(scrape.status, 200);
     assert_eq!(
         scrape
@@ -201,17 +211,7 @@ async fn text_is_served_unless_protobuf_is_asked_for() {
         "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily",
         "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.2,text/plain;q=0.5",
     ] {
-        let scrape = client::open_with(
-            proxy.admin_addr,
-            Protocol::Http1,
-            "GET",
-            "/metrics",
-            "",
-            &[("accept", accept)],
-        )
-        .await
-        .collect()
-        .await;
+        let scrape = scrape(proxy.admin_addr, accept).await;
         let kind = scrape
             .headers
             .get("content-type")
@@ -227,15 +227,7 @@ async fn text_is_served_unless_protobuf_is_asked_for() {
 async fn a_traced_request_leaves_exemplars_and_its_traceparent_goes_upstream() {
     const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
     let traceparent = format!("00-{TRACE}-00f067aa0ba902b7-01");
-    let mut backend = Backend::start(|_| {
-        Script::sse(
-            events_of(&fixture("vllm-chat-usage.sse"))
-                .into_iter()
-                .map(|event| (Duration::from_millis(3), event))
-                .collect(),
-        )
-    })
-    .await;
+    let mut backend = fixture_backend().await;
     let proxy = start_proxy(config_for(&backend.url)).await;
     // An untraced request first: it leaves no exemplar.
     client::post(proxy.traffic_addr, CHAT, BODY).await;
@@ -262,17 +254,7 @@ async fn a_traced_request_leaves_exemplars_and_its_traceparent_goes_upstream() {
     );
     assert_eq!(seen.header("tracestate").as_deref(), Some("vendor=abc"));
 
-    let scrape = client::open_with(
-        proxy.admin_addr,
-        Protocol::Http1,
-        "GET",
-        "/metrics",
-        "",
-        &[("accept", PROMETHEUS_ACCEPT)],
-    )
-    .await
-    .collect()
-    .await;
+    let scrape = scrape(proxy.admin_addr, PROMETHEUS_ACCEPT).await;
     let families = decode_all(&scrape.bytes());
     let mut with_exemplars = BTreeMap::new();
     for family in &families {

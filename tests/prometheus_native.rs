@@ -163,8 +163,13 @@ async fn native_quantiles_and_exemplars_through_a_real_prometheus() {
             let (next, sent, addr) = (Arc::clone(&next), Arc::clone(&sent), proxy.traffic_addr);
             tasks.push(tokio::spawn(async move {
                 let mut measured = Measured::default();
-                while next.fetch_add(1, Ordering::SeqCst) < REQUESTS {
-                    let trace = format!("{:016x}{:016x}", index + 1, rand_id(&sent));
+                loop {
+                    let n = next.fetch_add(1, Ordering::SeqCst);
+                    if n >= REQUESTS {
+                        break;
+                    }
+                    // Unique per request: the proxy's number and the request's.
+                    let trace = format!("{:016x}{:016x}", index + 1, n + 1);
                     let one = request(addr, Some(format!("00-{trace}-00f067aa0ba902b7-01"))).await;
                     measured.ttft.extend(one.ttft);
                     measured.itl.extend(one.itl);
@@ -182,8 +187,20 @@ async fn native_quantiles_and_exemplars_through_a_real_prometheus() {
     }
     assert_eq!(all.ttft.len(), 2 * REQUESTS);
     assert_eq!(all.itl.len(), 2 * REQUESTS * (TOKENS - 1));
-    // Two scrapes after the last sample.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Until Prometheus has scraped every sample (both warm-ups and the measured requests).
+    let scraped = Arc::clone(&prometheus);
+    tokio::task::spawn_blocking(move || {
+        prometheus_support::process::wait_for(
+            "every TTFT in Prometheus",
+            Duration::from_secs(30),
+            || {
+                let count = scraped.scalar(&format!("sum(histogram_count({TTFT}))"))?;
+                (count == (2 * REQUESTS + 2) as f64).then_some(())
+            },
+        )
+    })
+    .await
+    .expect("wait");
 
     let sent: BTreeSet<String> = sent.lock().expect("sent").clone();
     // For comparison only: the same quantiles from the classic buckets (both proxies' text).
@@ -290,10 +307,4 @@ async fn native_quantiles_and_exemplars_through_a_real_prometheus() {
             (REQUESTS + 1) as f64
         );
     }
-}
-
-/// A trace id half that is new to `sent`.
-fn rand_id(sent: &std::sync::Mutex<BTreeSet<String>>) -> u64 {
-    let len = sent.lock().map_or(0, |s| s.len()) as u64;
-    0x9e37_79b9_7f4a_7c15u64.wrapping_mul(len + 1) ^ rand::random::<u64>()
 }
