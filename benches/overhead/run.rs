@@ -103,27 +103,33 @@ fn log_file(out: &Path, name: &str) -> Result<Stdio, Error> {
     Ok(Stdio::from(std::fs::File::create(out.join(name))?))
 }
 
-fn start_backend(out: &Path) -> Result<(Proc, SocketAddr), Error> {
+/// Starts one of this binary's own server roles (`args`, listening on port 0) and reads the
+/// address it prints (`listening <addr>`); its stderr goes to `<out>/<log>.log`.
+fn start_role(
+    out: &Path,
+    name: &'static str,
+    log: &str,
+    args: &[String],
+) -> Result<(Proc, SocketAddr), Error> {
     let mut child = Command::new(self_exe()?)
-        .args(["backend", "--listen", "127.0.0.1:0"])
+        .args(args)
         .stdout(Stdio::piped())
-        .stderr(log_file(out, "backend.log")?)
+        .stderr(log_file(out, &format!("{log}.log"))?)
         .spawn()?;
-    let stdout = child.stdout.take().ok_or("backend stdout")?;
+    let stdout = child.stdout.take().ok_or("role stdout")?;
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line)?;
     let addr: SocketAddr = line
         .trim()
         .strip_prefix("listening ")
-        .ok_or("backend did not say where it listens")?
+        .ok_or_else(|| format!("{name} did not say where it listens"))?
         .parse()?;
-    Ok((
-        Proc {
-            name: "backend",
-            child,
-        },
-        addr,
-    ))
+    Ok((Proc { name, child }, addr))
+}
+
+fn start_backend(out: &Path) -> Result<(Proc, SocketAddr), Error> {
+    let args = ["backend", "--listen", "127.0.0.1:0"].map(String::from);
+    start_role(out, "backend", "backend", &args)
 }
 
 /// A POST tokenmeter forwards but does not meter (not a generation API): its response streams
@@ -132,29 +138,14 @@ const UNMETERED_PATH: &str = "/v1/embeddings";
 
 /// The bare hyper proxy ([`super::bare`]) in front of the backend.
 fn start_bare(out: &Path, backend: SocketAddr) -> Result<(Proc, SocketAddr, Vec<u32>), Error> {
-    let mut child = Command::new(self_exe()?)
-        .args(["bare", "--listen", "127.0.0.1:0", "--upstream"])
-        .arg(backend.to_string())
-        .stdout(Stdio::piped())
-        .stderr(log_file(out, "bare.log")?)
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or("bare stdout")?;
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
-    let addr: SocketAddr = line
-        .trim()
-        .strip_prefix("listening ")
-        .ok_or("bare did not say where it listens")?
-        .parse()?;
-    let pid = child.id();
-    Ok((
-        Proc {
-            name: "hyper-bare",
-            child,
-        },
-        addr,
-        vec![pid],
-    ))
+    let args = ["bare", "--listen", "127.0.0.1:0", "--upstream"]
+        .map(String::from)
+        .into_iter()
+        .chain([backend.to_string()])
+        .collect::<Vec<_>>();
+    let (proc, addr) = start_role(out, "hyper-bare", "bare", &args)?;
+    let pid = proc.child.id();
+    Ok((proc, addr, vec![pid]))
 }
 
 fn start_tokenmeter(
