@@ -127,7 +127,7 @@ fn affinity_pool() -> (Pool, PoolAffinity) {
         affinity: Affinity::Prefix,
         ..PoolConfig::default()
     };
-    let pool = Pool::new(&config, None).expect("a pool");
+    let pool = Pool::new(&config, None, None).expect("a pool");
     let affinity = PoolAffinity::new(&config, None).expect("prefix affinity");
     (pool, affinity)
 }

@@ -12,6 +12,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+pub use tls::{ServerTlsConfig, UpstreamTlsConfig};
+
+pub mod tls;
+
 /// Where a configuration problem was found, and what it is.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -75,6 +79,10 @@ pub struct ServerConfig {
     pub max_headers: usize,
     /// Concurrent streams one HTTP/2 connection may open (advertised in SETTINGS).
     pub http2_max_concurrent_streams: u32,
+    /// TLS on the traffic listener (ALPN `h2`, `http/1.1`); absent: plain HTTP/1.1 and h2c.
+    pub tls: Option<ServerTlsConfig>,
+    /// TLS on the admin listener; absent: plain HTTP.
+    pub admin_tls: Option<ServerTlsConfig>,
 }
 
 /// Upstream inference servers and the timeouts of talking to them.
@@ -101,6 +109,8 @@ pub struct UpstreamConfig {
     pub pool_idle_timeout: Duration,
     /// Idle keep-alive connections kept per upstream.
     pub pool_max_idle_per_host: usize,
+    /// TLS to `https://` upstreams (a pool's own `tls` table replaces it for that pool).
+    pub tls: UpstreamTlsConfig,
 }
 
 /// How streams are metered.
@@ -225,6 +235,8 @@ pub struct PoolConfig {
     /// Prompt blocks the pool's prefix index remembers (`affinity = "prefix"`); the least
     /// recently used are forgotten first.
     pub affinity_index_blocks: usize,
+    /// TLS to this pool's `https://` backends, instead of `[upstream.tls]` (the whole table).
+    pub tls: Option<UpstreamTlsConfig>,
 }
 
 /// Which backend of a pool a request prefers, before the pool's balancing.
@@ -316,6 +328,8 @@ impl Default for ServerConfig {
             max_header_bytes: 64 * 1024,
             max_headers: 128,
             http2_max_concurrent_streams: 256,
+            tls: None,
+            admin_tls: None,
         }
     }
 }
@@ -330,6 +344,7 @@ impl Default for UpstreamConfig {
             total_timeout: Duration::ZERO,
             pool_idle_timeout: Duration::from_secs(90),
             pool_max_idle_per_host: 1024,
+            tls: UpstreamTlsConfig::default(),
         }
     }
 }
@@ -397,6 +412,7 @@ impl Default for PoolConfig {
             affinity_load_factor: 1.5,
             affinity_load_slack: 4,
             affinity_index_blocks: 65_536,
+            tls: None,
         }
     }
 }
@@ -516,6 +532,15 @@ impl Config {
         }
         for (i, url) in self.upstream.urls.iter().enumerate() {
             validate_upstream_url(url).map_err(|m| invalid(&format!("upstream.urls[{i}]"), &m))?;
+        }
+        self.upstream.tls.validate("upstream.tls")?;
+        for (table, tls) in [
+            ("server.tls", &self.server.tls),
+            ("server.admin_tls", &self.server.admin_tls),
+        ] {
+            if let Some(tls) = tls {
+                tls.validate(table)?;
+            }
         }
         let positive = [
             ("upstream.connect_timeout", self.upstream.connect_timeout),
@@ -702,6 +727,9 @@ impl Config {
                 validate_upstream_url(url)
                     .map_err(|m| invalid(format!("pools[{i}].urls[{j}]"), &m))?;
             }
+            if let Some(tls) = &pool.tls {
+                tls.validate(&format!("pools[{i}].tls"))?;
+            }
             if let Some(dns) = &pool.dns {
                 validate_dns_name(dns).map_err(|m| invalid(format!("pools[{i}].dns"), &m))?;
             }
@@ -765,8 +793,10 @@ fn validate_upstream_url(url: &str) -> Result<(), String> {
     let uri: http::Uri = url
         .parse()
         .map_err(|err| format!("{url:?} is not a URL: {err}"))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(format!("{url:?}: only http:// upstreams are supported"));
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(format!(
+            "{url:?}: only http:// and https:// upstreams are supported"
+        ));
     }
     if uri.authority().is_none() {
         return Err(format!("{url:?} has no host"));

@@ -32,6 +32,8 @@ pub struct RequestContext {
     pub received: Instant,
     /// The client connection's peer.
     pub client: Option<SocketAddr>,
+    /// The client connection is TLS (`x-forwarded-proto: https` upstream).
+    pub client_tls: bool,
     /// The request head had both `transfer-encoding` and `content-length`: it is refused
     /// (see [`crate::server::smuggling`]).
     pub conflicting_framing: bool,
@@ -60,6 +62,7 @@ impl RequestContext {
         Self {
             received,
             client,
+            client_tls: false,
             conflicting_framing: false,
             dialect: None,
             generation: None,

@@ -17,6 +17,7 @@
 //! - [`dialect`]: which API a stream speaks and what its events mean.
 //! - [`sse`]: cutting a response stream into events (SSE, NDJSON).
 //! - [`upstream`]: where a request goes, and the guard it holds there.
+//! - [`tls`]: TLS on the listeners (reloaded certificates, mTLS) and to `https://` upstreams.
 //! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter, and reading the
 //!   text format back.
 //! - [`config`]: typed configuration, defaults, validation, environment overrides.
@@ -39,6 +40,7 @@ pub mod shutdown;
 pub mod sse;
 #[cfg(feature = "testbed")]
 pub mod testbed;
+pub mod tls;
 pub mod upstream;
 
 /// The boxed error type used at the command-line boundary.

@@ -10,12 +10,16 @@ use std::sync::Arc;
 
 use http::uri::{Authority, Scheme};
 
+use crate::tls::{TlsClient, UpstreamTls};
+
 /// One upstream backend: scheme and authority to send to, and its `backend` label value.
 #[derive(Debug, Clone)]
 pub struct Target {
     pub scheme: Scheme,
     pub authority: Authority,
     pub label: Arc<str>,
+    /// How to speak TLS to it: `Some` exactly for `https://` targets.
+    pub tls: Option<Arc<UpstreamTls>>,
 }
 
 /// Errors turning configured URLs into targets (the config validates them first, so this is a
@@ -28,7 +32,13 @@ pub struct UpstreamError {
 }
 
 impl Target {
+    /// A plain `http://` target; see [`Target::from_url_with_tls`] for `https://`.
     pub fn from_url(url: &str) -> Result<Self, UpstreamError> {
+        Self::from_url_with_tls(url, None)
+    }
+
+    /// A target for `url`; an `https://` one is connected with `tls` (required for it).
+    pub fn from_url_with_tls(url: &str, tls: Option<&TlsClient>) -> Result<Self, UpstreamError> {
         let fail = |reason: &str| UpstreamError {
             url: url.to_owned(),
             reason: reason.to_owned(),
@@ -37,10 +47,23 @@ impl Target {
         let scheme = uri.scheme().cloned().ok_or_else(|| fail("no scheme"))?;
         let authority = uri.authority().cloned().ok_or_else(|| fail("no host"))?;
         let label = Arc::from(authority.as_str());
+        let tls = if scheme == Scheme::HTTPS {
+            let client = tls.ok_or_else(|| fail("https:// without a TLS client configuration"))?;
+            Some(Arc::new(
+                client
+                    .for_host(authority.host())
+                    .map_err(|reason| fail(&reason))?,
+            ))
+        } else if scheme == Scheme::HTTP {
+            None
+        } else {
+            return Err(fail("only http:// and https:// are supported"));
+        };
         Ok(Self {
             scheme,
             authority,
             label,
+            tls,
         })
     }
 }

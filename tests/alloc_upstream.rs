@@ -66,7 +66,11 @@ fn reading_a_chunk_off_the_upstream_allocates_nothing_in_the_steady_state() {
         *req.uri_mut() = format!("http://{addr}/v1/chat/completions")
             .parse()
             .expect("uri");
-        let mut body = client.request(req).await.expect("response").into_body();
+        let mut body = client
+            .request(req, None)
+            .await
+            .expect("response")
+            .into_body();
         let (mut frames, mut bytes, mut before, mut after) = (0usize, 0usize, None, None);
         let event_bytes = |events: usize| events * EVENT.len();
         while let Some(frame) = body.frame().await {

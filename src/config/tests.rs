@@ -198,6 +198,52 @@ fn shipped_examples_parse_as_documented() {
         "fallback"
     );
     assert_eq!(split.rules[1].pool, "decode", "catch-all");
+
+    let hosted = Config::from_toml(include_str!("../../config/examples/hosted-openai.toml"))
+        .expect("hosted-openai.toml parses");
+    assert_eq!(
+        hosted.upstream.urls,
+        vec!["https://api.openai.com"],
+        "one https:// upstream"
+    );
+    assert_eq!(
+        hosted.upstream.tls,
+        UpstreamTlsConfig::default(),
+        "the system's roots, SNI from the URL"
+    );
+}
+
+#[test]
+fn tls_mistakes_name_the_key() {
+    let cases = [
+        ("[upstream.tls]\ncert = \"/c.pem\"\n", "upstream.tls.key"),
+        ("[upstream.tls]\nkey = \"/k.pem\"\n", "upstream.tls.cert"),
+        ("[upstream.tls]\nca = \"\"\n", "upstream.tls.ca"),
+        (
+            "[upstream.tls]\nserver_name = \"not a name\"\n",
+            "upstream.tls.server_name",
+        ),
+        ("[server.tls]\ncert = \"/c.pem\"\n", "server.tls"),
+        (
+            "[server.admin_tls]\ncert = \"\"\nkey = \"/k.pem\"\n",
+            "server.admin_tls.cert",
+        ),
+        (
+            "[server.tls]\ncert = \"/c\"\nkey = \"/k\"\nreload_interval = \"soon\"\n",
+            "server.tls.reload_interval",
+        ),
+        (
+            "[[pools]]\nname = \"p\"\nurls = [\"https://h\"]\ntls = { cert = \"/c\" }\n",
+            "pools[0].tls.key",
+        ),
+        ("[upstream]\nurls = [\"ftp://h\"]\n", "upstream.urls[0]"),
+    ];
+    for (text, key) in cases {
+        assert_eq!(invalid_key(text), key, "for {text:?}");
+    }
+    let https = Config::from_toml("[upstream]\nurls = [\"https://api.example.com\"]\n")
+        .expect("https:// upstreams are accepted");
+    assert_eq!(https.upstream.urls, vec!["https://api.example.com"]);
 }
 
 #[test]

@@ -21,6 +21,7 @@ use metrics_exporter_prometheus::{
 
 use crate::config::Config;
 use crate::dialect::Dialect;
+use crate::tls::HandshakeFailure;
 
 pub mod admission;
 pub mod exemplar;
@@ -67,6 +68,12 @@ pub const PROMPT_CACHE: &str = "tokenmeter_prompt_cache_tokens_total";
 /// (the client asked for usage, or the request is not a stream), `declined` (a body shape the
 /// proxy does not edit).
 pub const USAGE_INJECTIONS: &str = "tokenmeter_usage_injections_total";
+
+/// Client TLS handshakes that failed, by `listener` (traffic, admin) and `reason` (timeout,
+/// certificate, protocol, io).
+pub const TLS_HANDSHAKE_FAILURES: &str = "tokenmeter_tls_handshake_failures_total";
+/// Certificate reloads after a listener's TLS files changed, by `listener` and `result` (ok, error).
+pub const TLS_RELOADS: &str = "tokenmeter_tls_certificate_reloads_total";
 
 /// Routing decisions by `pool` and `reason` (rule, fallback, spill).
 pub const ROUTE_DECISIONS: &str = "tokenmeter_route_decisions_total";
@@ -253,6 +260,14 @@ impl Metrics {
             streams: Mutex::new(HashMap::new()),
         };
         metrics.describe();
+        for (listener, tls) in [
+            ("traffic", &config.server.tls),
+            ("admin", &config.server.admin_tls),
+        ] {
+            if tls.is_some() {
+                metrics.register_tls(listener);
+            }
+        }
         Ok(metrics)
     }
 
@@ -364,6 +379,43 @@ impl Metrics {
             Label::new("result", result),
         ];
         self.counter(USAGE_INJECTIONS, set).increment(1);
+    }
+
+    /// Counts a client's failed TLS handshake on `listener` (`traffic`, `admin`).
+    pub fn tls_handshake_failed(&self, listener: &'static str, failure: HandshakeFailure) {
+        self.tls_handshake_failed_by(listener, failure, 1);
+    }
+
+    /// Counts a certificate reload of `listener` by `result` (`ok`, `error`).
+    pub fn tls_reload(&self, listener: &'static str, result: &'static str) {
+        let set = vec![
+            Label::new("listener", listener),
+            Label::new("result", result),
+        ];
+        self.counter(TLS_RELOADS, set).increment(1);
+    }
+
+    /// Registers the TLS series of a listener with TLS at zero, so rates and alerts have a
+    /// series from the first scrape.
+    fn register_tls(&self, listener: &'static str) {
+        for failure in HandshakeFailure::ALL {
+            self.tls_handshake_failed_by(listener, failure, 0);
+        }
+        for result in ["ok", "error"] {
+            let set = vec![
+                Label::new("listener", listener),
+                Label::new("result", result),
+            ];
+            self.counter(TLS_RELOADS, set).increment(0);
+        }
+    }
+
+    fn tls_handshake_failed_by(&self, listener: &'static str, failure: HandshakeFailure, n: u64) {
+        let set = vec![
+            Label::new("listener", listener),
+            Label::new("reason", failure.as_str()),
+        ];
+        self.counter(TLS_HANDSHAKE_FAILURES, set).increment(n);
     }
 
     /// Counts one `/tokenize` call of the router.
@@ -503,6 +555,8 @@ impl Metrics {
             (SSE_OVERFLOWS, "SSE lines over the configured cap, skipped by the scanner (bytes still forwarded)."),
             (USAGE_INJECTIONS, "Usage-injection outcomes by result (injected, rejected, unanswered, not_needed, declined)."),
             (ROUTE_DECISIONS, "Routing decisions by pool and reason (rule, fallback, spill)."),
+            (TLS_HANDSHAKE_FAILURES, "Client TLS handshakes that failed, by listener and reason (timeout, certificate, protocol, io)."),
+            (TLS_RELOADS, "Certificate reloads after a listener's TLS files changed, by listener and result (ok, error)."),
             (AFFINITY_DECISIONS, "Affinity decisions by pool and result: hit (the backend known to hold the conversation, or the session key's home), miss (nothing known: the conversation's home), overloaded (the preferred backend was over the load bound; balancing chose)."),
             (ROUTE_RETRIES, "Requests retried elsewhere after this backend failed before any response byte."),
             (BACKEND_EJECTIONS, "Times a backend was ejected by health checking."),

@@ -95,10 +95,14 @@ impl Forward {
         headers::add_forwarded(
             req.headers_mut(),
             context.client.map(|addr| addr.ip()),
-            "http",
+            if context.client_tls { "https" } else { "http" },
         );
 
-        let sent = tokio::time::timeout(self.response_timeout, self.client.request(req)).await;
+        let sent = tokio::time::timeout(
+            self.response_timeout,
+            self.client.request(req, target.tls.as_ref()),
+        )
+        .await;
         let response = match sent {
             Err(_elapsed) => {
                 let error = ProxyError::ResponseTimeout {

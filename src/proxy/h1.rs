@@ -10,7 +10,9 @@
 //! What it speaks: HTTP/1.1 in origin form, `content-length` or chunked request bodies, every
 //! response framing of RFC 9112 §6.3 (length, chunked, until close, none), interim 1xx responses
 //! skipped, a response that comes before the request body was sent whole (the connection is then
-//! not reused). Heads are parsed by `httparse`, hyper's own parser. Not spoken: TLS, HTTP/2 to
+//! not reused). Heads are parsed by `httparse`, hyper's own parser. TLS (`https://` targets) is
+//! rustls over the same TCP connection ([`crate::tls::connector`]); pooled TLS connections are
+//! keyed by the TLS table and verified name as well as the authority. Not spoken: HTTP/2 to
 //! upstreams, protocol upgrades (the forwarder strips `upgrade`).
 //!
 //! ```text
@@ -38,7 +40,8 @@ pub use head::HeadError;
 
 use crate::config::UpstreamConfig;
 use crate::proxy::RequestBody;
-use conn::Conn;
+use crate::tls::UpstreamTls;
+use conn::{Conn, Io};
 use head::Head;
 use pool::Pool;
 
@@ -49,7 +52,16 @@ pub enum Error {
     Connect(std::io::Error),
     #[error("tcp connect error: timed out after {0:?}")]
     ConnectTimeout(Duration),
-    #[error("the upstream URI {0:?} has no authority or is not http://")]
+    /// The TLS handshake failed: the certificate did not verify (expired, wrong name, unknown
+    /// CA), the backend refused ours, or it does not speak TLS.
+    #[error("TLS handshake with {server_name} failed: {source}")]
+    Tls {
+        server_name: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "the upstream URI {0:?} has no authority, or its scheme does not match the target's TLS"
+    )]
     Uri(String),
     #[error(transparent)]
     Write(#[from] WriteError),
@@ -62,16 +74,21 @@ pub enum Error {
 }
 
 impl Error {
-    /// The connection could not be made (nothing was sent).
+    /// The connection could not be made (nothing was sent): TCP, or the TLS handshake.
     pub fn is_connect(&self) -> bool {
-        matches!(self, Error::Connect(_) | Error::ConnectTimeout(_))
+        matches!(
+            self,
+            Error::Connect(_) | Error::ConnectTimeout(_) | Error::Tls { .. }
+        )
     }
 
-    /// The connect timed out (ours, or the kernel's `ETIMEDOUT`).
+    /// The connect timed out (ours, or the kernel's `ETIMEDOUT`), the TLS handshake included.
     pub fn is_connect_timeout(&self) -> bool {
         match self {
             Error::ConnectTimeout(_) => true,
-            Error::Connect(err) => err.kind() == std::io::ErrorKind::TimedOut,
+            Error::Connect(err) | Error::Tls { source: err, .. } => {
+                err.kind() == std::io::ErrorKind::TimedOut
+            }
             _ => false,
         }
     }
@@ -95,17 +112,24 @@ impl Client {
     /// Sends `req` (absolute URI: `http://authority/path`) and returns the response once its
     /// head arrived. A request on a pooled connection that the upstream closed meanwhile (no
     /// response byte came back) is sent again on a new connection when its body is buffered.
+    ///
+    /// `tls` is the target's ([`crate::upstream::Target::tls`]): given exactly for `https://`.
     pub async fn request(
         &self,
         req: Request<RequestBody>,
+        tls: Option<&Arc<UpstreamTls>>,
     ) -> Result<Response<IncomingBody>, Error> {
         let (parts, body) = req.into_parts();
-        let authority = match (parts.uri.scheme_str(), parts.uri.authority()) {
-            (Some("http") | None, Some(authority)) => authority.clone(),
+        let authority = match (parts.uri.scheme_str(), parts.uri.authority(), tls) {
+            (Some("http") | None, Some(authority), None)
+            | (Some("https"), Some(authority), Some(_)) => authority.clone(),
             _ => return Err(Error::Uri(parts.uri.to_string())),
         };
-        let key: Arc<str> = Arc::from(authority.as_str());
-        let head = encode::head(&parts, key.as_ref(), &body);
+        let key: Arc<str> = match tls {
+            None => Arc::from(authority.as_str()),
+            Some(tls) => Arc::from(format!("{}@{}", tls.pool_tag, authority.as_str())),
+        };
+        let head = encode::head(&parts, authority.as_str(), &body);
         let replay = match &body {
             RequestBody::Buffered(bytes) => Some(bytes.clone()),
             RequestBody::Streaming(_) => None,
@@ -114,13 +138,13 @@ impl Client {
             Some(conn) => match exchange(conn, &parts.method, &head, body).await {
                 Err(failure) if failure.may_retry && replay.is_some() => {
                     let body = RequestBody::Buffered(replay.unwrap_or_default());
-                    let conn = self.connect(&authority, key).await?;
+                    let conn = self.connect(&authority, key, tls).await?;
                     exchange(conn, &parts.method, &head, body).await
                 }
                 result => result,
             },
             None => {
-                let conn = self.connect(&authority, key).await?;
+                let conn = self.connect(&authority, key, tls).await?;
                 exchange(conn, &parts.method, &head, body).await
             }
         }
@@ -134,19 +158,41 @@ impl Client {
         Ok(response.map(|()| body))
     }
 
-    async fn connect(&self, authority: &Authority, key: Arc<str>) -> Result<Conn, Error> {
+    /// Connects (and, for TLS, completes the handshake) within `connect_timeout`.
+    async fn connect(
+        &self,
+        authority: &Authority,
+        key: Arc<str>,
+        tls: Option<&Arc<UpstreamTls>>,
+    ) -> Result<Conn, Error> {
         let host = authority
             .host()
             .trim_start_matches('[')
             .trim_end_matches(']');
-        let port = authority.port_u16().unwrap_or(80);
+        let port = authority
+            .port_u16()
+            .unwrap_or(if tls.is_some() { 443 } else { 80 });
+        let started = tokio::time::Instant::now();
         let io = tokio::time::timeout(self.connect_timeout, TcpStream::connect((host, port)))
             .await
             .map_err(|_| Error::ConnectTimeout(self.connect_timeout))?
             .map_err(Error::Connect)?;
         // A token chunk must not wait for Nagle's algorithm.
         io.set_nodelay(true).map_err(Error::Connect)?;
-        Ok(Conn::new(io, key))
+        let Some(tls) = tls else {
+            return Ok(Conn::new(Io::Plain(io), key));
+        };
+        let left = self.connect_timeout.saturating_sub(started.elapsed());
+        let handshake = tls.connector.connect(tls.server_name.clone(), io);
+        let tls_failed = |source| Error::Tls {
+            server_name: tls.server_name.to_str().into_owned(),
+            source,
+        };
+        let stream = tokio::time::timeout(left, handshake)
+            .await
+            .map_err(|_| Error::ConnectTimeout(self.connect_timeout))?
+            .map_err(tls_failed)?;
+        Ok(Conn::new(Io::Tls(Box::new(stream)), key))
     }
 
     /// Idle pooled connections to `authority` (tests).

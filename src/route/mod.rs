@@ -60,4 +60,7 @@ pub enum RouteError {
     },
     #[error("rule {index}: no pool named {pool:?}")]
     UnknownPool { index: usize, pool: String },
+    /// A TLS table of `https://` backends does not load (the error names its key).
+    #[error(transparent)]
+    Tls(crate::config::ConfigError),
 }

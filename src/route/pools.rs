@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::health::{EjectPolicy, Fault, Health, Verdict};
 use crate::config::{BalanceLoad, PoolConfig};
 use crate::metrics::{BackendMetrics, Metrics};
+use crate::tls::TlsClient;
 use crate::upstream::{BodyGuard, Target};
 
 /// A backend as the prefix index names it: its id and its ejection epoch at the time. An entry
@@ -276,15 +277,17 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// A pool of `config`'s backends; its `https://` ones are connected with `tls`.
     pub fn new(
         config: &PoolConfig,
         metrics: Option<Arc<Metrics>>,
+        tls: Option<&TlsClient>,
     ) -> Result<Self, crate::upstream::UpstreamError> {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let statics = config
             .urls
             .iter()
-            .map(|url| Target::from_url(url))
+            .map(|url| Target::from_url_with_tls(url, tls))
             .collect::<Result<Vec<_>, _>>()?;
         let backends: Vec<Arc<Backend>> = statics
             .iter()
@@ -348,10 +351,12 @@ impl Pool {
             let Ok(parsed) = authority.parse::<Authority>() else {
                 continue;
             };
+            // Resolved addresses are in-cluster backends, spoken to in plain HTTP.
             let target = Target {
                 scheme: Scheme::HTTP,
                 label: Arc::from(parsed.as_str()),
                 authority: parsed,
+                tls: None,
             };
             tracing::info!(pool = &*self.name, backend = %target.label, "backend added");
             next.push(Arc::new(Backend::new(

@@ -169,7 +169,10 @@ pub async fn exchange(
         );
     }
     let exchange = async {
-        let response = client.request(req).await.map_err(|err| failed(&err))?;
+        let response = client
+            .request(req, backend.target.tls.as_ref())
+            .await
+            .map_err(|err| failed(&err))?;
         let status = response.status();
         let body = Limited::new(response.into_body(), MAX_SCRAPE_BYTES)
             .collect()

@@ -20,11 +20,12 @@ use super::health::{EjectPolicy, Fault, Verdict};
 use super::pools::{Backend, Pool};
 use super::rules::{RuleInput, Rules};
 use super::{balance, probe, tokenize, RouteError};
-use crate::config::{Affinity, Config};
+use crate::config::{Affinity, Config, PoolConfig};
 use crate::context::{Estimate, RequestContext, RoutePlan};
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
 use crate::request::{self, prefix, Inspection, PromptSize};
+use crate::tls::TlsClient;
 
 /// Background tokenizer samples are taken of prompts at least this long: a shorter one says more
 /// about its chat template than about its tokenizer.
@@ -54,14 +55,33 @@ pub struct Router {
     client: OnceLock<UpstreamClient>,
 }
 
+/// The TLS client of a pool with `https://` backends: its own `tls` table, else `[upstream.tls]`
+/// (loaded only where needed, so a plain-HTTP config never reads the system's trust roots).
+fn pool_tls(
+    config: &Config,
+    index: usize,
+    pool: &PoolConfig,
+) -> Result<Option<TlsClient>, RouteError> {
+    if !pool.urls.iter().any(|url| url.starts_with("https://")) {
+        return Ok(None);
+    }
+    let loaded = match &pool.tls {
+        Some(own) => TlsClient::load(&format!("pools[{index}].tls"), own),
+        None => TlsClient::load("upstream.tls", &config.upstream.tls),
+    };
+    loaded.map(Some).map_err(RouteError::Tls)
+}
+
 impl Router {
     /// Builds the pools (the implicit `default` one when none are configured) and compiles the rules.
     pub fn from_config(config: &Config, metrics: Arc<Metrics>) -> Result<Self, RouteError> {
         let pools = config
             .effective_pools()
             .iter()
-            .map(|pool| {
-                Pool::new(pool, Some(Arc::clone(&metrics)))
+            .enumerate()
+            .map(|(index, pool)| {
+                let tls = pool_tls(config, index, pool)?;
+                Pool::new(pool, Some(Arc::clone(&metrics)), tls.as_ref())
                     .map(Arc::new)
                     .map_err(|source| RouteError::Target {
                         pool: pool.name.clone(),

@@ -17,9 +17,15 @@ use tokio::net::TcpListener;
 
 use super::admission::Limits;
 use crate::metrics::{protobuf, Metrics};
+use crate::tls::acceptor::handshake;
+use crate::tls::ServerTls;
+
+/// How long a scraper may take to complete its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(super) async fn serve(
     listener: TcpListener,
+    tls: Option<Arc<ServerTls>>,
     metrics: Arc<Metrics>,
     limits: Arc<Limits>,
     ready: Arc<AtomicBool>,
@@ -32,19 +38,37 @@ pub(super) async fn serve(
         let metrics = Arc::clone(&metrics);
         let limits = Arc::clone(&limits);
         let ready = Arc::clone(&ready);
-        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let accept = req
-                .headers()
-                .get(header::ACCEPT)
-                .and_then(|value| value.to_str().ok());
-            let response = route(req.uri().path(), accept, &metrics, &limits, &ready);
-            async move { Ok::<_, Infallible>(response) }
-        });
+        let tls = tls.clone();
         tokio::spawn(async move {
+            let service = {
+                let metrics = Arc::clone(&metrics);
+                hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let accept = req
+                        .headers()
+                        .get(header::ACCEPT)
+                        .and_then(|value| value.to_str().ok());
+                    let response = route(req.uri().path(), accept, &metrics, &limits, &ready);
+                    async move { Ok::<_, Infallible>(response) }
+                })
+            };
             let builder = auto::Builder::new(TokioExecutor::new());
-            let _ = builder
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let Some(tls) = tls else {
+                let _ = builder
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+                return;
+            };
+            match handshake(tls.acceptor(), stream, HANDSHAKE_TIMEOUT).await {
+                Ok(stream) => {
+                    let _ = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                }
+                Err((failure, err)) => {
+                    metrics.tls_handshake_failed("admin", failure);
+                    tracing::debug!(error = %err, reason = failure.as_str(), "admin TLS handshake failed");
+                }
+            }
         });
     }
 }

@@ -36,12 +36,14 @@ use admission::{AdmissionLayer, Limit, Limits};
 pub use listen::listen;
 use smuggling::{ConnectionFraming, GuardedStream};
 
-use crate::config::{Config, ServerConfig};
+use crate::config::{Config, ConfigError, ServerConfig, ServerTlsConfig};
 use crate::context::RequestContext;
 use crate::meter::layer::MeterLayer;
 use crate::metrics::{Metrics, MetricsError};
 use crate::proxy::{client, Forward};
 use crate::route::{self, RouteError, RouteLayer, Router};
+use crate::tls::acceptor::{ALPN_ADMIN, ALPN_TRAFFIC};
+use crate::tls::{self, ServerTls};
 use crate::upstream::UpstreamError;
 
 mod admin;
@@ -68,6 +70,9 @@ pub enum ServerError {
     Upstream(#[from] UpstreamError),
     #[error(transparent)]
     Route(#[from] RouteError),
+    /// A listener's TLS files do not load (the error names the key).
+    #[error(transparent)]
+    Tls(#[from] ConfigError),
 }
 
 /// Binds the traffic and admin listeners from the config.
@@ -143,18 +148,29 @@ pub struct Server {
     router: Arc<Router>,
     limits: Arc<Limits>,
     ready: Arc<AtomicBool>,
+    /// TLS of the traffic and admin listeners (`[server.tls]`, `[server.admin_tls]`).
+    tls: Option<Arc<ServerTls>>,
+    admin_tls: Option<Arc<ServerTls>>,
 }
 
 impl Server {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ServerError> {
         let router = Arc::new(Router::from_config(&config, Arc::clone(&metrics))?);
         let limits = Arc::new(Limits::new(&config.server));
+        let load = |table: &str, tls: &Option<ServerTlsConfig>, alpn| match tls {
+            Some(tls) => ServerTls::load(table, tls, alpn).map(|tls| Some(Arc::new(tls))),
+            None => Ok(None),
+        };
+        let tls = load("server.tls", &config.server.tls, ALPN_TRAFFIC)?;
+        let admin_tls = load("server.admin_tls", &config.server.admin_tls, ALPN_ADMIN)?;
         Ok(Self {
             config,
             metrics,
             router,
             limits,
             ready: Arc::new(AtomicBool::new(true)),
+            tls,
+            admin_tls,
         })
     }
 
@@ -181,10 +197,21 @@ impl Server {
         let upkeep = tokio::spawn(upkeep(Arc::clone(&self.metrics)));
         let admin_task = tokio::spawn(admin::serve(
             admin,
+            self.admin_tls.clone(),
             Arc::clone(&self.metrics),
             Arc::clone(&self.limits),
             Arc::clone(&self.ready),
         ));
+        let reloads: Vec<JoinHandle<()>> = [("traffic", &self.tls), ("admin", &self.admin_tls)]
+            .into_iter()
+            .filter_map(|(listener, tls)| {
+                let tls = Arc::clone(tls.as_ref()?);
+                let metrics = Arc::clone(&self.metrics);
+                Some(tokio::spawn(
+                    tls.watch(move |result| metrics.tls_reload(listener, result)),
+                ))
+            })
+            .collect();
 
         let builders = Arc::new(TrafficBuilders::new(&self.config.server));
         let graceful = GracefulShutdown::new();
@@ -216,29 +243,52 @@ impl Server {
                     let io_framing = Arc::clone(&framing);
                     let max_head = self.config.server.max_header_bytes;
                     let first_byte_timeout = self.config.server.header_read_timeout;
+                    let client_tls = self.tls.is_some();
                     let service = stack.clone().map_request(move |mut req: Request<Incoming>| {
                         // The request's head is here: its context starts, and with it t0.
                         let mut context = RequestContext::new(Instant::now(), Some(peer));
+                        context.client_tls = client_tls;
                         context.conflicting_framing = framing.next_request_conflicts();
                         req.extensions_mut().insert(context);
                         req
                     });
+                    let service = TowerToHyperService::new(service);
                     let watcher = graceful.watcher();
                     let builders = Arc::clone(&builders);
                     let mut stopping = stopping.clone();
+                    let tls = self.tls.clone();
+                    let metrics = Arc::clone(&self.metrics);
                     connections.spawn(async move {
                         let _permit = permit;
-                        let Some(http1) = sniff::first_bytes(&stream, first_byte_timeout, &mut stopping).await else {
-                            tracing::debug!(%peer, "no byte before header_read_timeout or shutdown: closed");
+                        let Some(tls) = tls else {
+                            let Some(http1) = sniff::first_bytes(&stream, first_byte_timeout, &mut stopping).await else {
+                                tracing::debug!(%peer, "no byte before header_read_timeout or shutdown: closed");
+                                return;
+                            };
+                            let builder = if http1 { &builders.http1 } else { &builders.auto };
+                            let io = GuardedStream::new(stream, io_framing, max_head);
+                            serve(builder, io, service, watcher, peer).await;
                             return;
                         };
-                        let builder = if http1 { &builders.http1 } else { &builders.auto };
+                        let handshake = tls::acceptor::handshake(tls.acceptor(), stream, first_byte_timeout);
+                        let stream = tokio::select! {
+                            done = handshake => match done {
+                                Ok(stream) => stream,
+                                Err((failure, err)) => {
+                                    metrics.tls_handshake_failed("traffic", failure);
+                                    tracing::debug!(error = %err, %peer, reason = failure.as_str(), "TLS handshake failed");
+                                    return;
+                                }
+                            },
+                            _ = stopping.wait_for(|stop| *stop) => return,
+                        };
+                        // ALPN says the protocol; a client that offered none gets the detecting builder.
+                        let builder = match stream.get_ref().1.alpn_protocol() {
+                            Some(b"http/1.1") => &builders.http1,
+                            _ => &builders.auto,
+                        };
                         let io = GuardedStream::new(stream, io_framing, max_head);
-                        let connection = builder
-                            .serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
-                        if let Err(err) = watcher.watch(connection).await {
-                            tracing::debug!(error = %err, %peer, "connection ended with an error");
-                        }
+                        serve(builder, io, service, watcher, peer).await;
                     });
                 }
             }
@@ -261,9 +311,32 @@ impl Server {
         // Dropping a connection drops its response bodies: each unfinished stream counts as cancelled.
         connections.shutdown().await;
         admin_task.abort();
+        reloads.iter().for_each(JoinHandle::abort);
         upkeep.abort();
         probes.iter().for_each(JoinHandle::abort);
         self.metrics.run_upkeep();
+    }
+}
+
+/// Serves one accepted connection until it ends (or the graceful shutdown ends it).
+async fn serve<I, S, B>(
+    builder: &auto::Builder<TokioExecutor>,
+    io: I,
+    service: S,
+    watcher: hyper_util::server::graceful::Watcher,
+    peer: SocketAddr,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<Request<Incoming>, Response = http::Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let connection = builder.serve_connection(TokioIo::new(io), service);
+    if let Err(err) = watcher.watch(connection).await {
+        tracing::debug!(error = %err, %peer, "connection ended with an error");
     }
 }
 

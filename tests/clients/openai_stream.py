@@ -1,10 +1,12 @@
 """Streams one chat completion through tokenmeter with the official OpenAI Python SDK.
 
 Prints one JSON line: the text received, the number of chunks with content, and the usage the SDK
-saw (only when asked for). Exits non-zero on any SDK error. Used by tests/real_clients.rs.
+saw (only when asked for). Exits non-zero on any SDK error. Used by tests/real_clients.rs and
+tests/tls_server.rs (`--ca`: an https:// base URL verified with a test CA).
 """
 import argparse
 import json
+import ssl
 import sys
 
 import openai
@@ -15,9 +17,14 @@ def main() -> int:
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--max-tokens", type=int, default=12)
     parser.add_argument("--usage", action="store_true", help="ask for include_usage")
+    parser.add_argument("--ca", help="PEM CA bundle to verify an https:// base URL with")
     args = parser.parse_args()
 
-    client = openai.OpenAI(base_url=args.base_url, api_key="sk-test-not-a-secret")
+    options = {}
+    if args.ca:
+        # The SDK's own HTTP client, told to trust the test CA (and nothing else).
+        options["http_client"] = openai.DefaultHttpxClient(verify=ssl.create_default_context(cafile=args.ca))
+    client = openai.OpenAI(base_url=args.base_url, api_key="sk-test-not-a-secret", **options)
     kwargs = {}
     if args.usage:
         kwargs["stream_options"] = {"include_usage": True}

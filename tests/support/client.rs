@@ -68,6 +68,45 @@ pub async fn open_with(
         .await
         .expect("connect to the proxy");
     stream.set_nodelay(true).expect("nodelay");
+    send_over(stream, addr, protocol, method, path, body, headers).await
+}
+
+/// Sends a POST over TLS (`config` trusting the proxy's CA), speaking what ALPN agreed.
+pub async fn open_tls(
+    addr: SocketAddr,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    path: &str,
+    body: &str,
+) -> OpenStream {
+    let stream = TcpStream::connect(addr)
+        .await
+        .expect("connect to the proxy");
+    stream.set_nodelay(true).expect("nodelay");
+    let name = rustls_pki_types::ServerName::try_from("localhost").expect("a name");
+    let stream = tokio_rustls::TlsConnector::from(config)
+        .connect(name, stream)
+        .await
+        .expect("TLS handshake with the proxy");
+    let protocol = match stream.get_ref().1.alpn_protocol() {
+        Some(b"h2") => Protocol::H2c,
+        _ => Protocol::Http1,
+    };
+    send_over(stream, addr, protocol, "POST", path, body, &[]).await
+}
+
+/// Sends one request over `stream` (`Protocol::H2c` means HTTP/2, over TLS or not).
+async fn send_over<S>(
+    stream: S,
+    addr: SocketAddr,
+    protocol: Protocol,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> OpenStream
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let io = TokioIo::new(stream);
     // HTTP/1.1 clients send the origin form (`/path`) with a Host header, as real servers
     // (llama.cpp's among them) expect; h2 carries the authority in its pseudo-headers.

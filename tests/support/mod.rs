@@ -7,6 +7,7 @@ pub mod client;
 pub mod llama;
 pub mod prom;
 pub mod raw;
+pub mod tls;
 
 use std::time::Duration;
 

@@ -1,13 +1,15 @@
-//! One upstream TCP connection and the bytes read from it that nobody consumed yet.
+//! One upstream connection (TCP, or TLS over TCP) and the bytes read from it that nobody
+//! consumed yet.
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
-use tokio::io::AsyncRead;
-use tokio::net::tcp::{ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::tcp;
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 /// The read buffer's first size. A response head and a token chunk are a few hundred bytes each;
 /// 1 KiB holds both, and is what an idle stream keeps (measured: 4 KiB cost 3.3 KiB more RSS per
@@ -22,7 +24,7 @@ const MIN_SPARE: usize = 512;
 /// An upstream connection.
 #[derive(Debug)]
 pub struct Conn {
-    pub io: TcpStream,
+    pub io: Io,
     /// Bytes read and not yet consumed: the rest of a head, chunk framing, body data.
     pub buf: BytesMut,
     /// The pool key (the authority) it returns to.
@@ -34,7 +36,7 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(io: TcpStream, key: Arc<str>) -> Self {
+    pub fn new(io: Io, key: Arc<str>) -> Self {
         Self {
             io,
             buf: BytesMut::new(),
@@ -51,8 +53,19 @@ impl Conn {
 
     /// The connection as a reader (with its buffer) and a writer that can be used at once: the
     /// response head is read while the request body is still being written.
-    pub fn split(&mut self) -> (Reader<'_>, WriteHalf<'_>) {
-        let (read, write) = self.io.split();
+    pub fn split(&mut self) -> (Reader<'_>, Writer<'_>) {
+        let (read, write) = match &mut self.io {
+            Io::Plain(tcp) => {
+                let (read, write) = tcp.split();
+                (ReadSide::Plain(read), Writer::Plain(write))
+            }
+            // TLS state is one object for both directions: tokio's split shares it behind a
+            // lock (one allocation per exchange, none per chunk: the body reads `Conn::io`).
+            Io::Tls(tls) => {
+                let (read, write) = tokio::io::split(&mut **tls);
+                (ReadSide::Tls(read), Writer::Tls(write))
+            }
+        };
         let reader = Reader {
             io: read,
             buf: &mut self.buf,
@@ -69,9 +82,17 @@ impl Conn {
     }
 }
 
+/// The transport of a [`Conn`].
+#[derive(Debug)]
+pub enum Io {
+    Plain(TcpStream),
+    /// Boxed: a TLS session is kilobytes, and most connections are plain.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
 /// The reading side of a [`Conn::split`].
 pub struct Reader<'a> {
-    io: ReadHalf<'a>,
+    io: ReadSide<'a>,
     pub buf: &'a mut BytesMut,
     next_read: &'a mut usize,
 }
@@ -80,6 +101,97 @@ impl Reader<'_> {
     /// [`Conn::poll_fill`] as a future.
     pub async fn fill(&mut self) -> io::Result<usize> {
         std::future::poll_fn(|cx| poll_fill(&mut self.io, self.buf, self.next_read, cx)).await
+    }
+}
+
+enum ReadSide<'a> {
+    Plain(tcp::ReadHalf<'a>),
+    Tls(tokio::io::ReadHalf<&'a mut TlsStream<TcpStream>>),
+}
+
+/// The writing side of a [`Conn::split`].
+pub enum Writer<'a> {
+    Plain(tcp::WriteHalf<'a>),
+    Tls(tokio::io::WriteHalf<&'a mut TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            Io::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            Io::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(io) => Pin::new(io).poll_flush(cx),
+            Io::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            Io::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+impl AsyncRead for ReadSide<'_> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            ReadSide::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            ReadSide::Tls(io) => Pin::new(io).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Writer<'_> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Writer::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            Writer::Tls(io) => Pin::new(io).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Writer::Plain(io) => Pin::new(io).poll_flush(cx),
+            Writer::Tls(io) => Pin::new(io).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Writer::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            Writer::Tls(io) => Pin::new(io).poll_shutdown(cx),
+        }
     }
 }
 

@@ -106,6 +106,8 @@ pub async fn write<W: AsyncWrite + Unpin>(
                     _ => io.write_all(&data).await,
                 }
                 .map_err(WriteError::Io)?;
+                // A no-op on TCP; on TLS, sends what the session still holds of this piece.
+                io.flush().await.map_err(WriteError::Io)?;
             }
             match delimiter {
                 RequestDelimiter::Chunked => {
@@ -117,7 +119,7 @@ pub async fn write<W: AsyncWrite + Unpin>(
             }
         }
     }
-    Ok(())
+    io.flush().await.map_err(WriteError::Io)
 }
 
 async fn write_chunk<W: AsyncWrite + Unpin>(io: &mut W, data: &Bytes) -> std::io::Result<()> {

@@ -134,7 +134,7 @@ async fn a_stream_arrives_chunk_by_chunk_and_its_connection_is_reused() {
     let client = client();
     for round in 0..2 {
         let response = client
-            .request(post(&addr, "{\"x\":1}"))
+            .request(post(&addr, "{\"x\":1}"), None)
             .await
             .expect("response");
         assert_eq!(response.status(), StatusCode::OK, "status");
@@ -191,7 +191,10 @@ async fn length_and_close_delimited_bodies() {
     ];
     let (addr, accepted, _requests) = upstream(REPLIES).await;
     let client = client();
-    let response = client.request(post(&addr, "{}")).await.expect("response");
+    let response = client
+        .request(post(&addr, "{}"), None)
+        .await
+        .expect("response");
     let body = response.into_body();
     assert_eq!(
         body.size_hint().exact(),
@@ -200,7 +203,10 @@ async fn length_and_close_delimited_bodies() {
     );
     let bytes = body.collect().await.expect("body").to_bytes();
     assert_eq!(&bytes[..], b"hello world", "length-delimited");
-    let response = client.request(post(&addr, "{}")).await.expect("response");
+    let response = client
+        .request(post(&addr, "{}"), None)
+        .await
+        .expect("response");
     let bytes = body_bytes(response).await;
     assert_eq!(&bytes[..], b"until the end", "close-delimited");
     assert_eq!(
@@ -224,7 +230,10 @@ async fn a_pooled_connection_the_upstream_closed_is_replaced() {
     let (addr, accepted, _requests) = upstream(REPLIES).await;
     let client = client();
     for expected in [&b"ok"[..], b"again"] {
-        let response = client.request(post(&addr, "{}")).await.expect("response");
+        let response = client
+            .request(post(&addr, "{}"), None)
+            .await
+            .expect("response");
         let bytes = body_bytes(response).await;
         assert_eq!(&bytes[..], expected, "answered");
     }
@@ -241,7 +250,10 @@ async fn an_upstream_closing_mid_body_is_an_error() {
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n",
     )];
     let (addr, _accepted, _requests) = upstream(REPLIES).await;
-    let response = client().request(post(&addr, "{}")).await.expect("response");
+    let response = client()
+        .request(post(&addr, "{}"), None)
+        .await
+        .expect("response");
     let mut body = response.into_body();
     let first = body.frame().await.expect("a frame").expect("data");
     assert_eq!(
@@ -262,7 +274,7 @@ async fn no_response_head_is_an_error_that_says_so() {
     static REPLIES: &[Reply] = &[Reply::ThenClose(b"HTTP/1.1 200 O")];
     let (addr, _accepted, _requests) = upstream(REPLIES).await;
     let err = client()
-        .request(post(&addr, "{}"))
+        .request(post(&addr, "{}"), None)
         .await
         .expect_err("no head");
     assert!(matches!(err, Error::ClosedBeforeHead), "{err}");
@@ -272,7 +284,7 @@ async fn no_response_head_is_an_error_that_says_so() {
     let dead = unused.local_addr().expect("addr").to_string();
     drop(unused);
     let err = client()
-        .request(post(&dead, "{}"))
+        .request(post(&dead, "{}"), None)
         .await
         .expect_err("refused");
     assert!(err.is_connect() && !err.is_connect_timeout(), "{err}");
@@ -294,7 +306,10 @@ async fn dropping_the_body_closes_the_upstream_connection() {
         // Returns when the proxy side closes.
         socket.read_to_end(&mut rest).await.map(|_| rest.len())
     });
-    let response = client().request(post(&addr, "{}")).await.expect("response");
+    let response = client()
+        .request(post(&addr, "{}"), None)
+        .await
+        .expect("response");
     let mut body = response.into_body();
     body.frame().await.expect("frame").expect("data");
     drop(body);
@@ -324,7 +339,7 @@ async fn a_streamed_request_body_of_unknown_length_goes_chunked() {
                 let (mut parts, body) = req.into_parts();
                 parts.uri = format!("http://{target}/upload").parse().expect("uri");
                 let req = Request::from_parts(parts, RequestBody::Streaming(body));
-                let response = client().request(req).await.expect("upstream");
+                let response = client().request(req, None).await.expect("upstream");
                 Ok::<_, std::convert::Infallible>(
                     response.map(|_| http_body_util::Empty::<Bytes>::new()),
                 )
@@ -387,7 +402,7 @@ async fn an_answer_before_the_body_is_read_reaches_the_client() {
     *req.uri_mut() = format!("http://{addr}/v1/audio/transcriptions")
         .parse()
         .expect("uri");
-    let response = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+    let response = tokio::time::timeout(Duration::from_secs(10), client.request(req, None))
         .await
         .expect("the answer arrives while the body is still being written")
         .expect("response");

@@ -390,8 +390,8 @@ fn requests_that_are_not_generations_are_balanced_and_not_counted() {
 
 #[test]
 fn rendezvous_moves_only_what_the_leaver_held() {
-    let pool =
-        crate::route::pools::Pool::new(&config("prefix", |_| {}).pools[0], None).expect("a pool");
+    let pool = crate::route::pools::Pool::new(&config("prefix", |_| {}).pools[0], None, None)
+        .expect("a pool");
     let backends = pool.backends();
     let all: Vec<&Arc<Backend>> = backends.iter().collect();
     let without_first: Vec<&Arc<Backend>> = backends.iter().skip(1).collect();

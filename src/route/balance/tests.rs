@@ -15,7 +15,7 @@ fn pool(n: usize, balance: BalanceLoad) -> Pool {
         balance,
         ..PoolConfig::default()
     };
-    Pool::new(&config, None).expect("valid pool")
+    Pool::new(&config, None, None).expect("valid pool")
 }
 
 fn policy() -> EjectPolicy {

@@ -6,7 +6,7 @@ fn pool(urls: &[&str]) -> Pool {
         urls: urls.iter().map(|u| (*u).to_owned()).collect(),
         ..PoolConfig::default()
     };
-    Pool::new(&config, None).expect("valid pool")
+    Pool::new(&config, None, None).expect("valid pool")
 }
 
 #[test]
