@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod client;
 pub mod llama;
+pub mod nginx;
 pub mod prom;
 pub mod raw;
 pub mod tls;
