@@ -49,7 +49,6 @@ const HEADERS: u8 = 0x1;
 const RST_STREAM: u8 = 0x3;
 const SETTINGS: u8 = 0x4;
 const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
 const WINDOW_UPDATE: u8 = 0x8;
 const CONTINUATION: u8 = 0x9;
 const END_STREAM: u8 = 0x1;
@@ -203,8 +202,10 @@ struct Flooded {
     received: Vec<u8>,
     /// From the first flood byte to the proxy's close.
     closed_after: Duration,
-    /// CPU time of the test process (proxy and client) meanwhile.
+    /// CPU time of the proxy's thread meanwhile.
     cpu: Duration,
+    /// Growth of the test process's resident memory meanwhile.
+    rss_growth_kib: u64,
 }
 
 impl Flooded {
@@ -228,9 +229,29 @@ impl Flooded {
     }
 }
 
-/// utime + stime of this process (`/proc/self/stat`, clock ticks of 10 ms).
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("read /proc/self/stat");
+/// A proxy alone on a thread of its own (a current-thread runtime), so that its CPU time can be
+/// read apart from the test's: the handle and that thread's `/proc` directory.
+fn proxy_on_its_own_thread(config: tokenmeter::config::Config) -> (ServerHandle, String) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("proxy runtime");
+        runtime.block_on(async move {
+            let proxy = start_proxy(config).await;
+            let task = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+            tx.send((proxy, format!("/proc/{}", task.display())))
+                .expect("hand over the proxy");
+            std::future::pending::<()>().await;
+        });
+    });
+    rx.recv().expect("the proxy started")
+}
+
+/// utime + stime of a thread or process (`<dir>/stat`, clock ticks of 10 ms).
+fn cpu_time(dir: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("{dir}/stat")).expect("read stat");
     // Fields after the command name (which may hold spaces) start at `) `.
     let after = stat
         .rsplit_once(") ")
@@ -244,7 +265,9 @@ fn cpu_time() -> Duration {
 
 /// Connects, sends the preface and an empty SETTINGS, then the flood: ten rounds, then more until
 /// a write fails (the proxy closed) or 10 s passed. Reads everything the proxy sends meanwhile.
-async fn flood(addr: SocketAddr, flood: Flood) -> Flooded {
+async fn flood(addr: SocketAddr, proxy_thread: &str, flood: Flood) -> Flooded {
+    // Built before the clock starts, so the CPU time is mostly the proxy's.
+    let mut rounds: Vec<Vec<u8>> = (0..10).map(|round| flood.round(round)).collect();
     let stream = TcpStream::connect(addr).await.expect("connect");
     stream.set_nodelay(true).expect("nodelay");
     let (mut read, mut write) = stream.into_split();
@@ -253,7 +276,8 @@ async fn flood(addr: SocketAddr, flood: Flood) -> Flooded {
         let _ = read.read_to_end(&mut received).await;
         (received, Instant::now())
     });
-    let cpu_before = cpu_time();
+    let cpu_before = cpu_time(proxy_thread);
+    let rss_before = rss_kib();
     let started = Instant::now();
     let deadline = started + Duration::from_secs(10);
     let mut written = 0;
@@ -275,7 +299,11 @@ async fn flood(addr: SocketAddr, flood: Flood) -> Flooded {
         if round >= 10 && Instant::now() >= deadline {
             break;
         }
-        next = flood.round(round);
+        next = if rounds.is_empty() {
+            flood.round(round)
+        } else {
+            rounds.remove(0)
+        };
         round += 1;
     }
     drop(write);
@@ -288,8 +316,20 @@ async fn flood(addr: SocketAddr, flood: Flood) -> Flooded {
         write_failed,
         received,
         closed_after: closed_at.duration_since(started),
-        cpu: cpu_time().saturating_sub(cpu_before),
+        cpu: cpu_time(proxy_thread).saturating_sub(cpu_before),
+        rss_growth_kib: rss_kib().saturating_sub(rss_before),
     }
+}
+
+/// Resident memory of this process (`VmRSS`), KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .expect("VmRSS")
 }
 
 async fn abuse_counts(proxy: &ServerHandle) -> Vec<(&'static str, f64)> {
@@ -384,20 +424,20 @@ fn assert_bounded(flood: Flood, seen: &Flooded) {
 #[tokio::test]
 async fn each_abuse_closes_its_connection_and_is_counted_once() {
     let mut backend = backend().await;
-    let proxy = start_proxy(config_for(&backend.url)).await;
+    let (proxy, proxy_thread) = proxy_on_its_own_thread(config_for(&backend.url));
     for (kind, count) in abuse_counts(&proxy).await {
         assert_eq!(count, 0.0, "{kind} exposed at 0 before any abuse");
     }
     for flood_kind in Flood::ALL {
-        let seen = flood(proxy.traffic_addr, flood_kind).await;
+        let seen = flood(proxy.traffic_addr, &proxy_thread, flood_kind).await;
         println!(
-            "{:<22} wrote {:>9} bytes, closed after {:>7.1} ms, {} frames back (GOAWAY {}), CPU {} ms",
+            "{:<22} client wrote {:>9} bytes before a write failed, closed after {:>6.1} ms, {:>4} frames back, proxy CPU {:>3} ms, RSS {:+} KiB",
             flood_kind.kind(),
             seen.written,
             seen.closed_after.as_secs_f64() * 1000.0,
             seen.frames().len(),
-            seen.frames().iter().filter(|(kind, _)| *kind == GOAWAY).count(),
             seen.cpu.as_millis(),
+            seen.rss_growth_kib,
         );
         assert_bounded(flood_kind, &seen);
         for (kind, count) in abuse_counts(&proxy).await {
@@ -429,10 +469,11 @@ async fn each_abuse_closes_its_connection_and_is_counted_once() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floods_leave_streams_on_other_connections_at_their_cadence() {
     let backend = backend().await;
-    let proxy = start_proxy(config_for(&backend.url)).await;
+    // One proxy thread: the floods and the healthy streams compete for it.
+    let (proxy, proxy_thread) = proxy_on_its_own_thread(config_for(&backend.url));
     let healthy = [Protocol::Http1, Protocol::H2c].map(|protocol| {
         let addr = proxy.traffic_addr;
         tokio::spawn(async move {
@@ -456,7 +497,8 @@ async fn floods_leave_streams_on_other_connections_at_their_cadence() {
     let floods: Vec<_> = Flood::ALL
         .map(|kind| {
             let addr = proxy.traffic_addr;
-            tokio::spawn(async move { (kind, flood(addr, kind).await) })
+            let proxy_thread = proxy_thread.clone();
+            tokio::spawn(async move { (kind, flood(addr, &proxy_thread, kind).await) })
         })
         .into_iter()
         .collect();
