@@ -2,8 +2,7 @@
 # Installs what the test suite needs beyond Rust: promtool and prometheus (Debian's `prometheus`),
 # curl, nginx, the official OpenAI Python SDK, the manifest validators, and llama.cpp's
 # llama-server with its random-weight test model (scripts/llama/build.sh; ~10 minutes the first
-# time). Idempotent;
-# needs root for apt-get. scripts/test.sh (README's test command) runs it first.
+# time). Idempotent; needs root for apt-get. scripts/test.sh (README's test command) runs it first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/venv.sh

@@ -101,6 +101,9 @@ pub const PROMPT_TOKENS_PER_BYTE: &str = "tokenmeter_prompt_tokens_per_byte";
 /// request's pool depended on the count; `background`: a calibration sample) and `result` (`ok`,
 /// `unsupported`, `error`, `timeout`).
 pub const PROMPT_TOKENIZE: &str = "tokenmeter_prompt_tokenize_total";
+/// HTTP/2 client connections closed for abusing the protocol, by `kind` (the budgets of
+/// `crate::server::h2guard`).
+pub const HTTP2_ABUSE: &str = "tokenmeter_http2_abuse_total";
 
 /// Label names shared by all per-request series.
 pub const LABEL_OPERATION: &str = "gen_ai_operation_name";
@@ -476,6 +479,11 @@ impl Metrics {
         }
     }
 
+    /// One [`HTTP2_ABUSE`] counter per `kind`, registered now so that each is exposed from 0.
+    pub fn http2_abuse<const N: usize>(&self, kinds: [&'static str; N]) -> [Counter; N] {
+        kinds.map(|kind| self.counter(HTTP2_ABUSE, vec![Label::new("kind", kind)]))
+    }
+
     /// The estimate-error histogram and the calibrated ratio gauge of one model label.
     pub fn prompt_estimate(&self, model: &Arc<str>) -> (Histogram, Gauge) {
         let set = || {
@@ -562,6 +570,7 @@ impl Metrics {
             (BACKEND_EJECTIONS, "Times a backend was ejected by health checking."),
             (BACKEND_CONFIRMATIONS, "Health checks asked for by a run of answer failures, by result (ejected, kept, unavailable)."),
             (PROMPT_CACHE, "Prompt tokens by result: hit (served from the server's prompt cache) or miss (computed), where the server reports a cache figure."),
+            (HTTP2_ABUSE, "HTTP/2 client connections closed for abusing the protocol, by kind (rapid_reset, continuation_flood, settings_flood, ping_flood, window_update_flood, header_list_too_large)."),
             (PROMPT_TOKENIZE, "Calls to a backend's /tokenize for an untrusted model's prompt, by mode (wait, background) and result (ok, unsupported, error, timeout)."),
         ];
         for (name, help) in counters {

@@ -6,8 +6,9 @@
 //!
 //! Hostile clients meet the limits of `[server]`: the HTTP/1 head must arrive within
 //! `header_read_timeout` and fit `max_header_bytes` / `max_headers`; HTTP/2 connections get
-//! `http2_max_concurrent_streams`; connections past `max_connections` and requests past `max_streams`
-//! are answered 503 at once ([`crate::server::admission`]).
+//! `http2_max_concurrent_streams` and the abuse budgets of [`h2guard`]; connections past
+//! `max_connections` and requests past `max_streams` are answered 503 at once
+//! ([`crate::server::admission`]).
 //!
 //! Shutdown: `/readyz` turns 503, the traffic listener closes, in-flight streams may finish for
 //! `server.shutdown_grace`, then whatever is left is cut (its bodies are dropped, so each is counted
@@ -33,6 +34,7 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 
 use admission::{AdmissionLayer, Limit, Limits};
+use h2guard::{AbuseCounters, Budgets, H2Guard};
 pub use listen::listen;
 use smuggling::{ConnectionFraming, GuardedStream};
 
@@ -48,6 +50,7 @@ use crate::upstream::UpstreamError;
 
 mod admin;
 pub mod admission;
+pub mod h2guard;
 mod listen;
 pub mod smuggling;
 mod sniff;
@@ -194,6 +197,9 @@ impl Server {
             .layer(RouteLayer::new(Arc::clone(&self.router)))
             .service(Forward::new(client, &self.config.upstream));
 
+        // Registered before the admin port serves, so every kind is scraped from 0.
+        let h2_budgets = Budgets::for_server(self.config.server.max_header_bytes);
+        let h2_abuse = Arc::new(AbuseCounters::new(&self.metrics));
         let upkeep = tokio::spawn(upkeep(Arc::clone(&self.metrics)));
         let admin_task = tokio::spawn(admin::serve(
             admin,
@@ -255,6 +261,7 @@ impl Server {
                     let service = TowerToHyperService::new(service);
                     let watcher = graceful.watcher();
                     let builders = Arc::clone(&builders);
+                    let h2_abuse = Arc::clone(&h2_abuse);
                     let mut stopping = stopping.clone();
                     let tls = self.tls.clone();
                     let metrics = Arc::clone(&self.metrics);
@@ -265,9 +272,14 @@ impl Server {
                                 tracing::debug!(%peer, "no byte before header_read_timeout or shutdown: closed");
                                 return;
                             };
-                            let builder = if http1 { &builders.http1 } else { &builders.auto };
                             let io = GuardedStream::new(stream, io_framing, max_head);
-                            serve(builder, io, service, watcher, peer).await;
+                            if http1 {
+                                serve(&builders.http1, io, service, watcher, peer).await;
+                            } else {
+                                // May be HTTP/2: its frames are counted against the abuse budgets.
+                                let io = H2Guard::new(io, h2_budgets, h2_abuse);
+                                serve(&builders.auto, io, service, watcher, peer).await;
+                            }
                             return;
                         };
                         let handshake = tls::acceptor::handshake(tls.acceptor(), stream, first_byte_timeout);
@@ -283,12 +295,14 @@ impl Server {
                             _ = stopping.wait_for(|stop| *stop) => return,
                         };
                         // ALPN says the protocol; a client that offered none gets the detecting builder.
-                        let builder = match stream.get_ref().1.alpn_protocol() {
-                            Some(b"http/1.1") => &builders.http1,
-                            _ => &builders.auto,
-                        };
+                        let http1 = stream.get_ref().1.alpn_protocol() == Some(b"http/1.1");
                         let io = GuardedStream::new(stream, io_framing, max_head);
-                        serve(builder, io, service, watcher, peer).await;
+                        if http1 {
+                            serve(&builders.http1, io, service, watcher, peer).await;
+                        } else {
+                            let io = H2Guard::new(io, h2_budgets, h2_abuse);
+                            serve(&builders.auto, io, service, watcher, peer).await;
+                        }
                     });
                 }
             }
@@ -369,9 +383,25 @@ fn traffic_builder(config: &ServerConfig) -> auto::Builder<TokioExecutor> {
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(config.http2_max_concurrent_streams)
-        .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
+        .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX))
+        // Streams reset before hyper accepted them: as many as the guard's rapid-reset budget, so
+        // the guard (which counts) trips first.
+        .max_pending_accept_reset_streams(h2guard::budget::RESETS_PER_WINDOW as usize)
+        // Streams the server resets for a client's protocol errors: a well-behaved client causes none.
+        .max_local_error_reset_streams(Some(H2_MAX_LOCAL_ERROR_RESETS))
+        // Response bytes queued per stream beyond the client's window (hyper: 400 KiB), x streams.
+        .max_send_buf_size(H2_MAX_SEND_BUF_BYTES);
     builder
 }
+
+/// Resets of streams by the server for a client's errors after which h2 closes the connection
+/// (hyper's default: 1024).
+const H2_MAX_LOCAL_ERROR_RESETS: usize = 256;
+
+/// Response bytes h2 may queue per stream beyond what the client's window lets out: a token stream
+/// needs little, and with `http2_max_concurrent_streams` (256) streams that do not read it bounds a
+/// connection at 16 MiB rather than hyper's 100 MiB (400 KiB each).
+const H2_MAX_SEND_BUF_BYTES: usize = 64 * 1024;
 
 /// How long a connection past `max_connections` may take to read its 503.
 const REFUSE_DEADLINE: Duration = Duration::from_secs(2);
