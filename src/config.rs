@@ -83,6 +83,11 @@ pub struct ServerConfig {
     pub tls: Option<ServerTlsConfig>,
     /// TLS on the admin listener; absent: plain HTTP.
     pub admin_tls: Option<ServerTlsConfig>,
+    /// Reload the config file when its content changes (looked at every `watch_interval`), as on
+    /// SIGHUP: a Kubernetes ConfigMap update then applies without a restart.
+    pub watch_config: bool,
+    #[serde(deserialize_with = "duration")]
+    pub watch_interval: Duration,
 }
 
 /// Upstream inference servers and the timeouts of talking to them.
@@ -330,6 +335,8 @@ impl Default for ServerConfig {
             http2_max_concurrent_streams: 256,
             tls: None,
             admin_tls: None,
+            watch_config: false,
+            watch_interval: Duration::from_secs(5),
         }
     }
 }
@@ -549,6 +556,7 @@ impl Config {
             ("slo.ttft", self.slo.ttft),
             ("slo.tpot", self.slo.tpot),
             ("metering.stall_threshold", self.metering.stall_threshold),
+            ("server.watch_interval", self.server.watch_interval),
         ];
         for (key, value) in positive {
             if value.is_zero() {

@@ -131,3 +131,116 @@ fn shipped_config_checks() {
         "the parsed config is printed: {printed}"
     );
 }
+
+/// Polls the admin port until `tokenmeter_config_reloads_total{result}` is `value` (10 s at most).
+async fn wait_for_reloads(admin: std::net::SocketAddr, result: &str, value: f64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, metrics) = client::get(admin, "/metrics").await;
+        let seen = support::prom::sum(
+            &metrics,
+            "tokenmeter_config_reloads_total",
+            &[("result", result)],
+        );
+        if seen == value {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reloads {{result={result}}} stayed at {seen}, expected {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_file_watch_and_sighup_reload_the_config_file() {
+    let vllm = |_: &support::backend::Seen| {
+        Script::sse(
+            events_of(&fixture("vllm-chat-usage.sse"))
+                .into_iter()
+                .map(|e| (Duration::from_millis(1), e))
+                .collect(),
+        )
+    };
+    let mut a = Backend::start(vllm).await;
+    let mut b = Backend::start(vllm).await;
+    let (traffic, admin) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("tokenmeter-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("tokenmeter.toml");
+    let write = |upstream: &str, watch: bool| {
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:{traffic}\"\nadmin_listen = \"127.0.0.1:{admin}\"\n\
+             watch_config = {watch}\nwatch_interval = \"100ms\"\n[upstream]\nurls = [\"{upstream}\"]\n"
+        );
+        std::fs::write(&path, text).expect("write config");
+    };
+    write(&a.url, true);
+    let child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tokenmeter serve starts");
+    let admin_addr: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().expect("addr");
+    let traffic_addr: std::net::SocketAddr = format!("127.0.0.1:{traffic}").parse().expect("addr");
+    let mut ready = false;
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(admin_addr).await.is_ok()
+            && client::get(admin_addr, "/readyz").await.0 == 200
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(ready, "the admin port became ready");
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"stream_options":{"include_usage":true}}"#;
+    let chat = "/v1/chat/completions";
+    client::post(traffic_addr, chat, body).await;
+    a.next_request().await;
+
+    // The watch sees the new file.
+    write(&b.url, true);
+    wait_for_reloads(admin_addr, "ok", 1.0).await;
+    client::post(traffic_addr, chat, body).await;
+    b.next_request().await;
+
+    // A broken file is refused; the running config stays.
+    std::fs::write(&path, "[upstream]\nurls = [\"ftp://nowhere\"]\n").expect("write");
+    wait_for_reloads(admin_addr, "error", 1.0).await;
+    client::post(traffic_addr, chat, body).await;
+    b.next_request().await;
+
+    // A file that turns the watch off, then a change only SIGHUP applies.
+    write(&a.url, false);
+    wait_for_reloads(admin_addr, "ok", 2.0).await;
+    write(&b.url, false);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    client::post(traffic_addr, chat, body).await;
+    a.next_request().await;
+    let pid = child.id().to_string();
+    let hup = Command::new("kill")
+        .args(["-HUP", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(hup.success(), "SIGHUP sent");
+    wait_for_reloads(admin_addr, "ok", 3.0).await;
+    client::post(traffic_addr, chat, body).await;
+    b.next_request().await;
+
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let exited = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .expect("join")
+        .expect("wait");
+    let log = String::from_utf8_lossy(&exited.stderr);
+    assert!(
+        log.contains("config reload refused") && log.contains("upstream.urls[0]"),
+        "the refusal is logged with the key: {log}"
+    );
+    assert!(log.contains("SIGHUP"), "the trigger is logged: {log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -75,6 +75,11 @@ pub const TLS_HANDSHAKE_FAILURES: &str = "tokenmeter_tls_handshake_failures_tota
 /// Certificate reloads after a listener's TLS files changed, by `listener` and `result` (ok, error).
 pub const TLS_RELOADS: &str = "tokenmeter_tls_certificate_reloads_total";
 
+/// Config reloads (SIGHUP, the file watch), by `result` (ok, error).
+pub const CONFIG_RELOADS: &str = "tokenmeter_config_reloads_total";
+/// 1 while the last reload changed a key that takes effect only on restart.
+pub const CONFIG_RESTART_REQUIRED: &str = "tokenmeter_config_restart_required";
+
 /// Routing decisions by `pool` and `reason` (rule, fallback, spill).
 pub const ROUTE_DECISIONS: &str = "tokenmeter_route_decisions_total";
 /// Affinity decisions of pools with an `affinity`, by `pool` and `result` (hit, miss, overloaded).
@@ -248,21 +253,20 @@ impl Metrics {
             recorder,
             handle,
             histograms: Histograms::new(&b.e2e, &per_metric, &[TTFT, TTFB, TPOT, ITL, E2E]),
-            // A model with its own prompt prior needs its own label: the calibration is keyed by it.
             models: ModelLabels::new(
-                &config
-                    .metering
-                    .models
-                    .iter()
-                    .chain(config.routing.model_tokens_per_byte.keys())
-                    .cloned()
-                    .collect::<Vec<_>>(),
+                &labelled_models(config),
                 config.metering.max_observed_models,
             ),
             stall_threshold: config.metering.stall_threshold,
             streams: Mutex::new(HashMap::new()),
         };
         metrics.describe();
+        for result in ["ok", "error"] {
+            metrics
+                .counter(CONFIG_RELOADS, vec![Label::new("result", result)])
+                .increment(0);
+        }
+        metrics.config_restart_required(false);
         for (listener, tls) in [
             ("traffic", &config.server.tls),
             ("admin", &config.server.admin_tls),
@@ -293,6 +297,12 @@ impl Metrics {
     /// scrapes (the server does every 5 s).
     pub fn run_upkeep(&self) {
         self.handle.run_upkeep();
+    }
+
+    /// Applies a reloaded config's model lists (`metering.models`, `routing.model_tokens_per_byte`)
+    /// to the label values of requests from now on.
+    pub fn reload_models(&self, config: &Config) {
+        self.models.set_fixed(&labelled_models(config));
     }
 
     /// The bounded label value for a request's model name.
@@ -387,6 +397,19 @@ impl Metrics {
     /// Counts a client's failed TLS handshake on `listener` (`traffic`, `admin`).
     pub fn tls_handshake_failed(&self, listener: &'static str, failure: HandshakeFailure) {
         self.tls_handshake_failed_by(listener, failure, 1);
+    }
+
+    /// Counts a config reload by `result` (`ok`, `error`).
+    pub fn config_reload(&self, result: &'static str) {
+        self.counter(CONFIG_RELOADS, vec![Label::new("result", result)])
+            .increment(1);
+    }
+
+    /// Sets whether the running config waits for a restart to take a reloaded key.
+    pub fn config_restart_required(&self, required: bool) {
+        self.recorder
+            .register_gauge(&Key::from_name(CONFIG_RESTART_REQUIRED), &METADATA)
+            .set(if required { 1.0 } else { 0.0 });
     }
 
     /// Counts a certificate reload of `listener` by `result` (`ok`, `error`).
@@ -563,6 +586,7 @@ impl Metrics {
             (SSE_OVERFLOWS, "SSE lines over the configured cap, skipped by the scanner (bytes still forwarded)."),
             (USAGE_INJECTIONS, "Usage-injection outcomes by result (injected, rejected, unanswered, not_needed, declined)."),
             (ROUTE_DECISIONS, "Routing decisions by pool and reason (rule, fallback, spill)."),
+            (CONFIG_RELOADS, "Config reloads (SIGHUP, the file watch) by result: ok (new requests use it), error (refused; the running config stays)."),
             (TLS_HANDSHAKE_FAILURES, "Client TLS handshakes that failed, by listener and reason (timeout, certificate, protocol, io)."),
             (TLS_RELOADS, "Certificate reloads after a listener's TLS files changed, by listener and result (ok, error)."),
             (AFFINITY_DECISIONS, "Affinity decisions by pool and result: hit (the backend known to hold the conversation, or the session key's home), miss (nothing known: the conversation's home), overloaded (the preferred backend was over the load bound; balancing chose)."),
@@ -583,6 +607,10 @@ impl Metrics {
             "Requests between their head arriving and their stream finishing.".into(),
         );
         let gauges = [
+            (
+                CONFIG_RESTART_REQUIRED,
+                "1 while the last config reload changed a key that takes effect only on restart (the running value stays).",
+            ),
             (
                 BACKEND_HEALTHY,
                 "1 while a backend takes traffic, 0 while it is ejected.",
@@ -769,11 +797,24 @@ pub struct EndCounters {
     cache: [OnceLock<Counter>; 2],
 }
 
+/// The models that always get their own label value. A model with its own prompt prior needs its
+/// own label: the calibration is keyed by it.
+fn labelled_models(config: &Config) -> Vec<String> {
+    config
+        .metering
+        .models
+        .iter()
+        .chain(config.routing.model_tokens_per_byte.keys())
+        .cloned()
+        .collect()
+}
+
 /// Bounded model label values: configured names, then the first `max_observed` names seen, then
 /// `other`. A client sending 10 000 model names creates at most `configured + max_observed + 2` values.
 #[derive(Debug)]
 struct ModelLabels {
-    fixed: HashMap<String, Arc<str>>,
+    /// `metering.models` (and the models with their own prompt prior): replaced on reload.
+    fixed: RwLock<Arc<HashMap<String, Arc<str>>>>,
     observed: RwLock<HashMap<String, Arc<str>>>,
     max_observed: usize,
     other: Arc<str>,
@@ -783,10 +824,7 @@ struct ModelLabels {
 impl ModelLabels {
     fn new(configured: &[String], max_observed: usize) -> Self {
         Self {
-            fixed: configured
-                .iter()
-                .map(|name| (name.clone(), Arc::from(name.as_str())))
-                .collect(),
+            fixed: RwLock::new(Arc::new(Self::fixed_map(configured))),
             observed: RwLock::new(HashMap::new()),
             max_observed,
             other: Arc::from(MODEL_OTHER),
@@ -794,11 +832,32 @@ impl ModelLabels {
         }
     }
 
+    fn fixed_map(configured: &[String]) -> HashMap<String, Arc<str>> {
+        configured
+            .iter()
+            .map(|name| (name.clone(), Arc::from(name.as_str())))
+            .collect()
+    }
+
+    /// Replaces the configured names (a reload); names observed so far keep their labels.
+    fn set_fixed(&self, configured: &[String]) {
+        *self
+            .fixed
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            Arc::new(Self::fixed_map(configured));
+    }
+
     fn label(&self, model: Option<&str>) -> Arc<str> {
         let Some(name) = model else {
             return Arc::clone(&self.unknown);
         };
-        if let Some(label) = self.fixed.get(name) {
+        if let Some(label) = self
+            .fixed
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+        {
             return Arc::clone(label);
         }
         if name.len() > MAX_MODEL_LABEL_BYTES || name.is_empty() {

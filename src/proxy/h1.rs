@@ -195,6 +195,14 @@ impl Client {
         Ok(Conn::new(Io::Tls(Box::new(stream)), key))
     }
 
+    /// The same client (and connection pool) with another connect timeout: a config reload's.
+    pub fn with_connect_timeout(&self, connect_timeout: Duration) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            connect_timeout,
+        }
+    }
+
     /// Idle pooled connections to `authority` (tests).
     pub fn idle_connections(&self, authority: &str) -> usize {
         self.pool.idle_count(authority)

@@ -90,6 +90,8 @@ pub struct PoolAffinity {
     pub mode: Affinity,
     load_factor: f64,
     load_slack: u64,
+    /// The prefix index's capacity, in blocks (0 unless `prefix`).
+    index_blocks: usize,
     index: Mutex<PrefixIndex>,
     metrics: Option<AffinityMetrics>,
 }
@@ -108,9 +110,23 @@ impl PoolAffinity {
             mode: config.affinity.clone(),
             load_factor: config.affinity_load_factor,
             load_slack: config.affinity_load_slack,
+            index_blocks: blocks,
             index: Mutex::new(PrefixIndex::new(blocks)),
             metrics: metrics.map(|m| m.affinity(&config.name)),
         })
+    }
+
+    /// Whether `config` (the pool's, after a reload) asks for this same affinity: then its
+    /// prefix index stays valid and is kept.
+    pub fn settings_match(&self, config: &PoolConfig) -> bool {
+        let blocks = match config.affinity {
+            Affinity::Prefix => config.affinity_index_blocks,
+            _ => 0,
+        };
+        self.mode == config.affinity
+            && self.load_factor == config.affinity_load_factor
+            && self.load_slack == config.affinity_load_slack
+            && self.index_blocks == blocks
     }
 
     /// The backend this request prefers among `backends` (those `eligible` may take it), and how

@@ -271,6 +271,8 @@ pub struct Pool {
     pub scrape_metrics: Duration,
     statics: Vec<Target>,
     backends: RwLock<Arc<[Arc<Backend>]>>,
+    /// The TLS its `https://` backends were made with (kept by a reload that changes nothing).
+    pub(crate) tls: Option<TlsClient>,
     /// Round-robin position (the `round_robin` balance only).
     pub(crate) next: AtomicUsize,
     metrics: Option<Arc<Metrics>>,
@@ -283,22 +285,55 @@ impl Pool {
         metrics: Option<Arc<Metrics>>,
         tls: Option<&TlsClient>,
     ) -> Result<Self, crate::upstream::UpstreamError> {
+        Self::reconfigured(config, metrics, tls, None)
+    }
+
+    /// [`Pool::new`] after a reload: a backend `previous` (the pool of the same name) already has
+    /// is kept, with its health, load and ejections, and so is what DNS resolved while `dns` is
+    /// the same name. A backend no longer listed is not in the new pool; its streams in flight
+    /// finish on it.
+    pub fn reconfigured(
+        config: &PoolConfig,
+        metrics: Option<Arc<Metrics>>,
+        tls: Option<&TlsClient>,
+        previous: Option<&Pool>,
+    ) -> Result<Self, crate::upstream::UpstreamError> {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let statics = config
             .urls
             .iter()
             .map(|url| Target::from_url_with_tls(url, tls))
             .collect::<Result<Vec<_>, _>>()?;
-        let backends: Vec<Arc<Backend>> = statics
+        let known = previous.map(Pool::backends).unwrap_or_default();
+        let kept = |target: &Target| {
+            known
+                .iter()
+                .find(|b| same_target(&b.target, target))
+                .cloned()
+        };
+        let mut backends: Vec<Arc<Backend>> = statics
             .iter()
             .map(|t| {
-                Arc::new(Backend::new(
-                    t.clone(),
-                    Arc::clone(&name),
-                    metrics.as_deref(),
-                ))
+                kept(t).unwrap_or_else(|| {
+                    Arc::new(Backend::new(
+                        t.clone(),
+                        Arc::clone(&name),
+                        metrics.as_deref(),
+                    ))
+                })
             })
             .collect();
+        if let Some(previous) = previous.filter(|p| p.dns.is_some() && p.dns == config.dns) {
+            let resolved: Vec<Arc<Backend>> = known
+                .iter()
+                .filter(|b| {
+                    !previous.statics.iter().any(|t| same_target(t, &b.target))
+                        && !backends.iter().any(|n| same_target(&n.target, &b.target))
+                })
+                .cloned()
+                .collect();
+            backends.extend(resolved);
+        }
         Ok(Self {
             name,
             balance: config.balance,
@@ -308,6 +343,7 @@ impl Pool {
             scrape_metrics: config.scrape_metrics,
             statics,
             backends: RwLock::new(backends.into()),
+            tls: tls.cloned(),
             next: AtomicUsize::new(0),
             metrics,
         })
@@ -385,6 +421,11 @@ impl Pool {
             .map(|b| b.queued_tokens())
             .min()
     }
+}
+
+/// The same backend: scheme, authority, and TLS identity (table and verified name).
+fn same_target(a: &Target, b: &Target) -> bool {
+    a.scheme == b.scheme && a.authority == b.authority && a.tls == b.tls
 }
 
 #[cfg(test)]

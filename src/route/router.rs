@@ -8,6 +8,7 @@
 //! ([`super::tokenize`]). The **dispatch** ([`super::Route`], a tower service): pick a backend of
 //! the planned pools ([`Router::pick`]), forward, retry, and report to health
 //! ([`Router::report`]).
+use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -36,9 +37,12 @@ const MIN_SAMPLE_BYTES: u64 = 256;
 pub struct Router {
     pub(crate) pools: Vec<Arc<Pool>>,
     /// Each pool's affinity (`None`: balancing alone), in pool order.
-    affinities: Vec<Option<PoolAffinity>>,
+    affinities: Vec<Option<Arc<PoolAffinity>>>,
     pub(crate) rules: Rules,
     calibrator: Arc<Calibrator>,
+    /// What the calibrator was made from (prior, window, per-model priors): a reload that
+    /// changes none keeps it, and what it learned.
+    calibration: (f64, u32, BTreeMap<String, f64>),
     metrics: Arc<Metrics>,
     pub(crate) policy: EjectPolicy,
     pub(crate) retries: u32,
@@ -56,18 +60,20 @@ pub struct Router {
 }
 
 /// The TLS client of a pool with `https://` backends: its own `tls` table, else `[upstream.tls]`
-/// (loaded only where needed, so a plain-HTTP config never reads the system's trust roots).
+/// (loaded only where needed, so a plain-HTTP config never reads the system's trust roots). The
+/// previous one is kept when neither its table nor its files changed.
 fn pool_tls(
     config: &Config,
     index: usize,
     pool: &PoolConfig,
+    previous: Option<&TlsClient>,
 ) -> Result<Option<TlsClient>, RouteError> {
     if !pool.urls.iter().any(|url| url.starts_with("https://")) {
         return Ok(None);
     }
     let loaded = match &pool.tls {
-        Some(own) => TlsClient::load(&format!("pools[{index}].tls"), own),
-        None => TlsClient::load("upstream.tls", &config.upstream.tls),
+        Some(own) => TlsClient::reload(&format!("pools[{index}].tls"), own, previous),
+        None => TlsClient::reload("upstream.tls", &config.upstream.tls, previous),
     };
     loaded.map(Some).map_err(RouteError::Tls)
 }
@@ -75,24 +81,62 @@ fn pool_tls(
 impl Router {
     /// Builds the pools (the implicit `default` one when none are configured) and compiles the rules.
     pub fn from_config(config: &Config, metrics: Arc<Metrics>) -> Result<Self, RouteError> {
-        let pools = config
-            .effective_pools()
+        Self::build(config, metrics, None)
+    }
+
+    /// The router of a reloaded `config`, for requests from now on. What this one learned carries
+    /// over where the config leaves it meaningful: backends that stay (same pool, same URL) keep
+    /// their health, load and ejections; a pool whose affinity settings are unchanged keeps its
+    /// prefix index; the prompt calibration is kept while its priors and window are unchanged.
+    /// Requests in flight keep the router they started with.
+    pub fn reloaded(&self, config: &Config) -> Result<Self, RouteError> {
+        Self::build(config, Arc::clone(&self.metrics), Some(self))
+    }
+
+    fn build(
+        config: &Config,
+        metrics: Arc<Metrics>,
+        previous: Option<&Router>,
+    ) -> Result<Self, RouteError> {
+        let effective = config.effective_pools();
+        let before = |name: &str| {
+            previous.and_then(|p| {
+                let index = p.pools.iter().position(|pool| &*pool.name == name)?;
+                Some((index, p))
+            })
+        };
+        let pools = effective
             .iter()
             .enumerate()
             .map(|(index, pool)| {
-                let tls = pool_tls(config, index, pool)?;
-                Pool::new(pool, Some(Arc::clone(&metrics)), tls.as_ref())
-                    .map(Arc::new)
-                    .map_err(|source| RouteError::Target {
-                        pool: pool.name.clone(),
-                        source,
-                    })
+                let old = before(&pool.name).map(|(i, p)| &p.pools[i]);
+                let tls = pool_tls(config, index, pool, old.and_then(|p| p.tls.as_ref()))?;
+                Pool::reconfigured(
+                    pool,
+                    Some(Arc::clone(&metrics)),
+                    tls.as_ref(),
+                    old.map(|p| &**p),
+                )
+                .map(Arc::new)
+                .map_err(|source| RouteError::Target {
+                    pool: pool.name.clone(),
+                    source,
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let affinities = config
-            .effective_pools()
+        let same_blocks = previous.is_some_and(|p| {
+            p.prefix_block_bytes == config.routing.prefix_block_bytes
+                && p.prefix_key_blocks == config.routing.prefix_key_blocks
+        });
+        let affinities = effective
             .iter()
-            .map(|pool| PoolAffinity::new(pool, Some(&metrics)))
+            .map(|pool| {
+                let kept = before(&pool.name).and_then(|(i, p)| {
+                    let old = p.affinities[i].as_ref()?;
+                    (same_blocks && old.settings_match(pool)).then(|| Arc::clone(old))
+                });
+                kept.or_else(|| PoolAffinity::new(pool, Some(&metrics)).map(Arc::new))
+            })
             .collect();
         let names: Vec<&str> = pools.iter().map(|p| &*p.name).collect();
         let rules = Rules::new(&config.rules, &names)?;
@@ -102,11 +146,14 @@ impl Router {
             .iter()
             .map(|(model, ratio)| (metrics.model_label(Some(model)), *ratio))
             .collect();
-        Ok(Self {
-            pools,
-            affinities,
-            rules,
-            calibrator: Arc::new(
+        let calibration = (
+            routing.prior_tokens_per_byte,
+            routing.calibration_window,
+            routing.model_tokens_per_byte.clone(),
+        );
+        let calibrator = match previous.filter(|p| p.calibration == calibration) {
+            Some(p) => Arc::clone(&p.calibrator),
+            None => Arc::new(
                 Calibrator::new(
                     routing.prior_tokens_per_byte,
                     routing.calibration_window,
@@ -114,6 +161,14 @@ impl Router {
                 )
                 .with_priors(priors),
             ),
+        };
+        let client = previous.map_or_else(OnceLock::new, |p| p.client.clone());
+        Ok(Self {
+            pools,
+            affinities,
+            rules,
+            calibrator,
+            calibration,
             metrics,
             policy: EjectPolicy::from_config(routing),
             retries: routing.retries,
@@ -124,7 +179,7 @@ impl Router {
             tokenize_timeout: routing.tokenize_timeout,
             prefix_block_bytes: routing.prefix_block_bytes,
             prefix_key_blocks: routing.prefix_key_blocks,
-            client: OnceLock::new(),
+            client,
         })
     }
 

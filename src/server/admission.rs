@@ -19,7 +19,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -59,8 +59,10 @@ impl Limit {
 pub struct Limits {
     streams: Arc<Semaphore>,
     connections: Arc<Semaphore>,
-    max_streams: usize,
-    max_connections: usize,
+    /// The permits each semaphore holds in all: the limit, plus permits a lowered limit has not
+    /// taken back yet (they are taken as streams finish; see [`Limits::resize`]).
+    max_streams: Arc<AtomicUsize>,
+    max_connections: Arc<AtomicUsize>,
     rejected_streams: AtomicU64,
     rejected_connections: AtomicU64,
 }
@@ -74,8 +76,8 @@ impl Limits {
         Self {
             streams: Arc::new(Semaphore::new(config.max_streams)),
             connections: Arc::new(Semaphore::new(config.max_connections)),
-            max_streams: config.max_streams,
-            max_connections: config.max_connections,
+            max_streams: Arc::new(AtomicUsize::new(config.max_streams)),
+            max_connections: Arc::new(AtomicUsize::new(config.max_connections)),
             rejected_streams: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
         }
@@ -118,12 +120,24 @@ impl Limits {
 
     /// Open traffic connections now.
     pub fn connections_open(&self) -> usize {
-        self.max_connections - self.connections.available_permits()
+        in_use(&self.max_connections, &self.connections)
     }
 
     /// Admitted requests whose response has not finished.
     pub fn streams_admitted(&self) -> usize {
-        self.max_streams - self.streams.available_permits()
+        in_use(&self.max_streams, &self.streams)
+    }
+
+    /// Applies a reloaded `server.max_streams` / `server.max_connections`. A raised limit admits
+    /// at once. A lowered one takes back the free permits at once and the rest as streams and
+    /// connections finish (nothing in flight is cut); until then new ones are refused.
+    pub fn resize(&self, config: &ServerConfig) {
+        resize(&self.streams, &self.max_streams, config.max_streams);
+        resize(
+            &self.connections,
+            &self.max_connections,
+            config.max_connections,
+        );
     }
 
     /// The counts at this instant.
@@ -140,6 +154,41 @@ impl Limits {
     pub fn render(&self) -> String {
         crate::metrics::admission::render(&self.counts())
     }
+}
+
+fn in_use(total: &AtomicUsize, semaphore: &Semaphore) -> usize {
+    total
+        .load(Ordering::Relaxed)
+        .saturating_sub(semaphore.available_permits())
+}
+
+/// Moves `semaphore` to `limit` permits (see [`Limits::resize`]). `total` counts the permits the
+/// semaphore holds, so it comes down only as permits are actually taken back.
+fn resize(semaphore: &Arc<Semaphore>, total: &Arc<AtomicUsize>, limit: usize) {
+    let current = total.load(Ordering::Relaxed);
+    if limit >= current {
+        semaphore.add_permits(limit - current);
+        total.fetch_add(limit - current, Ordering::Relaxed);
+        return;
+    }
+    let excess = current - limit;
+    let taken = semaphore.forget_permits(excess);
+    total.fetch_sub(taken, Ordering::Relaxed);
+    let owed = excess - taken;
+    if owed == 0 {
+        return;
+    }
+    // The semaphore is fair: permits released from now on go to this waiter first.
+    let (semaphore, total) = (Arc::clone(semaphore), Arc::clone(total));
+    let Ok(owed_u32) = u32::try_from(owed) else {
+        return;
+    };
+    tokio::spawn(async move {
+        if let Ok(permits) = semaphore.acquire_many_owned(owed_u32).await {
+            permits.forget();
+            total.fetch_sub(owed, Ordering::Relaxed);
+        }
+    });
 }
 
 /// The answer past a limit: 503, `retry-after`, an OpenAI-style JSON error.

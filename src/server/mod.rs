@@ -28,22 +28,23 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tower::ServiceExt;
 
-use admission::{AdmissionLayer, Limit, Limits};
+use admission::{Limit, Limits};
 use h2guard::{AbuseCounters, Budgets, H2Guard};
 pub use listen::listen;
+use live::LiveStack;
+use reload::{Applied, ConfigSource, ReloadRequest};
 use smuggling::{ConnectionFraming, GuardedStream};
 
 use crate::config::{Config, ConfigError, ServerConfig, ServerTlsConfig};
 use crate::context::RequestContext;
-use crate::meter::layer::MeterLayer;
 use crate::metrics::{Metrics, MetricsError};
-use crate::proxy::{client, Forward};
-use crate::route::{self, RouteError, RouteLayer, Router};
+use crate::proxy::client::{self, UpstreamClient};
+use crate::route::{self, RouteError, Router};
 use crate::tls::acceptor::{ALPN_ADMIN, ALPN_TRAFFIC};
 use crate::tls::{self, ServerTls};
 use crate::upstream::UpstreamError;
@@ -52,6 +53,8 @@ mod admin;
 pub mod admission;
 pub mod h2guard;
 mod listen;
+pub mod live;
+pub mod reload;
 pub mod smuggling;
 mod sniff;
 
@@ -98,11 +101,31 @@ pub struct ServerHandle {
     pub metrics: Arc<Metrics>,
     /// Admission state: open connections, requests in flight, rejections.
     pub limits: Arc<Limits>,
+    reloads: mpsc::Sender<ReloadRequest>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
 
 impl ServerHandle {
+    /// Applies `config` as a reload would (SIGHUP with this file): new requests get it, streams
+    /// in flight finish where they are; refused (and the running config kept) when it does not
+    /// load, with the reason.
+    pub async fn reload(&self, config: Config) -> Result<Applied, String> {
+        let (reply, answer) = oneshot::channel();
+        let request = ReloadRequest {
+            trigger: reload::Trigger::Handle,
+            config: Some(config),
+            reply: Some(reply),
+        };
+        self.reloads
+            .send(request)
+            .await
+            .map_err(|_| "the server has stopped".to_owned())?;
+        answer
+            .await
+            .map_err(|_| "the server has stopped".to_owned())?
+    }
+
     /// Starts the graceful shutdown and waits until it is complete.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
@@ -125,12 +148,14 @@ pub fn spawn(
     };
     let server = Server::new(config, Arc::clone(&metrics))?;
     let limits = Arc::clone(&server.limits);
+    let reloads = server.reloads();
     let task = tokio::spawn(server.run(traffic, admin, shutdown));
     Ok(ServerHandle {
         traffic_addr,
         admin_addr,
         metrics,
         limits,
+        reloads,
         stop,
         task,
     })
@@ -154,12 +179,18 @@ pub struct Server {
     /// TLS of the traffic and admin listeners (`[server.tls]`, `[server.admin_tls]`).
     tls: Option<Arc<ServerTls>>,
     admin_tls: Option<Arc<ServerTls>>,
+    /// Where reloads read the config (and the file the watch looks at).
+    source: ConfigSource,
+    reload_tx: mpsc::Sender<ReloadRequest>,
+    /// Taken by [`Server::run`].
+    reload_rx: Option<mpsc::Receiver<ReloadRequest>>,
 }
 
 impl Server {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ServerError> {
         let router = Arc::new(Router::from_config(&config, Arc::clone(&metrics))?);
         let limits = Arc::new(Limits::new(&config.server));
+        let (reload_tx, reload_rx) = mpsc::channel(8);
         let load = |table: &str, tls: &Option<ServerTlsConfig>, alpn| match tls {
             Some(tls) => ServerTls::load(table, tls, alpn).map(|tls| Some(Arc::new(tls))),
             None => Ok(None),
@@ -174,28 +205,107 @@ impl Server {
             ready: Arc::new(AtomicBool::new(true)),
             tls,
             admin_tls,
+            source: ConfigSource::default(),
+            reload_tx,
+            reload_rx: Some(reload_rx),
         })
+    }
+
+    /// Reloads read `path` (the file `serve --config` named; `None`: the shipped defaults), and,
+    /// with `server.watch_config`, the server watches it.
+    pub fn with_config_source(mut self, path: Option<std::path::PathBuf>) -> Self {
+        self.source = ConfigSource { path };
+        self
+    }
+
+    /// A sender of reload requests (SIGHUP's, a handle's).
+    pub fn reloads(&self) -> mpsc::Sender<ReloadRequest> {
+        self.reload_tx.clone()
+    }
+
+    /// The file watch's interval while `server.watch_config` is on.
+    fn watch_interval(&self) -> Option<Duration> {
+        let server = &self.config.server;
+        server.watch_config.then_some(server.watch_interval)
+    }
+
+    /// Applies a reload: `config`, or the source's file read again. Everything new is built
+    /// first (router, upstream TLS, listener TLS); nothing changes unless all of it loads.
+    fn reload(
+        &mut self,
+        config: Option<Config>,
+        client: &UpstreamClient,
+        stack: &LiveStack,
+        probes: &mut Vec<JoinHandle<()>>,
+    ) -> Result<Applied, String> {
+        let mut new = match config {
+            Some(config) => {
+                config.validate().map_err(|err| err.to_string())?;
+                config
+            }
+            None => self.source.load().map_err(|err| err.to_string())?,
+        };
+        let restart_required = reload::restart_only_changes(&self.config, &new);
+        reload::keep_restart_only(&self.config, &mut new);
+        let router = Arc::new(self.router.reloaded(&new).map_err(|err| err.to_string())?);
+        let prepare =
+            |tls: &Option<Arc<ServerTls>>, table: &Option<ServerTlsConfig>| match (tls, table) {
+                (Some(tls), Some(table)) => tls.prepare(table).map(Some),
+                _ => Ok(None),
+            };
+        let traffic_tls = prepare(&self.tls, &new.server.tls).map_err(|err| err.to_string())?;
+        let admin_tls =
+            prepare(&self.admin_tls, &new.server.admin_tls).map_err(|err| err.to_string())?;
+
+        // Everything loaded: commit.
+        for (tls, prepared) in [(&self.tls, traffic_tls), (&self.admin_tls, admin_tls)] {
+            if let (Some(tls), Some(prepared)) = (tls, prepared) {
+                tls.commit(prepared);
+            }
+        }
+        self.limits.resize(&new.server);
+        self.metrics.reload_models(&new);
+        let client = client.with_connect_timeout(new.upstream.connect_timeout);
+        stack.store(live::build(
+            &new,
+            &self.metrics,
+            &router,
+            &self.limits,
+            client.clone(),
+        ));
+        probes.iter().for_each(JoinHandle::abort);
+        *probes = route::probe::spawn(&router, &client);
+        self.router = router;
+        self.config = new;
+        Ok(Applied { restart_required })
     }
 
     /// Serves until `shutdown` resolves, then drains (see the module docs).
     pub async fn run(
-        self,
+        mut self,
         traffic: TcpListener,
         admin: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) {
         let client = client::build(&self.config.upstream);
         self.router.connect(&client);
-        let probes = route::probe::spawn(&self.router, &client);
-        let stack = tower::ServiceBuilder::new()
-            .layer(AdmissionLayer::new(Arc::clone(&self.limits)))
-            .layer(MeterLayer::new(
-                &self.config,
-                Arc::clone(&self.metrics),
-                Arc::clone(&self.router),
+        let mut probes = route::probe::spawn(&self.router, &client);
+        let stack = LiveStack::new(live::build(
+            &self.config,
+            &self.metrics,
+            &self.router,
+            &self.limits,
+            client.clone(),
+        ));
+        let (watch_every, watch_every_rx) = watch::channel(self.watch_interval());
+        let watcher_task = self.source.path.clone().map(|path| {
+            tokio::spawn(reload::watch_file(
+                path,
+                move || *watch_every_rx.borrow(),
+                self.reload_tx.clone(),
             ))
-            .layer(RouteLayer::new(Arc::clone(&self.router)))
-            .service(Forward::new(client, &self.config.upstream));
+        });
+        let mut reload_rx = self.reload_rx.take();
 
         // Registered before the admin port serves, so every kind is scraped from 0.
         let h2_budgets = Budgets::for_server(self.config.server.max_header_bytes);
@@ -230,6 +340,28 @@ impl Server {
             tokio::select! {
                 () = &mut shutdown => break,
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                Some(request) = recv(&mut reload_rx) => {
+                    let ReloadRequest { trigger, config, reply } = request;
+                    let outcome = self.reload(config, &client, &stack, &mut probes);
+                    match &outcome {
+                        Ok(applied) => {
+                            self.metrics.config_reload("ok");
+                            self.metrics.config_restart_required(!applied.restart_required.is_empty());
+                            tracing::info!(trigger = trigger.as_str(), restart_required = ?applied.restart_required, "config reloaded");
+                            for key in &applied.restart_required {
+                                tracing::warn!(key, "config reload: this key's new value takes effect on restart; the running value stays");
+                            }
+                        }
+                        Err(err) => {
+                            self.metrics.config_reload("error");
+                            tracing::error!(trigger = trigger.as_str(), error = %err, "config reload refused; the running config stays");
+                        }
+                    }
+                    let _ = watch_every.send(self.watch_interval());
+                    if let Some(reply) = reply {
+                        let _ = reply.send(outcome);
+                    }
+                }
                 accepted = traffic.accept() => {
                     let (stream, peer) = match accepted {
                         Ok(accepted) => accepted,
@@ -326,6 +458,7 @@ impl Server {
         connections.shutdown().await;
         admin_task.abort();
         reloads.iter().for_each(JoinHandle::abort);
+        watcher_task.iter().for_each(JoinHandle::abort);
         upkeep.abort();
         probes.iter().for_each(JoinHandle::abort);
         self.metrics.run_upkeep();
@@ -420,6 +553,14 @@ async fn refuse_connection(stream: tokio::net::TcpStream) {
     builder.http1().keep_alive(false);
     let connection = builder.serve_connection(TokioIo::new(stream), service);
     let _ = tokio::time::timeout(REFUSE_DEADLINE, connection).await;
+}
+
+/// The next reload request, or never once the channel is gone (or was never there).
+async fn recv(requests: &mut Option<mpsc::Receiver<ReloadRequest>>) -> Option<ReloadRequest> {
+    match requests {
+        Some(requests) => requests.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn upkeep(metrics: Arc<Metrics>) {

@@ -27,7 +27,8 @@ pub const ALPN_ADMIN: &[&[u8]] = &[b"http/1.1"];
 /// A listener's TLS: the current acceptor and what it was loaded from.
 pub struct ServerTls {
     table: String,
-    config: ServerTlsConfig,
+    /// The table's paths and interval; replaced by a config reload.
+    config: RwLock<ServerTlsConfig>,
     alpn: Vec<Vec<u8>>,
     current: RwLock<Loaded>,
     /// The last failure reported, so an unchanged broken file is reported once.
@@ -45,6 +46,12 @@ struct Files {
     cert: PemFile,
     key: PemFile,
     client_ca: Option<PemFile>,
+}
+
+/// A listener TLS table loaded by a config reload, not yet in use.
+pub struct PreparedTls {
+    config: ServerTlsConfig,
+    loaded: Loaded,
 }
 
 /// What a reload check found.
@@ -70,7 +77,7 @@ impl ServerTls {
         let acceptor = build(&files, &alpn)?;
         Ok(Self {
             table: table.to_owned(),
-            config: config.clone(),
+            config: RwLock::new(config.clone()),
             alpn,
             current: RwLock::new(Loaded { files, acceptor }),
             last_failure: Mutex::new(None),
@@ -88,12 +95,43 @@ impl ServerTls {
 
     /// How often [`ServerTls::reload`] should run (zero: never).
     pub fn reload_interval(&self) -> Duration {
-        self.config.reload_interval
+        self.settings().reload_interval
+    }
+
+    fn settings(&self) -> ServerTlsConfig {
+        self.config
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Loads a reloaded config's table (other paths, another interval) without using it yet:
+    /// a reload commits every part only once every part has loaded.
+    pub fn prepare(&self, config: &ServerTlsConfig) -> Result<PreparedTls, ConfigError> {
+        let files = read_files(&self.table, config)?;
+        let acceptor = build(&files, &self.alpn)?;
+        Ok(PreparedTls {
+            config: config.clone(),
+            loaded: Loaded { files, acceptor },
+        })
+    }
+
+    /// Uses what [`ServerTls::prepare`] loaded for new connections.
+    pub fn commit(&self, prepared: PreparedTls) {
+        let PreparedTls { config, loaded } = prepared;
+        *self
+            .config
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = config;
+        *self
+            .current
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = loaded;
     }
 
     /// Reads the files again and loads them if they changed.
     pub fn reload(&self) -> Reload {
-        let loaded = read_files(&self.table, &self.config).and_then(|files| {
+        let loaded = read_files(&self.table, &self.settings()).and_then(|files| {
             let unchanged = {
                 let current = self
                     .current
@@ -137,16 +175,19 @@ impl ServerTls {
 
     /// Runs [`ServerTls::reload`] every `reload_interval`, logging and passing each change or
     /// failure to `counted` (`"ok"` / `"error"`).
+    /// The interval is read each time, so a config reload that changes it applies (zero: the
+    /// files are looked at again every second in case a reload turns checks back on).
     pub async fn watch(self: Arc<Self>, counted: impl Fn(&'static str)) {
-        let every = self.reload_interval();
-        if every.is_zero() {
-            return;
-        }
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
         loop {
-            tick.tick().await;
+            let every = self.reload_interval();
+            if every.is_zero() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            tokio::time::sleep(every).await;
+            if self.reload_interval().is_zero() {
+                continue;
+            }
             match self.reload() {
                 Reload::Unchanged => {}
                 Reload::Reloaded => {
@@ -166,7 +207,7 @@ impl std::fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerTls")
             .field("table", &self.table)
-            .field("config", &self.config)
+            .field("config", &self.settings())
             .finish_non_exhaustive()
     }
 }

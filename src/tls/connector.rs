@@ -21,6 +21,9 @@ use crate::config::{ConfigError, UpstreamTlsConfig};
 pub struct TlsClient {
     connector: TlsConnector,
     server_name: Option<ServerName<'static>>,
+    /// What it was loaded from (the table, and the files' bytes), so a reload that changes
+    /// neither keeps it, and with it the pooled connections and backends it made.
+    source: (UpstreamTlsConfig, Vec<PemFile>),
     /// Unique per loaded table: pooled connections made with one table's trust and client
     /// certificate are never handed to a backend of another.
     id: u64,
@@ -40,28 +43,47 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 impl TlsClient {
     /// Loads `table` (`upstream.tls`, `pools[2].tls`); errors name the key.
     pub fn load(table: &str, config: &UpstreamTlsConfig) -> Result<Self, ConfigError> {
+        Self::reload(table, config, None)
+    }
+
+    /// [`TlsClient::load`], or `previous` itself when neither the table nor its files changed.
+    pub fn reload(
+        table: &str,
+        config: &UpstreamTlsConfig,
+        previous: Option<&TlsClient>,
+    ) -> Result<Self, ConfigError> {
+        let read = |name: &str, path: &Option<std::path::PathBuf>| match path {
+            Some(path) => PemFile::read(format!("{table}.{name}"), path).map(Some),
+            None => Ok(None),
+        };
+        let (ca, cert, key) = (
+            read("ca", &config.ca)?,
+            read("cert", &config.cert)?,
+            read("key", &config.key)?,
+        );
+        let files: Vec<PemFile> = [&ca, &cert, &key].into_iter().flatten().cloned().collect();
+        let source = (config.clone(), files);
+        if let Some(previous) = previous.filter(|p| p.source == source) {
+            return Ok(previous.clone());
+        }
         let provider = provider();
-        let roots = match &config.ca {
-            Some(path) => PemFile::read(format!("{table}.ca"), path)?.roots()?,
+        let roots = match &ca {
+            Some(ca) => ca.roots()?,
             None => system_roots(),
         };
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|err| invalid(format!("{table}.ca"), err.to_string()))?
             .with_root_certificates(roots);
-        let mut client = match (&config.cert, &config.key) {
-            (Some(cert), Some(key)) => {
-                let chain = PemFile::read(format!("{table}.cert"), cert)?.certificates()?;
-                let key_file = PemFile::read(format!("{table}.key"), key)?;
-                builder
-                    .with_client_auth_cert(chain, key_file.private_key()?)
-                    .map_err(|err| {
-                        invalid(
-                            format!("{table}.key"),
-                            format!("does not fit the certificate of {table}.cert: {err}"),
-                        )
-                    })?
-            }
+        let mut client = match (&cert, &key) {
+            (Some(cert), Some(key_file)) => builder
+                .with_client_auth_cert(cert.certificates()?, key_file.private_key()?)
+                .map_err(|err| {
+                    invalid(
+                        format!("{table}.key"),
+                        format!("does not fit the certificate of {table}.cert: {err}"),
+                    )
+                })?,
             _ => builder.with_no_client_auth(),
         };
         client.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -74,6 +96,7 @@ impl TlsClient {
         Ok(Self {
             connector: TlsConnector::from(Arc::new(client)),
             server_name,
+            source,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         })
     }

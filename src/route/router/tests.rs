@@ -111,3 +111,76 @@ fn spills_when_the_prefill_queue_is_deeper_than_the_threshold() {
         "10 001 queued tokens spill to decode"
     );
 }
+
+#[test]
+fn a_reload_keeps_what_the_router_learned_about_backends_that_stay() {
+    let before = router(|_| {});
+    let plan = long_plan(&before);
+    let prefill = Arc::clone(&before.pools[0].backends()[0]);
+    for _ in 0..before.policy.after {
+        prefill.on_failure(Instant::now(), &before.policy, Fault::Connection);
+    }
+    let _in_flight = LoadGuard::new(Arc::clone(&before.pools[1].backends()[0]), 0);
+
+    let mut config = Config {
+        pools: vec![
+            PoolConfig {
+                name: "prefill".to_owned(),
+                urls: vec!["http://127.0.0.1:8101".to_owned()],
+                balance: BalanceLoad::PromptTokens,
+                ..PoolConfig::default()
+            },
+            PoolConfig {
+                name: "decode".to_owned(),
+                urls: vec![
+                    "http://127.0.0.1:8102".to_owned(),
+                    "http://127.0.0.1:8103".to_owned(),
+                ],
+                ..PoolConfig::default()
+            },
+        ],
+        ..Config::default()
+    };
+    config.rules = vec![
+        RuleConfig {
+            pool: "prefill".to_owned(),
+            min_prompt_tokens: Some(2048),
+            ..RuleConfig::default()
+        },
+        RuleConfig {
+            pool: "decode".to_owned(),
+            ..RuleConfig::default()
+        },
+    ];
+    config.validate().expect("valid config");
+    let after = before.reloaded(&config).expect("reloads");
+    assert!(
+        Arc::ptr_eq(&after.pools[0].backends()[0], &prefill),
+        "the prefill backend stays the same backend"
+    );
+    assert!(
+        !after.pools[0].backends()[0].available(Instant::now()),
+        "and stays ejected"
+    );
+    assert_eq!(
+        after.pools[1].backends()[0].streams(),
+        1,
+        "a decode backend that stays keeps its streams in flight"
+    );
+    assert_eq!(after.pools[1].backends().len(), 2, "the added backend");
+    assert_eq!(
+        picked(&after, &plan),
+        Some(("decode".to_owned(), "fallback")),
+        "the reloaded router routes around the ejected backend at once"
+    );
+    assert!(
+        Arc::ptr_eq(after.calibrator(), before.calibrator()),
+        "unchanged priors keep the calibration"
+    );
+    config.routing.prior_tokens_per_byte = 0.3;
+    let recalibrated = before.reloaded(&config).expect("reloads");
+    assert!(
+        !Arc::ptr_eq(recalibrated.calibrator(), before.calibrator()),
+        "a new prior starts a new calibration"
+    );
+}

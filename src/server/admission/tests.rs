@@ -108,3 +108,45 @@ fn render_is_prometheus_text_with_every_reason() {
     assert!(text.contains("tokenmeter_connections_open 1\n"), "{text}");
     assert!(text.contains("tokenmeter_streams_admitted 0\n"), "{text}");
 }
+
+#[tokio::test]
+async fn a_lowered_limit_takes_permits_back_as_connections_close_and_a_raised_one_admits_at_once() {
+    let limits = limits(4, 3);
+    let held: Vec<_> = (0..3)
+        .map(|_| limits.try_connection().expect("admitted"))
+        .collect();
+    limits.resize(&ServerConfig {
+        max_streams: 4,
+        max_connections: 1,
+        ..ServerConfig::default()
+    });
+    assert_eq!(limits.connections_open(), 3, "nothing open is cut");
+    let mut held = held.into_iter();
+    drop(held.next());
+    tokio::task::yield_now().await;
+    assert!(
+        limits.try_connection().is_none(),
+        "two open, limit one: the freed permit is taken back"
+    );
+    drop(held.next());
+    // The taker gets the second permit and forgets both.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(limits.connections_open(), 1, "one still open");
+    assert!(limits.try_connection().is_none(), "at the new limit of one");
+    drop(held.next());
+    assert_eq!(limits.connections_open(), 0);
+    let one = limits.try_connection().expect("the new limit admits one");
+    assert!(limits.try_connection().is_none(), "and only one");
+
+    limits.resize(&ServerConfig {
+        max_streams: 4,
+        max_connections: 3,
+        ..ServerConfig::default()
+    });
+    let more: Vec<_> = (0..2).filter_map(|_| limits.try_connection()).collect();
+    assert_eq!(more.len(), 2, "a raised limit admits at once");
+    assert_eq!(limits.connections_open(), 3);
+    drop((one, more));
+}

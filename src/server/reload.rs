@@ -1,0 +1,209 @@
+//! Live reconfiguration: what asks for a reload (SIGHUP, the file watch, a test), and which keys a
+//! running server cannot take without a restart.
+//!
+//! The reload itself is [`super::Server`]'s: it builds everything new first (the router with its
+//! upstream TLS, the listeners' TLS), commits only when all of it loaded, and swaps the request
+//! stack that new requests take. A request holds the stack it started with to its end, so streams
+//! in flight finish on their old backend, rules and timeouts.
+//!
+//! Restart-only keys are compared, reported (logged, `tokenmeter_config_restart_required`), and
+//! kept at their running values, so the config the server reports is the one in effect.
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::{Config, ConfigError};
+
+/// Why a reload was asked for (for the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    Signal,
+    FileChanged,
+    Handle,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Signal => "SIGHUP",
+            Trigger::FileChanged => "file changed",
+            Trigger::Handle => "handle",
+        }
+    }
+}
+
+/// A reload asked of a running server.
+#[derive(Debug)]
+pub struct ReloadRequest {
+    pub trigger: Trigger,
+    /// The config to apply; `None`: read the file the server was started with.
+    pub config: Option<Config>,
+    pub reply: Option<oneshot::Sender<Result<Applied, String>>>,
+}
+
+/// What a reload that succeeded applied.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Applied {
+    /// Keys whose new values wait for a restart (their running values stay in effect).
+    pub restart_required: Vec<&'static str>,
+}
+
+/// Where reloads read the config from: the file given to `serve --config`, or the shipped
+/// defaults; the environment overrides apply on top, as at start.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSource {
+    pub path: Option<PathBuf>,
+}
+
+impl ConfigSource {
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        Config::load(self.path.as_deref())
+    }
+}
+
+/// The keys a running server cannot change (listeners are bound, hyper's connection builders and
+/// the histograms' bucket layouts are fixed at start), with their values in `running` and `new`.
+pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
+    let (r, n) = (&running.server, &new.server);
+    let mut changed = Vec::new();
+    let mut check = |key: &'static str, differs: bool| {
+        if differs {
+            changed.push(key);
+        }
+    };
+    check("server.listen", r.listen != n.listen);
+    check("server.admin_listen", r.admin_listen != n.admin_listen);
+    check(
+        "server.listen_backlog",
+        r.listen_backlog != n.listen_backlog,
+    );
+    check(
+        "server.header_read_timeout",
+        r.header_read_timeout != n.header_read_timeout,
+    );
+    check(
+        "server.max_header_bytes",
+        r.max_header_bytes != n.max_header_bytes,
+    );
+    check("server.max_headers", r.max_headers != n.max_headers);
+    check(
+        "server.http2_max_concurrent_streams",
+        r.http2_max_concurrent_streams != n.http2_max_concurrent_streams,
+    );
+    check("server.tls", r.tls.is_some() != n.tls.is_some());
+    check(
+        "server.admin_tls",
+        r.admin_tls.is_some() != n.admin_tls.is_some(),
+    );
+    check("buckets", running.buckets != new.buckets);
+    check(
+        "upstream.pool_idle_timeout",
+        running.upstream.pool_idle_timeout != new.upstream.pool_idle_timeout,
+    );
+    check(
+        "upstream.pool_max_idle_per_host",
+        running.upstream.pool_max_idle_per_host != new.upstream.pool_max_idle_per_host,
+    );
+    check(
+        "metering.max_observed_models",
+        running.metering.max_observed_models != new.metering.max_observed_models,
+    );
+    // The SLO targets apply at once (verdicts, attainment); only their exact bucket edges in the
+    // TTFT / TPOT / ITL histograms wait for a restart.
+    check("slo.ttft (bucket edge)", running.slo.ttft != new.slo.ttft);
+    check("slo.tpot (bucket edge)", running.slo.tpot != new.slo.tpot);
+    changed
+}
+
+/// Copies the restart-only values of `running` into `new` (see [`restart_only_changes`]); the
+/// SLO targets are not copied: they apply at once.
+pub fn keep_restart_only(running: &Config, new: &mut Config) {
+    let (r, n) = (&running.server, &mut new.server);
+    n.listen = r.listen;
+    n.admin_listen = r.admin_listen;
+    n.listen_backlog = r.listen_backlog;
+    n.header_read_timeout = r.header_read_timeout;
+    n.max_header_bytes = r.max_header_bytes;
+    n.max_headers = r.max_headers;
+    n.http2_max_concurrent_streams = r.http2_max_concurrent_streams;
+    if r.tls.is_none() {
+        n.tls = None;
+    } else if n.tls.is_none() {
+        n.tls.clone_from(&r.tls);
+    }
+    if r.admin_tls.is_none() {
+        n.admin_tls = None;
+    } else if n.admin_tls.is_none() {
+        n.admin_tls.clone_from(&r.admin_tls);
+    }
+    new.buckets = running.buckets.clone();
+    new.upstream.pool_idle_timeout = running.upstream.pool_idle_timeout;
+    new.upstream.pool_max_idle_per_host = running.upstream.pool_max_idle_per_host;
+    new.metering.max_observed_models = running.metering.max_observed_models;
+}
+
+/// Asks for a reload on every SIGHUP.
+#[cfg(unix)]
+pub async fn on_sighup(requests: mpsc::Sender<ReloadRequest>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: reload by signal is off");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        let request = ReloadRequest {
+            trigger: Trigger::Signal,
+            config: None,
+            reply: None,
+        };
+        if requests.send(request).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Without Unix signals there is no SIGHUP; the file watch still works.
+#[cfg(not(unix))]
+pub async fn on_sighup(_requests: mpsc::Sender<ReloadRequest>) {}
+
+/// Asks for a reload whenever the file's bytes differ from the last look, looking every
+/// `every()` (read each time: a reload may change it). By content, not modification time: a
+/// ConfigMap volume swaps a symlink, and an editor may keep the time. The first look only records.
+pub async fn watch_file(
+    path: PathBuf,
+    every: impl Fn() -> Option<Duration>,
+    requests: mpsc::Sender<ReloadRequest>,
+) {
+    let mut last = std::fs::read(&path).ok();
+    loop {
+        let Some(interval) = every() else {
+            // Watching is off (a reload turned it off); look again later in case it is back on.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            last = std::fs::read(&path).ok();
+            continue;
+        };
+        tokio::time::sleep(interval).await;
+        if every().is_none() {
+            // Turned off while asleep (the reload of the last change may have done it).
+            continue;
+        }
+        let now = std::fs::read(&path).ok();
+        if now.is_none() || now == last {
+            // A file missing for a moment (being replaced) is not a change to an empty config.
+            continue;
+        }
+        last = now;
+        let request = ReloadRequest {
+            trigger: Trigger::FileChanged,
+            config: None,
+            reply: None,
+        };
+        if requests.send(request).await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

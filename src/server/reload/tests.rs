@@ -1,0 +1,76 @@
+use std::time::Duration;
+
+use super::*;
+
+#[test]
+fn live_keys_need_no_restart() {
+    let running = Config::default();
+    let mut new = running.clone();
+    new.upstream.urls = vec!["http://10.0.0.9:8000".to_owned()];
+    new.upstream.response_timeout = Duration::from_secs(5);
+    new.server.max_streams = 10;
+    new.metering.models = vec!["m".to_owned()];
+    new.routing.retries = 0;
+    assert_eq!(
+        restart_only_changes(&running, &new),
+        Vec::<&str>::new(),
+        "backends, timeouts, limits, models and routing apply live"
+    );
+}
+
+#[test]
+fn restart_only_keys_are_named_and_kept_at_their_running_values() {
+    let running = Config::default();
+    let mut new = running.clone();
+    new.server.listen = "127.0.0.1:9999".parse().expect("addr");
+    new.server.max_headers = 7;
+    new.buckets.ttft = vec![0.5, 1.0];
+    new.slo.ttft = Duration::from_millis(500);
+    new.upstream.pool_max_idle_per_host = 1;
+    assert_eq!(
+        restart_only_changes(&running, &new),
+        vec![
+            "server.listen",
+            "server.max_headers",
+            "buckets",
+            "upstream.pool_max_idle_per_host",
+            "slo.ttft (bucket edge)"
+        ]
+    );
+    keep_restart_only(&running, &mut new);
+    assert_eq!(
+        new.server.listen, running.server.listen,
+        "still bound there"
+    );
+    assert_eq!(new.server.max_headers, running.server.max_headers);
+    assert_eq!(new.buckets, running.buckets, "bucket layouts are fixed");
+    assert_eq!(new.upstream.pool_max_idle_per_host, 1024);
+    assert_eq!(
+        new.slo.ttft,
+        Duration::from_millis(500),
+        "the SLO target itself applies at once"
+    );
+}
+
+#[test]
+fn turning_tls_on_or_off_waits_for_a_restart_but_new_paths_apply() {
+    let table = |cert: &str| crate::config::ServerTlsConfig {
+        cert: cert.into(),
+        key: "/k".into(),
+        client_ca: None,
+        reload_interval: Duration::from_secs(10),
+    };
+    let plain = Config::default();
+    let mut with_tls = plain.clone();
+    with_tls.server.tls = Some(table("/a"));
+    assert_eq!(restart_only_changes(&plain, &with_tls), vec!["server.tls"]);
+    let mut kept = with_tls.clone();
+    keep_restart_only(&plain, &mut kept);
+    assert_eq!(kept.server.tls, None, "a plain listener stays plain");
+
+    let mut moved = with_tls.clone();
+    moved.server.tls = Some(table("/b"));
+    assert_eq!(restart_only_changes(&with_tls, &moved), Vec::<&str>::new());
+    keep_restart_only(&with_tls, &mut moved);
+    assert_eq!(moved.server.tls, Some(table("/b")), "new files apply live");
+}
