@@ -12,9 +12,15 @@
 //! (0 = back to back, as fast as the connection drains), `hold_ms` = pause after the first chunk
 //! (idle streams). The stream ends like vLLM's: a `finish_reason` chunk, the usage chunk when
 //! `stream_options.include_usage` is set, `data: [DONE]`.
+//!
+//! With a certificate it also serves the same streams over TLS on a second port (the TLS paths:
+//! a proxy that speaks TLS upstream, or the client straight to a TLS backend); every response on
+//! it carries what its connection negotiated in [`BACKEND_TLS_HEADER`], which the proxies pass
+//! through to the load client.
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -22,12 +28,16 @@ use bytes::Bytes;
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use hyper::header::HeaderValue;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
 
+use super::tls::{describe, BACKEND_TLS_HEADER};
 use super::wall_ns;
 
 /// What one request asks for.
@@ -118,7 +128,11 @@ async fn produce(shape: Shape, tx: mpsc::Sender<Bytes>) {
     }
 }
 
-async fn handle(request: Request<Incoming>) -> Result<Response<ChannelBody>, Infallible> {
+/// `tls`: what this connection negotiated, when it is TLS (sent back in [`BACKEND_TLS_HEADER`]).
+async fn handle(
+    request: Request<Incoming>,
+    tls: Option<HeaderValue>,
+) -> Result<Response<ChannelBody>, Infallible> {
     let body = match request.into_body().collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => Bytes::new(),
@@ -126,20 +140,50 @@ async fn handle(request: Request<Incoming>) -> Result<Response<ChannelBody>, Inf
     let shape = Shape::parse(&body);
     let (tx, rx) = mpsc::channel(2);
     tokio::spawn(produce(shape, tx));
-    let response = Response::builder()
+    let mut response = Response::builder()
         .header("content-type", "text/event-stream")
-        .header("cache-control", "no-cache")
+        .header("cache-control", "no-cache");
+    if let Some(tls) = tls {
+        response = response.header(BACKEND_TLS_HEADER, tls);
+    }
+    let response = response
         .body(ChannelBody(rx))
         .unwrap_or_else(|_| Response::new(ChannelBody(mpsc::channel(1).1)));
     Ok(response)
 }
 
-/// Serves until killed. Prints `listening <addr>` once bound.
-pub async fn run(listen: SocketAddr) -> std::io::Result<()> {
+/// Serves until killed: plain HTTP on `listen` and, with `tls`, HTTP over TLS on its address.
+/// Prints `listening <plain addr> [<tls addr>]` once bound.
+pub async fn run(
+    listen: SocketAddr,
+    tls: Option<(SocketAddr, Arc<rustls::ServerConfig>)>,
+) -> std::io::Result<()> {
     // The accept queue tokenmeter uses (tokio's default of 128 drops SYNs when 1024 streams
     // connect at once, adding a second to the direct path's TTFT).
-    let listener = tokenmeter::server::listen(listen, 4096)?;
-    println!("listening {}", listener.local_addr()?);
+    let plain = tokenmeter::server::listen(listen, 4096)?;
+    let tls = match tls {
+        Some((addr, config)) => Some((
+            tokenmeter::server::listen(addr, 4096)?,
+            TlsAcceptor::from(config),
+        )),
+        None => None,
+    };
+    match &tls {
+        Some((listener, _)) => println!(
+            "listening {} {}",
+            plain.local_addr()?,
+            listener.local_addr()?
+        ),
+        None => println!("listening {}", plain.local_addr()?),
+    }
+    if let Some((listener, acceptor)) = tls {
+        tokio::spawn(serve(listener, Some(acceptor)));
+    }
+    serve(plain, None).await;
+    Ok(())
+}
+
+async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -151,10 +195,27 @@ pub async fn run(listen: SocketAddr) -> std::io::Result<()> {
             }
         };
         let _ = stream.set_nodelay(true);
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service_fn(handle))
-                .await;
+            let http = http1::Builder::new();
+            match tls {
+                None => {
+                    let service = service_fn(|request| handle(request, None));
+                    let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                }
+                Some(acceptor) => {
+                    let stream = match acceptor.accept(stream).await {
+                        Ok(stream) => stream,
+                        Err(err) => {
+                            eprintln!("backend: TLS handshake: {err}");
+                            return;
+                        }
+                    };
+                    let negotiated = HeaderValue::from_str(&describe(stream.get_ref().1)).ok();
+                    let service = service_fn(move |request| handle(request, negotiated.clone()));
+                    let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                }
+            }
         });
     }
 }

@@ -9,6 +9,12 @@
 //!
 //! `idle`: opens `streams` streams that get their first chunk and then pause, and reads the
 //! proxy's VmRSS before and with them all open.
+//!
+//! Either mode speaks TLS when given a CA (`--tls-ca`): every connection is then HTTP/1.1 over
+//! rustls ([`super::tls::client_config`]), and the result names what was negotiated — on the
+//! client's own connection, and on the connection into the backend when the backend serves TLS
+//! (its [`BACKEND_TLS_HEADER`]).
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,10 +25,14 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use memchr::memmem;
+use rustls_pki_types::ServerName;
 use serde::Serialize;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsConnector;
 
+use super::pki::SERVER_NAME;
+use super::tls::{describe, BACKEND_TLS_HEADER};
 use super::{percentile, proc_cpu_secs, proc_rss_kib, wall_ns};
 
 const MARKER: &[u8] = b"\"content\":\"T";
@@ -46,6 +56,14 @@ pub struct LoadResult {
     pub ttft_p50_us: f64,
     pub ttft_p99_us: f64,
     pub client_cpu_s: f64,
+    /// What the client's TLS connections negotiated (distinct values joined by ` + `); absent
+    /// on plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
+    /// What the connections into the TLS backend negotiated, as its responses said; absent when
+    /// the backend was reached in plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_tls: Option<String>,
 }
 
 /// Parameters of one load run.
@@ -59,6 +77,8 @@ pub struct LoadArgs {
     pub warmup: f64,
     /// The request path: a chat completion (metered), or a path a proxy forwards unmetered.
     pub path: String,
+    /// TLS to `addr` (trusting the benchmark's CA), or plain HTTP.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 fn request_body(chunks: u64, interval_us: u64, hold_ms: u64) -> Bytes {
@@ -131,14 +151,46 @@ struct StreamSamples {
     chunks_total: u64,
     requests: u64,
     errors: u64,
+    tls: BTreeSet<String>,
+    backend_tls: BTreeSet<String>,
 }
 
-async fn connect(addr: SocketAddr) -> Option<http1::SendRequest<Full<Bytes>>> {
+/// An HTTP/1.1 connection to `addr`, over TLS with `tls`; with what TLS negotiated.
+async fn connect(
+    addr: SocketAddr,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Option<(http1::SendRequest<Full<Bytes>>, Option<String>)> {
     let stream = TcpStream::connect(addr).await.ok()?;
     stream.set_nodelay(true).ok()?;
-    let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.ok()?;
-    tokio::spawn(conn);
-    Some(sender)
+    match tls {
+        None => {
+            let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.ok()?;
+            tokio::spawn(conn);
+            Some((sender, None))
+        }
+        Some(config) => {
+            let name = ServerName::try_from(SERVER_NAME).ok()?;
+            let stream = TlsConnector::from(Arc::clone(config))
+                .connect(name, stream)
+                .await
+                .ok()?;
+            let negotiated = describe(stream.get_ref().1);
+            let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.ok()?;
+            tokio::spawn(conn);
+            Some((sender, Some(negotiated)))
+        }
+    }
+}
+
+/// Adds `value` to `set` unless it is there (one allocation per distinct value, not per call).
+fn note(set: &mut BTreeSet<String>, value: &str) {
+    if !set.contains(value) {
+        set.insert(value.to_owned());
+    }
+}
+
+fn joined(set: &BTreeSet<String>) -> Option<String> {
+    (!set.is_empty()).then(|| set.iter().cloned().collect::<Vec<_>>().join(" + "))
 }
 
 async fn load_stream(args: Arc<LoadArgs>, start: Instant) -> StreamSamples {
@@ -150,8 +202,13 @@ async fn load_stream(args: Arc<LoadArgs>, start: Instant) -> StreamSamples {
     while Instant::now() < stop_at {
         let mut conn = match sender.take() {
             Some(conn) => conn,
-            None => match connect(args.addr).await {
-                Some(conn) => conn,
+            None => match connect(args.addr, args.tls.as_ref()).await {
+                Some((conn, tls)) => {
+                    if let Some(tls) = tls {
+                        note(&mut out.tls, &tls);
+                    }
+                    conn
+                }
                 None => {
                     out.errors += 1;
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -171,6 +228,9 @@ async fn load_stream(args: Arc<LoadArgs>, start: Instant) -> StreamSamples {
             }
         };
         out.requests += 1;
+        if let Some(tls) = response.headers().get(BACKEND_TLS_HEADER) {
+            note(&mut out.backend_tls, tls.to_str().unwrap_or("(not text)"));
+        }
         let mut body = response.into_body();
         let mut scanner = StampScanner::new();
         let mut first = true;
@@ -227,6 +287,8 @@ pub async fn load(args: LoadArgs) -> LoadResult {
             all.chunks_total += samples.chunks_total;
             all.requests += samples.requests;
             all.errors += samples.errors;
+            all.tls.extend(samples.tls);
+            all.backend_tls.extend(samples.backend_tls);
         }
     }
     let window = (args.secs - args.warmup).max(1e-3);
@@ -247,6 +309,8 @@ pub async fn load(args: LoadArgs) -> LoadResult {
         ttft_p50_us: us(&all.ttft_ns, 0.50),
         ttft_p99_us: us(&all.ttft_ns, 0.99),
         client_cpu_s: proc_cpu_secs(std::process::id()).unwrap_or(0.0),
+        tls: joined(&all.tls),
+        backend_tls: joined(&all.backend_tls),
     }
 }
 
@@ -258,11 +322,21 @@ pub struct IdleResult {
     pub rss_before_kib: u64,
     pub rss_after_kib: u64,
     pub kib_per_stream: f64,
+    /// What the client's TLS connections negotiated; absent on plain HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
 }
 
 /// Opens `streams` idle streams (first chunk, then a pause of `hold_ms`) and reads the summed
-/// VmRSS of `pids` before and once all are open (or `deadline` passed).
-pub async fn idle(addr: SocketAddr, streams: usize, pids: &[u32], hold_ms: u64) -> IdleResult {
+/// VmRSS of `pids` before and once all are open (or `deadline` passed). With `tls`, every stream
+/// is its own TLS connection (a full handshake each: no resumption, as distinct clients).
+pub async fn idle(
+    addr: SocketAddr,
+    streams: usize,
+    pids: &[u32],
+    hold_ms: u64,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> IdleResult {
     let rss = || {
         pids.iter()
             .filter_map(|&pid| proc_rss_kib(pid))
@@ -272,18 +346,24 @@ pub async fn idle(addr: SocketAddr, streams: usize, pids: &[u32], hold_ms: u64) 
     let open = Arc::new(AtomicU64::new(0));
     let gate = Arc::new(Semaphore::new(128));
     let done = Arc::new(tokio::sync::Notify::new());
+    let negotiated = Arc::new(std::sync::Mutex::new(BTreeSet::new()));
     let body = request_body(2, 0, hold_ms);
     let mut tasks = Vec::with_capacity(streams);
     for _ in 0..streams {
-        let (open, gate, done, body) = (
+        let (open, gate, done, body, tls, negotiated) = (
             Arc::clone(&open),
             Arc::clone(&gate),
             Arc::clone(&done),
             body.clone(),
+            tls.clone(),
+            Arc::clone(&negotiated),
         );
         tasks.push(tokio::spawn(async move {
             let permit = gate.acquire_owned().await.ok()?;
-            let mut conn = connect(addr).await?;
+            let (mut conn, tls) = connect(addr, tls.as_ref()).await?;
+            if let (Some(tls), Ok(mut set)) = (tls, negotiated.lock()) {
+                note(&mut set, &tls);
+            }
             let response = conn
                 .send_request(request(addr, CHAT_PATH, body))
                 .await
@@ -316,5 +396,6 @@ pub async fn idle(addr: SocketAddr, streams: usize, pids: &[u32], hold_ms: u64) 
         rss_before_kib: before,
         rss_after_kib: after,
         kib_per_stream: after.saturating_sub(before) as f64 / opened.max(1) as f64,
+        tls: negotiated.lock().ok().and_then(|set| joined(&set)),
     }
 }

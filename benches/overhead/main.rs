@@ -2,17 +2,20 @@
 //! client -> backend (direct), client -> tokenmeter -> backend (metered, and on a path it does not
 //! meter), and the same through a bare hyper proxy and the C baselines nginx and haproxy — and the
 //! cost of each proxy: added chunk latency and TTFT, CPU per
-//! million chunks, peak chunks/s, RSS per idle stream. `scripts/bench-overhead.sh` builds and
+//! million chunks, peak chunks/s, RSS per idle stream. The TLS paths do the same with tokenmeter
+//! and nginx terminating TLS from the client, or speaking TLS to the backend ([`run`] lists them). `scripts/bench-overhead.sh` builds and
 //! runs it; docs/performance.md explains the method and holds the results.
 //!
 //! One binary, five roles (each a separate process when the benchmark runs):
-//! - `backend`: the minimal streaming server ([`backend`]);
+//! - `backend`: the minimal streaming server ([`backend`]), also over TLS with a certificate;
 //! - `bare`: a bare proxy on hyper's server and client, nothing else ([`bare`]);
 //! - `load` / `idle`: the load client ([`client`]), one JSON line on stdout;
 //! - `run`: the orchestrator ([`run`]) that starts the others, tokenmeter, nginx and haproxy, and
-//!   writes `results.jsonl` and `summary.md`.
+//!   writes `results.jsonl` and `summary.md`; it generates the TLS paths' certificates ([`pki`]),
+//!   and [`tls`] holds the TLS settings of the client and the backend.
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, Subcommand};
@@ -20,7 +23,13 @@ use clap::{Parser, Subcommand};
 mod backend;
 mod bare;
 mod client;
+mod nginx;
+mod paths;
+mod pki;
+mod procs;
+mod report;
 mod run;
+mod tls;
 
 #[derive(Parser, Debug)]
 #[command(about = "tokenmeter overhead benchmark (see docs/performance.md)")]
@@ -35,6 +44,13 @@ enum Role {
     Backend {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: SocketAddr,
+        /// Also serve over TLS here (with `--tls-cert` and `--tls-key`).
+        #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+        tls_listen: Option<SocketAddr>,
+        #[arg(long)]
+        tls_cert: Option<PathBuf>,
+        #[arg(long)]
+        tls_key: Option<PathBuf>,
     },
     /// A bare proxy on hyper's server and client to `upstream`.
     Bare {
@@ -59,6 +75,9 @@ enum Role {
         warmup: f64,
         #[arg(long, default_value = client::CHAT_PATH)]
         path: String,
+        /// Speak TLS, trusting this CA (PEM).
+        #[arg(long)]
+        tls_ca: Option<PathBuf>,
     },
     /// Idle streams; prints one JSON line with the RSS of `pids`.
     Idle {
@@ -71,6 +90,9 @@ enum Role {
         pids: Vec<u32>,
         #[arg(long, default_value_t = 120_000)]
         hold_ms: u64,
+        /// Speak TLS, trusting this CA (PEM).
+        #[arg(long)]
+        tls_ca: Option<PathBuf>,
     },
     /// The whole benchmark.
     Run(run::RunArgs),
@@ -84,7 +106,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .enable_all()
         .build()?;
     match cli.role {
-        Role::Backend { listen } => runtime.block_on(backend::run(listen))?,
+        Role::Backend {
+            listen,
+            tls_listen,
+            tls_cert,
+            tls_key,
+        } => {
+            let tls = match (tls_listen, tls_cert, tls_key) {
+                (Some(addr), Some(cert), Some(key)) => {
+                    Some((addr, tls::server_config(&cert, &key)?))
+                }
+                _ => None,
+            };
+            runtime.block_on(backend::run(listen, tls))?
+        }
         Role::Bare { listen, upstream } => runtime.block_on(bare::run(listen, upstream))?,
         Role::Load {
             addr,
@@ -94,7 +129,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             secs,
             warmup,
             path,
+            tls_ca,
         } => {
+            let tls = client_tls(tls_ca.as_deref())?;
             let result = runtime.block_on(client::load(client::LoadArgs {
                 addr,
                 streams,
@@ -103,6 +140,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 secs,
                 warmup,
                 path,
+                tls,
             }));
             println!("{}", serde_json::to_string(&result)?);
         }
@@ -111,8 +149,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             streams,
             pids,
             hold_ms,
+            tls_ca,
         } => {
-            let result = runtime.block_on(client::idle(addr, streams, &pids, hold_ms));
+            let tls = client_tls(tls_ca.as_deref())?;
+            let result = runtime.block_on(client::idle(addr, streams, &pids, hold_ms, tls));
             println!("{}", serde_json::to_string(&result)?);
         }
         Role::Run(args) => run::run(args, &runtime)?,
@@ -120,6 +160,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Idle streams and spawned connections must not keep the process alive.
     runtime.shutdown_background();
     Ok(())
+}
+
+/// The load client's TLS configuration when it was given a CA.
+fn client_tls(
+    ca: Option<&Path>,
+) -> Result<Option<Arc<rustls::ClientConfig>>, Box<dyn std::error::Error>> {
+    ca.map(tls::client_config).transpose()
 }
 
 /// Wall-clock ns since the epoch: the one clock two processes on this machine share.

@@ -2,20 +2,22 @@
 //! (nginx, haproxy), runs the load client against every path interleaved (the order rotates every
 //! repetition; tokenmeter twice, metered and unmetered), reads each proxy's CPU from
 //! `/proc/<pid>/stat` around every run, and writes `results.jsonl` (every run) and `summary.md`
-//! (medians over repetitions, added figures paired per repetition against direct).
+//! (medians over repetitions, added figures paired per repetition against direct, or against
+//! direct-tls for the TLS paths: [`super::paths`]). `--paths` runs a subset (`--tls-only` in
+//! scripts/bench-overhead.sh: the TLS paths and their baseline).
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-use serde::{Deserialize, Serialize};
+use std::process::{Command, Stdio};
 
 use super::client::{IdleResult, LoadResult, CHAT_PATH};
+use super::nginx::{self, NginxTls};
+use super::paths::{self, PathSpec};
+use super::pki::{self, Pki, SERVER_NAME};
+use super::procs::{free_port, log_file, nofile_limit, start_role, wait_for_port, Error, Proc};
+use super::report::{summarize, Record};
 use super::{proc_cpu_secs, self_exe};
-
-type Error = Box<dyn std::error::Error>;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
@@ -60,76 +62,30 @@ pub struct RunArgs {
     /// Idle streams for the memory figure (0 = skip).
     #[arg(long, default_value_t = 10_000)]
     idle_streams: usize,
+    /// The paths to run, comma-separated (default: all); their baselines (direct, direct-tls)
+    /// are added. Names: see `paths.rs` (e.g. nginx-tls-client).
+    #[arg(long, value_delimiter = ',')]
+    paths: Vec<String>,
 }
 
-/// A started process, killed on drop.
-struct Proc {
-    name: &'static str,
-    child: Child,
-}
-
-impl Drop for Proc {
-    /// SIGTERM first, so that nginx's master stops its workers (a SIGKILLed master leaves them
-    /// running, orphaned, into the next runs); SIGKILL after 3 s.
-    fn drop(&mut self) {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        eprintln!("stopped {}", self.name);
-    }
-}
-
-fn free_port() -> Result<SocketAddr, Error> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
-}
-
-fn wait_for_port(addr: SocketAddr) -> Result<(), Error> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < deadline {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Err(format!("nothing listens on {addr}").into())
-}
-
-fn log_file(out: &Path, name: &str) -> Result<Stdio, Error> {
-    Ok(Stdio::from(std::fs::File::create(out.join(name))?))
-}
-
-/// Starts one of this binary's own server roles (`args`, listening on port 0) and reads the
-/// address it prints (`listening <addr>`); its stderr goes to `<out>/<log>.log`.
-fn start_role(
+/// The backend, with its plain address and, given the certificates, its TLS address.
+fn start_backend(
     out: &Path,
-    name: &'static str,
-    log: &str,
-    args: &[String],
-) -> Result<(Proc, SocketAddr), Error> {
-    let mut child = Command::new(self_exe()?)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(log_file(out, &format!("{log}.log"))?)
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or("role stdout")?;
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
-    let addr: SocketAddr = line
-        .trim()
-        .strip_prefix("listening ")
-        .ok_or_else(|| format!("{name} did not say where it listens"))?
-        .parse()?;
-    Ok((Proc { name, child }, addr))
-}
-
-fn start_backend(out: &Path) -> Result<(Proc, SocketAddr), Error> {
-    let args = ["backend", "--listen", "127.0.0.1:0"].map(String::from);
-    start_role(out, "backend", "backend", &args)
+    pki: Option<&Pki>,
+) -> Result<(Proc, SocketAddr, Option<SocketAddr>), Error> {
+    let mut args = vec!["backend".into(), "--listen".into(), "127.0.0.1:0".into()];
+    if let Some(pki) = pki {
+        args.extend(["--tls-listen".into(), "127.0.0.1:0".into()]);
+        args.extend(["--tls-cert".into(), pki.cert.display().to_string()]);
+        args.extend(["--tls-key".into(), pki.key.display().to_string()]);
+    }
+    let (proc, addrs) = start_role(out, "backend", "backend", &args)?;
+    let plain = addrs[0];
+    let tls = addrs.get(1).copied();
+    if pki.is_some() && tls.is_none() {
+        return Err("the backend did not say where it serves TLS".into());
+    }
+    Ok((proc, plain, tls))
 }
 
 /// A POST tokenmeter forwards but does not meter (not a generation API): its response streams
@@ -143,122 +99,73 @@ fn start_bare(out: &Path, backend: SocketAddr) -> Result<(Proc, SocketAddr, Vec<
         .into_iter()
         .chain([backend.to_string()])
         .collect::<Vec<_>>();
-    let (proc, addr) = start_role(out, "hyper-bare", "bare", &args)?;
+    let (proc, addrs) = start_role(out, "hyper-bare", "bare", &args)?;
     let pid = proc.child.id();
-    Ok((proc, addr, vec![pid]))
+    Ok((proc, addrs[0], vec![pid]))
 }
 
+/// Where tokenmeter speaks TLS; the rest of its configuration is the shipped defaults.
+enum TokenmeterTls<'a> {
+    None,
+    /// `[server.tls]` with the benchmark's certificate (ALPN h2 + http/1.1 offered; the client
+    /// asks for http/1.1). Reloading stays at its default (the files are read every 10 s).
+    Client(&'a Pki),
+    /// An `https://` upstream with `[upstream.tls]`: the benchmark's CA, the name `localhost`
+    /// (SNI and verification, as nginx's `proxy_ssl_name`).
+    Upstream(&'a Pki),
+}
+
+/// tokenmeter as path `name` (its config in `<out>/<name>.toml`, its log in `<out>/<name>.log`),
+/// forwarding to `backend` (`http://` or `https://` as `tls` says).
 fn start_tokenmeter(
     args: &RunArgs,
+    name: &'static str,
     backend: SocketAddr,
+    tls: TokenmeterTls<'_>,
 ) -> Result<(Proc, SocketAddr, Vec<u32>), Error> {
     let listen = free_port()?;
     let admin = free_port()?;
-    let child = Command::new(&args.tokenmeter)
-        .arg("serve")
+    let (scheme, toml) = match tls {
+        TokenmeterTls::None => ("http", String::new()),
+        TokenmeterTls::Client(pki) => (
+            "http",
+            format!(
+                "[server.tls]\ncert = {:?}\nkey = {:?}\n",
+                pki.cert.display().to_string(),
+                pki.key.display().to_string()
+            ),
+        ),
+        TokenmeterTls::Upstream(pki) => (
+            "https",
+            format!(
+                "[upstream.tls]\nca = {:?}\nserver_name = {SERVER_NAME:?}\n",
+                pki.ca.display().to_string()
+            ),
+        ),
+    };
+    let mut command = Command::new(&args.tokenmeter);
+    command.arg("serve");
+    if !toml.is_empty() {
+        let config = args.out.join(format!("{name}.toml"));
+        // The shipped defaults but for the TLS table; listen and upstream come from the env.
+        std::fs::write(
+            &config,
+            format!("# {name}: written by benches/overhead/run.rs\n{toml}"),
+        )?;
+        command.arg("--config").arg(config);
+    }
+    let child = command
         .env("TOKENMETER_LISTEN", listen.to_string())
         .env("TOKENMETER_ADMIN_LISTEN", admin.to_string())
-        .env("TOKENMETER_UPSTREAM", format!("http://{backend}"))
+        .env("TOKENMETER_UPSTREAM", format!("{scheme}://{backend}"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
-        .stderr(log_file(&args.out, "tokenmeter.log")?)
+        .stderr(log_file(&args.out, &format!("{name}.log"))?)
         .spawn()?;
     let pid = child.id();
-    let proc = Proc {
-        name: "tokenmeter",
-        child,
-    };
+    let proc = Proc { name, child };
     wait_for_port(listen)?;
     Ok((proc, listen, vec![pid]))
-}
-
-fn nginx_conf(dir: &Path, listen: SocketAddr, backend: SocketAddr) -> String {
-    let dir = dir.display();
-    format!(
-        r#"# nginx as a plain streaming proxy: the C baseline (written by benches/overhead/run.rs).
-worker_processes 2;
-worker_rlimit_nofile 65536;
-pid {dir}/nginx.pid;
-error_log {dir}/nginx-error.log warn;
-events {{ worker_connections 32768; multi_accept on; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/client_body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    keepalive_requests 1000000;
-    upstream backend {{
-        server {backend};
-        keepalive 2048;
-        keepalive_requests 1000000;
-        keepalive_timeout 120s;
-    }}
-    server {{
-        listen {listen} backlog=4096;
-        location / {{
-            proxy_pass http://backend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-            proxy_read_timeout 600s;
-        }}
-    }}
-}}
-"#
-    )
-}
-
-/// The pids of a process's children (nginx's workers).
-fn children(parent: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|entry| {
-        let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let ppid: u32 = rest.split(' ').nth(1)?.parse().ok()?;
-        (ppid == parent).then_some(pid)
-    })
-    .collect()
-}
-
-fn start_nginx(
-    args: &RunArgs,
-    backend: SocketAddr,
-) -> Result<Option<(Proc, SocketAddr, Vec<u32>)>, Error> {
-    if !args.nginx.exists() {
-        eprintln!(
-            "nginx not found at {}: skipping the nginx path",
-            args.nginx.display()
-        );
-        return Ok(None);
-    }
-    let dir = std::fs::canonicalize(&args.out)?.join("nginx");
-    std::fs::create_dir_all(&dir)?;
-    let listen = free_port()?;
-    let conf = dir.join("nginx.conf");
-    std::fs::write(&conf, nginx_conf(&dir, listen, backend))?;
-    let child = Command::new(&args.nginx)
-        .arg("-c")
-        .arg(&conf)
-        .arg("-p")
-        .arg(&dir)
-        .args(["-g", "daemon off;"])
-        .stdout(Stdio::null())
-        .stderr(log_file(&args.out, "nginx.log")?)
-        .spawn()?;
-    let master = child.id();
-    let proc = Proc {
-        name: "nginx",
-        child,
-    };
-    wait_for_port(listen)?;
-    let mut pids = vec![master];
-    pids.extend(children(master));
-    Ok(Some((proc, listen, pids)))
 }
 
 /// haproxy as a plain streaming proxy, configured like the nginx path: two threads for the two
@@ -291,13 +198,6 @@ backend backend
     server backend {backend}
 "#
     )
-}
-
-/// The soft `RLIMIT_NOFILE` this process (and so every proxy it starts) runs under.
-fn nofile_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
 }
 
 fn start_haproxy(
@@ -340,6 +240,8 @@ fn start_haproxy(
 struct PathUnderTest {
     name: &'static str,
     addr: SocketAddr,
+    /// The load client speaks TLS to `addr`.
+    client_tls: bool,
     /// What the load client asks for: [`CHAT_PATH`], or [`UNMETERED_PATH`] (tokenmeter forwards
     /// it without metering its events).
     request_path: &'static str,
@@ -355,23 +257,6 @@ fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
-}
-
-/// One line of results.jsonl.
-#[derive(Debug, Serialize, Deserialize, Clone)]
-struct Record {
-    kind: String,
-    rep: usize,
-    path: String,
-    streams: usize,
-    interval_us: u64,
-    proxy_cpu_s: f64,
-    backend_cpu_s: f64,
-    loadavg: String,
-    #[serde(default)]
-    load: Option<LoadResult>,
-    #[serde(default)]
-    idle: Option<IdleResult>,
 }
 
 fn client(args: &[String]) -> Result<String, Error> {
@@ -390,9 +275,20 @@ struct Ctx<'a> {
     records: Vec<Record>,
     backend_pid: u32,
     args: &'a RunArgs,
+    /// The certificates, when a TLS path runs.
+    pki: Option<Pki>,
 }
 
 impl Ctx<'_> {
+    /// `--tls-ca <ca>` for a path the client speaks TLS on.
+    fn tls_args(&self, path: &PathUnderTest) -> Result<Vec<String>, Error> {
+        if !path.client_tls {
+            return Ok(Vec::new());
+        }
+        let pki = self.pki.as_ref().ok_or("a TLS path without certificates")?;
+        Ok(vec!["--tls-ca".into(), pki.ca.display().to_string()])
+    }
+
     fn load(
         &mut self,
         kind: &str,
@@ -410,7 +306,7 @@ impl Ctx<'_> {
         };
         let cpu0 = cpu(&path.pids);
         let backend0 = cpu(&[self.backend_pid]);
-        let json = client(&[
+        let mut client_args = vec![
             "load".into(),
             "--addr".into(),
             path.addr.to_string(),
@@ -426,7 +322,9 @@ impl Ctx<'_> {
             warmup.to_string(),
             "--path".into(),
             path.request_path.into(),
-        ])?;
+        ];
+        client_args.extend(self.tls_args(path)?);
+        let json = client(&client_args)?;
         let result: LoadResult = serde_json::from_str(&json)?;
         let record = Record {
             kind: kind.to_owned(),
@@ -450,7 +348,7 @@ impl Ctx<'_> {
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(",");
-        let json = client(&[
+        let mut client_args = vec![
             "idle".into(),
             "--addr".into(),
             path.addr.to_string(),
@@ -458,7 +356,9 @@ impl Ctx<'_> {
             streams.to_string(),
             "--pids".into(),
             pids,
-        ])?;
+        ];
+        client_args.extend(self.tls_args(path)?);
+        let json = client(&client_args)?;
         let result: IdleResult = serde_json::from_str(&json)?;
         let record = Record {
             kind: "idle".to_owned(),
@@ -487,53 +387,26 @@ impl Ctx<'_> {
 /// Runs everything; writes `results.jsonl` and `summary.md` under `--out`.
 pub fn run(args: RunArgs, _runtime: &tokio::runtime::Runtime) -> Result<(), Error> {
     std::fs::create_dir_all(&args.out)?;
-    let (backend, backend_addr) = start_backend(&args.out)?;
+    let selected = paths::select(&args.paths)?;
+    let pki = if selected.iter().any(|p| paths::is_tls(p.name)) {
+        Some(pki::generate(&args.out.join("tls"))?)
+    } else {
+        None
+    };
+    let (backend, backend_addr, backend_tls) = start_backend(&args.out, pki.as_ref())?;
     let backend_pid = backend.child.id();
-    let (_tokenmeter, tm_addr, tm_pids) = start_tokenmeter(&args, backend_addr)?;
-    let nginx = start_nginx(&args, backend_addr)?;
-    let haproxy = start_haproxy(&args, backend_addr)?;
-    let (_bare, bare_addr, bare_pids) = start_bare(&args.out, backend_addr)?;
-    let mut paths = vec![
-        PathUnderTest {
-            name: "direct",
-            addr: backend_addr,
-            request_path: CHAT_PATH,
-            pids: Vec::new(),
-        },
-        PathUnderTest {
-            name: "tokenmeter",
-            addr: tm_addr,
-            request_path: CHAT_PATH,
-            pids: tm_pids.clone(),
-        },
-        PathUnderTest {
-            name: "tokenmeter-unmetered",
-            addr: tm_addr,
-            request_path: UNMETERED_PATH,
-            pids: tm_pids,
-        },
-        PathUnderTest {
-            name: "hyper-bare",
-            addr: bare_addr,
-            request_path: CHAT_PATH,
-            pids: bare_pids,
-        },
-    ];
-    for (name, started) in [("nginx", &nginx), ("haproxy", &haproxy)] {
-        if let Some((_, addr, pids)) = started {
-            paths.push(PathUnderTest {
-                name,
-                addr: *addr,
-                request_path: CHAT_PATH,
-                pids: pids.clone(),
-            });
-        }
-    }
+    let backends = Backends {
+        plain: backend_addr,
+        tls: backend_tls,
+    };
+    // Stopped (dropped) when the run ends or fails.
+    let (_procs, paths) = start_paths(&args, &selected, backends, pki.as_ref())?;
     let mut ctx = Ctx {
         results: std::fs::File::create(args.out.join("results.jsonl"))?,
         records: Vec::new(),
         backend_pid,
         args: &args,
+        pki,
     };
     // Warm every path (pools, allocator arenas, page cache) before anything is measured.
     for path in &paths {
@@ -564,309 +437,115 @@ pub fn run(args: RunArgs, _runtime: &tokio::runtime::Runtime) -> Result<(), Erro
             ctx.idle(path, args.idle_streams)?;
         }
     }
-    let summary = summarize(&ctx.records, &args);
+    let summary = summarize(&ctx.records, args.reps, &args.concurrency);
     std::fs::write(args.out.join("summary.md"), &summary)?;
     println!("{summary}");
-    drop(nginx);
-    drop(haproxy);
     Ok(())
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.retain(|v| v.is_finite());
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
+/// Where the backend listens: plain HTTP, and TLS when a TLS path runs.
+#[derive(Debug, Clone, Copy)]
+struct Backends {
+    plain: SocketAddr,
+    tls: Option<SocketAddr>,
 }
 
-/// Per (kind, streams): path -> rep -> record.
-type Grouped<'a> = BTreeMap<(String, usize), BTreeMap<String, BTreeMap<usize, &'a Record>>>;
-
-fn group(records: &[Record]) -> Grouped<'_> {
-    let mut out: Grouped<'_> = BTreeMap::new();
-    for record in records.iter().filter(|r| r.load.is_some()) {
-        out.entry((record.kind.clone(), record.streams))
-            .or_default()
-            .entry(record.path.clone())
-            .or_default()
-            .insert(record.rep, record);
+/// Starts the proxies of the `selected` paths (a path whose proxy is not installed is left out)
+/// and returns them with the paths, in `selected`'s order.
+fn start_paths(
+    args: &RunArgs,
+    selected: &[&'static PathSpec],
+    backends: Backends,
+    pki: Option<&Pki>,
+) -> Result<(Vec<Proc>, Vec<PathUnderTest>), Error> {
+    let wants = |name: &str| selected.iter().any(|p| p.name == name);
+    let need_pki = || pki.ok_or("TLS paths need the certificates");
+    let need_tls_backend = || backends.tls.ok_or("TLS paths need the backend's TLS port");
+    let mut procs = Vec::new();
+    // name -> (address, pids) of each started proxy; tokenmeter's serves two paths.
+    let mut started: BTreeMap<&str, (SocketAddr, Vec<u32>)> = BTreeMap::new();
+    let mut keep =
+        |procs: &mut Vec<Proc>, name, (proc, addr, pids): (Proc, SocketAddr, Vec<u32>)| {
+            procs.push(proc);
+            started.insert(name, (addr, pids));
+        };
+    if wants("tokenmeter") || wants("tokenmeter-unmetered") {
+        let tm = start_tokenmeter(args, "tokenmeter", backends.plain, TokenmeterTls::None)?;
+        keep(&mut procs, "tokenmeter", tm);
     }
-    out
-}
-
-fn cpu_per_million(record: &Record) -> f64 {
-    let chunks = record.load.as_ref().map_or(0, |l| l.chunks_total);
-    if chunks == 0 {
-        f64::NAN
-    } else {
-        record.proxy_cpu_s / chunks as f64 * 1e6
-    }
-}
-
-fn fmt(value: f64) -> String {
-    if !value.is_finite() {
-        "–".to_owned()
-    } else if value.abs() >= 100.0 {
-        format!("{value:.0}")
-    } else if value.abs() >= 10.0 {
-        format!("{value:.1}")
-    } else {
-        format!("{value:.2}")
-    }
-}
-
-/// The median over reps of `f(path) - f(direct)`, paired by repetition.
-fn added(
-    by_path: &BTreeMap<String, BTreeMap<usize, &Record>>,
-    path: &str,
-    f: impl Fn(&LoadResult) -> f64,
-) -> f64 {
-    let (Some(this), Some(direct)) = (by_path.get(path), by_path.get("direct")) else {
-        return f64::NAN;
-    };
-    median(
-        this.iter()
-            .filter_map(|(rep, record)| {
-                let base = direct.get(rep)?.load.as_ref()?;
-                Some(f(record.load.as_ref()?) - f(base))
-            })
-            .collect(),
-    )
-}
-
-fn med(reps: &BTreeMap<usize, &Record>, f: impl Fn(&Record) -> f64) -> f64 {
-    median(reps.values().map(|r| f(r)).collect())
-}
-
-fn summarize(records: &[Record], args: &RunArgs) -> String {
-    let grouped = group(records);
-    let mut out = String::new();
-    let paths = [
-        "direct",
-        "tokenmeter",
-        "tokenmeter-unmetered",
-        "hyper-bare",
-        "nginx",
-        "haproxy",
-    ];
-    out.push_str(&format!(
-        "Medians of {} repetitions; added = median of per-repetition differences against direct. \
-         Latencies in µs; CPU in CPU-seconds of the proxy process(es) per million content chunks.\n\n",
-        args.reps
-    ));
-    out.push_str("### Latency (paced streams)\n\n");
-    out.push_str("| streams | gap/stream | path | chunk p50 | chunk p99 | added p50 | added p99 | TTFT p50 | TTFT p99 | added TTFT p50 | added TTFT p99 | chunks/s | proxy CPU s/M chunks | load avg (1 5 15) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for ((kind, streams), by_path) in &grouped {
-        if kind != "latency" {
-            continue;
-        }
-        for path in paths {
-            let Some(reps) = by_path.get(path) else {
-                continue;
-            };
-            let l = |f: fn(&LoadResult) -> f64| med(reps, |r| r.load.as_ref().map_or(f64::NAN, f));
-            let interval = reps.values().next().map_or(0, |r| r.interval_us);
-            let loads: Vec<_> = reps.values().map(|r| r.loadavg.clone()).collect();
-            out.push_str(&format!(
-                "| {streams} | {} ms | {path} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-                interval / 1000,
-                fmt(l(|x| x.chunk_p50_us)),
-                fmt(l(|x| x.chunk_p99_us)),
-                fmt(added(by_path, path, |x| x.chunk_p50_us)),
-                fmt(added(by_path, path, |x| x.chunk_p99_us)),
-                fmt(l(|x| x.ttft_p50_us)),
-                fmt(l(|x| x.ttft_p99_us)),
-                fmt(added(by_path, path, |x| x.ttft_p50_us)),
-                fmt(added(by_path, path, |x| x.ttft_p99_us)),
-                fmt(l(|x| x.chunks_per_s)),
-                fmt(med(reps, cpu_per_million)),
-                loads.join(" / "),
-            ));
-        }
-    }
-    out.push_str("\n### Saturation (chunks back to back)\n\n| streams | path | chunks/s | proxy CPU s/M chunks | client CPU s | backend CPU s | load avg |\n|---|---|---|---|---|---|---|\n");
-    let mut saturation_cpu = BTreeMap::new();
-    for ((kind, streams), by_path) in &grouped {
-        if kind != "saturation" {
-            continue;
-        }
-        for path in paths {
-            let Some(reps) = by_path.get(path) else {
-                continue;
-            };
-            let per_million = med(reps, cpu_per_million);
-            saturation_cpu.insert(path, per_million);
-            out.push_str(&format!(
-                "| {streams} | {path} | {} | {} | {} | {} | {} |\n",
-                fmt(med(reps, |r| r
-                    .load
-                    .as_ref()
-                    .map_or(f64::NAN, |l| l.chunks_per_s))),
-                fmt(per_million),
-                fmt(med(reps, |r| r
-                    .load
-                    .as_ref()
-                    .map_or(f64::NAN, |l| l.client_cpu_s))),
-                fmt(med(reps, |r| r.backend_cpu_s)),
-                reps.values()
-                    .map(|r| r.loadavg.clone())
-                    .collect::<Vec<_>>()
-                    .join(" / "),
-            ));
-        }
-    }
-    out.push_str("\n### Idle streams\n\n| path | streams open | RSS before (MiB) | RSS with streams (MiB) | KiB per stream |\n|---|---|---|---|---|\n");
-    let mut idle_kib = BTreeMap::new();
-    for record in records.iter().filter(|r| r.kind == "idle") {
-        if let Some(idle) = &record.idle {
-            idle_kib.insert(record.path.clone(), idle.kib_per_stream);
-            out.push_str(&format!(
-                "| {} | {} / {} | {} | {} | {} |\n",
-                record.path,
-                idle.streams_open,
-                idle.streams_wanted,
-                fmt(idle.rss_before_kib as f64 / 1024.0),
-                fmt(idle.rss_after_kib as f64 / 1024.0),
-                fmt(idle.kib_per_stream),
-            ));
-        }
-    }
-    out.push_str(&breakdown(
-        &grouped,
-        &saturation_cpu,
-        &idle_kib,
-        args.concurrency.iter().min().copied(),
-        args.concurrency.iter().max().copied(),
-    ));
-    for baseline in ["nginx", "haproxy"] {
-        if records.iter().any(|r| r.path == baseline) {
-            out.push_str(&versus(
-                baseline,
-                &grouped,
-                &saturation_cpu,
-                &idle_kib,
-                args.concurrency.iter().max().copied(),
-            ));
-        }
-    }
-    out
-}
-
-/// The breakdown table: what a bare proxy on hyper's server and client (hyper-bare), tokenmeter
-/// forwarding without metering, and tokenmeter metering every event each cost, next to nginx, at
-/// the lowest (`low`) and the highest (`top`) paced concurrency and at saturation. The difference
-/// between the two tokenmeter columns is the metering; the unmetered column is the forwarding.
-fn breakdown(
-    grouped: &Grouped<'_>,
-    saturation_cpu: &BTreeMap<&str, f64>,
-    idle_kib: &BTreeMap<String, f64>,
-    low: Option<usize>,
-    top: Option<usize>,
-) -> String {
-    let columns = ["hyper-bare", "tokenmeter-unmetered", "tokenmeter", "nginx"];
-    let mut out = format!(
-        "\n### Where the cost goes: forwarding and metering\n\n| figure | {} |\n|---|---|---|---|---|\n",
-        columns.join(" | ")
-    );
-    let mut row = |label: String, value: &dyn Fn(&str) -> f64| {
-        let cells: Vec<String> = columns.iter().map(|path| fmt(value(path))).collect();
-        out.push_str(&format!("| {label} | {} |\n", cells.join(" | ")));
-    };
-    row("CPU s per M chunks (saturation)".to_owned(), &|path| {
-        saturation_cpu.get(path).copied().unwrap_or(f64::NAN)
-    });
-    let paced = |streams: Option<usize>| {
-        streams.and_then(|n| Some((n, grouped.get(&("latency".to_owned(), n))?)))
-    };
-    if let Some((top, by_path)) = paced(top) {
-        row(
-            format!("CPU s per M chunks (paced, {top} streams)"),
-            &|path| {
-                by_path
-                    .get(path)
-                    .map_or(f64::NAN, |reps| med(reps, cpu_per_million))
-            },
+    if wants("hyper-bare") {
+        keep(
+            &mut procs,
+            "hyper-bare",
+            start_bare(&args.out, backends.plain)?,
         );
     }
-    for (streams, label, f) in [
-        (
-            low,
-            "added chunk p50 µs",
-            (|x: &LoadResult| x.chunk_p50_us) as fn(&LoadResult) -> f64,
-        ),
-        (top, "added chunk p99 µs", |x: &LoadResult| x.chunk_p99_us),
-        (top, "added TTFT p99 µs", |x: &LoadResult| x.ttft_p99_us),
-    ] {
-        if let Some((n, by_path)) = paced(streams) {
-            row(format!("{label} ({n} streams)"), &|path| {
-                added(by_path, path, f)
-            });
+    if wants("nginx") {
+        if let Some(n) = nginx::start(
+            &args.nginx,
+            &args.out,
+            "nginx",
+            backends.plain,
+            NginxTls::None,
+        )? {
+            keep(&mut procs, "nginx", n);
         }
     }
-    row("KiB per idle stream".to_owned(), &|path| {
-        idle_kib.get(path).copied().unwrap_or(f64::NAN)
-    });
-    out
-}
-
-/// The `tokenmeter / <baseline>` table: the figures the headline quotes, tokenmeter's against one
-/// C baseline's, at the saturation point and the highest paced concurrency (`top`).
-fn versus(
-    baseline: &str,
-    grouped: &Grouped<'_>,
-    saturation_cpu: &BTreeMap<&str, f64>,
-    idle_kib: &BTreeMap<String, f64>,
-    top: Option<usize>,
-) -> String {
-    let mut out = format!(
-        "\n### tokenmeter / {baseline}\n\n| figure | tokenmeter | {baseline} | ratio |\n|---|---|---|---|\n"
-    );
-    let mut row = |label: &str, a: f64, b: f64| {
-        out.push_str(&format!(
-            "| {label} | {} | {} | {} |\n",
-            fmt(a),
-            fmt(b),
-            fmt(a / b)
-        ));
-    };
-    if let (Some(tm), Some(base)) = (
-        saturation_cpu.get("tokenmeter"),
-        saturation_cpu.get(baseline),
-    ) {
-        row("CPU s per M chunks (saturation)", *tm, *base);
-    }
-    let paced = top.and_then(|top| Some((top, grouped.get(&("latency".to_owned(), top))?)));
-    if let Some((top, by_path)) = paced {
-        if let (Some(tm), Some(base)) = (by_path.get("tokenmeter"), by_path.get(baseline)) {
-            row(
-                &format!("CPU s per M chunks (paced, {top} streams)"),
-                med(tm, cpu_per_million),
-                med(base, cpu_per_million),
-            );
-            for (label, f) in [
-                (
-                    "added chunk p99 µs",
-                    (|x: &LoadResult| x.chunk_p99_us) as fn(&LoadResult) -> f64,
-                ),
-                ("added TTFT p99 µs", |x: &LoadResult| x.ttft_p99_us),
-            ] {
-                row(
-                    &format!("{label} ({top} streams)"),
-                    added(by_path, "tokenmeter", f),
-                    added(by_path, baseline, f),
-                );
-            }
+    if wants("haproxy") {
+        if let Some(h) = start_haproxy(args, backends.plain)? {
+            keep(&mut procs, "haproxy", h);
         }
     }
-    if let (Some(tm), Some(base)) = (idle_kib.get("tokenmeter"), idle_kib.get(baseline)) {
-        row("KiB per idle stream", *tm, *base);
+    if wants("tokenmeter-tls-client") {
+        let tls = TokenmeterTls::Client(need_pki()?);
+        let tm = start_tokenmeter(args, "tokenmeter-tls-client", backends.plain, tls)?;
+        keep(&mut procs, "tokenmeter-tls-client", tm);
     }
-    out
+    if wants("tokenmeter-tls-upstream") {
+        let tls = TokenmeterTls::Upstream(need_pki()?);
+        let tm = start_tokenmeter(args, "tokenmeter-tls-upstream", need_tls_backend()?, tls)?;
+        keep(&mut procs, "tokenmeter-tls-upstream", tm);
+    }
+    if wants("nginx-tls-client") {
+        let tls = NginxTls::Client(need_pki()?);
+        if let Some(n) = nginx::start(
+            &args.nginx,
+            &args.out,
+            "nginx-tls-client",
+            backends.plain,
+            tls,
+        )? {
+            keep(&mut procs, "nginx-tls-client", n);
+        }
+    }
+    if wants("nginx-tls-upstream") {
+        let tls = NginxTls::Upstream(need_pki()?);
+        let backend = need_tls_backend()?;
+        if let Some(n) = nginx::start(&args.nginx, &args.out, "nginx-tls-upstream", backend, tls)? {
+            keep(&mut procs, "nginx-tls-upstream", n);
+        }
+    }
+    let mut paths = Vec::new();
+    for spec in selected {
+        let (addr, pids, request_path) = match spec.name {
+            "direct" => (backends.plain, Vec::new(), CHAT_PATH),
+            "direct-tls" => (need_tls_backend()?, Vec::new(), CHAT_PATH),
+            "tokenmeter-unmetered" => match started.get("tokenmeter") {
+                Some((addr, pids)) => (*addr, pids.clone(), UNMETERED_PATH),
+                None => continue,
+            },
+            name => match started.get(name) {
+                Some((addr, pids)) => (*addr, pids.clone(), CHAT_PATH),
+                None => continue, // not installed
+            },
+        };
+        paths.push(PathUnderTest {
+            name: spec.name,
+            addr,
+            client_tls: spec.client_tls,
+            request_path,
+            pids,
+        });
+    }
+    Ok((procs, paths))
 }

@@ -1,0 +1,90 @@
+//! The paths a run can measure, what each one is, and which direct path its "added" figures are
+//! taken against.
+//!
+//! The plain paths are compared with `direct` (client -> backend in plain HTTP). Every TLS path
+//! has exactly one TLS hop, so it is compared with `direct-tls` (the client speaking TLS straight
+//! to the backend, the one hop there is without a proxy): "added" is then what the proxy hop adds
+//! to a TLS deployment, including the TLS work it takes over from the endpoint — the
+//! `-tls-client` proxies decrypt the client's TLS and forward in plain HTTP; the `-tls-upstream`
+//! proxies receive plain HTTP and encrypt to the backend. CPU per chunk is the proxy's alone.
+use super::procs::Error;
+
+/// One path of the benchmark.
+#[derive(Debug)]
+pub struct PathSpec {
+    pub name: &'static str,
+    /// The path its added latency and TTFT are paired against.
+    pub baseline: &'static str,
+    /// The load client speaks TLS on it.
+    pub client_tls: bool,
+}
+
+const fn plain(name: &'static str) -> PathSpec {
+    PathSpec {
+        name,
+        baseline: "direct",
+        client_tls: false,
+    }
+}
+
+const fn tls(name: &'static str, client_tls: bool) -> PathSpec {
+    PathSpec {
+        name,
+        baseline: "direct-tls",
+        client_tls,
+    }
+}
+
+/// Every path, in the order the summary lists them.
+pub const PATHS: [PathSpec; 11] = [
+    plain("direct"),
+    plain("tokenmeter"),
+    plain("tokenmeter-unmetered"),
+    plain("hyper-bare"),
+    plain("nginx"),
+    plain("haproxy"),
+    // Client -> TLS backend, no proxy: the baseline of the TLS paths.
+    tls("direct-tls", true),
+    // Client -(TLS)-> proxy -(plain)-> backend.
+    tls("tokenmeter-tls-client", true),
+    tls("nginx-tls-client", true),
+    // Client -(plain)-> proxy -(TLS)-> backend.
+    tls("tokenmeter-tls-upstream", false),
+    tls("nginx-tls-upstream", false),
+];
+
+/// The TLS paths (what `--tls-only` runs).
+pub fn is_tls(name: &str) -> bool {
+    PATHS
+        .iter()
+        .any(|p| p.name == name && p.baseline == "direct-tls")
+}
+
+/// The paths `wanted` names (all when empty), with the baselines they are compared against, in
+/// [`PATHS`] order. An unknown name is an error that lists the known ones.
+pub fn select(wanted: &[String]) -> Result<Vec<&'static PathSpec>, Error> {
+    if let Some(unknown) = wanted
+        .iter()
+        .find(|w| !PATHS.iter().any(|p| p.name == w.as_str()))
+    {
+        let known: Vec<&str> = PATHS.iter().map(|p| p.name).collect();
+        return Err(format!(
+            "unknown path {unknown:?}; the paths are {}",
+            known.join(", ")
+        )
+        .into());
+    }
+    let named = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+    let chosen = |spec: &PathSpec| {
+        named(spec.name)
+            || PATHS
+                .iter()
+                .any(|p| named(p.name) && p.baseline == spec.name)
+    };
+    Ok(PATHS.iter().filter(|p| chosen(p)).collect())
+}
+
+/// The spec of `name` (a path of [`PATHS`]).
+pub fn spec(name: &str) -> Option<&'static PathSpec> {
+    PATHS.iter().find(|p| p.name == name)
+}
