@@ -132,6 +132,18 @@ fn shipped_config_checks() {
     );
 }
 
+/// A child process killed when the test ends early (a failed assert), so none is left running.
+struct KillOnDrop(Option<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Polls the admin port until `tokenmeter_config_reloads_total{result}` is `value` (10 s at most).
 async fn wait_for_reloads(admin: std::net::SocketAddr, result: &str, value: f64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -184,6 +196,7 @@ async fn the_file_watch_and_sighup_reload_the_config_file() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("tokenmeter serve starts");
+    let mut child = KillOnDrop(Some(child));
     let admin_addr: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().expect("addr");
     let traffic_addr: std::net::SocketAddr = format!("127.0.0.1:{traffic}").parse().expect("addr");
     let mut ready = false;
@@ -221,7 +234,7 @@ async fn the_file_watch_and_sighup_reload_the_config_file() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     client::post(traffic_addr, chat, body).await;
     a.next_request().await;
-    let pid = child.id().to_string();
+    let pid = child.0.as_ref().map(|c| c.id().to_string()).unwrap_or_default();
     let hup = Command::new("kill")
         .args(["-HUP", &pid])
         .status()
@@ -232,6 +245,7 @@ async fn the_file_watch_and_sighup_reload_the_config_file() {
     b.next_request().await;
 
     let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let child = child.0.take().expect("still ours");
     let exited = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
         .expect("join")
