@@ -234,7 +234,11 @@ async fn the_file_watch_and_sighup_reload_the_config_file() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     client::post(traffic_addr, chat, body).await;
     a.next_request().await;
-    let pid = child.0.as_ref().map(|c| c.id().to_string()).unwrap_or_default();
+    let pid = child
+        .0
+        .as_ref()
+        .map(|c| c.id().to_string())
+        .unwrap_or_default();
     let hup = Command::new("kill")
         .args(["-HUP", &pid])
         .status()

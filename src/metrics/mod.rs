@@ -9,6 +9,7 @@
 //! demo can run several proxies (and simulated replicas) in one process without their series mixing.
 //! Handles are resolved once per request ([`Metrics::stream`]) and only touched per token after that.
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -204,7 +205,8 @@ pub struct Metrics {
     /// Every histogram: fixed buckets on atomics, so a token costs no clock read or allocation.
     histograms: Histograms,
     models: ModelLabels,
-    stall_threshold: Duration,
+    /// `metering.stall_threshold` in nanoseconds (a reload may change it).
+    stall_threshold: AtomicU64,
     /// Every label set's per-stream handles, resolved once (see [`Metrics::stream`]).
     streams: Mutex<HashMap<RequestLabels, StreamMetrics>>,
 }
@@ -257,7 +259,7 @@ impl Metrics {
                 &labelled_models(config),
                 config.metering.max_observed_models,
             ),
-            stall_threshold: config.metering.stall_threshold,
+            stall_threshold: AtomicU64::new(nanos(config.metering.stall_threshold)),
             streams: Mutex::new(HashMap::new()),
         };
         metrics.describe();
@@ -300,9 +302,11 @@ impl Metrics {
     }
 
     /// Applies a reloaded config's model lists (`metering.models`, `routing.model_tokens_per_byte`)
-    /// to the label values of requests from now on.
+    /// to the label values of requests from now on, and its `metering.stall_threshold`.
     pub fn reload_models(&self, config: &Config) {
         self.models.set_fixed(&labelled_models(config));
+        self.stall_threshold
+            .store(nanos(config.metering.stall_threshold), Ordering::Relaxed);
     }
 
     /// The bounded label value for a request's model name.
@@ -341,12 +345,17 @@ impl Metrics {
             pool: Arc::clone(pool),
         };
         let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(known) = streams.get(&labels) {
-            return known.clone();
-        }
-        let resolved = self.resolve_stream(labels.clone());
-        streams.insert(labels, resolved.clone());
-        resolved
+        let mut handles = match streams.get(&labels) {
+            Some(known) => known.clone(),
+            None => {
+                let resolved = self.resolve_stream(labels.clone());
+                streams.insert(labels, resolved.clone());
+                resolved
+            }
+        };
+        handles.stall_threshold =
+            Duration::from_nanos(self.stall_threshold.load(Ordering::Relaxed));
+        handles
     }
 
     fn resolve_stream(&self, labels: RequestLabels) -> StreamMetrics {
@@ -367,7 +376,7 @@ impl Metrics {
             input_total: self.counter(TOKENS, tokens("input")),
             output_total: self.counter(TOKENS, tokens("output")),
             stalls: self.counter(STALLS, labels.base()),
-            stall_threshold: self.stall_threshold,
+            stall_threshold: Duration::from_nanos(self.stall_threshold.load(Ordering::Relaxed)),
             ends: Arc::default(),
             labels,
         }
@@ -795,6 +804,10 @@ pub struct EndCounters {
     slo: [[OnceLock<Counter>; 2]; 3],
     source: [OnceLock<Counter>; 2],
     cache: [OnceLock<Counter>; 2],
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The models that always get their own label value. A model with its own prompt prior needs its

@@ -13,9 +13,9 @@
 //! the offending bytes never reach h2, and other connections never notice. Work per abusive
 //! connection is therefore bounded by the budget, memory by a frame head.
 //!
-//! It is generic over the IO so it can wrap any connection that may speak HTTP/2 (h2c over TCP
-//! now, TLS with ALPN `h2` later); bytes that are not the HTTP/2 preface turn it into a plain
-//! pass-through.
+//! It is generic over the IO so it wraps every connection that may speak HTTP/2: h2c over TCP, and
+//! TLS connections whose ALPN is not `http/1.1`; bytes that are not the HTTP/2 preface turn it
+//! into a plain pass-through.
 //!
 //! ```no_run
 //! # use std::sync::Arc;
