@@ -281,3 +281,62 @@ async fn restart_only_keys_are_reported_and_live_ones_apply() {
     );
     open.collect().await;
 }
+
+#[tokio::test]
+async fn a_reload_that_points_the_listener_at_other_certificate_files_serves_them() {
+    use std::sync::Arc;
+
+    use support::tls::{client_config, Ca, TempDir};
+    use tokenmeter::config::ServerTlsConfig;
+
+    let dir = TempDir::new("reload-tls");
+    let (old_ca, new_ca) = (Ca::new("old CA"), Ca::new("new CA"));
+    let (old_cert, old_key) = old_ca.server().write(&dir, "old");
+    let (new_cert, new_key) = new_ca.server().write(&dir, "new");
+    let trust_old = Arc::new(client_config(&dir.write("old-ca.crt", &old_ca.pem), None));
+    let trust_new = Arc::new(client_config(&dir.write("new-ca.crt", &new_ca.pem), None));
+    let backend = Backend::start(vllm(Duration::from_millis(1))).await;
+    let with_tls = |cert: &std::path::Path, key: &std::path::Path| {
+        let mut config = pool_of(&[&backend.url]);
+        config.server.tls = Some(ServerTlsConfig {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            client_ca: None,
+            reload_interval: Duration::ZERO,
+        });
+        config
+    };
+    let proxy = start_proxy(with_tls(&old_cert, &old_key)).await;
+    let before = client::open_tls(proxy.traffic_addr, Arc::clone(&trust_old), CHAT, BODY)
+        .await
+        .collect()
+        .await;
+    assert_eq!(before.bytes(), fixture("vllm-chat-usage.sse"));
+
+    // A key that does not fit: refused, the old certificate keeps serving.
+    let err = proxy
+        .reload(with_tls(&new_cert, &old_key))
+        .await
+        .expect_err("a key of another certificate");
+    assert!(err.contains("server.tls.key"), "names the key: {err}");
+    let still = client::open_tls(proxy.traffic_addr, Arc::clone(&trust_old), CHAT, BODY)
+        .await
+        .collect()
+        .await;
+    assert_eq!(still.status, 200, "the running certificate still serves");
+
+    let applied = proxy
+        .reload(with_tls(&new_cert, &new_key))
+        .await
+        .expect("the new files load");
+    assert!(applied.restart_required.is_empty(), "{applied:?}");
+    let after = client::open_tls(proxy.traffic_addr, trust_new, CHAT, BODY)
+        .await
+        .collect()
+        .await;
+    assert_eq!(
+        after.bytes(),
+        fixture("vllm-chat-usage.sse"),
+        "new connections get the new certificate"
+    );
+}
