@@ -724,3 +724,65 @@ impl AsyncWrite for FrameCounter {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rapid_reset_over_tls_with_alpn_h2_is_closed_and_counted_too() {
+    use support::tls::{client_config, Ca, TempDir};
+
+    let dir = TempDir::new("h2-tls-abuse");
+    let ca = Ca::new("test CA");
+    let (cert, key) = ca.server().write(&dir, "server");
+    let backend = backend().await;
+    let mut config = config_for(&backend.url);
+    config.server.tls = Some(tokenmeter::config::ServerTlsConfig {
+        cert,
+        key,
+        client_ca: None,
+        reload_interval: Duration::ZERO,
+    });
+    let proxy = start_proxy(config).await;
+    let mut tls = client_config(&dir.write("ca.crt", &ca.pem), None);
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let stream = TcpStream::connect(proxy.traffic_addr)
+        .await
+        .expect("connect");
+    let name = rustls_pki_types::ServerName::try_from("localhost").expect("name");
+    let mut stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(name, stream)
+        .await
+        .expect("TLS handshake");
+    assert_eq!(
+        stream.get_ref().1.alpn_protocol(),
+        Some(&b"h2"[..]),
+        "ALPN agreed on h2"
+    );
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &[]));
+    let mut write_failed = stream.write_all(&hello).await.is_err();
+    for round in 0..10 {
+        if write_failed {
+            break;
+        }
+        let bytes = Flood::RapidReset.round(round);
+        let sent = tokio::time::timeout(Duration::from_secs(10), async {
+            stream.write_all(&bytes).await?;
+            stream.flush().await
+        })
+        .await;
+        write_failed = !matches!(sent, Ok(Ok(())));
+    }
+    // Whether or not a write failed (loopback buffers are deep), the proxy must have closed it.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut rest)).await;
+    assert!(
+        closed.is_ok(),
+        "the proxy closed the TLS connection (write failed: {write_failed})"
+    );
+    support::wait_for_metric(&proxy, ABUSE, &[("kind", "rapid_reset")], 1.0).await;
+    let text = proxy.metrics.render();
+    assert_eq!(
+        prom::sum(&text, ABUSE, &[]),
+        1.0,
+        "only the rapid reset was counted"
+    );
+}
