@@ -9,15 +9,14 @@ use std::time::Duration;
 use tokenmeter::config::{BalanceLoad, Config, PoolConfig};
 
 use support::backend::{Backend, Script, Seen};
-use support::{client, config_for, events_of, fixture, prom, start_proxy};
+use support::{client, config_for, fixture, prom, start_proxy};
 
 const CHAT: &str = "/v1/chat/completions";
 const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"max_tokens":7,"stream_options":{"include_usage":true}}"#;
 
 /// The vLLM fixture's events, `gap` apart.
 fn vllm(gap: Duration) -> impl Fn(&Seen) -> Script {
-    let events = events_of(&fixture("vllm-chat-usage.sse"));
-    move |_seen: &Seen| Script::sse(events.iter().map(|e| (gap, e.clone())).collect())
+    support::backend::replay("vllm-chat-usage.sse", gap)
 }
 
 fn authority(backend: &Backend) -> String {

@@ -18,6 +18,19 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Waits (5 s at most) until the binary's admin port answers `/readyz` with 200.
+async fn wait_ready(admin_addr: std::net::SocketAddr) {
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(admin_addr).await.is_ok()
+            && client::get(admin_addr, "/readyz").await.0 == 200
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the admin port did not become ready");
+}
+
 #[tokio::test]
 async fn serve_runs_from_env_and_drains_on_sigterm() {
     let backend = Backend::start(|_| {
@@ -42,18 +55,7 @@ async fn serve_runs_from_env_and_drains_on_sigterm() {
     let admin_addr = format!("127.0.0.1:{admin}").parse().expect("addr");
     let traffic_addr = format!("127.0.0.1:{traffic}").parse().expect("addr");
 
-    // Wait (bounded) until the admin port answers ready.
-    let mut ready = false;
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(admin_addr).await.is_ok()
-            && client::get(admin_addr, "/readyz").await.0 == 200
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(ready, "the admin port became ready");
+    wait_ready(admin_addr).await;
 
     let body = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true}"#;
     let streamed = client::post(traffic_addr, "/v1/chat/completions", body).await;
@@ -199,17 +201,7 @@ async fn the_file_watch_and_sighup_reload_the_config_file() {
     let mut child = KillOnDrop(Some(child));
     let admin_addr: std::net::SocketAddr = format!("127.0.0.1:{admin}").parse().expect("addr");
     let traffic_addr: std::net::SocketAddr = format!("127.0.0.1:{traffic}").parse().expect("addr");
-    let mut ready = false;
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(admin_addr).await.is_ok()
-            && client::get(admin_addr, "/readyz").await.0 == 200
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(ready, "the admin port became ready");
+    wait_ready(admin_addr).await;
     let body = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"stream_options":{"include_usage":true}}"#;
     let chat = "/v1/chat/completions";
     client::post(traffic_addr, chat, body).await;

@@ -12,15 +12,14 @@ use tokenmeter::config::{Config, ServerTlsConfig};
 
 use support::backend::{Backend, Script, Seen};
 use support::tls::{client_config, Ca, TempDir};
-use support::{client, config_for, events_of, fixture, prom, start_proxy, wait_for_metric};
+use support::{client, config_for, fixture, prom, start_proxy, wait_for_metric};
 
 const CHAT: &str = "/v1/chat/completions";
 const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"max_tokens":7,"stream_options":{"include_usage":true}}"#;
 
-/// Answers every request with the vLLM fixture's events, `gap` apart.
+/// The vLLM fixture's events, `gap` apart.
 fn vllm(gap: Duration) -> impl Fn(&Seen) -> Script {
-    let events = events_of(&fixture("vllm-chat-usage.sse"));
-    move |_seen: &Seen| Script::sse(events.iter().map(|e| (gap, e.clone())).collect())
+    support::backend::replay("vllm-chat-usage.sse", gap)
 }
 
 fn tls_table(cert: &Path, key: &Path) -> ServerTlsConfig {

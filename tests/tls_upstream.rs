@@ -12,19 +12,13 @@ use tokenmeter::config::{Config, PoolConfig, UpstreamTlsConfig};
 use support::backend::{Backend, Script, Seen};
 use support::nginx::{free_port, tls_server, Nginx};
 use support::tls::{Ca, LeafSpec, TempDir};
-use support::{client, config_for, events_of, fixture, prom, start_proxy};
+use support::{client, config_for, fixture, prom, start_proxy};
 
 const CHAT: &str = "/v1/chat/completions";
 const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"max_tokens":7,"stream_options":{"include_usage":true}}"#;
 
-fn vllm(_seen: &Seen) -> Script {
-    let events = events_of(&fixture("vllm-chat-usage.sse"));
-    Script::sse(
-        events
-            .into_iter()
-            .map(|e| (Duration::from_millis(2), e))
-            .collect(),
-    )
+fn vllm(seen: &Seen) -> Script {
+    support::backend::replay("vllm-chat-usage.sse", Duration::from_millis(2))(seen)
 }
 
 /// A proxy config whose one pool is `url`, with `tls` for it.

@@ -405,13 +405,7 @@ impl Server {
                                 return;
                             };
                             let io = GuardedStream::new(stream, io_framing, max_head);
-                            if http1 {
-                                serve(&builders.http1, io, service, watcher, peer).await;
-                            } else {
-                                // May be HTTP/2: its frames are counted against the abuse budgets.
-                                let io = H2Guard::new(io, h2_budgets, h2_abuse);
-                                serve(&builders.auto, io, service, watcher, peer).await;
-                            }
+                            builders.serve(http1, io, (h2_budgets, h2_abuse), service, watcher, peer).await;
                             return;
                         };
                         let handshake = tls::acceptor::handshake(tls.acceptor(), stream, first_byte_timeout);
@@ -429,12 +423,7 @@ impl Server {
                         // ALPN says the protocol; a client that offered none gets the detecting builder.
                         let http1 = stream.get_ref().1.alpn_protocol() == Some(b"http/1.1");
                         let io = GuardedStream::new(stream, io_framing, max_head);
-                        if http1 {
-                            serve(&builders.http1, io, service, watcher, peer).await;
-                        } else {
-                            let io = H2Guard::new(io, h2_budgets, h2_abuse);
-                            serve(&builders.auto, io, service, watcher, peer).await;
-                        }
+                        builders.serve(http1, io, (h2_budgets, h2_abuse), service, watcher, peer).await;
                     });
                 }
             }
@@ -500,6 +489,36 @@ impl TrafficBuilders {
         let auto = traffic_builder(config);
         let http1 = auto.clone().http1_only();
         Self { auto, http1 }
+    }
+
+    /// Serves a connection known to speak HTTP/1 with the HTTP/1 builder; any other (h2c, TLS
+    /// with ALPN `h2` or none) with the detecting builder, its frames counted against the HTTP/2
+    /// abuse budgets.
+    async fn serve<I, S, B>(
+        &self,
+        http1: bool,
+        io: I,
+        (budgets, abuse): (Budgets, Arc<AbuseCounters>),
+        service: S,
+        watcher: hyper_util::server::graceful::Watcher,
+        peer: SocketAddr,
+    ) where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        S: hyper::service::Service<Request<Incoming>, Response = http::Response<B>>
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        B: http_body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        if http1 {
+            serve(&self.http1, io, service, watcher, peer).await;
+        } else {
+            let io = H2Guard::new(io, budgets, abuse);
+            serve(&self.auto, io, service, watcher, peer).await;
+        }
     }
 }
 

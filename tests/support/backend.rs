@@ -51,6 +51,13 @@ impl Script {
     }
 }
 
+/// Answers every request with the events of the OpenAI stream fixture `name`, `gap` apart (each
+/// event one chunk), whatever the request asked.
+pub fn replay(name: &str, gap: Duration) -> impl Fn(&Seen) -> Script + Send + Sync + 'static {
+    let events = super::events_of(&super::fixture(name));
+    move |_seen: &Seen| Script::sse(events.iter().map(|e| (gap, e.clone())).collect())
+}
+
 /// What the backend saw of one request.
 #[derive(Debug, Clone)]
 pub struct Seen {
