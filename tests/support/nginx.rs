@@ -69,6 +69,19 @@ impl Nginx {
         nginx
     }
 
+    /// The access log once it has `lines` lines (10 s at most): nginx writes a request's line
+    /// after it sent the response, so the client can see the response first.
+    pub fn access_log_of(&self, lines: usize) -> Vec<Vec<String>> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.access_log();
+            if log.len() >= lines || std::time::Instant::now() >= deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The access log's lines so far, split on `|` (see [`LOG_FORMAT`]).
     pub fn access_log(&self) -> Vec<Vec<String>> {
         std::fs::read_to_string(&self.log)
