@@ -64,11 +64,16 @@ pub async fn open_with(
     body: &str,
     headers: &[(&str, &str)],
 ) -> OpenStream {
-    let stream = TcpStream::connect(addr)
-        .await
-        .expect("connect to the proxy");
-    stream.set_nodelay(true).expect("nodelay");
-    send_over(stream, addr, protocol, method, path, body, headers).await
+    send_over(
+        connect(addr).await,
+        addr,
+        protocol,
+        method,
+        path,
+        body,
+        headers,
+    )
+    .await
 }
 
 /// Sends a POST over TLS (`config` trusting the proxy's CA), speaking what ALPN agreed.
@@ -78,10 +83,7 @@ pub async fn open_tls(
     path: &str,
     body: &str,
 ) -> OpenStream {
-    let stream = TcpStream::connect(addr)
-        .await
-        .expect("connect to the proxy");
-    stream.set_nodelay(true).expect("nodelay");
+    let stream = connect(addr).await;
     let name = rustls_pki_types::ServerName::try_from("localhost").expect("a name");
     let stream = tokio_rustls::TlsConnector::from(config)
         .connect(name, stream)
@@ -92,6 +94,15 @@ pub async fn open_tls(
         _ => Protocol::Http1,
     };
     send_over(stream, addr, protocol, "POST", path, body, &[]).await
+}
+
+/// A new TCP connection to the proxy, `TCP_NODELAY` like a real client's.
+async fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr)
+        .await
+        .expect("connect to the proxy");
+    stream.set_nodelay(true).expect("nodelay");
+    stream
 }
 
 /// Sends one request over `stream` (`Protocol::H2c` means HTTP/2, over TLS or not).
@@ -195,6 +206,14 @@ impl OpenStream {
             frames,
             error,
         }
+    }
+
+    /// Reads to the end a stream whose `first` frame was already taken with
+    /// [`OpenStream::next_frame`]; the result holds every frame, the first included.
+    pub async fn collect_after(self, first: (Instant, Bytes)) -> Streamed {
+        let mut streamed = self.collect().await;
+        streamed.frames.insert(0, first);
+        streamed
     }
 
     /// Hangs up: the connection is closed at once.
