@@ -1,31 +1,56 @@
 //! The request context: one value per request that the phases fill in as the request moves down
-//! the stack, and that comes back up with the answer (or the failure).
+//! the stack, that comes back up with the answer (or the failure), and that ends the request.
 //!
 //! In the pingora style: each phase writes what it learned and reads what the phases before it
 //! wrote, so per-request state has one home and one type. Who writes what, outside in:
 //!
 //! | phase | writes |
 //! |---|---|
-//! | server (accept, per request) | `received`, `client`, `conflicting_framing` |
-//! | meter (head and body) | `dialect`, `generation` (the buffered body and the one walk over it), `model` |
-//! | router, plan ([`crate::route::Router::plan`]) | `estimate`, `plan`, `pool` (the first planned pool) |
-//! | router, dispatch ([`crate::route::Route`]) | `pool` (the pool of the attempt), `backend`, `in_flight` |
+//! | server (the head is in: [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `conflicting_framing`, `dialect`, `trace`, the finish hooks |
+//! | meter, head ([`crate::meter::layer`]) | `generation` (the buffered body and the one walk over it), `model`, `model_label`, `usage_injected`, `active`; `upstream_status` and `status` from the response head, or `status` of its own error answer |
+//! | route, plan ([`crate::route::plan`]) | `estimate`, `plan`, `pool` (the first planned pool) |
+//! | route, dispatch ([`crate::route::dispatch`]) | `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts` |
 //! | forward ([`crate::proxy::Forward`]) | takes `in_flight` into the response body; returns the context in the response's extensions, or in a [`crate::proxy::Failure`] |
+//! | meter, body ([`crate::meter::body`]) | `stream`: what the body showed (first byte, tokens, usage) |
 //!
 //! The context travels *by value*: down in the request's extensions, back up in the response's
 //! (or the failure), so the meter learns the pool and backend that answered without a shared cell.
-//! A retry on another backend starts from a clone (its fields are small or shared).
+//! Every layer takes it with [`RequestContext::take`] and gives it on with
+//! [`RequestContext::put`]: a context that is not there is a bug, counted and logged, never a
+//! fresh clock (a new `t0` would silently make every latency of the request wrong).
+//!
+//! **The one place a request ends** is [`RequestContext::finish`] ([`finish`]): the context is
+//! the request, and whatever happens to it — a metered stream, a refusal at admission, a
+//! passthrough, an upstream failure, the client leaving at any phase — it ends exactly once, and
+//! every finish hook of the stack that served it hears of it with the whole context. A context
+//! dropped without being finished was abandoned (hyper drops a request's future and its body when
+//! the client goes away), so its drop finishes it as `cancelled`, with everything the phases had
+//! written by then.
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http::{Extensions, HeaderMap, Method, StatusCode, Uri};
 use tokio::time::Instant;
 
 use crate::dialect::Dialect;
+use crate::metrics::exemplar::TraceId;
+use crate::metrics::Outcome;
 use crate::request::Inspection;
 use crate::upstream::{InFlight, Target};
 
+pub mod finish;
+pub mod record;
+
+use finish::Duty;
+pub use finish::{FinishHook, FinishHooks, Finished};
+use record::StreamRecord;
+
 /// Everything the proxy knows about one request. See the module docs for who writes what.
+///
+/// A clone is a copy of what the phases wrote, without the duty to finish: only the context the
+/// server made ends the request.
 #[derive(Debug, Clone)]
 pub struct RequestContext {
     /// When the proxy had the request head: `t0` of every latency.
@@ -40,10 +65,21 @@ pub struct RequestContext {
     /// The generation API the method and path name; `None` for any other request (proxied,
     /// counted, not metered).
     pub dialect: Option<Dialect>,
+    /// The request's W3C trace (from `traceparent`, which itself passes upstream unchanged): its
+    /// latencies become exemplars.
+    pub trace: Option<TraceId>,
     /// A generation request's buffered body and what one walk read from it.
     pub generation: Option<Generation>,
     /// The request's model name (from the body, or the path for Triton), for labels and rules.
     pub model: Option<String>,
+    /// The bounded `gen_ai_request_model` label of `model` (see
+    /// [`crate::metrics::Metrics::model_label`]), once the meter has read the body.
+    pub model_label: Option<Arc<str>>,
+    /// The meter asked the backend for usage on the client's behalf (`include_usage` injected).
+    pub usage_injected: bool,
+    /// The request is counted in `tokenmeter_streams_active` (the meter counts a generation
+    /// request once its body is read); the finish takes it off.
+    pub active: bool,
     /// The router's estimate of the prompt.
     pub estimate: Option<Estimate>,
     /// The pools the rules allow, best first.
@@ -52,12 +88,26 @@ pub struct RequestContext {
     pub pool: Option<Arc<str>>,
     /// The backend of the current (or last) attempt.
     pub backend: Option<Target>,
+    /// Attempts sent to a backend (more than one: retried elsewhere).
+    pub attempts: u32,
     /// The load guard of the current attempt, until the forwarder moves it into the body.
     pub in_flight: Option<InFlight>,
+    /// The status of the backend's response head; `None` while (or if) none came back.
+    pub upstream_status: Option<StatusCode>,
+    /// The status the client was answered with: the backend's, or the proxy's own error's.
+    pub status: Option<StatusCode>,
+    /// What the response body showed, stamped as it passed.
+    pub stream: StreamRecord,
+    /// Runs the finish hooks once (see [`finish`]).
+    duty: Duty,
 }
 
+/// Requests whose context a layer did not find: each is a bug (see [`RequestContext::take`]).
+static MISSING: AtomicU64 = AtomicU64::new(0);
+
 impl RequestContext {
-    /// A context for a request whose head arrived at `received`.
+    /// A context for a request whose head arrived at `received`, with no finish hooks (a context
+    /// of its own, for a router or a test; the server's come from [`RequestContext::for_head`]).
     pub fn new(received: Instant, client: Option<SocketAddr>) -> Self {
         Self {
             received,
@@ -65,14 +115,75 @@ impl RequestContext {
             client_tls: false,
             conflicting_framing: false,
             dialect: None,
+            trace: None,
             generation: None,
             model: None,
+            model_label: None,
+            usage_injected: false,
+            active: false,
             estimate: None,
             plan: RoutePlan::default(),
             pool: None,
             backend: None,
+            attempts: 0,
             in_flight: None,
+            upstream_status: None,
+            status: None,
+            stream: StreamRecord::new(received),
+            duty: Duty::armed(FinishHooks::default()),
         }
+    }
+
+    /// The same context, ended by `hooks`.
+    pub fn with_hooks(mut self, hooks: FinishHooks) -> Self {
+        self.duty = Duty::armed(hooks);
+        self
+    }
+
+    /// The context of a request whose head (`method`, `uri`, `headers`) arrived at `received`:
+    /// the API it names, its trace, and the hooks its finish runs.
+    pub fn for_head(
+        received: Instant,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        hooks: FinishHooks,
+    ) -> Self {
+        let mut context = Self::new(received, None).with_hooks(hooks);
+        context.dialect = Dialect::for_request(method, uri.path());
+        context.trace = headers
+            .get("traceparent")
+            .and_then(|value| value.to_str().ok())
+            .and_then(TraceId::from_traceparent);
+        context
+    }
+
+    /// Takes the context out of a request's (or a response's) extensions. Every request the
+    /// server hands to the stack carries one, so `None` is a bug: it is counted
+    /// ([`RequestContext::missing`]), logged, and fails a debug build; the caller answers with
+    /// an internal error rather than start a clock of its own.
+    pub fn take(extensions: &mut Extensions, layer: &'static str) -> Option<RequestContext> {
+        let context = extensions.remove::<RequestContext>();
+        if context.is_none() {
+            MISSING.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                layer,
+                "a request reached this layer without its context (a bug): answered with an internal error"
+            );
+            debug_assert!(false, "{layer}: the request context is missing");
+        }
+        context
+    }
+
+    /// Puts the context into a request's (or a response's) extensions for the next phase.
+    pub fn put(self, extensions: &mut Extensions) {
+        extensions.insert(self);
+    }
+
+    /// How many times a layer did not find a request's context since the process started
+    /// (`tokenmeter_internal_errors_total{kind="context_missing"}`).
+    pub fn missing() -> u64 {
+        MISSING.load(Ordering::Relaxed)
     }
 
     /// A generation body that did not read as a JSON object: whatever the backend answers, the
@@ -81,6 +192,34 @@ impl RequestContext {
         self.generation
             .as_ref()
             .is_some_and(|generation| generation.read.is_none())
+    }
+
+    /// Ends the request now: see [`RequestContext::finish_at`].
+    pub fn finish(self, outcome: Outcome, error: Option<&(dyn std::error::Error + 'static)>) {
+        self.finish_at(outcome, Instant::now(), error);
+    }
+
+    /// Ends the request at `at` with `outcome` (and the error the client was answered with, or
+    /// that cut its stream): every finish hook runs, once, with the whole context.
+    pub fn finish_at(
+        mut self,
+        outcome: Outcome,
+        at: Instant,
+        error: Option<&(dyn std::error::Error + 'static)>,
+    ) {
+        if let Some(hooks) = self.duty.take() {
+            hooks.run(&self, outcome, at, error);
+        }
+    }
+}
+
+impl Drop for RequestContext {
+    /// A context dropped unfinished was abandoned: the client went away (hyper dropped the
+    /// request's future, or its response body), or the server cut it at shutdown.
+    fn drop(&mut self) {
+        if let Some(hooks) = self.duty.take() {
+            hooks.run(self, Outcome::Cancelled, Instant::now(), None);
+        }
     }
 }
 
@@ -93,8 +232,8 @@ pub struct Generation {
     pub read: Option<Inspection>,
 }
 
-/// The router's prompt estimate: what it measured and the tokens it estimated, for the meter to
-/// calibrate with (and to use as N_in when the stream reports no `usage.prompt_tokens`).
+/// The router's prompt estimate: what it measured and the tokens it estimated, for the
+/// calibration (and as N_in when the stream reports no `usage.prompt_tokens`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Estimate {
     pub size: crate::request::PromptSize,
@@ -108,3 +247,6 @@ pub struct RoutePlan {
     /// Spill from `pools[0]` to `pools[1]` when the shortest queue of `pools[0]` is deeper.
     pub spill_queue_tokens: Option<u64>,
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,8 @@
 //! Properties of the metered body over arbitrary input: whatever the upstream sends (real streams,
 //! garbage, over-long lines) and however it is split into frames, the meter never panics, forwards
 //! exactly the bytes it received, and finishes the stream exactly once.
+#[path = "../benches/common/meter_fixture.rs"]
+mod fixture;
 mod support;
 
 use std::collections::VecDeque;
@@ -9,17 +11,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::Bytes;
-use http::StatusCode;
 use http_body::{Body, Frame};
 use proptest::prelude::*;
-use tokenmeter::config::Config;
 use tokenmeter::dialect::Dialect;
-use tokenmeter::meter::body::{MeteredBody, StreamMeter};
-use tokenmeter::meter::record::{SloTargets, StreamRecord};
-use tokenmeter::metrics::{Metrics, Operation};
+use tokenmeter::meter::body::MeteredBody;
+use tokenmeter::metrics::Metrics;
 use tokenmeter::proxy::BodyError;
 use tokenmeter::sse::{Framer, StreamFormat};
-use tokio::time::Instant;
 
 /// An upstream body of ready frames.
 struct Frames(VecDeque<Bytes>);
@@ -55,30 +53,8 @@ fn meter(
     dialect: Dialect,
     framing: StreamFormat,
 ) -> (Vec<u8>, Arc<Metrics>) {
-    let metrics = Arc::new(Metrics::new(&Config::default()).expect("metrics"));
-    let operation = Operation::of(dialect);
-    let model = metrics.model_label(Some("m"));
-    let label: Arc<str> = Arc::from("b");
-    let active = metrics.streams_active(operation, &model);
-    active.increment(1.0);
-    let meter = StreamMeter {
-        record: StreamRecord::new(Instant::now()),
-        handles: metrics.stream(operation, &model, &label, &label),
-        metrics: Arc::clone(&metrics),
-        active,
-        status: StatusCode::OK,
-        slo: SloTargets {
-            ttft: std::time::Duration::from_millis(800),
-            tpot: std::time::Duration::from_millis(35),
-        },
-        dialect,
-        // The smallest line cap the config allows, so over-long lines are exercised too.
-        framer: Some(Framer::new(framing, 1024)),
-        stripper: None,
-        whole: None,
-        estimate: None,
-        trace: None,
-    };
+    let metrics = fixture::metrics();
+    let context = fixture::chat_context(&metrics, "m");
     let mut points: Vec<usize> = cuts.iter().map(|cut| cut % (input.len() + 1)).collect();
     points.sort_unstable();
     points.dedup();
@@ -90,7 +66,10 @@ fn meter(
             start = point;
         }
     }
-    let mut body = MeteredBody::new(Frames(frames), meter);
+    // The smallest line cap the config allows, so over-long lines are exercised too.
+    let framer = Framer::new(framing, 1024);
+    let mut body: MeteredBody<Frames> =
+        fixture::metered_as(&metrics, context, dialect, framer, Frames(frames));
     let waker = Waker::from(Arc::new(Ready));
     let mut cx = Context::from_waker(&waker);
     let mut out = Vec::new();

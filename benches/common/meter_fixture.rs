@@ -8,16 +8,19 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::Bytes;
-use http::StatusCode;
+use http::{HeaderMap, Method, StatusCode};
 use http_body::{Body, Frame};
 use tokenmeter::config::Config;
+use tokenmeter::context::record::SloTargets;
+use tokenmeter::context::{FinishHook, FinishHooks, RequestContext};
 use tokenmeter::dialect::Dialect;
 use tokenmeter::meter::body::{MeteredBody, StreamMeter};
-use tokenmeter::meter::record::{SloTargets, StreamRecord};
+use tokenmeter::meter::finish::MeterHook;
 use tokenmeter::metrics::{Metrics, Operation};
 use tokenmeter::proxy::BodyError;
 use tokenmeter::sse::DEFAULT_MAX_LINE;
 use tokenmeter::sse::{Framer, StreamFormat};
+use tokenmeter::upstream::Target;
 
 /// A typical vLLM chat chunk: one token of content (~230 bytes on the wire).
 pub const VLLM_CHUNK: &[u8] = b"data: {\"id\":\"chatcmpl-7f3a\",\"object\":\"chat.completion.chunk\",\"created\":1764400000,\"model\":\"meta-llama/Llama-3.1-8B-Instruct\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" world\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
@@ -43,33 +46,72 @@ pub fn metrics() -> Arc<Metrics> {
     Arc::new(Metrics::new(&Config::default()).expect("default buckets are valid"))
 }
 
-/// A metered OpenAI chat stream over `inner`, with every handle resolved as the layer does it.
-pub fn metered<B>(metrics: &Arc<Metrics>, inner: B) -> MeteredBody<B> {
-    let dialect = Dialect::OpenAiChat;
-    let operation = Operation::of(dialect);
-    let model = metrics.model_label(Some("meta-llama/Llama-3.1-8B-Instruct"));
-    let backend: Arc<str> = Arc::from("http://127.0.0.1:8001");
-    let pool: Arc<str> = Arc::from("default");
-    let active = metrics.streams_active(operation, &model);
-    active.increment(1.0);
+/// The context of a chat request the server has just dispatched to backend `b` of pool `p`,
+/// whose finish runs the meter's hook (the per-request series), as the stack's does.
+pub fn chat_context(metrics: &Arc<Metrics>, model: &str) -> RequestContext {
+    let slo = SloTargets {
+        ttft: std::time::Duration::from_millis(800),
+        tpot: std::time::Duration::from_millis(35),
+    };
+    let hook: Arc<dyn FinishHook> = Arc::new(MeterHook::new(Arc::clone(metrics), slo));
+    let mut context = RequestContext::for_head(
+        tokio::time::Instant::now(),
+        &Method::POST,
+        &"/v1/chat/completions".parse().expect("a path"),
+        &HeaderMap::new(),
+        FinishHooks::new([hook]),
+    );
+    let label = metrics.model_label(Some(model));
+    metrics
+        .streams_active(Operation::of(Dialect::OpenAiChat), &label)
+        .increment(1.0);
+    context.model = Some(model.to_owned());
+    context.model_label = Some(label);
+    context.active = true;
+    context.pool = Some(Arc::from("default"));
+    context.backend = Some(Target::from_url("http://127.0.0.1:8001").expect("a target"));
+    context.upstream_status = Some(StatusCode::OK);
+    context.status = Some(StatusCode::OK);
+    context
+}
+
+/// A metered stream of `dialect` framed as `format` over `inner`, for `context`, with every
+/// handle resolved as the layer does it.
+pub fn metered_as<B: Body>(
+    metrics: &Arc<Metrics>,
+    mut context: RequestContext,
+    dialect: Dialect,
+    framer: Framer,
+    inner: B,
+) -> MeteredBody<B> {
+    context.dialect = Some(dialect);
+    let label = |value: Option<&Arc<str>>| value.cloned().unwrap_or_else(|| Arc::from("none"));
+    let backend = context
+        .backend
+        .as_ref()
+        .map(|target| Arc::clone(&target.label));
+    let model = metrics.model_label(context.model.as_deref());
+    let handles = metrics.stream(
+        Operation::of(dialect),
+        &model,
+        &label(backend.as_ref()),
+        &label(context.pool.as_ref()),
+    );
     let meter = StreamMeter {
-        record: StreamRecord::new(tokio::time::Instant::now()),
-        handles: metrics.stream(operation, &model, &backend, &pool),
-        metrics: Arc::clone(metrics),
-        active,
-        status: StatusCode::OK,
-        slo: SloTargets {
-            ttft: std::time::Duration::from_millis(800),
-            tpot: std::time::Duration::from_millis(35),
-        },
+        handles,
         dialect,
-        framer: Some(Framer::new(StreamFormat::Sse, DEFAULT_MAX_LINE)),
+        framer: Some(framer),
         stripper: None,
         whole: None,
-        estimate: None,
-        trace: None,
     };
-    MeteredBody::new(inner, meter)
+    MeteredBody::new(inner, context, meter)
+}
+
+/// A metered OpenAI chat stream over `inner`, with every handle resolved as the layer does it.
+pub fn metered<B: Body>(metrics: &Arc<Metrics>, inner: B) -> MeteredBody<B> {
+    let context = chat_context(metrics, "meta-llama/Llama-3.1-8B-Instruct");
+    let framer = Framer::new(StreamFormat::Sse, DEFAULT_MAX_LINE);
+    metered_as(metrics, context, Dialect::OpenAiChat, framer, inner)
 }
 
 /// Nothing to wake: the inner body is always ready.

@@ -1,38 +1,42 @@
-//! The metered response body: observes every upstream frame as it passes and finishes exactly once.
+//! The response body on its way to the client, and the end of its request.
 //!
-//! In the linkerd style: a small wrapper whose per-stream state lives in an `Option` that is taken
-//! exactly once — at the end of the stream, on an upstream error, or on drop (the client went away:
-//! `cancelled`). Each data frame is stamped with the monotonic clock when it arrives, scanned for SSE
-//! events in place (no copy), and forwarded at once as the same `Bytes`. The only exception is the
-//! usage chunk the proxy itself asked for, which [`UsageStripper`] removes. A non-streaming JSON
-//! answer has no events: its frames are kept as `Bytes` clones ([`WholeBody`], bounded) and its
-//! usage is read once at the clean end, for N_in / N_out only (no TTFT / ITL / TPOT without token
-//! events).
+//! In the linkerd style: a small wrapper whose request lives in a state that is taken exactly
+//! once — at the end of the stream, on an upstream error, or on drop (the client went away:
+//! `cancelled`) — and handed to the one finish point ([`crate::context::finish`]). A generation
+//! response is metered: each data frame is stamped with the monotonic clock when it arrives,
+//! scanned for events in place (no copy), its TTFB, TTFT and gaps recorded live, and forwarded at
+//! once as the same `Bytes`. The only exception is the usage chunk the proxy itself asked for,
+//! which [`UsageStripper`] removes. A non-streaming JSON answer has no events: its frames are kept
+//! as `Bytes` clones ([`WholeBody`], bounded) and its usage is read once at the clean end, for
+//! N_in / N_out only (no TTFT / ITL / TPOT without token events). Any other response passes
+//! through untouched; its request ends with its last byte.
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
 use http::StatusCode;
 use http_body::{Body, Frame, SizeHint};
-use metrics::Gauge;
 use tokio::time::Instant;
 
-use super::record::{SloTargets, StreamRecord, TokenMark};
 use super::strip::{EventRole, UsageStripper};
 use super::whole::WholeBody;
-use crate::context::Estimate;
+use crate::context::record::{StreamRecord, TokenMark};
+use crate::context::RequestContext;
 use crate::dialect::{Dialect, EventSummary};
 use crate::metrics::exemplar::TraceId;
-use crate::metrics::{Metrics, Outcome, Slo, StreamMetrics};
+use crate::metrics::{Outcome, StreamMetrics};
 use crate::proxy::BodyError;
-use crate::route::Calibrator;
 use crate::sse::Framer;
 
-/// A response body under metering. `meter` is `None` for bodies that are only passed through.
+/// A response body on its way to the client, which ends its request: metered (a generation
+/// response), or passed through and only timed to its end.
 #[derive(Debug)]
 pub struct MeteredBody<B> {
     inner: B,
+    /// The request this body ends: taken exactly once, at the end, on an error, or at drop.
+    /// `None` once ended (or when a layer below lost it: a bug, counted where it was lost).
+    context: Option<RequestContext>,
+    /// `Some` for a generation response: how each frame is observed.
     meter: Option<StreamMeter>,
     /// Bytes released by the stripper at the end of the stream, sent before the end (or before
     /// the error: they are what the backend sent before it failed).
@@ -45,15 +49,12 @@ pub struct MeteredBody<B> {
     ended: bool,
 }
 
-/// Everything one stream's metering needs, resolved once when the response head arrived.
+/// Everything one stream's metering needs, resolved once when the response head arrived. What
+/// the frames show goes into the request's record (`context.stream`).
 #[derive(Debug)]
 pub struct StreamMeter {
-    pub record: StreamRecord,
+    /// The stream's live series (TTFB, TTFT, ITL), resolved once.
     pub handles: StreamMetrics,
-    pub metrics: Arc<Metrics>,
-    pub active: Gauge,
-    pub status: StatusCode,
-    pub slo: SloTargets,
     /// The API the stream speaks: what counts as a token event.
     pub dialect: Dialect,
     /// `Some` for a streaming response of that dialect (SSE or NDJSON): finds the events.
@@ -63,46 +64,95 @@ pub struct StreamMeter {
     /// `Some` for a non-streaming JSON answer of a known dialect (no framer): its frames, kept
     /// to read its usage at the end (see [`WholeBody::for_response`]).
     pub whole: Option<WholeBody>,
-    /// The router's prompt estimate: calibrated by `usage.prompt_tokens`, or N_in without it.
-    pub estimate: Option<Calibration>,
-    /// The request's W3C trace (from `traceparent`): its latencies become exemplars.
-    pub trace: Option<TraceId>,
+}
+
+impl<B: Body> MeteredBody<B> {
+    /// A metered generation response of `context`'s request.
+    pub fn new(inner: B, context: RequestContext, meter: StreamMeter) -> Self {
+        Self::watching(inner, Some(context), Some(meter))
+    }
+
+    /// A response that is forwarded without metering; its request ends with it.
+    pub fn passthrough(inner: B, context: RequestContext) -> Self {
+        Self::watching(inner, Some(context), None)
+    }
+
+    /// A response whose request context was lost (a bug, counted where it was lost): forwarded
+    /// as it is, ending nothing.
+    pub fn unwatched(inner: B) -> Self {
+        Self::watching(inner, None, None)
+    }
+
+    fn watching(inner: B, context: Option<RequestContext>, meter: Option<StreamMeter>) -> Self {
+        let mut body = Self {
+            inner,
+            context,
+            meter,
+            tail: None,
+            failed: None,
+            ended: false,
+        };
+        // A body with nothing in it (a HEAD, a 204, `content-length: 0`) is never polled: hyper
+        // sees its end at once and drops it. Its request ends here, with the head.
+        if body.inner.is_end_stream() {
+            body.end_cleanly();
+        }
+        body
+    }
 }
 
 impl<B> MeteredBody<B> {
-    pub fn new(inner: B, meter: StreamMeter) -> Self {
-        Self {
-            inner,
-            meter: Some(meter),
-            tail: None,
-            failed: None,
-            ended: false,
-        }
-    }
-
     /// The upstream body ended cleanly: the last events (or the whole answer's usage) are read,
-    /// the stripper releases what it held, and the meter finishes. Runs at most once (the meter
+    /// the stripper releases what it held, and the request ends. Runs at most once (the context
     /// is taken).
     fn end_cleanly(&mut self) {
-        if let Some(mut meter) = self.meter.take() {
-            let now = Instant::now();
-            meter.drain(now);
-            self.tail = meter.stripper.as_mut().and_then(UsageStripper::finish);
-            let outcome = meter.end_outcome();
-            meter.finish(outcome, now);
-        }
         self.ended = true;
+        let Some(mut context) = self.context.take() else {
+            return;
+        };
+        let now = Instant::now();
+        let outcome = match self.meter.as_mut() {
+            Some(meter) => {
+                meter.drain(&mut context, now);
+                self.tail = meter.stripper.as_mut().and_then(UsageStripper::finish);
+                stream_outcome(&context)
+            }
+            None => passthrough_outcome(context.upstream_status),
+        };
+        self.finish(context, outcome, now, None);
     }
 
-    /// A body that is forwarded without metering.
-    pub fn passthrough(inner: B) -> Self {
-        Self {
-            inner,
-            meter: None,
-            tail: None,
-            failed: None,
-            ended: false,
+    /// The upstream body broke (or timed out): the request ends with `err`.
+    fn end_in_error(&mut self, err: &BodyError) {
+        self.ended = true;
+        let Some(context) = self.context.take() else {
+            return;
+        };
+        let outcome = if err.is_timeout() {
+            Outcome::Timeout
+        } else {
+            Outcome::UpstreamError
+        };
+        if let Some(stripper) = self.meter.as_mut().and_then(|m| m.stripper.as_mut()) {
+            self.tail = stripper.finish();
         }
+        self.finish(context, outcome, Instant::now(), Some(err));
+    }
+
+    /// Ends the request with what the stream showed; runs once (the caller took the context).
+    fn finish(
+        &self,
+        mut context: RequestContext,
+        outcome: Outcome,
+        at: Instant,
+        error: Option<&BodyError>,
+    ) {
+        if let Some(framer) = self.meter.as_ref().and_then(|m| m.framer.as_ref()) {
+            context.stream.framed = true;
+            context.stream.overflows = framer.overflows();
+        }
+        let error = error.map(|err| err as &(dyn std::error::Error + 'static));
+        context.finish_at(outcome, at, error);
     }
 }
 
@@ -140,41 +190,35 @@ where
             }
             match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => {
-                    let Some(meter) = this.meter.as_mut() else {
-                        return Poll::Ready(Some(Ok(frame)));
-                    };
-                    match frame.into_data() {
-                        Ok(data) => {
-                            let forward = meter.observe(data, Instant::now());
+                    let forward = match frame.into_data() {
+                        Ok(data) => match (this.meter.as_mut(), this.context.as_mut()) {
+                            (Some(meter), Some(context)) => {
+                                meter.observe(context, data, Instant::now())
+                            }
+                            _ => Some(data),
+                        },
+                        Err(trailers) => {
                             if this.inner.is_end_stream() {
-                                // A length-delimited body has ended with its last byte, and
-                                // hyper polls a body that says so no further (it drops it,
-                                // which would count the request cancelled): finish now.
                                 this.end_cleanly();
                             }
-                            match forward {
-                                Some(forward) => {
-                                    return Poll::Ready(Some(Ok(Frame::data(forward))))
-                                }
-                                // The whole frame was held back or stripped: the next one, or
-                                // the released tail / the end.
-                                None => continue,
-                            }
+                            return Poll::Ready(Some(Ok(trailers)));
                         }
-                        Err(trailers) => return Poll::Ready(Some(Ok(trailers))),
+                    };
+                    if this.inner.is_end_stream() {
+                        // A length-delimited body has ended with its last byte, and hyper polls a
+                        // body that says so no further (it drops it, which would count the
+                        // request cancelled): end now.
+                        this.end_cleanly();
+                    }
+                    match forward {
+                        Some(forward) => return Poll::Ready(Some(Ok(Frame::data(forward)))),
+                        // The whole frame was held back or stripped: the next one, or the
+                        // released tail / the end.
+                        None => continue,
                     }
                 }
                 Some(Err(err)) => {
-                    let outcome = if err.is_timeout() {
-                        Outcome::Timeout
-                    } else {
-                        Outcome::UpstreamError
-                    };
-                    if let Some(mut meter) = this.meter.take() {
-                        this.tail = meter.stripper.as_mut().and_then(UsageStripper::finish);
-                        meter.finish(outcome, Instant::now());
-                    }
-                    this.ended = true;
+                    this.end_in_error(&err);
                     this.failed = Some((err, false));
                 }
                 None => this.end_cleanly(),
@@ -189,9 +233,7 @@ where
     fn size_hint(&self) -> SizeHint {
         match &self.meter {
             // Stripping may shorten the body: promise nothing exact.
-            Some(StreamMeter {
-                stripper: Some(_), ..
-            }) => SizeHint::default(),
+            Some(meter) if meter.stripper.is_some() => SizeHint::default(),
             _ => self.inner.size_hint(),
         }
     }
@@ -199,32 +241,28 @@ where
 
 impl<B> Drop for MeteredBody<B> {
     fn drop(&mut self) {
-        // Still metering at drop: the client went away before the end of the stream.
-        if let Some(meter) = self.meter.take() {
-            meter.finish(Outcome::Cancelled, Instant::now());
+        // Not ended at drop: the client went away before the end of the stream.
+        if let Some(context) = self.context.take() {
+            self.finish(context, Outcome::Cancelled, Instant::now(), None);
         }
     }
 }
 
-/// The router's estimate of this request's prompt, and the calibration the backend's count of it
-/// teaches.
-#[derive(Debug)]
-pub struct Calibration {
-    pub calibrator: Arc<Calibrator>,
-    /// The model label the ratio is kept under.
-    pub model: Arc<str>,
-    pub estimate: Estimate,
+/// How a metered stream that reached its end cleanly is counted.
+fn stream_outcome(context: &RequestContext) -> Outcome {
+    match context.upstream_status {
+        Some(status) if status.is_success() && !context.stream.error_event => Outcome::Ok,
+        Some(status) if status.is_client_error() => Outcome::ClientError,
+        _ => Outcome::UpstreamError,
+    }
 }
 
-impl Calibration {
-    /// Reports the backend's count of this prompt.
-    pub fn observe(&self, actual_prompt_tokens: u64) {
-        self.calibrator.observe(
-            &self.model,
-            self.estimate.size,
-            self.estimate.tokens,
-            actual_prompt_tokens,
-        );
+/// How a passed-through response that reached its end is counted: by its status.
+fn passthrough_outcome(status: Option<StatusCode>) -> Outcome {
+    match status {
+        Some(status) if status.is_success() || status.is_redirection() => Outcome::Ok,
+        Some(status) if status.is_client_error() => Outcome::ClientError,
+        _ => Outcome::UpstreamError,
     }
 }
 
@@ -251,19 +289,22 @@ fn apply(
 }
 
 impl StreamMeter {
-    /// Stamps and scans one data frame; returns what to forward now.
-    fn observe(&mut self, data: Bytes, now: Instant) -> Option<Bytes> {
+    /// Stamps and scans one data frame of `context`'s response; returns what to forward now.
+    fn observe(
+        &mut self,
+        context: &mut RequestContext,
+        data: Bytes,
+        now: Instant,
+    ) -> Option<Bytes> {
         let Self {
-            record,
             handles,
             dialect,
             framer,
             stripper,
             whole,
-            trace,
-            ..
         } = self;
-        let trace = trace.as_ref();
+        let record = &mut context.stream;
+        let trace = context.trace.as_ref();
         if data.is_empty() {
             return Some(data);
         }
@@ -301,116 +342,24 @@ impl StreamMeter {
     /// its newline still counts; an SSE event without its blank line does not, per WHATWG), or the
     /// usage of a whole non-streaming answer. A body that ended in an error or was abandoned is
     /// never parsed: its usage, if any, did not arrive whole.
-    fn drain(&mut self, now: Instant) {
+    fn drain(&mut self, context: &mut RequestContext, now: Instant) {
         let Self {
-            record,
             handles,
             dialect,
             framer,
             whole,
-            trace,
             ..
         } = self;
+        let record = &mut context.stream;
+        let trace = context.trace.as_ref();
         if let Some(usage) = whole.take().and_then(|whole| whole.usage(*dialect)) {
             record.on_usage(usage);
         }
         if let Some(framer) = framer.as_mut() {
             framer.finish(|event| {
                 let summary = dialect.classify(event.event, event.data);
-                apply(record, handles, trace.as_ref(), &summary, now);
+                apply(record, handles, trace, &summary, now);
             });
         }
-    }
-
-    /// How a stream that reached its end cleanly is counted.
-    fn end_outcome(&self) -> Outcome {
-        if self.status.is_success() {
-            if self.record.error_event {
-                Outcome::UpstreamError
-            } else {
-                Outcome::Ok
-            }
-        } else if self.status.is_client_error() {
-            Outcome::ClientError
-        } else {
-            Outcome::UpstreamError
-        }
-    }
-
-    /// Records everything the stream yields; runs exactly once (the meter is consumed).
-    fn finish(self, outcome: Outcome, now: Instant) {
-        let Self {
-            record,
-            handles,
-            metrics,
-            active,
-            status,
-            slo,
-            dialect,
-            framer,
-            stripper: _,
-            whole: _,
-            estimate,
-            trace,
-        } = self;
-        let trace = trace.as_ref();
-        let finished = record.finish(now);
-        handles.e2e.record_traced(finished.e2e.as_secs_f64(), trace);
-        if let Some(overflows) = framer.as_ref().map(Framer::overflows).filter(|&n| n > 0) {
-            metrics.sse_overflows(&handles.labels, overflows);
-        }
-        // Token figures only for a stream of a known dialect (an unknown one is timed only), or for
-        // a non-streaming answer whose usage gave N_out: without token events there is no count to
-        // fall back on, and without a framer usage can only have come from the whole body.
-        let tokens_known =
-            dialect != Dialect::Unknown && (framer.is_some() || finished.exact_output);
-        if tokens_known {
-            if let Some(tpot) = finished.tpot {
-                handles.tpot.record_traced(tpot.as_secs_f64(), trace);
-            }
-            handles.output_tokens.record(finished.output_tokens as f64);
-            handles.output_total.increment(finished.output_tokens);
-            handles.token_count_source(&metrics, finished.exact_output);
-        }
-        // N_in: usage.prompt_tokens when known (and it calibrates the estimate), else the estimate.
-        let input = match (finished.input_tokens, &estimate) {
-            (Some(actual), Some(estimate)) => {
-                estimate.observe(actual);
-                Some(actual)
-            }
-            (Some(actual), None) => Some(actual),
-            // A rejected request processed no prompt.
-            (None, Some(estimate)) if status.is_success() => Some(estimate.estimate.tokens),
-            (None, _) => None,
-        };
-        if let Some(input) = input {
-            handles.input_tokens.record(input as f64);
-            handles.input_total.increment(input);
-        }
-        // The prompt cache, where the server reports it: hits are its cached tokens, misses the rest
-        // of the prompt it computed.
-        if let (Some(prompt), Some(cached)) = (finished.input_tokens, finished.cached_input_tokens)
-        {
-            handles.prompt_cache(&metrics, cached.min(prompt), prompt.saturating_sub(cached));
-        }
-        if outcome == Outcome::Ok {
-            if let Some(verdict) = finished.verdict(slo) {
-                handles.slo_verdict(&metrics, Slo::Ttft, verdict.ttft_met);
-                if let Some(tpot_met) = verdict.tpot_met {
-                    handles.slo_verdict(&metrics, Slo::Tpot, tpot_met);
-                }
-                handles.slo_verdict(&metrics, Slo::All, verdict.all_met());
-            }
-        }
-        handles.finished(&metrics, outcome);
-        active.decrement(1.0);
-        tracing::debug!(
-            outcome = outcome.as_str(),
-            backend = &*handles.labels.backend,
-            model = &*handles.labels.model,
-            e2e_ms = finished.e2e.as_millis() as u64,
-            output_tokens = finished.output_tokens,
-            "stream finished"
-        );
     }
 }

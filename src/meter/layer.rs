@@ -1,24 +1,24 @@
-//! The metering service: the outermost layer of the proxy stack.
+//! The metering service: the meter's head phase, between admission and the plan.
 //!
-//! Its phases, on the request's [`RequestContext`]: take `t0` (the context's `received`), name the
-//! dialect from the path; for a generation API, buffer the body (bounded), read it in one walk
-//! ([`crate::request::read`]) and inject `include_usage` where the client did not ask for usage;
-//! ask the router for a plan ([`Router::plan`]); then call the inner stack (dispatch, forward) and
-//! wrap the response body in a [`MeteredBody`]. The context comes back with the response (or the
-//! failure) and names the pool and backend that answered. Every other request is proxied as a
-//! plain stream and only counted. It never fails: upstream errors become OpenAI-style JSON
-//! responses here, in one place.
+//! Its phases, on the request's [`RequestContext`] (whose `received` is `t0`): for a generation
+//! API, buffer the body (bounded), read it in one walk ([`crate::request::read`]), name its model
+//! and inject `include_usage` where the client did not ask for usage; then call the inner stack
+//! (plan, dispatch, forward) and wrap the response body in a [`MeteredBody`], which meters it and
+//! ends the request at its end. Every other request is proxied as a plain stream and ends with its
+//! body too. It never fails: a request refused here or failed below is answered with an
+//! OpenAI-style JSON error, in one place ([`Metering::reject`]), and ended with it.
 //!
 //! ```no_run
-//! # use tokenmeter::{config::Config, meter::layer::MeterLayer, metrics::Metrics, proxy};
+//! # use tokenmeter::{config::Config, meter::layer::MeterLayer, metrics::Metrics, proxy, route};
 //! # use std::sync::Arc;
 //! let config = Config::default();
 //! let metrics = Arc::new(Metrics::new(&config).unwrap());
 //! let client = proxy::client::build(&config.upstream);
-//! let router = Arc::new(tokenmeter::route::Router::from_config(&config, Arc::clone(&metrics)).unwrap());
+//! let router = Arc::new(route::Router::from_config(&config, Arc::clone(&metrics)).unwrap());
 //! let stack = tower::ServiceBuilder::new()
-//!     .layer(MeterLayer::new(&config, metrics, Arc::clone(&router)))
-//!     .layer(tokenmeter::route::RouteLayer::new(router))
+//!     .layer(MeterLayer::new(&config, metrics))
+//!     .layer(route::PlanLayer::new(Arc::clone(&router)))
+//!     .layer(route::DispatchLayer::new(router))
 //!     .service(proxy::Forward::new(client, &config.upstream));
 //! ```
 use std::convert::Infallible;
@@ -33,30 +33,23 @@ use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
-use metrics::Gauge;
-use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
-use super::body::{Calibration, MeteredBody, StreamMeter};
-use super::record::{SloTargets, StreamRecord};
+use super::body::{MeteredBody, StreamMeter};
+use super::finish::labels_of;
 use super::strip::UsageStripper;
 use super::whole::WholeBody;
 use crate::config::Config;
 use crate::context::{Generation, RequestContext};
 use crate::dialect::Dialect;
-use crate::metrics::exemplar::TraceId;
-use crate::metrics::{Metrics, Operation, Outcome, RequestLabels};
+use crate::metrics::{Metrics, Operation};
 use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
 use crate::request::{self, Injection};
-use crate::route::Router;
 use crate::sse::{Framer, StreamFormat};
 
 /// The body of every response the proxy sends: an upstream body (metered or passed through) or a
 /// response the proxy wrote itself (errors).
 pub type ResponseBody = Either<MeteredBody<UpstreamBody>, Full<Bytes>>;
-
-/// Backend (and pool) label for requests that never reached one.
-const NO_BACKEND: &str = "none";
 
 /// Configures [`Meter`].
 #[derive(Debug, Clone)]
@@ -64,32 +57,25 @@ pub struct MeterLayer {
     metering: Arc<Metering>,
 }
 
-/// What every request's metering shares: the metrics, the router it asks for plans, the knobs.
+/// What every request's metering shares: the metrics and the knobs.
 #[derive(Debug)]
 struct Metering {
     metrics: Arc<Metrics>,
-    router: Arc<Router>,
     inject_usage: bool,
     max_body: usize,
     max_line: usize,
-    slo: SloTargets,
-    no_backend: Arc<str>,
+    none: Arc<str>,
 }
 
 impl MeterLayer {
-    pub fn new(config: &Config, metrics: Arc<Metrics>, router: Arc<Router>) -> Self {
+    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Self {
         Self {
             metering: Arc::new(Metering {
                 metrics,
-                router,
                 inject_usage: config.metering.inject_usage,
                 max_body: config.server.max_request_body_bytes,
                 max_line: config.metering.max_sse_line_bytes,
-                slo: SloTargets {
-                    ttft: config.slo.ttft,
-                    tpot: config.slo.tpot,
-                },
-                no_backend: Arc::from(NO_BACKEND),
+                none: Arc::from(super::finish::NO_BACKEND),
             }),
         }
     }
@@ -144,51 +130,34 @@ impl Metering {
         S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
     {
         let (mut parts, body) = req.into_parts();
-        // The server put the context in when it dispatched the request (its `received` is t0);
-        // a stack used without the server starts one here.
-        let mut context = parts
-            .extensions
-            .remove::<RequestContext>()
-            .unwrap_or_else(|| RequestContext::new(Instant::now(), None));
-        let dialect = Dialect::for_request(&parts.method, parts.uri.path());
-        context.dialect = dialect;
-        // The request's W3C trace, for exemplars; the header itself goes upstream unchanged.
-        let trace = parts
-            .headers
-            .get("traceparent")
-            .and_then(|value| value.to_str().ok())
-            .and_then(TraceId::from_traceparent);
-        if context.conflicting_framing {
-            // Refused before its body is read: counted as a client error of its operation.
-            return self.reject(
-                dialect.map_or(Operation::PASSTHROUGH, Operation::of),
-                self.metrics.model_label(None),
-                &context,
-                &ProxyError::ConflictingFraming,
-            );
-        }
-        let Some(dialect) = dialect else {
-            return self.passthrough(inner, parts, body, context).await;
+        let Some(mut context) = RequestContext::take(&mut parts.extensions, "meter") else {
+            return ProxyError::ContextLost.to_response().map(Either::Right);
         };
-        let operation = Operation::of(dialect);
+        if context.conflicting_framing {
+            // Refused before its body is read: a client error of its operation.
+            return self.reject(context, ProxyError::ConflictingFraming);
+        }
+        let Some(dialect) = context.dialect else {
+            return self
+                .forward(inner, parts, RequestBody::Streaming(body), context)
+                .await;
+        };
         context.model = dialect.model_from_path(parts.uri.path()).map(str::to_owned);
         // Known generation APIs are buffered (bounded) for inspection and routing; an unknown POST
         // streams through untouched, whatever its size: it is only timed, never refused.
-        let (body, injected) = if dialect == Dialect::Unknown {
-            (RequestBody::Streaming(body), false)
+        let body = if dialect == Dialect::Unknown {
+            RequestBody::Streaming(body)
         } else {
             let bytes = match self.read_body(&parts.headers, body).await {
                 Ok(bytes) => bytes,
-                Err(err) => {
-                    let unknown = self.metrics.model_label(None);
-                    return self.reject(operation, unknown, &context, &err);
-                }
+                Err(err) => return self.reject(context, err),
             };
             let read = request::read(&bytes);
             if let Some(model) = read.as_ref().and_then(|read| read.facts.model.clone()) {
                 context.model = Some(model);
             }
             let streaming = read.as_ref().is_some_and(|read| read.facts.stream);
+            let operation = Operation::of(dialect);
             let (bytes, injected) = match &read {
                 Some(read) if dialect.injects_usage() => {
                     self.maybe_inject(operation, streaming, read, bytes)
@@ -198,91 +167,100 @@ impl Metering {
             parts
                 .headers
                 .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+            context.usage_injected = injected;
             context.generation = Some(Generation {
                 body: bytes.clone(),
                 read,
             });
-            (RequestBody::buffered(bytes), injected)
+            RequestBody::buffered(bytes)
         };
         let model = self.metrics.model_label(context.model.as_deref());
-        self.router.plan(parts.uri.path(), &mut context).await;
-        let waiting = AwaitingHead::new(self, operation, &model, context.pool.clone());
-        parts.extensions.insert(context);
+        self.metrics
+            .streams_active(Operation::of(dialect), &model)
+            .increment(1.0);
+        context.model_label = Some(model);
+        context.active = true;
+        self.forward(inner, parts, body, context).await
+    }
+
+    /// Sends the request down the stack and wraps what comes back: a metered body for a
+    /// generation response, a passthrough body for any other, an error answer for a failure.
+    async fn forward<S>(
+        &self,
+        inner: S,
+        mut parts: Parts,
+        body: RequestBody,
+        context: RequestContext,
+    ) -> Response<ResponseBody>
+    where
+        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
+    {
+        let dialect = context.dialect;
+        context.put(&mut parts.extensions);
         let response = match call(inner, Request::from_parts(parts, body)).await {
             Ok(response) => response,
             Err(Failure { error, context }) => {
-                waiting.disarm().decrement(1.0);
-                if injected {
+                let Some(context) = context else {
+                    // Lost below (counted there): answer, there is nothing to end.
+                    return error.to_response().map(Either::Right);
+                };
+                if context.usage_injected {
+                    let operation = Operation::of(dialect.unwrap_or(Dialect::Unknown));
                     self.metrics.usage_injection(operation, "unanswered");
                 }
-                return self.reject(operation, model, &context, &error);
+                return self.reject(*context, error);
             }
         };
-        let active = waiting.disarm();
-        if injected {
+        let (mut parts, body) = response.into_parts();
+        let Some(mut context) = RequestContext::take(&mut parts.extensions, "meter (response)")
+        else {
+            return Response::from_parts(parts, Either::Left(MeteredBody::unwatched(body)));
+        };
+        context.upstream_status = Some(parts.status);
+        context.status = Some(parts.status);
+        let Some(dialect) = dialect else {
+            let body = MeteredBody::passthrough(body, context);
+            return Response::from_parts(parts, Either::Left(body));
+        };
+        let operation = Operation::of(dialect);
+        let success = parts.status.is_success();
+        if context.usage_injected {
             // What became of the injection: the backend took the request, or refused it (an
             // invalid request, a prompt over the context); a refusal has no usage chunk to strip.
-            let result = if response.status().is_success() {
-                "injected"
-            } else {
-                "rejected"
-            };
+            let result = if success { "injected" } else { "rejected" };
             self.metrics.usage_injection(operation, result);
         }
-        let format = if response.status().is_success() {
+        let format = if success {
             dialect.stream_format(
-                response
-                    .headers()
+                parts
+                    .headers
                     .get(CONTENT_TYPE)
                     .and_then(|value| value.to_str().ok()),
             )
         } else {
             None
         };
-        let strip = injected && format == Some(StreamFormat::Sse);
-        let (mut parts, body) = response.into_parts();
-        let context = parts
-            .extensions
-            .remove::<RequestContext>()
-            .unwrap_or_else(|| RequestContext::new(Instant::now(), None));
+        let strip = context.usage_injected && format == Some(StreamFormat::Sse);
         if strip {
             // The stripped body is shorter than the upstream said.
             parts.headers.remove(CONTENT_LENGTH);
         }
-        let (pool, backend) = self.labels(&context);
+        let labels = labels_of(&context, &self.metrics, &self.none);
         let meter = StreamMeter {
-            record: StreamRecord::new(context.received),
-            handles: self.metrics.stream(operation, &model, &backend, &pool),
-            metrics: Arc::clone(&self.metrics),
-            active,
-            status: parts.status,
-            slo: self.slo,
+            handles: self.metrics.stream(
+                labels.operation,
+                &labels.model,
+                &labels.backend,
+                &labels.pool,
+            ),
             dialect,
             framer: format.map(|format| Framer::new(format, self.max_line)),
             stripper: strip.then(UsageStripper::default),
             // A JSON content type is never a stream format, so this is the non-streaming answer.
             whole: WholeBody::for_response(dialect, parts.status, &parts.headers),
-            estimate: context.estimate.map(|estimate| Calibration {
-                calibrator: Arc::clone(self.router.calibrator()),
-                model: Arc::clone(&model),
-                estimate,
-            }),
-            trace,
         };
-        Response::from_parts(parts, Either::Left(MeteredBody::new(body, meter)))
-    }
-
-    /// The `pool` and `backend` labels of a request: what its context names, `none` where it
-    /// names nothing.
-    fn labels(&self, context: &RequestContext) -> (Arc<str>, Arc<str>) {
-        let none = || Arc::clone(&self.no_backend);
-        (
-            context.pool.clone().unwrap_or_else(none),
-            context
-                .backend
-                .as_ref()
-                .map_or_else(none, |target| Arc::clone(&target.label)),
-        )
+        let body = MeteredBody::new(body, context, meter);
+        Response::from_parts(parts, Either::Left(body))
     }
 
     /// Buffers a request body up to the configured limit.
@@ -338,126 +316,16 @@ impl Metering {
         }
     }
 
-    /// Answers a request that got no upstream response, and counts it.
-    fn reject(
-        &self,
-        operation: Operation,
-        model: Arc<str>,
-        context: &RequestContext,
-        err: &ProxyError,
-    ) -> Response<ResponseBody> {
-        let (pool, backend) = self.labels(context);
-        let labels = RequestLabels {
-            operation,
-            model,
-            pool,
-            backend,
-        };
-        self.metrics.request_finished(&labels, err.outcome());
+    /// Answers a request that got no upstream response, and ends it with the error.
+    fn reject(&self, mut context: RequestContext, err: ProxyError) -> Response<ResponseBody> {
+        let operation = context
+            .dialect
+            .map_or(Operation::PASSTHROUGH, Operation::of);
         tracing::warn!(error = %err, operation = operation.as_str(), "request failed before a response");
-        err.to_response().map(Either::Right)
-    }
-
-    /// Proxies a request that is not a token stream: streamed both ways, counted by status.
-    async fn passthrough<S>(
-        &self,
-        inner: S,
-        mut parts: Parts,
-        body: Incoming,
-        mut context: RequestContext,
-    ) -> Response<ResponseBody>
-    where
-        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
-    {
-        let model = self.metrics.model_label(None);
-        self.router.plan(parts.uri.path(), &mut context).await;
-        parts.extensions.insert(context);
-        let req = Request::from_parts(parts, RequestBody::Streaming(body));
-        match call(inner, req).await {
-            Ok(mut response) => {
-                let context = response
-                    .extensions_mut()
-                    .remove::<RequestContext>()
-                    .unwrap_or_else(|| RequestContext::new(Instant::now(), None));
-                let (pool, backend) = self.labels(&context);
-                let labels = RequestLabels {
-                    operation: Operation::PASSTHROUGH,
-                    model,
-                    pool,
-                    backend,
-                };
-                let status = response.status();
-                let outcome = if status.is_success() || status.is_redirection() {
-                    Outcome::Ok
-                } else if status.is_client_error() {
-                    Outcome::ClientError
-                } else {
-                    Outcome::UpstreamError
-                };
-                self.metrics.request_finished(&labels, outcome);
-                response.map(|body| Either::Left(MeteredBody::passthrough(body)))
-            }
-            Err(Failure { error, context }) => {
-                self.reject(Operation::PASSTHROUGH, model, &context, &error)
-            }
-        }
-    }
-}
-
-/// A request between its head and its response head. If the client leaves in that time, hyper
-/// drops the service future and with it this guard, which takes the request off the active gauge
-/// and counts it `cancelled` (labelled with its planned pool); once the response head is there
-/// the stream meter takes over.
-struct AwaitingHead {
-    active: Gauge,
-    armed: bool,
-    metrics: Arc<Metrics>,
-    operation: Operation,
-    model: Arc<str>,
-    pool: Arc<str>,
-    no_backend: Arc<str>,
-}
-
-impl AwaitingHead {
-    fn new(
-        metering: &Metering,
-        operation: Operation,
-        model: &Arc<str>,
-        pool: Option<Arc<str>>,
-    ) -> Self {
-        let active = metering.metrics.streams_active(operation, model);
-        active.increment(1.0);
-        Self {
-            active,
-            armed: true,
-            metrics: Arc::clone(&metering.metrics),
-            operation,
-            model: Arc::clone(model),
-            pool: pool.unwrap_or_else(|| Arc::clone(&metering.no_backend)),
-            no_backend: Arc::clone(&metering.no_backend),
-        }
-    }
-
-    /// The response head arrived (or an error answer is being written): hand over the gauge.
-    fn disarm(mut self) -> Gauge {
-        self.armed = false;
-        self.active.clone()
-    }
-}
-
-impl Drop for AwaitingHead {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        self.active.decrement(1.0);
-        let labels = RequestLabels {
-            operation: self.operation,
-            model: Arc::clone(&self.model),
-            pool: Arc::clone(&self.pool),
-            backend: Arc::clone(&self.no_backend),
-        };
-        self.metrics.request_finished(&labels, Outcome::Cancelled);
+        let response = err.to_response();
+        context.status = Some(response.status());
+        context.finish(err.outcome(), Some(&err));
+        response.map(Either::Right)
     }
 }
 

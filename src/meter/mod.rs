@@ -1,13 +1,13 @@
-//! Metering: reading a generation request once, usage injection, the metered response body.
+//! Metering: the request's head phase (reading a generation request once, usage injection), the
+//! metered response body, and the per-request series recorded when a request ends.
 //!
-//! - [`layer`]: the outermost proxy service; stamps t0, reads the request, asks the router for a
-//!   plan, wraps the response.
-//! - [`body`]: [`body::MeteredBody`], which observes each frame and finishes exactly once.
-//! - [`record`]: the per-stream record and the metric definitions applied at finish.
+//! - [`layer`]: the meter's head phase, between admission and the plan; wraps every response.
+//! - [`body`]: [`body::MeteredBody`], which observes each frame and ends the request exactly once.
+//! - [`finish`]: [`finish::MeterHook`], the per-request series at the one finish point.
 //! - [`strip`]: removal of the usage chunk the proxy asked for (and giving back what it took).
 //! - [`whole`]: the kept body of a non-streaming (JSON) answer, whose usage is read at its end.
 pub mod body;
+pub mod finish;
 pub mod layer;
-pub mod record;
 pub mod strip;
 pub mod whole;

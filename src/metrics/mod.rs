@@ -180,11 +180,14 @@ pub enum Outcome {
     UpstreamError,
     /// A connect, response, idle or total timeout fired.
     Timeout,
+    /// tokenmeter's own limits turned it away (`server.max_streams`, `server.max_connections`):
+    /// answered 503 with `retry-after`, never sent upstream.
+    Overloaded,
 }
 
 impl Outcome {
     /// How many outcomes there are: per-outcome arrays are indexed by `outcome as usize`.
-    pub const COUNT: usize = 5;
+    pub const COUNT: usize = 6;
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -193,6 +196,7 @@ impl Outcome {
             Outcome::ClientError => "client_error",
             Outcome::UpstreamError => "upstream_error",
             Outcome::Timeout => "timeout",
+            Outcome::Overloaded => "overloaded",
         }
     }
 }

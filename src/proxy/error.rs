@@ -40,6 +40,10 @@ pub enum ProxyError {
     /// mid-body) or was malformed while the proxy was reading it.
     #[error("could not read the request body: {detail}")]
     ClientBody { detail: String, client_gone: bool },
+    /// A layer did not find the request's context: a bug in the stack, counted in
+    /// `tokenmeter_internal_errors_total{kind="context_missing"}`.
+    #[error("tokenmeter lost this request's context (a bug, counted in tokenmeter_internal_errors_total)")]
+    ContextLost,
     /// The request head had both `transfer-encoding` and `content-length` (see [`crate::server::smuggling`]).
     #[error("the request has both transfer-encoding and content-length (RFC 9112 section 6.3); refused as possible request smuggling")]
     ConflictingFraming,
@@ -55,6 +59,7 @@ impl ProxyError {
             | ProxyError::ResponseTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::Connect { .. } | ProxyError::Upstream { .. } => StatusCode::BAD_GATEWAY,
             ProxyError::NoUpstream => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::ContextLost => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::ClientBody { .. } | ProxyError::ConflictingFraming => {
                 StatusCode::BAD_REQUEST
@@ -72,6 +77,7 @@ impl ProxyError {
             ProxyError::Connect { .. } => "upstream_unavailable",
             ProxyError::Upstream { .. } => "upstream_error",
             ProxyError::NoUpstream => "no_upstream",
+            ProxyError::ContextLost => "internal_error",
             ProxyError::BodyTooLarge { .. }
             | ProxyError::ClientBody { .. }
             | ProxyError::ConflictingFraming => "invalid_request_error",
@@ -121,18 +127,27 @@ impl ProxyError {
 }
 
 /// A request that got no answer from the stack below the meter: why, and its context as far as it
-/// got (the pool and backend of the last attempt label the failure).
+/// got (the pool and backend of the last attempt label the failure); `None` when a layer below
+/// did not find it (a bug, counted there: see [`RequestContext::take`]).
 #[derive(Debug)]
 pub struct Failure {
     pub error: ProxyError,
-    pub context: Box<RequestContext>,
+    pub context: Option<Box<RequestContext>>,
 }
 
 impl Failure {
     pub fn new(error: ProxyError, context: RequestContext) -> Self {
         Self {
             error,
-            context: Box::new(context),
+            context: Some(Box::new(context)),
+        }
+    }
+
+    /// The failure of a layer that did not find the request's context.
+    pub fn lost() -> Self {
+        Self {
+            error: ProxyError::ContextLost,
+            context: None,
         }
     }
 }

@@ -60,10 +60,9 @@ impl Forward {
         mut req: Request<RequestBody>,
     ) -> Result<Response<UpstreamBody>, Failure> {
         let started = Instant::now();
-        let mut context = req
-            .extensions_mut()
-            .remove::<RequestContext>()
-            .unwrap_or_else(|| RequestContext::new(started, None));
+        let Some(mut context) = RequestContext::take(req.extensions_mut(), "forward") else {
+            return Err(Failure::lost());
+        };
         let Some(target) = context.backend.clone() else {
             return Err(Failure::new(ProxyError::NoUpstream, context));
         };
@@ -116,7 +115,7 @@ impl Forward {
         };
         let (mut parts, body) = response.into_parts();
         headers::strip_hop_by_hop(&mut parts.headers);
-        parts.extensions.insert(context);
+        context.put(&mut parts.extensions);
         let total = self.total_timeout.map(|limit| (limit, started + limit));
         Ok(Response::from_parts(
             parts,

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use metrics::{Gauge, Histogram};
 
+use crate::context::{FinishHook, Finished};
 use crate::metrics::Metrics;
 use crate::request::PromptSize;
 
@@ -218,6 +219,21 @@ impl Calibrator {
         self.models
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The calibration hangs off the finish point: every finished request whose stream reported
+/// `usage.prompt_tokens` teaches its model's ratio what its estimate should have been.
+impl FinishHook for Calibrator {
+    fn finished(&self, request: &Finished<'_>) {
+        let context = request.context;
+        if let (Some(actual), Some(estimate), Some(model)) = (
+            request.figures.input_tokens,
+            context.estimate,
+            &context.model_label,
+        ) {
+            self.observe(model, estimate.size, estimate.tokens, actual);
+        }
     }
 }
 

@@ -4,12 +4,13 @@
 //! token streams for the length of its prefill. The router protects decode latency by sending long
 //! prompts to a pool of replicas tuned for prefill and short ones to a pool tuned for decode.
 //!
-//! Per request, in two acts:
-//! 1. the **plan** ([`Router::plan`], a phase of the meter once the body is read):
+//! Per request, in two layers (the stack reads `admission -> meter -> plan -> dispatch -> forward`):
+//! 1. the **plan** ([`plan`], [`PlanLayer`], once the meter has read the body):
 //!    [`estimate`] measures the prompt (text bytes times the model's tokens-per-byte ratio, which
-//!    every response's `usage.prompt_tokens` calibrates, and [`tokenize`] asks a backend's own
-//!    tokenizer while a model is untrusted); [`rules`] list the candidate pools, best first;
-//! 2. the **dispatch** ([`Route`], a tower service before forwarding): in a pool with an
+//!    every finished request's `usage.prompt_tokens` calibrates at the finish point, and
+//!    [`tokenize`] asks a backend's own tokenizer while a model is untrusted); [`rules`] list the
+//!    candidate pools, best first;
+//! 2. the **dispatch** ([`dispatch`], [`DispatchLayer`], before forwarding): in a pool with an
 //!    [`affinity`], the backend whose prompt cache likely holds the prompt's prefix (or a session's
 //!    home) goes first, within a load bound; otherwise [`balance`] picks a backend
 //!    by power of two choices on the pool's load (streams in flight, or prompt tokens not yet past
@@ -25,29 +26,31 @@
 //! applies: a sidecar is one line of config.
 //!
 //! ```no_run
-//! # use tokenmeter::{config::Config, meter::layer::MeterLayer, metrics::Metrics, proxy, route};
+//! # use tokenmeter::{config::Config, metrics::Metrics, proxy, route};
 //! # use std::sync::Arc;
 //! let config = Config::default();
 //! let metrics = Arc::new(Metrics::new(&config).unwrap());
 //! let router = Arc::new(route::Router::from_config(&config, Arc::clone(&metrics)).unwrap());
 //! let stack = tower::ServiceBuilder::new()
-//!     .layer(MeterLayer::new(&config, metrics, Arc::clone(&router)))
-//!     .layer(route::RouteLayer::new(router))
+//!     .layer(route::PlanLayer::new(Arc::clone(&router)))
+//!     .layer(route::DispatchLayer::new(router))
 //!     .service(proxy::Forward::new(proxy::client::build(&config.upstream), &config.upstream));
 //! ```
 pub mod affinity;
 pub mod balance;
+pub mod dispatch;
 pub mod estimate;
 pub mod health;
-pub mod layer;
+pub mod plan;
 pub mod pools;
 pub mod probe;
 mod router;
 pub mod rules;
 pub mod tokenize;
 
+pub use dispatch::{Dispatch, DispatchLayer};
 pub use estimate::Calibrator;
-pub use layer::{Route, RouteLayer};
+pub use plan::{Plan, PlanLayer};
 pub use router::Router;
 
 /// Why the router could not be built from the configuration.

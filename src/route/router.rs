@@ -1,36 +1,28 @@
 //! The router: pools, rules, calibration and health policy, shared by every request.
 //!
-//! It acts twice per request. The **plan** ([`Router::plan`], a phase the meter runs once the body
-//! is read): estimate the prompt, then let the rules list the candidate pools, best first. While
-//! a model's prompt ratio is untrusted, a request whose pool depends on it (its estimate could fall
-//! on either side of a rule's `min_prompt_tokens`) first asks a backend's tokenizer for the exact
-//! count, for at most `routing.tokenize_timeout`; others send a sample in the background
-//! ([`super::tokenize`]). The **dispatch** ([`super::Route`], a tower service): pick a backend of
-//! the planned pools ([`Router::pick`]), forward, retry, and report to health
-//! ([`Router::report`]).
+//! It acts twice per request, in two layers of its own: the **plan** ([`super::plan`]: estimate
+//! the prompt, then let the rules list the candidate pools, best first) and the **dispatch**
+//! ([`super::dispatch`]: pick a backend of the planned pools ([`Router::pick`]), forward, retry,
+//! and report to health ([`Router::report`])). Its calibration learns at the finish point
+//! ([`Calibrator`] is a finish hook).
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::affinity::{AffinityKeys, PoolAffinity};
 use super::estimate::Calibrator;
 use super::health::{EjectPolicy, Fault, Verdict};
 use super::pools::{Backend, Pool};
-use super::rules::{RuleInput, Rules};
-use super::{balance, probe, tokenize, RouteError};
+use super::rules::Rules;
+use super::{balance, probe, RouteError};
 use crate::config::{Affinity, Config, PoolConfig};
-use crate::context::{Estimate, RequestContext, RoutePlan};
+use crate::context::{RequestContext, RoutePlan};
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
-use crate::request::{self, prefix, Inspection, PromptSize};
+use crate::request::prefix;
 use crate::tls::TlsClient;
-
-/// Background tokenizer samples are taken of prompts at least this long: a shorter one says more
-/// about its chat template than about its tokenizer.
-const MIN_SAMPLE_BYTES: u64 = 256;
 
 /// The pools, rules, calibration and health policy, shared by every request.
 #[derive(Debug)]
@@ -39,24 +31,24 @@ pub struct Router {
     /// Each pool's affinity (`None`: balancing alone), in pool order.
     affinities: Vec<Option<Arc<PoolAffinity>>>,
     pub(crate) rules: Rules,
-    calibrator: Arc<Calibrator>,
+    pub(super) calibrator: Arc<Calibrator>,
     /// What the calibrator was made from (prior, window, per-model priors): a reload that
     /// changes none keeps it, and what it learned.
     calibration: (f64, u32, BTreeMap<String, f64>),
-    metrics: Arc<Metrics>,
+    pub(super) metrics: Arc<Metrics>,
     pub(crate) policy: EjectPolicy,
     pub(crate) retries: u32,
     fallback: bool,
     pub(crate) dns_refresh: Duration,
     /// Bound on one active health check or scrape.
     pub(crate) probe_timeout: Duration,
-    tokenize: bool,
-    tokenize_timeout: Duration,
+    pub(super) tokenize: bool,
+    pub(super) tokenize_timeout: Duration,
     prefix_block_bytes: usize,
     prefix_key_blocks: usize,
     /// The client for the router's own requests (confirming checks, tokenizer calls); set once
     /// by [`Router::connect`]. Without it (a router used on its own) neither happens.
-    client: OnceLock<UpstreamClient>,
+    pub(super) client: OnceLock<UpstreamClient>,
 }
 
 /// The TLS client of a pool with `https://` backends: its own `tls` table, else `[upstream.tls]`
@@ -199,39 +191,6 @@ impl Router {
         &self.calibrator
     }
 
-    /// The plan phase for a request to `path`: writes `estimate`, `plan` and `pool` (the first
-    /// planned pool) into the context. A generation body is measured from its one walk; any other
-    /// request has no prompt.
-    pub async fn plan(&self, path: &str, context: &mut RequestContext) {
-        let label = self.metrics.model_label(context.model.as_deref());
-        let measured = context.generation.as_ref().map(|generation| {
-            let size = Inspection::prompt_of(generation.read.as_ref(), &generation.body);
-            (size, generation.body.clone())
-        });
-        let mut tokens = measured
-            .as_ref()
-            .map_or(0, |(size, _)| self.calibrator.estimate(&label, *size));
-        if let Some((size, body)) = &measured {
-            if let Some(counted) = self
-                .count_untrusted(path, context.model.as_deref(), &label, *size, body)
-                .await
-            {
-                tokens = counted;
-            }
-        }
-        context.estimate = measured.map(|(size, _)| Estimate { size, tokens });
-        context.plan = self.rules.plan(RuleInput {
-            path,
-            model: context.model.as_deref(),
-            prompt_tokens: tokens,
-        });
-        context.pool = context
-            .plan
-            .pools
-            .first()
-            .map(|&index| Arc::clone(&self.pools[index].name));
-    }
-
     /// The backend to try next, and why its pool: `rule`, `spill`, `fallback`, or `panic` when
     /// every backend the plan allows is ejected (then the first pool's backends are balanced over
     /// whatever their health; see [`balance::choose_ignoring_health`]).
@@ -349,91 +308,6 @@ impl Router {
                 );
             }
         }
-    }
-
-    /// For a model whose prompt ratio is not trusted yet: when the prompt's pool depends on its
-    /// true length (the low and high ends of [`Calibrator::range`] plan different first pools),
-    /// asks a backend's tokenizer and returns the exact count, waiting at most
-    /// `tokenize_timeout`; otherwise starts a background sample (at most one per model) and
-    /// returns `None`. The count teaches the calibration either way, even when it comes after
-    /// the wait was given up.
-    async fn count_untrusted(
-        &self,
-        path: &str,
-        model: Option<&str>,
-        label: &Arc<str>,
-        size: PromptSize,
-        body: &Bytes,
-    ) -> Option<u64> {
-        let client = self.client.get()?;
-        if !self.tokenize || size.text_bytes == 0 || self.calibrator.trusted(label) {
-            return None;
-        }
-        let (low, high) = self.calibrator.range(label, size);
-        let first_pool = |prompt_tokens| {
-            self.rules
-                .plan(RuleInput {
-                    path,
-                    model,
-                    prompt_tokens,
-                })
-                .pools
-                .first()
-                .copied()
-        };
-        let decides = first_pool(low) != first_pool(high);
-        if !decides && (size.text_bytes < MIN_SAMPLE_BYTES || !self.calibrator.claim_sample(label))
-        {
-            return None;
-        }
-        let estimated = self.calibrator.estimate(label, size);
-        let Some(backend) = self.tokenizer(first_pool(estimated)) else {
-            if !decides {
-                self.calibrator.end_sample(label);
-            }
-            return None;
-        };
-        let text = request::prompt_text(body)?;
-        let mode = if decides { "wait" } else { "background" };
-        let calibrator = Arc::clone(&self.calibrator);
-        let metrics = Arc::clone(&self.metrics);
-        let client = client.clone();
-        let model = model.map(str::to_owned);
-        let label = Arc::clone(label);
-        let timeout = self.probe_timeout.max(self.tokenize_timeout);
-        let ask = tokio::spawn(async move {
-            let counted = tokenize::ask(&client, &backend, model.as_deref(), &text, timeout).await;
-            match &counted {
-                Ok(tokens) => calibrator.learn(&label, size.text_bytes, *tokens),
-                Err(err) => {
-                    tracing::debug!(error = %err, backend = &*backend.target.label, "tokenize failed");
-                    calibrator.end_sample(&label);
-                }
-            }
-            let result = counted.as_ref().map_or_else(|err| err.as_str(), |_| "ok");
-            metrics.prompt_tokenize(&label, mode, result);
-            counted.ok().map(|tokens| size.token_ids + tokens)
-        });
-        if !decides {
-            return None;
-        }
-        match tokio::time::timeout(self.tokenize_timeout, ask).await {
-            Ok(joined) => joined.ok().flatten(),
-            Err(_elapsed) => None,
-        }
-    }
-
-    /// A backend to ask for a token count: an available one that serves `/tokenize`, from the
-    /// pool the estimate points at first, else from any pool.
-    fn tokenizer(&self, preferred: Option<usize>) -> Option<Arc<Backend>> {
-        let now = Instant::now();
-        let pools = preferred
-            .and_then(|index| self.pools.get(index))
-            .into_iter()
-            .chain(self.pools.iter());
-        pools
-            .flat_map(|pool| pool.backends().iter().cloned().collect::<Vec<_>>())
-            .find(|backend| backend.tokenizes() && backend.available(now))
     }
 }
 

@@ -84,7 +84,7 @@ impl Rules {
     }
 
     /// The candidate pools for a request.
-    pub fn plan(&self, input: RuleInput<'_>) -> RoutePlan {
+    pub fn pools_for(&self, input: RuleInput<'_>) -> RoutePlan {
         let mut matching = self.rules.iter().filter(|rule| rule.matches(input));
         let Some(first) = matching.next() else {
             return RoutePlan {

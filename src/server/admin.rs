@@ -92,7 +92,7 @@ fn route(
     match path {
         "/metrics" if accept.is_some_and(protobuf::wants_protobuf) => {
             let mut response = Response::new(Full::new(Bytes::from(
-                metrics.render_protobuf(&limits.render()),
+                metrics.render_protobuf(&super::series::render(limits)),
             )));
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -102,7 +102,7 @@ fn route(
         }
         "/metrics" => text(
             StatusCode::OK,
-            metrics.render() + &limits.render(),
+            metrics.render() + &super::series::render(limits),
             "text/plain; version=0.0.4; charset=utf-8",
         ),
         "/healthz" => text(StatusCode::OK, "ok\n".to_owned(), PLAIN),

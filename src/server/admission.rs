@@ -6,8 +6,9 @@
 //! count: a connection permit moves into the connection task, a stream permit into the response
 //! body ([`Admitted`]), so it is released when the last byte went out or the client left.
 //!
-//! Rejections are counted in `tokenmeter_rejected_total{reason}` (`max_streams`,
-//! `max_connections`), and the open counts are exposed as gauges; [`Limits::counts`] reads them at
+//! A refused request ends at once (outcome `overloaded` at the finish point, like every other
+//! ending); rejections are also counted by limit in `tokenmeter_rejected_total{reason}`
+//! (`max_streams`, `max_connections`), and the open counts are exposed as gauges; [`Limits::counts`] reads them at
 //! scrape time and [`crate::metrics::admission`] writes them beside every other series.
 //!
 //! ```no_run
@@ -31,8 +32,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Layer, Service};
 
 use crate::config::ServerConfig;
+use crate::context::RequestContext;
 use crate::meter::layer::ResponseBody;
 use crate::metrics::admission::AdmissionCounts;
+use crate::metrics::Outcome;
 use crate::proxy::error::json_error;
 
 /// Seconds a rejected client is told to wait (`retry-after`).
@@ -208,6 +211,12 @@ pub fn overloaded(limit: Limit) -> Response<Full<Bytes>> {
     response
 }
 
+/// Ends a request that a limit turned away (answered with [`overloaded`]).
+pub fn refused(mut context: RequestContext) {
+    context.status = Some(StatusCode::SERVICE_UNAVAILABLE);
+    context.finish(Outcome::Overloaded, None);
+}
+
 /// Puts the stream limit in front of a service (see the module docs).
 #[derive(Debug, Clone)]
 pub struct AdmissionLayer {
@@ -251,13 +260,19 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
         match self.limits.try_stream() {
             Some(permit) => AdmissionFuture::Admitted {
                 inner: Box::pin(self.inner.call(req)),
                 permit: Some(permit),
             },
-            None => AdmissionFuture::Rejected,
+            None => {
+                // Refused here, before anything read its body: it ends now.
+                if let Some(context) = RequestContext::take(req.extensions_mut(), "admission") {
+                    refused(context);
+                }
+                AdmissionFuture::Rejected
+            }
         }
     }
 }

@@ -1,72 +1,126 @@
-//! The request stack (`admission -> meter -> route -> forward`) that new requests take, swapped
-//! whole by a config reload.
+//! The request stack (`admission -> meter -> plan -> dispatch -> forward`) and the finish hooks
+//! that new requests take, swapped whole by a config reload; and where each request's context
+//! starts.
 //!
-//! Why the whole stack: a request is planned by the meter's router and dispatched by the route
-//! layer's; both must be the same generation, and so must the timeouts and SLO targets it is
-//! metered against. Each request clones the current stack when it starts (the clone hyper made
-//! per request before, plus one atomic load) and keeps it to its end: streams in flight finish
-//! where they started, whatever a reload does meanwhile.
+//! Why the whole stack: a request is planned and dispatched by one router, metered against one
+//! set of SLO targets and timeouts, and ended by the hooks of that same generation (the meter's
+//! series, the router's calibration). Each request takes the current generation when its head
+//! arrives (the clone hyper made per request before, plus one atomic load) and keeps it to its
+//! end: streams in flight finish where they started, whatever a reload does meanwhile.
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use arc_swap::ArcSwap;
 use http::Request;
 use hyper::body::Incoming;
+use tokio::time::Instant;
 use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
 use super::admission::{Admission, AdmissionLayer, Limits};
+use super::smuggling::ConnectionFraming;
 use crate::config::Config;
+use crate::context::record::SloTargets;
+use crate::context::{FinishHook, FinishHooks, RequestContext};
+use crate::meter::finish::MeterHook;
 use crate::meter::layer::{Meter, MeterLayer};
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
 use crate::proxy::Forward;
-use crate::route::{Route, RouteLayer, Router};
+use crate::route::{Dispatch, DispatchLayer, Plan, PlanLayer, Router};
 
-/// One generation of the request stack.
-pub type Stack = Admission<Meter<Route<Forward>>>;
+/// One generation's tower stack.
+pub type Stack = Admission<Meter<Plan<Dispatch<Forward>>>>;
 
-/// Builds the stack of `config` over `router`. The limits and metrics are the server's own, shared
-/// by every generation (a reload resizes the limits in place).
+/// One generation of the request stack: the layers, and the hooks that end its requests.
+pub struct Generation {
+    pub stack: Stack,
+    pub hooks: FinishHooks,
+}
+
+/// Builds the generation of `config` over `router`. The limits and metrics are the server's own,
+/// shared by every generation (a reload resizes the limits in place); `extra` hooks (an
+/// embedder's, a test's) run after the meter's and the router's.
 pub fn build(
     config: &Config,
     metrics: &Arc<Metrics>,
     router: &Arc<Router>,
     limits: &Arc<Limits>,
     client: UpstreamClient,
-) -> Stack {
-    tower::ServiceBuilder::new()
+    extra: &[Arc<dyn FinishHook>],
+) -> Generation {
+    let stack = tower::ServiceBuilder::new()
         .layer(AdmissionLayer::new(Arc::clone(limits)))
-        .layer(MeterLayer::new(
-            config,
-            Arc::clone(metrics),
-            Arc::clone(router),
-        ))
-        .layer(RouteLayer::new(Arc::clone(router)))
-        .service(Forward::new(client, &config.upstream))
+        .layer(MeterLayer::new(config, Arc::clone(metrics)))
+        .layer(PlanLayer::new(Arc::clone(router)))
+        .layer(DispatchLayer::new(Arc::clone(router)))
+        .service(Forward::new(client, &config.upstream));
+    let slo = SloTargets {
+        ttft: config.slo.ttft,
+        tpot: config.slo.tpot,
+    };
+    let meter: Arc<dyn FinishHook> = Arc::new(MeterHook::new(Arc::clone(metrics), slo));
+    let calibration: Arc<dyn FinishHook> = router.calibrator().clone();
+    let hooks = FinishHooks::new(
+        [meter, calibration]
+            .into_iter()
+            .chain(extra.iter().cloned()),
+    );
+    Generation { stack, hooks }
 }
 
-/// The current stack; cloned into every connection, swapped by reloads.
+/// The current generation; cloned into every connection, swapped by reloads.
 #[derive(Clone)]
 pub struct LiveStack {
-    current: Arc<ArcSwap<Stack>>,
+    current: Arc<ArcSwap<Generation>>,
 }
 
 impl LiveStack {
-    pub fn new(stack: Stack) -> Self {
+    pub fn new(generation: Generation) -> Self {
         Self {
-            current: Arc::new(ArcSwap::from_pointee(stack)),
+            current: Arc::new(ArcSwap::from_pointee(generation)),
         }
     }
 
-    /// New requests take `stack` from now on.
-    pub fn store(&self, stack: Stack) {
-        self.current.store(Arc::new(stack));
+    /// New requests take `generation` from now on.
+    pub fn store(&self, generation: Generation) {
+        self.current.store(Arc::new(generation));
+    }
+
+    /// The finish hooks of the current generation (for requests answered outside the stack).
+    pub fn hooks(&self) -> FinishHooks {
+        self.current.load().hooks.clone()
+    }
+
+    /// The stack as one connection serves it: each request's context starts there.
+    pub fn for_connection(
+        &self,
+        peer: SocketAddr,
+        client_tls: bool,
+        framing: Arc<ConnectionFraming>,
+    ) -> ConnectionStack {
+        ConnectionStack {
+            live: self.clone(),
+            peer,
+            client_tls,
+            framing,
+        }
     }
 }
 
-impl Service<Request<Incoming>> for LiveStack {
+/// One client connection's service: it starts each request's context as hyper dispatches the
+/// request (its head is in: this is `t0`), with the hooks of the generation the request takes.
+#[derive(Clone)]
+pub struct ConnectionStack {
+    live: LiveStack,
+    peer: SocketAddr,
+    client_tls: bool,
+    framing: Arc<ConnectionFraming>,
+}
+
+impl Service<Request<Incoming>> for ConnectionStack {
     type Response = <Stack as Service<Request<Incoming>>>::Response;
     type Error = Infallible;
     type Future = Oneshot<Stack, Request<Incoming>>;
@@ -76,8 +130,20 @@ impl Service<Request<Incoming>> for LiveStack {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        let stack: Stack = (**self.current.load()).clone();
-        stack.oneshot(req)
+    fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
+        let received = Instant::now();
+        let generation = self.live.current.load();
+        let mut context = RequestContext::for_head(
+            received,
+            req.method(),
+            req.uri(),
+            req.headers(),
+            generation.hooks.clone(),
+        );
+        context.client = Some(self.peer);
+        context.client_tls = self.client_tls;
+        context.conflicting_framing = self.framing.next_request_conflicts();
+        context.put(req.extensions_mut());
+        generation.stack.clone().oneshot(req)
     }
 }

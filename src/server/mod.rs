@@ -1,7 +1,7 @@
 //! Listeners, the tower stack, admin routes and graceful shutdown.
 //!
 //! The traffic listener serves HTTP/1.1 and h2c on one port (hyper-util's auto builder) through the
-//! stack `meter -> route -> forward`. The admin listener, kept on its own port so API clients never
+//! stack `admission -> meter -> plan -> dispatch -> forward` ([`live`]). The admin listener, kept on its own port so API clients never
 //! see metrics, serves `/metrics`, `/healthz` and `/readyz`.
 //!
 //! Hostile clients meet the limits of `[server]`: the HTTP/1 head must arrive within
@@ -31,7 +31,6 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
-use tower::ServiceExt;
 
 use admission::{Limit, Limits};
 use h2guard::{AbuseCounters, Budgets, H2Guard};
@@ -41,7 +40,7 @@ use reload::{Applied, ConfigSource, ReloadRequest};
 use smuggling::{ConnectionFraming, GuardedStream};
 
 use crate::config::{Config, ConfigError, ServerConfig, ServerTlsConfig};
-use crate::context::RequestContext;
+use crate::context::{FinishHook, FinishHooks, RequestContext};
 use crate::metrics::{Metrics, MetricsError};
 use crate::proxy::client::{self, UpstreamClient};
 use crate::route::{self, RouteError, Router};
@@ -55,6 +54,7 @@ pub mod h2guard;
 mod listen;
 pub mod live;
 pub mod reload;
+pub mod series;
 pub mod smuggling;
 mod sniff;
 
@@ -139,6 +139,17 @@ pub fn spawn(
     traffic: TcpListener,
     admin: TcpListener,
 ) -> Result<ServerHandle, ServerError> {
+    spawn_with_hooks(config, traffic, admin, Vec::new())
+}
+
+/// [`spawn`], with `hooks` run at the end of every request after the proxy's own (see
+/// [`crate::context::finish`]).
+pub fn spawn_with_hooks(
+    config: Config,
+    traffic: TcpListener,
+    admin: TcpListener,
+    hooks: Vec<Arc<dyn FinishHook>>,
+) -> Result<ServerHandle, ServerError> {
     let traffic_addr = local_addr(&traffic)?;
     let admin_addr = local_addr(&admin)?;
     let metrics = Arc::new(Metrics::new(&config)?);
@@ -146,7 +157,10 @@ pub fn spawn(
     let shutdown = async move {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
-    let server = Server::new(config, Arc::clone(&metrics))?;
+    let server = hooks.into_iter().try_fold(
+        Server::new(config, Arc::clone(&metrics))?,
+        |server, hook| Ok::<_, ServerError>(server.with_finish_hook(hook)),
+    )?;
     let limits = Arc::clone(&server.limits);
     let reloads = server.reloads();
     let task = tokio::spawn(server.run(traffic, admin, shutdown));
@@ -184,6 +198,8 @@ pub struct Server {
     reload_tx: mpsc::Sender<ReloadRequest>,
     /// Taken by [`Server::run`].
     reload_rx: Option<mpsc::Receiver<ReloadRequest>>,
+    /// Finish hooks of the embedder (or a test), run after the proxy's own in every generation.
+    hooks: Vec<Arc<dyn FinishHook>>,
 }
 
 impl Server {
@@ -208,7 +224,15 @@ impl Server {
             source: ConfigSource::default(),
             reload_tx,
             reload_rx: Some(reload_rx),
+            hooks: Vec::new(),
         })
+    }
+
+    /// Adds a hook that runs at the end of every request, after the proxy's own (see
+    /// [`crate::context::finish`]); it carries over reloads.
+    pub fn with_finish_hook(mut self, hook: Arc<dyn FinishHook>) -> Self {
+        self.hooks.push(hook);
+        self
     }
 
     /// Reloads read `path` (the file `serve --config` named; `None`: the shipped defaults), and,
@@ -272,6 +296,7 @@ impl Server {
             &router,
             &self.limits,
             client.clone(),
+            &self.hooks,
         ));
         probes.iter().for_each(JoinHandle::abort);
         *probes = route::probe::spawn(&router, &client);
@@ -296,6 +321,7 @@ impl Server {
             &self.router,
             &self.limits,
             client.clone(),
+            &self.hooks,
         ));
         let (watch_every, watch_every_rx) = watch::channel(self.watch_interval());
         let watcher_task = self.source.path.clone().map(|path| {
@@ -374,22 +400,14 @@ impl Server {
                     };
                     let _ = stream.set_nodelay(true);
                     let Some(permit) = self.limits.try_connection() else {
-                        connections.spawn(refuse_connection(stream));
+                        connections.spawn(refuse_connection(stream, peer, stack.hooks()));
                         continue;
                     };
                     let framing = ConnectionFraming::new();
                     let io_framing = Arc::clone(&framing);
                     let max_head = self.config.server.max_header_bytes;
                     let first_byte_timeout = self.config.server.header_read_timeout;
-                    let client_tls = self.tls.is_some();
-                    let service = stack.clone().map_request(move |mut req: Request<Incoming>| {
-                        // The request's head is here: its context starts, and with it t0.
-                        let mut context = RequestContext::new(Instant::now(), Some(peer));
-                        context.client_tls = client_tls;
-                        context.conflicting_framing = framing.next_request_conflicts();
-                        req.extensions_mut().insert(context);
-                        req
-                    });
+                    let service = stack.for_connection(peer, self.tls.is_some(), framing);
                     let service = TowerToHyperService::new(service);
                     let watcher = graceful.watcher();
                     let builders = Arc::clone(&builders);
@@ -559,14 +577,24 @@ const H2_MAX_SEND_BUF_BYTES: usize = 64 * 1024;
 const REFUSE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Answers every request of a connection past `max_connections` with 503 and closes it. Bounded in
-/// time, so a flood of refused connections cannot pile up.
-async fn refuse_connection(stream: tokio::net::TcpStream) {
-    let service = hyper::service::service_fn(|_req: Request<Incoming>| async {
+/// time, so a flood of refused connections cannot pile up. Each request ends at the finish point
+/// like any other (outcome `overloaded`).
+async fn refuse_connection(stream: tokio::net::TcpStream, peer: SocketAddr, hooks: FinishHooks) {
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let mut context = RequestContext::for_head(
+            Instant::now(),
+            req.method(),
+            req.uri(),
+            req.headers(),
+            hooks.clone(),
+        );
+        context.client = Some(peer);
+        admission::refused(context);
         let mut response = admission::overloaded(Limit::Connections);
         response
             .headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        Ok::<_, Infallible>(response)
+        async move { Ok::<_, Infallible>(response) }
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().keep_alive(false);

@@ -83,11 +83,19 @@ pub async fn wait_for_metric(
 
 /// Starts a proxy on 127.0.0.1 ephemeral ports.
 pub async fn start_proxy(config: Config) -> ServerHandle {
+    start_proxy_with_hooks(config, Vec::new()).await
+}
+
+/// Starts a proxy whose requests also end in `hooks` (see `tokenmeter::context::finish`).
+pub async fn start_proxy_with_hooks(
+    config: Config,
+    hooks: Vec<std::sync::Arc<dyn tokenmeter::context::FinishHook>>,
+) -> ServerHandle {
     let traffic = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind traffic");
     let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
-    server::spawn(config, traffic, admin).expect("proxy starts")
+    server::spawn_with_hooks(config, traffic, admin, hooks).expect("proxy starts")
 }
 
 /// The bytes of an OpenAI-compatible stream fixture (`tests/fixtures/openai/`).

@@ -441,7 +441,7 @@ fn length_rules_pick_the_pool_and_affinity_acts_inside_it() {
     let none = http::HeaderMap::new();
     let routed = |body: &serde_json::Value, prompt_tokens: u64| {
         let mut context = context(body);
-        context.plan = router.rules.plan(crate::route::rules::RuleInput {
+        context.plan = router.rules.pools_for(crate::route::rules::RuleInput {
             path: "/v1/chat/completions",
             model: Some("m"),
             prompt_tokens,

@@ -2,6 +2,7 @@ use super::*;
 use crate::config::{BalanceLoad, PoolConfig, RuleConfig};
 use crate::route::health::Fault;
 use crate::route::pools::LoadGuard;
+use crate::route::rules::RuleInput;
 
 fn router(edit: impl FnOnce(&mut Config)) -> Router {
     let pools = vec![
@@ -41,7 +42,7 @@ fn router(edit: impl FnOnce(&mut Config)) -> Router {
 }
 
 fn long_plan(router: &Router) -> RoutePlan {
-    router.rules.plan(RuleInput {
+    router.rules.pools_for(RuleInput {
         path: "/v1/chat/completions",
         model: None,
         prompt_tokens: 4000,

@@ -29,16 +29,16 @@ fn split() -> Rules {
 fn prompt_length_threshold_is_inclusive() {
     let rules = split();
     assert_eq!(
-        rules.plan(input(2047, None)).pools,
+        rules.pools_for(input(2047, None)).pools,
         vec![1],
         "short: decode only"
     );
     assert_eq!(
-        rules.plan(input(2048, None)).pools,
+        rules.pools_for(input(2048, None)).pools,
         vec![0, 1],
         "at the threshold: prefill, falling back to the next matching rule's decode"
     );
-    assert_eq!(rules.plan(input(9000, None)).pools, vec![0, 1], "long");
+    assert_eq!(rules.pools_for(input(9000, None)).pools, vec![0, 1], "long");
 }
 
 #[test]
@@ -54,18 +54,20 @@ fn model_and_path_patterns() {
     let rules = Rules::new(&[by_model, by_path, rule("decode")], &POOLS).expect("valid rules");
     assert_eq!(
         rules
-            .plan(input(10, Some("meta-llama/Llama-3.1-70B-Instruct")))
+            .pools_for(input(10, Some("meta-llama/Llama-3.1-70B-Instruct")))
             .pools[0],
         2,
         "model prefix"
     );
     assert_eq!(
-        rules.plan(input(10, Some("meta-llama/Llama-3.1-8B"))).pools,
+        rules
+            .pools_for(input(10, Some("meta-llama/Llama-3.1-8B")))
+            .pools,
         vec![1],
         "other model, chat path: catch-all"
     );
     assert_eq!(
-        rules.plan(input(10, None)).pools,
+        rules.pools_for(input(10, None)).pools,
         vec![1],
         "a model rule never matches a request without a model"
     );
@@ -74,12 +76,16 @@ fn model_and_path_patterns() {
         model: None,
         prompt_tokens: 10,
     };
-    assert_eq!(rules.plan(completions).pools, vec![0, 1], "exact path");
+    assert_eq!(rules.pools_for(completions).pools, vec![0, 1], "exact path");
     let not_exact = RuleInput {
         path: "/v1/completions/x",
         ..completions
     };
-    assert_eq!(rules.plan(not_exact).pools, vec![1], "exact means exact");
+    assert_eq!(
+        rules.pools_for(not_exact).pools,
+        vec![1],
+        "exact means exact"
+    );
 }
 
 #[test]
@@ -92,7 +98,7 @@ fn explicit_fallback_and_no_match() {
     };
     let rules = Rules::new(&[long, rule("decode")], &POOLS).expect("valid rules");
     assert_eq!(
-        rules.plan(input(100, None)),
+        rules.pools_for(input(100, None)),
         RoutePlan {
             pools: vec![0, 2],
             spill_queue_tokens: Some(5000)
@@ -108,14 +114,14 @@ fn explicit_fallback_and_no_match() {
     )
     .expect("valid rules");
     assert_eq!(
-        only_long.plan(input(5, None)).pools,
+        only_long.pools_for(input(5, None)).pools,
         vec![0],
         "no rule matches: the first pool"
     );
     assert_eq!(
         Rules::new(&[], &POOLS)
             .expect("no rules")
-            .plan(input(1, None))
+            .pools_for(input(1, None))
             .pools,
         vec![0],
         "no rules at all: the first pool"

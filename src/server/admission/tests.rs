@@ -1,5 +1,18 @@
 use super::*;
+use crate::context::{FinishHook, FinishHooks, Finished};
 use http_body_util::BodyExt;
+use std::sync::Mutex;
+
+/// The requests that ended: outcome and status.
+#[derive(Debug, Default)]
+struct Ended(Mutex<Vec<(Outcome, Option<StatusCode>)>>);
+
+impl FinishHook for Ended {
+    fn finished(&self, request: &Finished<'_>) {
+        let entry = (request.outcome, request.context.status);
+        self.0.lock().expect("lock").push(entry);
+    }
+}
 
 fn limits(max_streams: usize, max_connections: usize) -> Limits {
     let config = ServerConfig {
@@ -63,8 +76,18 @@ async fn a_stream_permit_lives_until_the_body_ends() {
         let body: ResponseBody = Either::Right(Full::new(Bytes::from_static(b"hello")));
         Ok::<_, Infallible>(Response::new(body))
     });
+    let ended = Arc::new(Ended::default());
+    let hooks = FinishHooks::new([ended.clone() as Arc<dyn FinishHook>]);
+    // A request as the server dispatches it: with its context.
+    let request = || {
+        let mut req = Request::new(());
+        RequestContext::new(tokio::time::Instant::now(), None)
+            .with_hooks(hooks.clone())
+            .put(req.extensions_mut());
+        req
+    };
     let mut service = AdmissionLayer::new(Arc::clone(&limits)).layer(inner);
-    let first = service.call(Request::new(())).await.expect("infallible");
+    let first = service.call(request()).await.expect("infallible");
     assert_eq!(first.status(), StatusCode::OK, "the first is admitted");
     assert_eq!(
         limits.streams_admitted(),
@@ -72,13 +95,19 @@ async fn a_stream_permit_lives_until_the_body_ends() {
         "its permit is held by the body"
     );
 
-    let second = service.call(Request::new(())).await.expect("infallible");
+    let second = service.call(request()).await.expect("infallible");
     assert_eq!(
         second.status(),
         StatusCode::SERVICE_UNAVAILABLE,
         "the second is over max_streams"
     );
     assert_eq!(limits.rejections(Limit::Streams), 1, "counted");
+    // (The stand-in inner service drops the first request's context: that one ends cancelled.)
+    assert_eq!(
+        ended.0.lock().expect("lock").last(),
+        Some(&(Outcome::Overloaded, Some(StatusCode::SERVICE_UNAVAILABLE))),
+        "the refused request ended at once, overloaded"
+    );
 
     let body = first.into_body().collect().await.expect("body").to_bytes();
     assert_eq!(&body[..], b"hello", "the body passes unchanged");
@@ -87,7 +116,7 @@ async fn a_stream_permit_lives_until_the_body_ends() {
         0,
         "released at the end of the body"
     );
-    let third = service.call(Request::new(())).await.expect("infallible");
+    let third = service.call(request()).await.expect("infallible");
     assert_eq!(third.status(), StatusCode::OK, "admitted again");
 }
 

@@ -20,15 +20,15 @@ fn ttft_gaps_and_tpot_follow_the_definitions() {
     );
     assert_eq!(record.on_token(t0 + ms(130), None), TokenMark::Gap(ms(30)));
     assert_eq!(record.on_token(t0 + ms(190), None), TokenMark::Gap(ms(60)));
-    let finished = record.finish(t0 + ms(200));
-    assert_eq!(finished.e2e, ms(200), "E2E");
-    assert_eq!(finished.ttft, Some(ms(100)), "TTFT");
+    let figures = record.figures(t0 + ms(200));
+    assert_eq!(figures.e2e, ms(200), "E2E");
+    assert_eq!(figures.ttft, Some(ms(100)), "TTFT");
     assert_eq!(
-        finished.output_tokens, 3,
+        figures.output_tokens, 3,
         "counted from events without usage"
     );
-    assert!(!finished.exact_output, "fallback is flagged");
-    assert_eq!(finished.tpot, Some(ms(45)), "(190 - 100) / (3 - 1)");
+    assert!(!figures.exact_output, "fallback is flagged");
+    assert_eq!(figures.tpot, Some(ms(45)), "(190 - 100) / (3 - 1)");
 }
 
 #[test]
@@ -43,11 +43,11 @@ fn usage_overrides_event_count_for_tpot() {
         completion_tokens: Some(5),
         cached_tokens: None,
     });
-    let finished = record.finish(t0 + ms(190));
-    assert_eq!(finished.output_tokens, 5, "usage wins");
-    assert!(finished.exact_output, "exact");
-    assert_eq!(finished.input_tokens, Some(20), "prompt tokens from usage");
-    assert_eq!(finished.tpot, Some(ms(20)), "(180 - 100) / (5 - 1)");
+    let figures = record.figures(t0 + ms(190));
+    assert_eq!(figures.output_tokens, 5, "usage wins");
+    assert!(figures.exact_output, "exact");
+    assert_eq!(figures.input_tokens, Some(20), "prompt tokens from usage");
+    assert_eq!(figures.tpot, Some(ms(20)), "(180 - 100) / (5 - 1)");
 }
 
 #[test]
@@ -55,13 +55,13 @@ fn single_token_streams_are_judged_on_ttft_only() {
     let t0 = Instant::now();
     let mut record = StreamRecord::new(t0);
     record.on_token(t0 + ms(900), None);
-    let finished = record.finish(t0 + ms(901));
-    assert_eq!(finished.tpot, None, "no TPOT for one token");
+    let figures = record.figures(t0 + ms(901));
+    assert_eq!(figures.tpot, None, "no TPOT for one token");
     let targets = SloTargets {
         ttft: ms(800),
         tpot: ms(35),
     };
-    let verdict = finished.verdict(targets).expect("a token was seen");
+    let verdict = figures.verdict(targets).expect("a token was seen");
     assert_eq!(
         verdict,
         SloVerdict {
@@ -71,7 +71,7 @@ fn single_token_streams_are_judged_on_ttft_only() {
     );
     assert!(!verdict.all_met(), "TTFT missed");
     assert_eq!(
-        StreamRecord::new(t0).finish(t0).verdict(targets),
+        StreamRecord::new(t0).figures(t0).verdict(targets),
         None,
         "no token, no verdict"
     );
@@ -84,7 +84,7 @@ fn slo_edges_are_inclusive() {
     record.on_token(t0 + ms(800), None);
     record.on_token(t0 + ms(835), None);
     let verdict = record
-        .finish(t0 + ms(840))
+        .figures(t0 + ms(840))
         .verdict(SloTargets {
             ttft: ms(800),
             tpot: ms(35),

@@ -1,5 +1,6 @@
-//! The per-stream record: the instants and counts the phases of a stream fill in, and the one place
-//! they are turned into observations when the stream finishes (pingora's per-request context).
+//! What a response body showed: the instants and counts the meter stamps as the stream passes
+//! ([`StreamRecord`], in the request's context), and the figures they yield when the request ends
+//! ([`Figures`], computed once for every finish hook).
 //!
 //! Definitions (REFERENCE §1): t0 = the proxy has the request head; TTFB = first body byte - t0;
 //! TTFT = first token event - t0; ITL = every gap between consecutive token events; TPOT = (last
@@ -25,11 +26,15 @@ pub struct StreamRecord {
     /// The latest usage the stream reported (cumulative when continuous usage is on).
     pub usage: Usage,
     pub error_event: bool,
+    /// The body was a stream of a known framing (SSE or NDJSON): its events were read.
+    pub framed: bool,
+    /// SSE / NDJSON lines over `metering.max_sse_line_bytes` (skipped by the scanner, forwarded).
+    pub overflows: u64,
 }
 
-/// The observations a finished stream yields.
+/// The figures a finished stream yields.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Finished {
+pub struct Figures {
     pub e2e: Duration,
     pub ttft: Option<Duration>,
     pub tpot: Option<Duration>,
@@ -73,6 +78,8 @@ impl StreamRecord {
             event_tokens: 0,
             usage: Usage::default(),
             error_event: false,
+            framed: false,
+            overflows: 0,
         }
     }
 
@@ -114,8 +121,8 @@ impl StreamRecord {
         }
     }
 
-    /// The observations of the stream ending at `end`.
-    pub fn finish(&self, end: Instant) -> Finished {
+    /// The figures of the stream ending at `end`.
+    pub fn figures(&self, end: Instant) -> Figures {
         let (output_tokens, exact_output) = match self.usage.completion_tokens {
             Some(tokens) => (tokens, true),
             None => (self.event_tokens, false),
@@ -129,7 +136,7 @@ impl StreamRecord {
             }
             _ => None,
         };
-        Finished {
+        Figures {
             e2e: end.saturating_duration_since(self.t0),
             ttft: self
                 .first_token
@@ -143,7 +150,7 @@ impl StreamRecord {
     }
 }
 
-impl Finished {
+impl Figures {
     /// SLO verdicts; `None` for a stream without any token (nothing to judge).
     pub fn verdict(&self, targets: SloTargets) -> Option<SloVerdict> {
         let ttft = self.ttft?;

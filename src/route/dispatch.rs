@@ -1,4 +1,4 @@
-//! The dispatch: a tower service between the meter (which planned the request) and forwarding.
+//! The dispatch: a tower service between the plan ([`super::plan`]) and forwarding.
 //!
 //! Per attempt: pick a backend of the planned pools by power of two choices ([`Router::pick`]),
 //! write it and a [`LoadGuard`] into the request's context for [`crate::proxy::Forward`], and
@@ -36,10 +36,9 @@ impl Router {
     where
         S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
     {
-        let mut context = req
-            .extensions_mut()
-            .remove::<RequestContext>()
-            .unwrap_or_else(|| RequestContext::new(Instant::now(), None));
+        let Some(mut context) = RequestContext::take(req.extensions_mut(), "dispatch") else {
+            return Err(Failure::lost());
+        };
         let replay = if self.retries > 0 {
             Replay::of(&req, &context)
         } else {
@@ -78,7 +77,8 @@ impl Router {
                 Arc::clone(&backend),
                 estimated,
             ))));
-            request.extensions_mut().insert(context);
+            context.attempts += 1;
+            context.put(request.extensions_mut());
             let result = match inner.ready().await {
                 Ok(service) => service.call(request).await,
                 Err(failure) => Err(failure),
@@ -107,8 +107,11 @@ impl Router {
                 return Err(failure);
             }
             tracing::debug!(error = %failure.error, "failed before any response byte: retrying elsewhere");
+            let Some(failed) = failure.context else {
+                return Err(failure);
+            };
             tried.push(backend);
-            context = *failure.context;
+            context = *failed;
             last_error = Some(failure.error);
         }
         Err(Failure::new(
@@ -158,23 +161,23 @@ impl Replay {
     }
 }
 
-/// Configures [`Route`].
+/// Configures [`Dispatch`].
 #[derive(Debug, Clone)]
-pub struct RouteLayer {
+pub struct DispatchLayer {
     router: Arc<Router>,
 }
 
-impl RouteLayer {
+impl DispatchLayer {
     pub fn new(router: Arc<Router>) -> Self {
         Self { router }
     }
 }
 
-impl<S> Layer<S> for RouteLayer {
-    type Service = Route<S>;
+impl<S> Layer<S> for DispatchLayer {
+    type Service = Dispatch<S>;
 
-    fn layer(&self, inner: S) -> Route<S> {
-        Route {
+    fn layer(&self, inner: S) -> Dispatch<S> {
+        Dispatch {
             inner,
             router: Arc::clone(&self.router),
         }
@@ -183,12 +186,12 @@ impl<S> Layer<S> for RouteLayer {
 
 /// Sends each request to a backend of its planned pools.
 #[derive(Debug, Clone)]
-pub struct Route<S> {
+pub struct Dispatch<S> {
     inner: S,
     router: Arc<Router>,
 }
 
-impl<S> Service<Request<RequestBody>> for Route<S>
+impl<S> Service<Request<RequestBody>> for Dispatch<S>
 where
     S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>
         + Clone

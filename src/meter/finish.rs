@@ -1,0 +1,148 @@
+//! The meter's finish hook: the per-request series, recorded once when a request ends.
+//!
+//! Whatever ended the request (see [`crate::context::finish`]), it is counted here and nowhere
+//! else: `tokenmeter_requests_total{outcome}` for every request; for a generation request whose
+//! response head came back, also E2E, TPOT, the token counts, the prompt cache and the SLO
+//! verdicts. TTFB, TTFT and the inter-token gaps are recorded live by the body as they happen
+//! ([`super::body`]); this hook records what only the end knows.
+use std::sync::Arc;
+
+use crate::context::record::SloTargets;
+use crate::context::{FinishHook, Finished, RequestContext};
+use crate::dialect::Dialect;
+use crate::metrics::{Metrics, Operation, Outcome, RequestLabels, Slo};
+
+/// Backend (and pool) label for requests that never reached one.
+pub(super) const NO_BACKEND: &str = "none";
+
+/// Records the per-request series of every finished request.
+#[derive(Debug)]
+pub struct MeterHook {
+    metrics: Arc<Metrics>,
+    slo: SloTargets,
+    none: Arc<str>,
+}
+
+impl MeterHook {
+    pub fn new(metrics: Arc<Metrics>, slo: SloTargets) -> Self {
+        Self {
+            metrics,
+            slo,
+            none: Arc::from(NO_BACKEND),
+        }
+    }
+}
+
+/// The labels every per-request series of a request carries: what its context names, `none`
+/// (`none_label`) where it names nothing (no pool planned, no backend reached).
+pub(super) fn labels_of(
+    context: &RequestContext,
+    metrics: &Metrics,
+    none_label: &Arc<str>,
+) -> RequestLabels {
+    let none = || Arc::clone(none_label);
+    RequestLabels {
+        operation: context
+            .dialect
+            .map_or(Operation::PASSTHROUGH, Operation::of),
+        model: context
+            .model_label
+            .clone()
+            .unwrap_or_else(|| metrics.model_label(None)),
+        pool: context.pool.clone().unwrap_or_else(none),
+        backend: context
+            .backend
+            .as_ref()
+            .map_or_else(none, |target| Arc::clone(&target.label)),
+    }
+}
+
+impl FinishHook for MeterHook {
+    fn finished(&self, done: &Finished<'_>) {
+        let context = done.context;
+        let labels = labels_of(context, &self.metrics, &self.none);
+        if context.active {
+            self.metrics
+                .streams_active(labels.operation, &labels.model)
+                .decrement(1.0);
+        }
+        match (context.dialect, context.upstream_status) {
+            (Some(dialect), Some(_)) => self.stream_finished(done, dialect, labels),
+            // Refused, failed before a response head, abandoned before one, or not a generation
+            // request (a passthrough): counted by outcome only.
+            _ => self.metrics.request_finished(&labels, done.outcome),
+        }
+    }
+}
+
+impl MeterHook {
+    /// A generation request whose response head came back: everything its stream yields.
+    fn stream_finished(&self, done: &Finished<'_>, dialect: Dialect, labels: RequestLabels) {
+        let Finished {
+            context,
+            outcome,
+            figures,
+            ..
+        } = done;
+        let metrics = &*self.metrics;
+        let handles = metrics.stream(
+            labels.operation,
+            &labels.model,
+            &labels.backend,
+            &labels.pool,
+        );
+        let trace = context.trace.as_ref();
+        let record = &context.stream;
+        handles.e2e.record_traced(figures.e2e.as_secs_f64(), trace);
+        if record.overflows > 0 {
+            metrics.sse_overflows(&handles.labels, record.overflows);
+        }
+        // Token figures only for a stream of a known dialect (an unknown one is timed only), or for
+        // a non-streaming answer whose usage gave N_out: without token events there is no count to
+        // fall back on, and without a framer usage can only have come from the whole body.
+        let tokens_known = dialect != Dialect::Unknown && (record.framed || figures.exact_output);
+        if tokens_known {
+            if let Some(tpot) = figures.tpot {
+                handles.tpot.record_traced(tpot.as_secs_f64(), trace);
+            }
+            handles.output_tokens.record(figures.output_tokens as f64);
+            handles.output_total.increment(figures.output_tokens);
+            handles.token_count_source(metrics, figures.exact_output);
+        }
+        // N_in: usage.prompt_tokens when known, else the router's estimate (a rejected request
+        // processed no prompt).
+        let answered_ok = context.upstream_status.is_some_and(|s| s.is_success());
+        let input = match (figures.input_tokens, context.estimate) {
+            (Some(actual), _) => Some(actual),
+            (None, Some(estimate)) if answered_ok => Some(estimate.tokens),
+            (None, _) => None,
+        };
+        if let Some(input) = input {
+            handles.input_tokens.record(input as f64);
+            handles.input_total.increment(input);
+        }
+        // The prompt cache, where the server reports it: hits are its cached tokens, misses the rest
+        // of the prompt it computed.
+        if let (Some(prompt), Some(cached)) = (figures.input_tokens, figures.cached_input_tokens) {
+            handles.prompt_cache(metrics, cached.min(prompt), prompt.saturating_sub(cached));
+        }
+        if *outcome == Outcome::Ok {
+            if let Some(verdict) = figures.verdict(self.slo) {
+                handles.slo_verdict(metrics, Slo::Ttft, verdict.ttft_met);
+                if let Some(tpot_met) = verdict.tpot_met {
+                    handles.slo_verdict(metrics, Slo::Tpot, tpot_met);
+                }
+                handles.slo_verdict(metrics, Slo::All, verdict.all_met());
+            }
+        }
+        handles.finished(metrics, *outcome);
+        tracing::debug!(
+            outcome = outcome.as_str(),
+            backend = &*handles.labels.backend,
+            model = &*handles.labels.model,
+            e2e_ms = figures.e2e.as_millis() as u64,
+            output_tokens = figures.output_tokens,
+            "stream finished"
+        );
+    }
+}

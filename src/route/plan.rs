@@ -1,0 +1,229 @@
+//! The plan phase: a tower service between the meter (which read the body) and the dispatch.
+//!
+//! It writes the request's `estimate`, `plan` and `pool` ([`Router::plan`]): the prompt's size
+//! from the meter's one walk of the body, times the model's calibrated tokens-per-byte ratio
+//! ([`super::estimate`]); while a model is untrusted, a prompt whose pool depends on its true
+//! length first asks a backend's tokenizer for the exact count, for at most
+//! `routing.tokenize_timeout` ([`super::tokenize`]); then the rules list the candidate pools,
+//! best first ([`super::rules`]). Every request is planned (one that is not a generation has no
+//! prompt, and the rules may still name its pool by path); the dispatch then picks a backend.
+//! The calibration learns from each finished request's `usage.prompt_tokens` at the finish point
+//! ([`super::estimate::Calibrator`] is a finish hook).
+//!
+//! ```no_run
+//! # use tokenmeter::{config::Config, metrics::Metrics, proxy, route};
+//! # use std::sync::Arc;
+//! let config = Config::default();
+//! let metrics = Arc::new(Metrics::new(&config).unwrap());
+//! let router = Arc::new(route::Router::from_config(&config, metrics).unwrap());
+//! let stack = tower::ServiceBuilder::new()
+//!     .layer(route::PlanLayer::new(Arc::clone(&router)))
+//!     .layer(route::DispatchLayer::new(router))
+//!     .service(proxy::Forward::new(proxy::client::build(&config.upstream), &config.upstream));
+//! ```
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use tokio::time::Instant;
+use tower::{Layer, Service, ServiceExt};
+
+use super::pools::Backend;
+use super::rules::RuleInput;
+use super::tokenize;
+use super::Router;
+use crate::context::{Estimate, RequestContext};
+use crate::proxy::{Failure, RequestBody, UpstreamBody};
+use crate::request::{self, Inspection, PromptSize};
+
+/// Background tokenizer samples are taken of prompts at least this long: a shorter one says more
+/// about its chat template than about its tokenizer.
+const MIN_SAMPLE_BYTES: u64 = 256;
+
+impl Router {
+    /// The plan phase for a request to `path`: writes `estimate`, `plan` and `pool` (the first
+    /// planned pool) into the context. A generation body is measured from its one walk; any other
+    /// request has no prompt.
+    pub async fn plan(&self, path: &str, context: &mut RequestContext) {
+        let label = context
+            .model_label
+            .clone()
+            .unwrap_or_else(|| self.metrics.model_label(context.model.as_deref()));
+        let measured = context.generation.as_ref().map(|generation| {
+            let size = Inspection::prompt_of(generation.read.as_ref(), &generation.body);
+            (size, generation.body.clone())
+        });
+        let mut tokens = measured
+            .as_ref()
+            .map_or(0, |(size, _)| self.calibrator.estimate(&label, *size));
+        if let Some((size, body)) = &measured {
+            if let Some(counted) = self
+                .count_untrusted(path, context.model.as_deref(), &label, *size, body)
+                .await
+            {
+                tokens = counted;
+            }
+        }
+        context.estimate = measured.map(|(size, _)| Estimate { size, tokens });
+        context.plan = self.rules.pools_for(RuleInput {
+            path,
+            model: context.model.as_deref(),
+            prompt_tokens: tokens,
+        });
+        context.pool = context
+            .plan
+            .pools
+            .first()
+            .map(|&index| Arc::clone(&self.pools[index].name));
+    }
+
+    /// For a model whose prompt ratio is not trusted yet: when the prompt's pool depends on its
+    /// true length (the low and high ends of [`Calibrator::range`] plan different first pools),
+    /// asks a backend's tokenizer and returns the exact count, waiting at most
+    /// `tokenize_timeout`; otherwise starts a background sample (at most one per model) and
+    /// returns `None`. The count teaches the calibration either way, even when it comes after
+    /// the wait was given up.
+    async fn count_untrusted(
+        &self,
+        path: &str,
+        model: Option<&str>,
+        label: &Arc<str>,
+        size: PromptSize,
+        body: &Bytes,
+    ) -> Option<u64> {
+        let client = self.client.get()?;
+        if !self.tokenize || size.text_bytes == 0 || self.calibrator.trusted(label) {
+            return None;
+        }
+        let (low, high) = self.calibrator.range(label, size);
+        let first_pool = |prompt_tokens| {
+            self.rules
+                .pools_for(RuleInput {
+                    path,
+                    model,
+                    prompt_tokens,
+                })
+                .pools
+                .first()
+                .copied()
+        };
+        let decides = first_pool(low) != first_pool(high);
+        if !decides && (size.text_bytes < MIN_SAMPLE_BYTES || !self.calibrator.claim_sample(label))
+        {
+            return None;
+        }
+        let estimated = self.calibrator.estimate(label, size);
+        let Some(backend) = self.tokenizer(first_pool(estimated)) else {
+            if !decides {
+                self.calibrator.end_sample(label);
+            }
+            return None;
+        };
+        let text = request::prompt_text(body)?;
+        let mode = if decides { "wait" } else { "background" };
+        let calibrator = Arc::clone(&self.calibrator);
+        let metrics = Arc::clone(&self.metrics);
+        let client = client.clone();
+        let model = model.map(str::to_owned);
+        let label = Arc::clone(label);
+        let timeout = self.probe_timeout.max(self.tokenize_timeout);
+        let ask = tokio::spawn(async move {
+            let counted = tokenize::ask(&client, &backend, model.as_deref(), &text, timeout).await;
+            match &counted {
+                Ok(tokens) => calibrator.learn(&label, size.text_bytes, *tokens),
+                Err(err) => {
+                    tracing::debug!(error = %err, backend = &*backend.target.label, "tokenize failed");
+                    calibrator.end_sample(&label);
+                }
+            }
+            let result = counted.as_ref().map_or_else(|err| err.as_str(), |_| "ok");
+            metrics.prompt_tokenize(&label, mode, result);
+            counted.ok().map(|tokens| size.token_ids + tokens)
+        });
+        if !decides {
+            return None;
+        }
+        match tokio::time::timeout(self.tokenize_timeout, ask).await {
+            Ok(joined) => joined.ok().flatten(),
+            Err(_elapsed) => None,
+        }
+    }
+
+    /// A backend to ask for a token count: an available one that serves `/tokenize`, from the
+    /// pool the estimate points at first, else from any pool.
+    fn tokenizer(&self, preferred: Option<usize>) -> Option<Arc<Backend>> {
+        let now = Instant::now();
+        let pools = preferred
+            .and_then(|index| self.pools.get(index))
+            .into_iter()
+            .chain(self.pools.iter());
+        pools
+            .flat_map(|pool| pool.backends().iter().cloned().collect::<Vec<_>>())
+            .find(|backend| backend.tokenizes() && backend.available(now))
+    }
+}
+
+/// Configures [`Plan`].
+#[derive(Debug, Clone)]
+pub struct PlanLayer {
+    router: Arc<Router>,
+}
+
+impl PlanLayer {
+    pub fn new(router: Arc<Router>) -> Self {
+        Self { router }
+    }
+}
+
+impl<S> Layer<S> for PlanLayer {
+    type Service = Plan<S>;
+
+    fn layer(&self, inner: S) -> Plan<S> {
+        Plan {
+            inner,
+            router: Arc::clone(&self.router),
+        }
+    }
+}
+
+/// Plans each request, then passes it on.
+#[derive(Debug, Clone)]
+pub struct Plan<S> {
+    inner: S,
+    router: Arc<Router>,
+}
+
+impl<S> Service<Request<RequestBody>> for Plan<S>
+where
+    S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    type Response = Response<UpstreamBody>;
+    type Error = Failure;
+    // One allocation per request: planning may wait for a tokenizer.
+    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Failure>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
+        // The inner service's readiness is awaited per request inside the future.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: Request<RequestBody>) -> Self::Future {
+        let mut inner = self.inner.clone();
+        let router = Arc::clone(&self.router);
+        Box::pin(async move {
+            let Some(mut context) = RequestContext::take(req.extensions_mut(), "plan") else {
+                return Err(Failure::lost());
+            };
+            router.plan(req.uri().path(), &mut context).await;
+            context.put(req.extensions_mut());
+            inner.ready().await?.call(req).await
+        })
+    }
+}
