@@ -20,7 +20,7 @@ use tokenmeter::sse::{Scanner, DEFAULT_MAX_LINE};
 #[path = "common/meter_fixture.rs"]
 mod fixture;
 
-use fixture::{metered, metrics, noop_waker, poll_one, Repeat, VLLM_CHUNK};
+use fixture::{metered, noop_waker, poll_one, series, Repeat, VLLM_CHUNK};
 
 fn per_chunk(c: &mut Criterion) {
     let mut group = c.benchmark_group("chunk");
@@ -53,8 +53,8 @@ fn per_chunk(c: &mut Criterion) {
         b.iter(|| openai::classify_parsed(black_box(data)))
     });
     group.bench_function("metered_body", |b| {
-        let metrics = metrics();
-        let mut body = metered(&metrics, Repeat(Bytes::from_static(VLLM_CHUNK)));
+        let series = series();
+        let mut body = metered(&series, Repeat(Bytes::from_static(VLLM_CHUNK)));
         let waker = noop_waker();
         let mut n = 0u64;
         b.iter(|| {
@@ -62,7 +62,7 @@ fn per_chunk(c: &mut Criterion) {
             // The exporter folds samples every 5 s in the server; do it here too so the
             // sample buffer does not grow without bound over millions of iterations.
             if n % 100_000 == 0 {
-                metrics.run_upkeep();
+                series.metrics().run_upkeep();
             }
             poll_one(&mut body, &waker)
         })
@@ -133,15 +133,14 @@ fn affinity_pool() -> (Pool, PoolAffinity) {
 }
 
 fn per_token(c: &mut Criterion) {
-    let metrics = metrics();
-    let model = metrics.model_label(Some("m"));
-    let (backend, pool) = (std::sync::Arc::from("b"), std::sync::Arc::from("p"));
-    let handles = metrics.stream(
-        tokenmeter::metrics::Operation::of(Dialect::OpenAiChat),
-        &model,
-        &backend,
-        &pool,
-    );
+    let series = series();
+    let metrics = std::sync::Arc::clone(series.metrics());
+    let handles = series.stream(&tokenmeter::meter::series::RequestLabels {
+        operation: tokenmeter::dialect::Operation::of(Dialect::OpenAiChat),
+        model: metrics.model_label(Some("m")),
+        backend: std::sync::Arc::from("b"),
+        pool: std::sync::Arc::from("p"),
+    });
     let mut group = c.benchmark_group("metric");
     group.throughput(Throughput::Elements(1));
     let mut n = 0u64;
@@ -178,8 +177,8 @@ fn callgrind(what: &str, chunks: u64) {
         "parsed" => (0..chunks)
             .for_each(|_| tokens += u64::from(openai::classify_parsed(black_box(data)).token)),
         _ => {
-            let metrics = metrics();
-            let mut body = metered(&metrics, Repeat(Bytes::from_static(VLLM_CHUNK)));
+            let series = series();
+            let mut body = metered(&series, Repeat(Bytes::from_static(VLLM_CHUNK)));
             let waker = noop_waker();
             for _ in 0..chunks {
                 tokens += u64::from(poll_one(&mut body, &waker) > 0);

@@ -36,7 +36,6 @@ use tokio::time::Instant;
 
 use crate::dialect::Dialect;
 use crate::metrics::exemplar::TraceId;
-use crate::metrics::Outcome;
 use crate::request::Inspection;
 use crate::upstream::{InFlight, Target};
 
@@ -44,7 +43,7 @@ pub mod finish;
 pub mod record;
 
 use finish::Duty;
-pub use finish::{FinishHook, FinishHooks, Finished};
+pub use finish::{FinishHook, FinishHooks, Finished, Outcome};
 use record::StreamRecord;
 
 /// Everything the proxy knows about one request. See the module docs for who writes what.

@@ -5,6 +5,7 @@
 //! - [`connector`]: TLS to `https://` upstreams, with SNI, the system's roots or a CA bundle, and
 //!   an optional client certificate (mTLS to the backend).
 //! - [`pem`]: reading the PEM files the configuration names, with errors that name the key.
+//! - [`series`]: failed handshakes and certificate reloads, per listener.
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
@@ -12,6 +13,7 @@ use rustls::crypto::CryptoProvider;
 pub mod acceptor;
 pub mod connector;
 pub mod pem;
+pub mod series;
 
 pub use acceptor::{HandshakeFailure, ServerTls};
 pub use connector::{TlsClient, UpstreamTls};

@@ -9,7 +9,7 @@ use bytes::Bytes;
 #[path = "../benches/common/meter_fixture.rs"]
 mod fixture;
 
-use fixture::{metered, metrics, noop_waker, poll_one, Repeat, VLLM_CHUNK};
+use fixture::{metered, noop_waker, poll_one, series, Repeat, VLLM_CHUNK};
 
 mod alloc_support;
 
@@ -17,8 +17,8 @@ use alloc_support::allocations;
 
 #[test]
 fn metering_a_chunk_allocates_nothing_in_the_steady_state() {
-    let metrics = metrics();
-    let mut body = metered(&metrics, Repeat(Bytes::from_static(VLLM_CHUNK)));
+    let series = series();
+    let mut body = metered(&series, Repeat(Bytes::from_static(VLLM_CHUNK)));
     let waker = noop_waker();
     // Warm-up: the first frame records TTFB and TTFT, scanner buffers reach their size.
     for _ in 0..100 {
@@ -45,10 +45,10 @@ fn metering_a_chunk_allocates_nothing_in_the_steady_state() {
         "{during} heap allocations while metering {CHUNKS} chunks (want 0 per chunk)"
     );
     // The chunks were metered, not skipped: every one after the first is an ITL sample.
-    let rendered = metrics.render();
+    let rendered = series.metrics().render();
     let itl_count = rendered
         .lines()
-        .find(|line| line.starts_with(&format!("{}_count", tokenmeter::metrics::ITL)))
+        .find(|line| line.starts_with(&format!("{}_count", tokenmeter::meter::series::ITL)))
         .map(str::to_owned);
     assert!(
         itl_count

@@ -11,9 +11,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokenmeter::context::{FinishHook, Finished};
+use tokenmeter::context::{FinishHook, Finished, Outcome};
 use tokenmeter::dialect::Dialect;
-use tokenmeter::metrics::Outcome;
 use tokenmeter::server::ServerHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

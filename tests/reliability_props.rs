@@ -15,7 +15,6 @@ use http_body::{Body, Frame};
 use proptest::prelude::*;
 use tokenmeter::dialect::Dialect;
 use tokenmeter::meter::body::MeteredBody;
-use tokenmeter::metrics::Metrics;
 use tokenmeter::proxy::BodyError;
 use tokenmeter::sse::{Framer, StreamFormat};
 
@@ -52,9 +51,9 @@ fn meter(
     cuts: &[usize],
     dialect: Dialect,
     framing: StreamFormat,
-) -> (Vec<u8>, Arc<Metrics>) {
-    let metrics = fixture::metrics();
-    let context = fixture::chat_context(&metrics, "m");
+) -> (Vec<u8>, Arc<tokenmeter::metrics::Metrics>) {
+    let series = fixture::series();
+    let context = fixture::chat_context(&series, "m");
     let mut points: Vec<usize> = cuts.iter().map(|cut| cut % (input.len() + 1)).collect();
     points.sort_unstable();
     points.dedup();
@@ -69,7 +68,7 @@ fn meter(
     // The smallest line cap the config allows, so over-long lines are exercised too.
     let framer = Framer::new(framing, 1024);
     let mut body: MeteredBody<Frames> =
-        fixture::metered_as(&metrics, context, dialect, framer, Frames(frames));
+        fixture::metered_as(&series, context, dialect, framer, Frames(frames));
     let waker = Waker::from(Arc::new(Ready));
     let mut cx = Context::from_waker(&waker);
     let mut out = Vec::new();
@@ -85,10 +84,10 @@ fn meter(
         }
     }
     drop(body);
-    (out, metrics)
+    (out, Arc::clone(series.metrics()))
 }
 
-fn finished_once(metrics: &Metrics) -> f64 {
+fn finished_once(metrics: &tokenmeter::metrics::Metrics) -> f64 {
     support::prom::sum(&metrics.render(), "tokenmeter_requests_total", &[])
 }
 

@@ -14,9 +14,11 @@ use tokenmeter::config::Config;
 use tokenmeter::context::record::SloTargets;
 use tokenmeter::context::{FinishHook, FinishHooks, RequestContext};
 use tokenmeter::dialect::Dialect;
+use tokenmeter::dialect::Operation;
 use tokenmeter::meter::body::{MeteredBody, StreamMeter};
 use tokenmeter::meter::finish::MeterHook;
-use tokenmeter::metrics::{Metrics, Operation};
+use tokenmeter::meter::series::{MeterSeries, RequestLabels};
+use tokenmeter::metrics::Metrics;
 use tokenmeter::proxy::BodyError;
 use tokenmeter::sse::DEFAULT_MAX_LINE;
 use tokenmeter::sse::{Framer, StreamFormat};
@@ -41,19 +43,21 @@ impl Body for Repeat {
     }
 }
 
-/// The proxy's metrics with the shipped defaults.
-pub fn metrics() -> Arc<Metrics> {
-    Arc::new(Metrics::new(&Config::default()).expect("default buckets are valid"))
+/// The meter's series in the proxy's metrics, with the shipped defaults.
+pub fn series() -> Arc<MeterSeries> {
+    let config = Config::default();
+    let metrics = Arc::new(Metrics::new(&config).expect("default buckets are valid"));
+    Arc::new(MeterSeries::new(metrics, &config))
 }
 
 /// The context of a chat request the server has just dispatched to backend `b` of pool `p`,
 /// whose finish runs the meter's hook (the per-request series), as the stack's does.
-pub fn chat_context(metrics: &Arc<Metrics>, model: &str) -> RequestContext {
+pub fn chat_context(series: &Arc<MeterSeries>, model: &str) -> RequestContext {
     let slo = SloTargets {
         ttft: std::time::Duration::from_millis(800),
         tpot: std::time::Duration::from_millis(35),
     };
-    let hook: Arc<dyn FinishHook> = Arc::new(MeterHook::new(Arc::clone(metrics), slo));
+    let hook: Arc<dyn FinishHook> = Arc::new(MeterHook::new(Arc::clone(series), slo));
     let mut context = RequestContext::for_head(
         tokio::time::Instant::now(),
         &Method::POST,
@@ -61,8 +65,8 @@ pub fn chat_context(metrics: &Arc<Metrics>, model: &str) -> RequestContext {
         &HeaderMap::new(),
         FinishHooks::new([hook]),
     );
-    let label = metrics.model_label(Some(model));
-    metrics
+    let label = series.metrics().model_label(Some(model));
+    series
         .streams_active(Operation::of(Dialect::OpenAiChat), &label)
         .increment(1.0);
     context.model = Some(model.to_owned());
@@ -78,7 +82,7 @@ pub fn chat_context(metrics: &Arc<Metrics>, model: &str) -> RequestContext {
 /// A metered stream of `dialect` framed as `format` over `inner`, for `context`, with every
 /// handle resolved as the layer does it.
 pub fn metered_as<B: Body>(
-    metrics: &Arc<Metrics>,
+    series: &Arc<MeterSeries>,
     mut context: RequestContext,
     dialect: Dialect,
     framer: Framer,
@@ -90,13 +94,12 @@ pub fn metered_as<B: Body>(
         .backend
         .as_ref()
         .map(|target| Arc::clone(&target.label));
-    let model = metrics.model_label(context.model.as_deref());
-    let handles = metrics.stream(
-        Operation::of(dialect),
-        &model,
-        &label(backend.as_ref()),
-        &label(context.pool.as_ref()),
-    );
+    let handles = series.stream(&RequestLabels {
+        operation: Operation::of(dialect),
+        model: series.metrics().model_label(context.model.as_deref()),
+        backend: label(backend.as_ref()),
+        pool: label(context.pool.as_ref()),
+    });
     let meter = StreamMeter {
         handles,
         dialect,
@@ -108,10 +111,10 @@ pub fn metered_as<B: Body>(
 }
 
 /// A metered OpenAI chat stream over `inner`, with every handle resolved as the layer does it.
-pub fn metered<B: Body>(metrics: &Arc<Metrics>, inner: B) -> MeteredBody<B> {
-    let context = chat_context(metrics, "meta-llama/Llama-3.1-8B-Instruct");
+pub fn metered<B: Body>(series: &Arc<MeterSeries>, inner: B) -> MeteredBody<B> {
+    let context = chat_context(series, "meta-llama/Llama-3.1-8B-Instruct");
     let framer = Framer::new(StreamFormat::Sse, DEFAULT_MAX_LINE);
-    metered_as(metrics, context, Dialect::OpenAiChat, framer, inner)
+    metered_as(series, context, Dialect::OpenAiChat, framer, inner)
 }
 
 /// Nothing to wake: the inner body is always ready.

@@ -17,7 +17,40 @@ use tokio::time::Instant;
 
 use super::record::Figures;
 use super::RequestContext;
-use crate::metrics::Outcome;
+
+/// How a request ended (`outcome` label), named by where it went wrong (client / upstream / proxy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// 2xx and a cleanly ended stream with no error event.
+    Ok,
+    /// The client went away before the end.
+    Cancelled,
+    /// The upstream answered 4xx, or the proxy rejected the request (413 ...).
+    ClientError,
+    /// Upstream unreachable, 5xx, an error event in a 200 stream, or the stream broke.
+    UpstreamError,
+    /// A connect, response, idle or total timeout fired.
+    Timeout,
+    /// tokenmeter's own limits turned it away (`server.max_streams`, `server.max_connections`):
+    /// answered 503 with `retry-after`, never sent upstream.
+    Overloaded,
+}
+
+impl Outcome {
+    /// How many outcomes there are: per-outcome arrays are indexed by `outcome as usize`.
+    pub const COUNT: usize = 6;
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Cancelled => "cancelled",
+            Outcome::ClientError => "client_error",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Timeout => "timeout",
+            Outcome::Overloaded => "overloaded",
+        }
+    }
+}
 
 /// Something that wants every finished request.
 pub trait FinishHook: Send + Sync + fmt::Debug {

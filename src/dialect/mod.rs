@@ -35,6 +35,7 @@ mod event;
 pub mod llamacpp;
 pub mod ollama;
 pub mod openai;
+mod operation;
 pub mod responses;
 pub(crate) mod skim;
 pub mod tgi;
@@ -43,6 +44,7 @@ pub(crate) mod walk;
 
 pub use choose::media_type;
 pub use event::{EventSummary, Usage};
+pub use operation::Operation;
 
 use crate::sse::StreamFormat;
 

@@ -18,13 +18,13 @@ use http::StatusCode;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
+use super::series::StreamMetrics;
 use super::strip::{EventRole, UsageStripper};
 use super::whole::WholeBody;
 use crate::context::record::{StreamRecord, TokenMark};
-use crate::context::RequestContext;
+use crate::context::{Outcome, RequestContext};
 use crate::dialect::{Dialect, EventSummary};
 use crate::metrics::exemplar::TraceId;
-use crate::metrics::{Outcome, StreamMetrics};
 use crate::proxy::BodyError;
 use crate::sse::Framer;
 

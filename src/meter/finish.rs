@@ -7,10 +7,10 @@
 //! ([`super::body`]); this hook records what only the end knows.
 use std::sync::Arc;
 
+use super::series::{MeterSeries, RequestLabels, Slo};
 use crate::context::record::SloTargets;
-use crate::context::{FinishHook, Finished, RequestContext};
-use crate::dialect::Dialect;
-use crate::metrics::{Metrics, Operation, Outcome, RequestLabels, Slo};
+use crate::context::{FinishHook, Finished, Outcome, RequestContext};
+use crate::dialect::{Dialect, Operation};
 
 /// Backend (and pool) label for requests that never reached one.
 pub(super) const NO_BACKEND: &str = "none";
@@ -18,15 +18,15 @@ pub(super) const NO_BACKEND: &str = "none";
 /// Records the per-request series of every finished request.
 #[derive(Debug)]
 pub struct MeterHook {
-    metrics: Arc<Metrics>,
+    series: Arc<MeterSeries>,
     slo: SloTargets,
     none: Arc<str>,
 }
 
 impl MeterHook {
-    pub fn new(metrics: Arc<Metrics>, slo: SloTargets) -> Self {
+    pub fn new(series: Arc<MeterSeries>, slo: SloTargets) -> Self {
         Self {
-            metrics,
+            series,
             slo,
             none: Arc::from(NO_BACKEND),
         }
@@ -37,7 +37,7 @@ impl MeterHook {
 /// (`none_label`) where it names nothing (no pool planned, no backend reached).
 pub(super) fn labels_of(
     context: &RequestContext,
-    metrics: &Metrics,
+    series: &MeterSeries,
     none_label: &Arc<str>,
 ) -> RequestLabels {
     let none = || Arc::clone(none_label);
@@ -48,7 +48,7 @@ pub(super) fn labels_of(
         model: context
             .model_label
             .clone()
-            .unwrap_or_else(|| metrics.model_label(None)),
+            .unwrap_or_else(|| series.metrics().model_label(None)),
         pool: context.pool.clone().unwrap_or_else(none),
         backend: context
             .backend
@@ -60,9 +60,9 @@ pub(super) fn labels_of(
 impl FinishHook for MeterHook {
     fn finished(&self, done: &Finished<'_>) {
         let context = done.context;
-        let labels = labels_of(context, &self.metrics, &self.none);
+        let labels = labels_of(context, &self.series, &self.none);
         if context.active {
-            self.metrics
+            self.series
                 .streams_active(labels.operation, &labels.model)
                 .decrement(1.0);
         }
@@ -70,7 +70,7 @@ impl FinishHook for MeterHook {
             (Some(dialect), Some(_)) => self.stream_finished(done, dialect, labels),
             // Refused, failed before a response head, abandoned before one, or not a generation
             // request (a passthrough): counted by outcome only.
-            _ => self.metrics.request_finished(&labels, done.outcome),
+            _ => self.series.request_finished(&labels, done.outcome),
         }
     }
 }
@@ -84,18 +84,14 @@ impl MeterHook {
             figures,
             ..
         } = done;
-        let metrics = &*self.metrics;
-        let handles = metrics.stream(
-            labels.operation,
-            &labels.model,
-            &labels.backend,
-            &labels.pool,
-        );
+        let series = &*self.series;
+        let metrics = &**series.metrics();
+        let handles = series.stream(&labels);
         let trace = context.trace.as_ref();
         let record = &context.stream;
         handles.e2e.record_traced(figures.e2e.as_secs_f64(), trace);
         if record.overflows > 0 {
-            metrics.sse_overflows(&handles.labels, record.overflows);
+            series.sse_overflows(&handles.labels, record.overflows);
         }
         // Token figures only for a stream of a known dialect (an unknown one is timed only), or for
         // a non-streaming answer whose usage gave N_out: without token events there is no count to

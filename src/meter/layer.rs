@@ -9,14 +9,15 @@
 //! OpenAI-style JSON error, in one place ([`Metering::reject`]), and ended with it.
 //!
 //! ```no_run
-//! # use tokenmeter::{config::Config, meter::layer::MeterLayer, metrics::Metrics, proxy, route};
+//! # use tokenmeter::{config::Config, meter::{layer::MeterLayer, series::MeterSeries}, metrics::Metrics, proxy, route};
 //! # use std::sync::Arc;
 //! let config = Config::default();
 //! let metrics = Arc::new(Metrics::new(&config).unwrap());
 //! let client = proxy::client::build(&config.upstream);
 //! let router = Arc::new(route::Router::from_config(&config, Arc::clone(&metrics)).unwrap());
+//! let series = Arc::new(MeterSeries::new(metrics, &config));
 //! let stack = tower::ServiceBuilder::new()
-//!     .layer(MeterLayer::new(&config, metrics))
+//!     .layer(MeterLayer::new(&config, series))
 //!     .layer(route::PlanLayer::new(Arc::clone(&router)))
 //!     .layer(route::DispatchLayer::new(router))
 //!     .service(proxy::Forward::new(client, &config.upstream));
@@ -37,12 +38,12 @@ use tower::{Layer, Service, ServiceExt};
 
 use super::body::{MeteredBody, StreamMeter};
 use super::finish::labels_of;
+use super::series::MeterSeries;
 use super::strip::UsageStripper;
 use super::whole::WholeBody;
 use crate::config::Config;
 use crate::context::{Generation, RequestContext};
-use crate::dialect::Dialect;
-use crate::metrics::{Metrics, Operation};
+use crate::dialect::{Dialect, Operation};
 use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
 use crate::request::{self, Injection};
 use crate::sse::{Framer, StreamFormat};
@@ -57,10 +58,10 @@ pub struct MeterLayer {
     metering: Arc<Metering>,
 }
 
-/// What every request's metering shares: the metrics and the knobs.
+/// What every request's metering shares: the meter's series and the knobs.
 #[derive(Debug)]
 struct Metering {
-    metrics: Arc<Metrics>,
+    series: Arc<MeterSeries>,
     inject_usage: bool,
     max_body: usize,
     max_line: usize,
@@ -68,10 +69,10 @@ struct Metering {
 }
 
 impl MeterLayer {
-    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Self {
+    pub fn new(config: &Config, series: Arc<MeterSeries>) -> Self {
         Self {
             metering: Arc::new(Metering {
-                metrics,
+                series,
                 inject_usage: config.metering.inject_usage,
                 max_body: config.server.max_request_body_bytes,
                 max_line: config.metering.max_sse_line_bytes,
@@ -174,8 +175,8 @@ impl Metering {
             });
             RequestBody::buffered(bytes)
         };
-        let model = self.metrics.model_label(context.model.as_deref());
-        self.metrics
+        let model = self.series.metrics().model_label(context.model.as_deref());
+        self.series
             .streams_active(Operation::of(dialect), &model)
             .increment(1.0);
         context.model_label = Some(model);
@@ -206,7 +207,7 @@ impl Metering {
                 };
                 if context.usage_injected {
                     let operation = Operation::of(dialect.unwrap_or(Dialect::Unknown));
-                    self.metrics.usage_injection(operation, "unanswered");
+                    self.series.usage_injection(operation, "unanswered");
                 }
                 return self.reject(*context, error);
             }
@@ -228,7 +229,7 @@ impl Metering {
             // What became of the injection: the backend took the request, or refused it (an
             // invalid request, a prompt over the context); a refusal has no usage chunk to strip.
             let result = if success { "injected" } else { "rejected" };
-            self.metrics.usage_injection(operation, result);
+            self.series.usage_injection(operation, result);
         }
         let format = if success {
             dialect.stream_format(
@@ -245,14 +246,9 @@ impl Metering {
             // The stripped body is shorter than the upstream said.
             parts.headers.remove(CONTENT_LENGTH);
         }
-        let labels = labels_of(&context, &self.metrics, &self.none);
+        let labels = labels_of(&context, &self.series, &self.none);
         let meter = StreamMeter {
-            handles: self.metrics.stream(
-                labels.operation,
-                &labels.model,
-                &labels.backend,
-                &labels.pool,
-            ),
+            handles: self.series.stream(&labels),
             dialect,
             framer: format.map(|format| Framer::new(format, self.max_line)),
             stripper: strip.then(UsageStripper::default),
@@ -305,12 +301,12 @@ impl Metering {
         match read.inject(&bytes) {
             Injection::Injected(rewritten) => (rewritten, true),
             Injection::NotNeeded => {
-                self.metrics.usage_injection(operation, "not_needed");
+                self.series.usage_injection(operation, "not_needed");
                 (bytes, false)
             }
             Injection::Declined(reason) => {
                 tracing::debug!(reason, "usage injection declined");
-                self.metrics.usage_injection(operation, "declined");
+                self.series.usage_injection(operation, "declined");
                 (bytes, false)
             }
         }

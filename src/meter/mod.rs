@@ -4,10 +4,12 @@
 //! - [`layer`]: the meter's head phase, between admission and the plan; wraps every response.
 //! - [`body`]: [`body::MeteredBody`], which observes each frame and ends the request exactly once.
 //! - [`finish`]: [`finish::MeterHook`], the per-request series at the one finish point.
+//! - [`series`]: the meter's series (names, buckets, help) and the per-stream handles.
 //! - [`strip`]: removal of the usage chunk the proxy asked for (and giving back what it took).
 //! - [`whole`]: the kept body of a non-streaming (JSON) answer, whose usage is read at its end.
 pub mod body;
 pub mod finish;
 pub mod layer;
+pub mod series;
 pub mod strip;
 pub mod whole;

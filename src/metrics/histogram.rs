@@ -202,32 +202,39 @@ impl HistogramFn for AtomicHistogram {
 #[derive(Debug)]
 pub struct Histograms {
     default_bounds: Arc<[f64]>,
-    bounds: HashMap<&'static str, Arc<[f64]>>,
-    /// The names whose series also keep native buckets.
-    native: Vec<&'static str>,
+    /// The families their owners defined: bounds, and whether the series keep native buckets.
+    families: Mutex<HashMap<&'static str, Family>>,
     help: Mutex<HashMap<&'static str, String>>,
     /// name -> rendered labels -> series. Touched once per stream per histogram, never per token.
     series: Mutex<BTreeMap<&'static str, BTreeMap<String, Arc<AtomicHistogram>>>>,
 }
 
+/// How a family's series are made.
+#[derive(Debug, Clone)]
+struct Family {
+    bounds: Arc<[f64]>,
+    native: bool,
+}
+
 impl Histograms {
-    /// `bounds` per metric name; any other name gets `default_bounds`. The `native` names' series
-    /// keep native buckets beside the classic ones.
-    pub fn new(
-        default_bounds: &[f64],
-        bounds: &[(&'static str, &[f64])],
-        native: &[&'static str],
-    ) -> Self {
+    /// A name no owner defined gets `default_bounds` and no native buckets.
+    pub fn new(default_bounds: &[f64]) -> Self {
         Self {
             default_bounds: Arc::from(default_bounds),
-            bounds: bounds
-                .iter()
-                .map(|(name, b)| (*name, Arc::from(*b)))
-                .collect(),
-            native: native.to_vec(),
+            families: Mutex::new(HashMap::new()),
             help: Mutex::new(HashMap::new()),
             series: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Defines the family `name`: its bucket `bounds`, and with `native` native buckets beside
+    /// the classic ones. The first definition stands (buckets change only with a restart, and
+    /// every series of a family must share them).
+    pub fn define(&self, name: &'static str, bounds: &[f64], native: bool) {
+        lock(&self.families).entry(name).or_insert_with(|| Family {
+            bounds: Arc::from(bounds),
+            native,
+        });
     }
 
     pub fn describe(&self, name: &'static str, help: &str) {
@@ -263,13 +270,16 @@ impl Histograms {
             .or_default()
             .entry(rendered)
             .or_insert_with(|| {
-                let bounds = self.bounds.get(name).unwrap_or(&self.default_bounds);
+                let family = lock(&self.families).get(name).cloned();
+                let (bounds, native) = family.map_or_else(
+                    || (Arc::clone(&self.default_bounds), false),
+                    |family| (family.bounds, family.native),
+                );
                 let pairs = labels
                     .iter()
                     .map(|label| (label.key().to_owned(), label.value().to_owned()))
                     .collect();
-                let native = self.native.contains(&name);
-                Arc::new(AtomicHistogram::new(Arc::clone(bounds), native, pairs))
+                Arc::new(AtomicHistogram::new(bounds, native, pairs))
             });
         Arc::clone(histogram)
     }

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
+use crate::context::Outcome;
 use crate::context::RequestContext;
-use crate::metrics::Outcome;
 
 /// Why a request got no upstream response (or a rejected one).
 #[derive(Debug, thiserror::Error)]

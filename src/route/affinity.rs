@@ -35,8 +35,9 @@ use http::{HeaderMap, HeaderName};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::pools::Backend;
+use super::series::AffinityMetrics;
 use crate::config::{Affinity, PoolConfig};
-use crate::metrics::{AffinityMetrics, Metrics};
+use crate::metrics::Metrics;
 use crate::request::prefix::PromptPrefix;
 
 pub mod index;
@@ -112,7 +113,7 @@ impl PoolAffinity {
             load_slack: config.affinity_load_slack,
             index_blocks: blocks,
             index: Mutex::new(PrefixIndex::new(blocks)),
-            metrics: metrics.map(|m| m.affinity(&config.name)),
+            metrics: metrics.map(|m| AffinityMetrics::new(m, &config.name)),
         })
     }
 

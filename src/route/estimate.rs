@@ -198,7 +198,7 @@ impl Calibrator {
         models.entry(Arc::clone(model)).or_insert_with(|| {
             let (error, gauge) = match &self.metrics {
                 Some(metrics) => {
-                    let (error, gauge) = metrics.prompt_estimate(model);
+                    let (error, gauge) = super::series::prompt_estimate(metrics, model);
                     (Some(error), Some(gauge))
                 }
                 None => (None, None),

@@ -46,6 +46,7 @@ pub mod pools;
 pub mod probe;
 mod router;
 pub mod rules;
+pub mod series;
 pub mod tokenize;
 
 pub use dispatch::{Dispatch, DispatchLayer};

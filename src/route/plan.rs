@@ -140,7 +140,7 @@ impl Router {
                 }
             }
             let result = counted.as_ref().map_or_else(|err| err.as_str(), |_| "ok");
-            metrics.prompt_tokenize(&label, mode, result);
+            super::series::prompt_tokenize(&metrics, &label, mode, result);
             counted.ok().map(|tokens| size.token_ids + tokens)
         });
         if !decides {

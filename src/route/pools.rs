@@ -12,8 +12,9 @@ use http::uri::{Authority, Scheme};
 use tokio::time::Instant;
 
 use super::health::{EjectPolicy, Fault, Health, Verdict};
+use super::series::BackendMetrics;
 use crate::config::{BalanceLoad, PoolConfig};
-use crate::metrics::{BackendMetrics, Metrics};
+use crate::metrics::Metrics;
 use crate::tls::TlsClient;
 use crate::upstream::{BodyGuard, Target};
 
@@ -54,7 +55,7 @@ pub struct Backend {
 
 impl Backend {
     pub fn new(target: Target, pool: Arc<str>, metrics: Option<&Metrics>) -> Self {
-        let metrics = metrics.map(|m| m.backend(&pool, &target.label));
+        let metrics = metrics.map(|m| BackendMetrics::new(m, &pool, &target.label));
         if let Some(m) = &metrics {
             m.healthy.set(1.0);
         }

@@ -16,7 +16,7 @@ use super::estimate::Calibrator;
 use super::health::{EjectPolicy, Fault, Verdict};
 use super::pools::{Backend, Pool};
 use super::rules::Rules;
-use super::{balance, probe, RouteError};
+use super::{balance, probe, series, RouteError};
 use crate::config::{Affinity, Config, PoolConfig};
 use crate::context::{RequestContext, RoutePlan};
 use crate::metrics::Metrics;
@@ -90,6 +90,7 @@ impl Router {
         metrics: Arc<Metrics>,
         previous: Option<&Router>,
     ) -> Result<Self, RouteError> {
+        series::describe(&metrics);
         let effective = config.effective_pools();
         let before = |name: &str| {
             previous.and_then(|p| {
@@ -290,7 +291,7 @@ impl Router {
 
     /// Counts a routing decision.
     pub(crate) fn decided(&self, pool: usize, reason: &'static str) {
-        self.metrics.route_decision(&self.pools[pool].name, reason);
+        series::route_decision(&self.metrics, &self.pools[pool].name, reason);
     }
 
     /// Reports a failure to the backend's health; a run of answer failures has its health

@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use super::admission::Limits;
 use crate::metrics::{protobuf, Metrics};
 use crate::tls::acceptor::handshake;
-use crate::tls::ServerTls;
+use crate::tls::{self, ServerTls};
 
 /// How long a scraper may take to complete its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -65,7 +65,7 @@ pub(super) async fn serve(
                         .await;
                 }
                 Err((failure, err)) => {
-                    metrics.tls_handshake_failed("admin", failure);
+                    tls::series::handshake_failed(&metrics, "admin", failure);
                     tracing::debug!(error = %err, reason = failure.as_str(), "admin TLS handshake failed");
                 }
             }

@@ -9,7 +9,7 @@
 //! A refused request ends at once (outcome `overloaded` at the finish point, like every other
 //! ending); rejections are also counted by limit in `tokenmeter_rejected_total{reason}`
 //! (`max_streams`, `max_connections`), and the open counts are exposed as gauges; [`Limits::counts`] reads them at
-//! scrape time and [`crate::metrics::admission`] writes them beside every other series.
+//! scrape time and [`series`] writes them beside every other series.
 //!
 //! ```no_run
 //! # use tokenmeter::{config::Config, server::admission::{AdmissionLayer, Limits}};
@@ -32,11 +32,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Layer, Service};
 
 use crate::config::ServerConfig;
+use crate::context::Outcome;
 use crate::context::RequestContext;
 use crate::meter::layer::ResponseBody;
-use crate::metrics::admission::AdmissionCounts;
-use crate::metrics::Outcome;
 use crate::proxy::error::json_error;
+use series::AdmissionCounts;
+
+pub mod series;
 
 /// Seconds a rejected client is told to wait (`retry-after`).
 const RETRY_AFTER_SECONDS: u32 = 1;
@@ -153,9 +155,9 @@ impl Limits {
         }
     }
 
-    /// The series of this module in the Prometheus text format (see [`crate::metrics::admission`]).
+    /// The series of this module in the Prometheus text format (see [`series`]).
     pub fn render(&self) -> String {
-        crate::metrics::admission::render(&self.counts())
+        series::render(&self.counts())
     }
 }
 

@@ -32,7 +32,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use metrics::Counter;
+use metrics::{Counter, Label};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
@@ -96,13 +96,25 @@ impl Abuse {
     }
 }
 
+/// HTTP/2 client connections closed for abusing the protocol, by `kind` (the budgets of
+/// [`budget`]).
+pub const HTTP2_ABUSE: &str = "tokenmeter_http2_abuse_total";
+
 /// One counter per [`Abuse`], resolved once per server so every kind is exposed from 0.
 #[derive(Debug, Clone)]
 pub struct AbuseCounters([Counter; Abuse::ALL.len()]);
 
 impl AbuseCounters {
     pub fn new(metrics: &Metrics) -> Self {
-        Self(metrics.http2_abuse(Abuse::ALL.map(Abuse::as_str)))
+        metrics.describe_counter(
+            HTTP2_ABUSE,
+            "HTTP/2 client connections closed for abusing the protocol, by kind (rapid_reset, continuation_flood, settings_flood, ping_flood, window_update_flood, header_list_too_large).",
+        );
+        Self(
+            Abuse::ALL.map(|abuse| {
+                metrics.counter(HTTP2_ABUSE, vec![Label::new("kind", abuse.as_str())])
+            }),
+        )
     }
 
     fn count(&self, abuse: Abuse) {

@@ -26,7 +26,7 @@ use crate::context::record::SloTargets;
 use crate::context::{FinishHook, FinishHooks, RequestContext};
 use crate::meter::finish::MeterHook;
 use crate::meter::layer::{Meter, MeterLayer};
-use crate::metrics::Metrics;
+use crate::meter::series::MeterSeries;
 use crate::proxy::client::UpstreamClient;
 use crate::proxy::Forward;
 use crate::route::{Dispatch, DispatchLayer, Plan, PlanLayer, Router};
@@ -40,12 +40,12 @@ pub struct Generation {
     pub hooks: FinishHooks,
 }
 
-/// Builds the generation of `config` over `router`. The limits and metrics are the server's own,
-/// shared by every generation (a reload resizes the limits in place); `extra` hooks (an
-/// embedder's, a test's) run after the meter's and the router's.
+/// Builds the generation of `config` over `router`. The limits and the meter's series are the
+/// server's own, shared by every generation (a reload resizes the limits in place); `extra` hooks
+/// (an embedder's, a test's) run after the meter's and the router's.
 pub fn build(
     config: &Config,
-    metrics: &Arc<Metrics>,
+    meter: &Arc<MeterSeries>,
     router: &Arc<Router>,
     limits: &Arc<Limits>,
     client: UpstreamClient,
@@ -53,7 +53,7 @@ pub fn build(
 ) -> Generation {
     let stack = tower::ServiceBuilder::new()
         .layer(AdmissionLayer::new(Arc::clone(limits)))
-        .layer(MeterLayer::new(config, Arc::clone(metrics)))
+        .layer(MeterLayer::new(config, Arc::clone(meter)))
         .layer(PlanLayer::new(Arc::clone(router)))
         .layer(DispatchLayer::new(Arc::clone(router)))
         .service(Forward::new(client, &config.upstream));
@@ -61,10 +61,10 @@ pub fn build(
         ttft: config.slo.ttft,
         tpot: config.slo.tpot,
     };
-    let meter: Arc<dyn FinishHook> = Arc::new(MeterHook::new(Arc::clone(metrics), slo));
+    let metered: Arc<dyn FinishHook> = Arc::new(MeterHook::new(Arc::clone(meter), slo));
     let calibration: Arc<dyn FinishHook> = router.calibrator().clone();
     let hooks = FinishHooks::new(
-        [meter, calibration]
+        [metered, calibration]
             .into_iter()
             .chain(extra.iter().cloned()),
     );

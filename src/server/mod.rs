@@ -41,6 +41,7 @@ use smuggling::{ConnectionFraming, GuardedStream};
 
 use crate::config::{Config, ConfigError, ServerConfig, ServerTlsConfig};
 use crate::context::{FinishHook, FinishHooks, RequestContext};
+use crate::meter::series::MeterSeries;
 use crate::metrics::{Metrics, MetricsError};
 use crate::proxy::client::{self, UpstreamClient};
 use crate::route::{self, RouteError, Router};
@@ -187,6 +188,8 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ServerError> {
 pub struct Server {
     config: Config,
     metrics: Arc<Metrics>,
+    /// The meter's series, shared by every stack generation.
+    meter: Arc<MeterSeries>,
     router: Arc<Router>,
     limits: Arc<Limits>,
     ready: Arc<AtomicBool>,
@@ -213,9 +216,12 @@ impl Server {
         };
         let tls = load("server.tls", &config.server.tls, ALPN_TRAFFIC)?;
         let admin_tls = load("server.admin_tls", &config.server.admin_tls, ALPN_ADMIN)?;
+        series::register(&metrics, &config);
+        let meter = Arc::new(MeterSeries::new(Arc::clone(&metrics), &config));
         Ok(Self {
             config,
             metrics,
+            meter,
             router,
             limits,
             ready: Arc::new(AtomicBool::new(true)),
@@ -289,10 +295,11 @@ impl Server {
         }
         self.limits.resize(&new.server);
         self.metrics.reload_models(&new);
+        self.meter.reload(&new);
         let client = client.with_connect_timeout(new.upstream.connect_timeout);
         stack.store(live::build(
             &new,
-            &self.metrics,
+            &self.meter,
             &router,
             &self.limits,
             client.clone(),
@@ -317,7 +324,7 @@ impl Server {
         let mut probes = route::probe::spawn(&self.router, &client);
         let stack = LiveStack::new(live::build(
             &self.config,
-            &self.metrics,
+            &self.meter,
             &self.router,
             &self.limits,
             client.clone(),
@@ -349,9 +356,9 @@ impl Server {
             .filter_map(|(listener, tls)| {
                 let tls = Arc::clone(tls.as_ref()?);
                 let metrics = Arc::clone(&self.metrics);
-                Some(tokio::spawn(
-                    tls.watch(move |result| metrics.tls_reload(listener, result)),
-                ))
+                Some(tokio::spawn(tls.watch(move |result| {
+                    tls::series::reloaded(&metrics, listener, result)
+                })))
             })
             .collect();
 
@@ -371,15 +378,15 @@ impl Server {
                     let outcome = self.reload(config, &client, &stack, &mut probes);
                     match &outcome {
                         Ok(applied) => {
-                            self.metrics.config_reload("ok");
-                            self.metrics.config_restart_required(!applied.restart_required.is_empty());
+                            series::config_reload(&self.metrics, "ok");
+                            series::config_restart_required(&self.metrics, !applied.restart_required.is_empty());
                             tracing::info!(trigger = trigger.as_str(), restart_required = ?applied.restart_required, "config reloaded");
                             for key in &applied.restart_required {
                                 tracing::warn!(key, "config reload: this key's new value takes effect on restart; the running value stays");
                             }
                         }
                         Err(err) => {
-                            self.metrics.config_reload("error");
+                            series::config_reload(&self.metrics, "error");
                             tracing::error!(trigger = trigger.as_str(), error = %err, "config reload refused; the running config stays");
                         }
                     }
@@ -431,7 +438,7 @@ impl Server {
                             done = handshake => match done {
                                 Ok(stream) => stream,
                                 Err((failure, err)) => {
-                                    metrics.tls_handshake_failed("traffic", failure);
+                                    tls::series::handshake_failed(&metrics, "traffic", failure);
                                     tracing::debug!(error = %err, %peer, reason = failure.as_str(), "TLS handshake failed");
                                     return;
                                 }

@@ -2,7 +2,8 @@ use super::*;
 
 #[test]
 fn samples_land_in_le_buckets_with_sum_and_count() {
-    let histograms = Histograms::new(&[1.0], &[("h", &[0.1, 0.5, 1.0])], &[]);
+    let histograms = Histograms::new(&[1.0]);
+    histograms.define("h", &[0.1, 0.5, 1.0], false);
     histograms.describe("h", "help \"text\"\nline two");
     let handle = histograms.register("h", &[Label::new("model", "a\"b")]);
     for value in [0.05, 0.1, 0.3, 2.0] {
@@ -25,7 +26,7 @@ fn samples_land_in_le_buckets_with_sum_and_count() {
 
 #[test]
 fn one_series_per_label_set_and_default_bounds() {
-    let histograms = Histograms::new(&[1.0, 2.0], &[], &[]);
+    let histograms = Histograms::new(&[1.0, 2.0]);
     let a = histograms.register("x", &[Label::new("k", "v")]);
     let again = histograms.register("x", &[Label::new("k", "v")]);
     a.record(1.5);

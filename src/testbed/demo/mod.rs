@@ -238,14 +238,14 @@ fn render_proxy(text: &str, wall_time_s: f64) -> String {
     let requests = |outcome: &str| {
         exposition::sum(
             &all,
-            crate::metrics::REQUESTS,
+            crate::meter::series::REQUESTS,
             &[chat[0], ("outcome", outcome)],
         ) as u64
     };
     let slo = |slo: &str, result: &str| {
         exposition::sum(
             &all,
-            crate::metrics::SLO_REQUESTS,
+            crate::meter::series::SLO_REQUESTS,
             &[chat[0], ("slo", slo), ("result", result)],
         )
     };
@@ -260,7 +260,7 @@ fn render_proxy(text: &str, wall_time_s: f64) -> String {
     };
     let output_tokens = exposition::sum(
         &all,
-        crate::metrics::TOKENS,
+        crate::meter::series::TOKENS,
         &[chat[0], ("gen_ai_token_type", "output")],
     ) as u64;
     let mut out = String::new();
@@ -283,9 +283,9 @@ fn render_proxy(text: &str, wall_time_s: f64) -> String {
     let _ = writeln!(
         out,
         "{:>20} | {:>20} | {:>20} | {:>9} {:>9} {:>9} | {:>6.2}/s",
-        quantiles(crate::metrics::TTFT),
-        quantiles(crate::metrics::ITL),
-        quantiles(crate::metrics::TPOT),
+        quantiles(crate::meter::series::TTFT),
+        quantiles(crate::meter::series::ITL),
+        quantiles(crate::meter::series::TPOT),
         attainment("ttft"),
         attainment("tpot"),
         attainment("all"),
@@ -293,7 +293,7 @@ fn render_proxy(text: &str, wall_time_s: f64) -> String {
     );
     let decisions: std::collections::BTreeMap<String, u64> = all
         .iter()
-        .filter(|sample| sample.name == crate::metrics::ROUTE_DECISIONS)
+        .filter(|sample| sample.name == crate::route::series::ROUTE_DECISIONS)
         .fold(Default::default(), |mut pools, sample| {
             let pool = sample.labels.get("pool").cloned().unwrap_or_default();
             let reason = sample.labels.get("reason").cloned().unwrap_or_default();

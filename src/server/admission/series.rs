@@ -1,4 +1,4 @@
-//! The admission limits' series ([`crate::server::admission`]): rejections by reason, open
+//! The admission limits' series ([`super`]): rejections by reason, open
 //! connections, admitted streams. The limits are semaphores and atomics that the accept loop and
 //! every connection share; rather than mirror each permit into the recorder, their counts are read
 //! at scrape time and written here, beside every other series, in the Prometheus text format.

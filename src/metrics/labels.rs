@@ -1,0 +1,107 @@
+//! Label capping: a label value a client chooses (the model name) must not be able to create
+//! series without bound. Model names get their own value up to a budget; the rest are `other`.
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use crate::config::Config;
+
+/// Label value for models beyond the label budget.
+pub const MODEL_OTHER: &str = "other";
+/// Label value when a request names no model.
+pub const MODEL_UNKNOWN: &str = "unknown";
+/// Longest model name given its own label value.
+pub const MAX_MODEL_LABEL_BYTES: usize = 128;
+
+/// The models that always get their own label value. A model with its own prompt prior needs its
+/// own label: the calibration is keyed by it.
+pub(super) fn labelled_models(config: &Config) -> Vec<String> {
+    config
+        .metering
+        .models
+        .iter()
+        .chain(config.routing.model_tokens_per_byte.keys())
+        .cloned()
+        .collect()
+}
+
+/// Bounded model label values: configured names, then the first `max_observed` names seen, then
+/// `other`. A client sending 10 000 model names creates at most `configured + max_observed + 2` values.
+#[derive(Debug)]
+pub(super) struct ModelLabels {
+    /// `metering.models` (and the models with their own prompt prior): replaced on reload.
+    fixed: RwLock<Arc<HashMap<String, Arc<str>>>>,
+    observed: RwLock<HashMap<String, Arc<str>>>,
+    max_observed: usize,
+    other: Arc<str>,
+    unknown: Arc<str>,
+}
+
+impl ModelLabels {
+    pub(super) fn new(configured: &[String], max_observed: usize) -> Self {
+        Self {
+            fixed: RwLock::new(Arc::new(Self::fixed_map(configured))),
+            observed: RwLock::new(HashMap::new()),
+            max_observed,
+            other: Arc::from(MODEL_OTHER),
+            unknown: Arc::from(MODEL_UNKNOWN),
+        }
+    }
+
+    fn fixed_map(configured: &[String]) -> HashMap<String, Arc<str>> {
+        configured
+            .iter()
+            .map(|name| (name.clone(), Arc::from(name.as_str())))
+            .collect()
+    }
+
+    /// Replaces the configured names (a reload); names observed so far keep their labels.
+    pub(super) fn set_fixed(&self, configured: &[String]) {
+        *self
+            .fixed
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            Arc::new(Self::fixed_map(configured));
+    }
+
+    pub(super) fn label(&self, model: Option<&str>) -> Arc<str> {
+        let Some(name) = model else {
+            return Arc::clone(&self.unknown);
+        };
+        if let Some(label) = self
+            .fixed
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+        {
+            return Arc::clone(label);
+        }
+        if name.len() > MAX_MODEL_LABEL_BYTES || name.is_empty() {
+            return Arc::clone(&self.other);
+        }
+        // A poisoned lock only means another thread panicked mid-insert; the map is still usable.
+        if let Some(label) = self
+            .observed
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(name)
+        {
+            return Arc::clone(label);
+        }
+        let mut observed = self
+            .observed
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(label) = observed.get(name) {
+            return Arc::clone(label);
+        }
+        if observed.len() >= self.max_observed {
+            return Arc::clone(&self.other);
+        }
+        let label: Arc<str> = Arc::from(name);
+        observed.insert(name.to_owned(), Arc::clone(&label));
+        label
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,175 @@
+//! The router's series: routing decisions, affinity, backend health and load, and the prompt
+//! estimate's calibration; their names and help texts, and the handles the router resolves once
+//! per backend, pool or model.
+use std::sync::Arc;
+
+use metrics::{Counter, Gauge, Histogram, Label, SharedString};
+
+use crate::metrics::{shared_label, Metrics, LABEL_BACKEND, LABEL_MODEL, LABEL_POOL};
+
+/// Routing decisions by `pool` and `reason` (rule, fallback, spill, panic).
+pub const ROUTE_DECISIONS: &str = "tokenmeter_route_decisions_total";
+/// Affinity decisions of pools with an `affinity`, by `pool` and `result` (hit, miss, overloaded).
+pub const AFFINITY_DECISIONS: &str = "tokenmeter_affinity_decisions_total";
+/// Prompt blocks a pool's prefix index holds, by `pool`.
+pub const AFFINITY_INDEX_BLOCKS: &str = "tokenmeter_affinity_index_blocks";
+/// Requests retried on another backend after a failure before any response byte, by the failed
+/// backend's `pool` and `backend`.
+pub const ROUTE_RETRIES: &str = "tokenmeter_route_retries_total";
+/// 1 while a backend takes traffic, 0 while it is ejected, by `pool` and `backend`.
+pub const BACKEND_HEALTHY: &str = "tokenmeter_backend_healthy";
+/// Requests sent to a backend whose stream has not ended, by `pool` and `backend`.
+pub const BACKEND_INFLIGHT: &str = "tokenmeter_backend_inflight";
+/// Ejections of a backend by passive or active health checking.
+pub const BACKEND_EJECTIONS: &str = "tokenmeter_backend_ejections_total";
+/// Health checks that a run of answer failures asked for, by `result`: `ejected` (the check
+/// failed too), `kept` (it passed: the requests were at fault), `unavailable` (no health endpoint).
+pub const BACKEND_CONFIRMATIONS: &str = "tokenmeter_backend_health_confirmations_total";
+/// (estimated - actual) / actual prompt tokens, per finished request that reported
+/// `usage.prompt_tokens`.
+pub const PROMPT_ESTIMATE_ERROR: &str = "tokenmeter_prompt_estimate_error_ratio";
+/// The calibrated tokens-per-byte ratio of each model's prompts.
+pub const PROMPT_TOKENS_PER_BYTE: &str = "tokenmeter_prompt_tokens_per_byte";
+/// The router's calls to a backend's `/tokenize` for an untrusted model, by `mode` (`wait`: the
+/// request's pool depended on the count; `background`: a calibration sample) and `result` (`ok`,
+/// `unsupported`, `error`, `timeout`).
+pub const PROMPT_TOKENIZE: &str = "tokenmeter_prompt_tokenize_total";
+
+/// Relative error edges of the prompt estimate: symmetric around 0, finer near it.
+const ESTIMATE_ERROR_BUCKETS: [f64; 13] = [
+    -0.5, -0.25, -0.1, -0.05, -0.02, -0.01, 0.0, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
+];
+
+/// Defines the estimate-error histogram and describes every series of the router; the router
+/// does this whenever it is built (again on reload: the first definition stands).
+pub fn describe(metrics: &Metrics) {
+    metrics.define_histogram(PROMPT_ESTIMATE_ERROR, &ESTIMATE_ERROR_BUCKETS, false);
+    metrics.describe_histogram(
+        PROMPT_ESTIMATE_ERROR,
+        "(estimated - actual) / actual prompt tokens of the router's estimate, per response with usage.",
+    );
+    let counters = [
+        (ROUTE_DECISIONS, "Routing decisions by pool and reason (rule, fallback, spill)."),
+        (AFFINITY_DECISIONS, "Affinity decisions by pool and result: hit (the backend known to hold the conversation, or the session key's home), miss (nothing known: the conversation's home), overloaded (the preferred backend was over the load bound; balancing chose)."),
+        (ROUTE_RETRIES, "Requests retried elsewhere after this backend failed before any response byte."),
+        (BACKEND_EJECTIONS, "Times a backend was ejected by health checking."),
+        (BACKEND_CONFIRMATIONS, "Health checks asked for by a run of answer failures, by result (ejected, kept, unavailable)."),
+        (PROMPT_TOKENIZE, "Calls to a backend's /tokenize for an untrusted model's prompt, by mode (wait, background) and result (ok, unsupported, error, timeout)."),
+    ];
+    for (name, help) in counters {
+        metrics.describe_counter(name, help);
+    }
+    let gauges = [
+        (
+            BACKEND_HEALTHY,
+            "1 while a backend takes traffic, 0 while it is ejected.",
+        ),
+        (
+            BACKEND_INFLIGHT,
+            "Requests sent to a backend whose response stream has not ended.",
+        ),
+        (
+            PROMPT_TOKENS_PER_BYTE,
+            "Calibrated tokens per byte of prompt text, by model.",
+        ),
+        (
+            AFFINITY_INDEX_BLOCKS,
+            "Prompt blocks the pool's prefix index holds (bounded by affinity_index_blocks).",
+        ),
+    ];
+    for (name, help) in gauges {
+        metrics.describe_gauge(name, help);
+    }
+}
+
+/// One backend's routing series, resolved when the backend is first seen.
+#[derive(Debug, Clone)]
+pub struct BackendMetrics {
+    pub healthy: Gauge,
+    pub inflight: Gauge,
+    pub retries: Counter,
+    pub ejections: Counter,
+    /// [`BACKEND_CONFIRMATIONS`] by result: kept, ejected, unavailable.
+    pub confirmations: [Counter; 3],
+}
+
+impl BackendMetrics {
+    pub fn new(metrics: &Metrics, pool: &Arc<str>, backend: &Arc<str>) -> Self {
+        let set = || {
+            vec![
+                shared_label(LABEL_POOL, pool),
+                shared_label(LABEL_BACKEND, backend),
+            ]
+        };
+        Self {
+            healthy: metrics.gauge(BACKEND_HEALTHY, set()),
+            inflight: metrics.gauge(BACKEND_INFLIGHT, set()),
+            retries: metrics.counter(ROUTE_RETRIES, set()),
+            ejections: metrics.counter(BACKEND_EJECTIONS, set()),
+            confirmations: ["kept", "ejected", "unavailable"].map(|result| {
+                let mut labels = set();
+                labels.push(Label::new("result", result));
+                metrics.counter(BACKEND_CONFIRMATIONS, labels)
+            }),
+        }
+    }
+}
+
+/// A pool's affinity handles.
+#[derive(Debug, Clone)]
+pub struct AffinityMetrics {
+    /// [`AFFINITY_DECISIONS`] by result: hit, miss, overloaded.
+    pub decisions: [Counter; 3],
+    pub blocks: Gauge,
+}
+
+impl AffinityMetrics {
+    pub fn new(metrics: &Metrics, pool: &str) -> Self {
+        let pool = SharedString::from(pool.to_owned());
+        Self {
+            decisions: ["hit", "miss", "overloaded"].map(|result| {
+                let labels = vec![
+                    Label::new(LABEL_POOL, pool.clone()),
+                    Label::new("result", result),
+                ];
+                metrics.counter(AFFINITY_DECISIONS, labels)
+            }),
+            blocks: metrics.gauge(
+                AFFINITY_INDEX_BLOCKS,
+                vec![Label::new(LABEL_POOL, pool.clone())],
+            ),
+        }
+    }
+}
+
+/// Counts one routing decision (`reason` = rule | fallback | spill | panic).
+pub fn route_decision(metrics: &Metrics, pool: &Arc<str>, reason: &'static str) {
+    let set = vec![shared_label(LABEL_POOL, pool), Label::new("reason", reason)];
+    metrics.counter(ROUTE_DECISIONS, set).increment(1);
+}
+
+/// Counts one `/tokenize` call of the router.
+pub fn prompt_tokenize(
+    metrics: &Metrics,
+    model: &Arc<str>,
+    mode: &'static str,
+    result: &'static str,
+) {
+    let set = vec![
+        shared_label(LABEL_MODEL, model),
+        Label::new("mode", mode),
+        Label::new("result", result),
+    ];
+    metrics.counter(PROMPT_TOKENIZE, set).increment(1);
+}
+
+/// The estimate-error histogram and the calibrated ratio gauge of one model label.
+pub fn prompt_estimate(metrics: &Metrics, model: &Arc<str>) -> (Histogram, Gauge) {
+    let set = || vec![shared_label(LABEL_MODEL, model)];
+    // Defined here too, so that a calibrator made without a router has the family's buckets.
+    metrics.define_histogram(PROMPT_ESTIMATE_ERROR, &ESTIMATE_ERROR_BUCKETS, false);
+    (
+        metrics.histogram(PROMPT_ESTIMATE_ERROR, &set()),
+        metrics.gauge(PROMPT_TOKENS_PER_BYTE, set()),
+    )
+}
