@@ -13,8 +13,9 @@
 //! | forward ([`crate::proxy::Forward`]) | takes `in_flight` into the response body; returns the context in the response's extensions, or in a [`crate::proxy::Failure`] |
 //! | meter, body ([`crate::meter::body`]) | `stream`: what the body showed (first byte, tokens, usage) |
 //!
-//! The context travels *by value*: down in the request's extensions, back up in the response's
-//! (or the failure), so the meter learns the pool and backend that answered without a shared cell.
+//! The context travels *by value* (boxed, so that each hand-over moves a pointer, not the context):
+//! down in the request's extensions, back up in the response's (or the failure), so the meter
+//! learns the pool and backend that answered without a shared cell.
 //! Every layer takes it with [`RequestContext::take`] and gives it on with
 //! [`RequestContext::put`]: a context that is not there is a bug, counted and logged, never a
 //! fresh clock (a new `t0` would silently make every latency of the request wrong).
@@ -140,15 +141,15 @@ impl RequestContext {
     }
 
     /// The context of a request whose head (`method`, `uri`, `headers`) arrived at `received`:
-    /// the API it names, its trace, and the hooks its finish runs.
+    /// the API it names, its trace, and the hooks its finish runs. Boxed, as it travels.
     pub fn for_head(
         received: Instant,
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
         hooks: FinishHooks,
-    ) -> Self {
-        let mut context = Self::new(received, None).with_hooks(hooks);
+    ) -> Box<Self> {
+        let mut context = Box::new(Self::new(received, None).with_hooks(hooks));
         context.dialect = Dialect::for_request(method, uri.path());
         context.trace = headers
             .get("traceparent")
@@ -161,8 +162,8 @@ impl RequestContext {
     /// server hands to the stack carries one, so `None` is a bug: it is counted
     /// ([`RequestContext::missing`]), logged, and fails a debug build; the caller answers with
     /// an internal error rather than start a clock of its own.
-    pub fn take(extensions: &mut Extensions, layer: &'static str) -> Option<RequestContext> {
-        let context = extensions.remove::<RequestContext>();
+    pub fn take(extensions: &mut Extensions, layer: &'static str) -> Option<Box<RequestContext>> {
+        let context = extensions.remove::<Box<RequestContext>>();
         if context.is_none() {
             MISSING.fetch_add(1, Ordering::Relaxed);
             tracing::error!(
@@ -175,7 +176,7 @@ impl RequestContext {
     }
 
     /// Puts the context into a request's (or a response's) extensions for the next phase.
-    pub fn put(self, extensions: &mut Extensions) {
+    pub fn put(self: Box<Self>, extensions: &mut Extensions) {
         extensions.insert(self);
     }
 

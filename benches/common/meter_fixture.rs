@@ -52,7 +52,7 @@ pub fn series() -> Arc<MeterSeries> {
 
 /// The context of a chat request the server has just dispatched to backend `b` of pool `p`,
 /// whose finish runs the meter's hook (the per-request series), as the stack's does.
-pub fn chat_context(series: &Arc<MeterSeries>, model: &str) -> RequestContext {
+pub fn chat_context(series: &Arc<MeterSeries>, model: &str) -> Box<RequestContext> {
     let slo = SloTargets {
         ttft: std::time::Duration::from_millis(800),
         tpot: std::time::Duration::from_millis(35),
@@ -83,7 +83,7 @@ pub fn chat_context(series: &Arc<MeterSeries>, model: &str) -> RequestContext {
 /// handle resolved as the layer does it.
 pub fn metered_as<B: Body>(
     series: &Arc<MeterSeries>,
-    mut context: RequestContext,
+    mut context: Box<RequestContext>,
     dialect: Dialect,
     framer: Framer,
     inner: B,

@@ -29,7 +29,7 @@ fn recorded() -> (Arc<Recorder>, FinishHooks) {
     (recorder, FinishHooks::new([hook]))
 }
 
-fn head(hooks: FinishHooks) -> RequestContext {
+fn head(hooks: FinishHooks) -> Box<RequestContext> {
     let uri: Uri = "/v1/chat/completions".parse().expect("uri");
     RequestContext::for_head(
         Instant::now(),

@@ -35,7 +35,7 @@ pub struct MeteredBody<B> {
     inner: B,
     /// The request this body ends: taken exactly once, at the end, on an error, or at drop.
     /// `None` once ended (or when a layer below lost it: a bug, counted where it was lost).
-    context: Option<RequestContext>,
+    context: Option<Box<RequestContext>>,
     /// `Some` for a generation response: how each frame is observed.
     meter: Option<StreamMeter>,
     /// Bytes released by the stripper at the end of the stream, sent before the end (or before
@@ -68,12 +68,12 @@ pub struct StreamMeter {
 
 impl<B: Body> MeteredBody<B> {
     /// A metered generation response of `context`'s request.
-    pub fn new(inner: B, context: RequestContext, meter: StreamMeter) -> Self {
+    pub fn new(inner: B, context: Box<RequestContext>, meter: StreamMeter) -> Self {
         Self::watching(inner, Some(context), Some(meter))
     }
 
     /// A response that is forwarded without metering; its request ends with it.
-    pub fn passthrough(inner: B, context: RequestContext) -> Self {
+    pub fn passthrough(inner: B, context: Box<RequestContext>) -> Self {
         Self::watching(inner, Some(context), None)
     }
 
@@ -83,7 +83,11 @@ impl<B: Body> MeteredBody<B> {
         Self::watching(inner, None, None)
     }
 
-    fn watching(inner: B, context: Option<RequestContext>, meter: Option<StreamMeter>) -> Self {
+    fn watching(
+        inner: B,
+        context: Option<Box<RequestContext>>,
+        meter: Option<StreamMeter>,
+    ) -> Self {
         let mut body = Self {
             inner,
             context,
@@ -142,7 +146,7 @@ impl<B> MeteredBody<B> {
     /// Ends the request with what the stream showed; runs once (the caller took the context).
     fn finish(
         &self,
-        mut context: RequestContext,
+        mut context: Box<RequestContext>,
         outcome: Outcome,
         at: Instant,
         error: Option<&BodyError>,

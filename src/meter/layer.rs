@@ -191,7 +191,7 @@ impl Metering {
         inner: S,
         mut parts: Parts,
         body: RequestBody,
-        context: RequestContext,
+        context: Box<RequestContext>,
     ) -> Response<ResponseBody>
     where
         S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
@@ -209,7 +209,7 @@ impl Metering {
                     let operation = Operation::of(dialect.unwrap_or(Dialect::Unknown));
                     self.series.usage_injection(operation, "unanswered");
                 }
-                return self.reject(*context, error);
+                return self.reject(context, error);
             }
         };
         let (mut parts, body) = response.into_parts();
@@ -313,7 +313,7 @@ impl Metering {
     }
 
     /// Answers a request that got no upstream response, and ends it with the error.
-    fn reject(&self, mut context: RequestContext, err: ProxyError) -> Response<ResponseBody> {
+    fn reject(&self, mut context: Box<RequestContext>, err: ProxyError) -> Response<ResponseBody> {
         let operation = context
             .dialect
             .map_or(Operation::PASSTHROUGH, Operation::of);

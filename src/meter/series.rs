@@ -70,7 +70,7 @@ pub struct MeterSeries {
     /// `metering.stall_threshold` in nanoseconds (a reload may change it).
     stall_threshold: AtomicU64,
     /// Every label set's per-stream handles, resolved once (see [`MeterSeries::stream`]).
-    streams: Mutex<HashMap<RequestLabels, StreamMetrics>>,
+    streams: Mutex<HashMap<RequestLabels, StreamMetrics, foldhash::fast::RandomState>>,
 }
 
 impl MeterSeries {
@@ -143,7 +143,7 @@ impl MeterSeries {
         Self {
             metrics,
             stall_threshold: AtomicU64::new(nanos(config.metering.stall_threshold)),
-            streams: Mutex::new(HashMap::new()),
+            streams: Mutex::new(HashMap::default()),
         }
     }
 
@@ -173,7 +173,8 @@ impl MeterSeries {
     /// (thousands of instructions each; a stream needs about twenty, a third of a request's cost
     /// in the proxy, measured with callgrind). So each label set is resolved the first time it
     /// is seen and kept; later streams clone the handles. The set of label sets is bounded as the
-    /// series are: operations x bounded model labels x backends x pools.
+    /// series are: operations x bounded model labels x backends x pools, so a fast hash (not a
+    /// DoS-resistant one) serves: every key is a label value the proxy bounded.
     pub fn stream(&self, labels: &RequestLabels) -> StreamMetrics {
         let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
         let mut handles = match streams.get(labels) {

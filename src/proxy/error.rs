@@ -136,10 +136,10 @@ pub struct Failure {
 }
 
 impl Failure {
-    pub fn new(error: ProxyError, context: RequestContext) -> Self {
+    pub fn new(error: ProxyError, context: Box<RequestContext>) -> Self {
         Self {
             error,
-            context: Some(Box::new(context)),
+            context: Some(context),
         }
     }
 

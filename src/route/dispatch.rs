@@ -111,7 +111,7 @@ impl Router {
                 return Err(failure);
             };
             tried.push(backend);
-            context = *failed;
+            context = failed;
             last_error = Some(failure.error);
         }
         Err(Failure::new(

@@ -214,7 +214,7 @@ pub fn overloaded(limit: Limit) -> Response<Full<Bytes>> {
 }
 
 /// Ends a request that a limit turned away (answered with [`overloaded`]).
-pub fn refused(mut context: RequestContext) {
+pub fn refused(mut context: Box<RequestContext>) {
     context.status = Some(StatusCode::SERVICE_UNAVAILABLE);
     context.finish(Outcome::Overloaded, None);
 }

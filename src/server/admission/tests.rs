@@ -81,8 +81,7 @@ async fn a_stream_permit_lives_until_the_body_ends() {
     // A request as the server dispatches it: with its context.
     let request = || {
         let mut req = Request::new(());
-        RequestContext::new(tokio::time::Instant::now(), None)
-            .with_hooks(hooks.clone())
+        Box::new(RequestContext::new(tokio::time::Instant::now(), None).with_hooks(hooks.clone()))
             .put(req.extensions_mut());
         req
     };
