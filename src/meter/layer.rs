@@ -41,7 +41,7 @@ use super::finish::labels_of;
 use super::series::MeterSeries;
 use super::strip::UsageStripper;
 use super::whole::WholeBody;
-use crate::config::Config;
+use crate::config::{Affinity, Config};
 use crate::context::{Generation, RequestContext};
 use crate::dialect::{Dialect, Operation};
 use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
@@ -65,6 +65,9 @@ struct Metering {
     inject_usage: bool,
     max_body: usize,
     max_line: usize,
+    /// What the one walk of a body reads: with a pool that names prompts (prefix affinity), also
+    /// where the prompt members lie.
+    read: request::Read,
     none: Arc<str>,
 }
 
@@ -76,6 +79,11 @@ impl MeterLayer {
                 inject_usage: config.metering.inject_usage,
                 max_body: config.server.max_request_body_bytes,
                 max_line: config.metering.max_sse_line_bytes,
+                read: if names_prompts(config) {
+                    request::Read::default().with_prompt_spans()
+                } else {
+                    request::Read::default()
+                },
                 none: Arc::from(super::finish::NO_BACKEND),
             }),
         }
@@ -153,13 +161,13 @@ impl Metering {
                 Ok(bytes) => bytes,
                 Err(err) => return self.reject(context, err),
             };
-            let read = request::read(&bytes);
+            let mut read = request::read_with(&bytes, self.read);
             if let Some(model) = read.as_ref().and_then(|read| read.facts.model.clone()) {
                 context.model = Some(model);
             }
             let streaming = read.as_ref().is_some_and(|read| read.facts.stream);
             let operation = Operation::of(dialect);
-            let (bytes, injected) = match &read {
+            let (bytes, injected) = match read.as_mut() {
                 Some(read) if dialect.injects_usage() => {
                     self.maybe_inject(operation, streaming, read, bytes)
                 }
@@ -292,7 +300,7 @@ impl Metering {
         &self,
         operation: Operation,
         streaming: bool,
-        read: &request::Inspection,
+        read: &mut request::Inspection,
         bytes: Bytes,
     ) -> (Bytes, bool) {
         if !self.inject_usage || !streaming {
@@ -323,6 +331,15 @@ impl Metering {
         context.finish(err.outcome(), Some(&err));
         response.map(Either::Right)
     }
+}
+
+/// Whether a pool of `config` names prompts by their prefix (`affinity = "prefix"`): the walk then
+/// locates the prompt members for it.
+fn names_prompts(config: &Config) -> bool {
+    config
+        .effective_pools()
+        .iter()
+        .any(|pool| pool.affinity == Affinity::Prefix)
 }
 
 /// Whether a request-body error is the client's connection ending or being reset (hyper reports

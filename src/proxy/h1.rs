@@ -25,7 +25,7 @@ pub mod chunked;
 mod conn;
 mod encode;
 pub mod head;
-mod pool;
+mod idle;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,7 +43,7 @@ use crate::proxy::RequestBody;
 use crate::tls::UpstreamTls;
 use conn::{Conn, Io};
 use head::Head;
-use pool::Pool;
+use idle::IdlePool;
 
 /// Why an exchange produced no response head.
 #[derive(Debug, thiserror::Error)]
@@ -97,14 +97,14 @@ impl Error {
 /// The shared upstream client (cheap to clone).
 #[derive(Debug, Clone)]
 pub struct Client {
-    pool: Pool,
+    pool: IdlePool,
     connect_timeout: Duration,
 }
 
 impl Client {
     pub fn new(config: &UpstreamConfig) -> Self {
         Self {
-            pool: Pool::new(config.pool_idle_timeout, config.pool_max_idle_per_host),
+            pool: IdlePool::new(config.pool_idle_timeout, config.pool_max_idle_per_host),
             connect_timeout: config.connect_timeout,
         }
     }
@@ -211,7 +211,7 @@ impl Client {
 
 /// A failed exchange, and whether it failed the way a pooled connection closed by the upstream
 /// fails: on a reused connection, with no byte of a response received.
-struct Failure {
+struct ExchangeFailure {
     error: Error,
     may_retry: bool,
 }
@@ -224,9 +224,9 @@ async fn exchange(
     method: &http::Method,
     head: &[u8],
     body: RequestBody,
-) -> Result<(Conn, Head), Failure> {
+) -> Result<(Conn, Head), ExchangeFailure> {
     let reused = conn.reused;
-    let fail = |error: Error, nothing_back: bool| Failure {
+    let fail = |error: Error, nothing_back: bool| ExchangeFailure {
         may_retry: reused && nothing_back,
         error,
     };

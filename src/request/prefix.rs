@@ -11,10 +11,12 @@
 //! every tokenmeter replica, of any build, names the same prompt the same way.
 //!
 //! The text is every string (and member name, number and literal) of the body's prompt members,
-//! in a fixed member order (`instructions`, `system`, `messages`, `input`, `prompt`, `inputs`,
-//! covering chat and completions, Anthropic Messages, OpenAI Responses, TGI and llama.cpp),
-//! each followed by a separator byte so that `["ab"]` and `["a", "b"]` differ. Other members
-//! (sampling parameters, `stream`) never matter: a conversation's turns may change them.
+//! in a fixed member order ([`super::PROMPT_MEMBERS`]: `instructions`, `system`, `messages`,
+//! `input`, `prompt`, `inputs`, covering chat and completions, Anthropic Messages, OpenAI
+//! Responses, TGI and llama.cpp), each followed by a separator byte so that `["ab"]` and
+//! `["a", "b"]` differ. Other members (sampling parameters, `stream`) never matter: a
+//! conversation's turns may change them. Where the members lie comes from the meter's one walk of
+//! the body ([`super::PromptSpans`]); this module walks only their values.
 //!
 //! The prompt's **key** names the conversation: the chain up to the end of its first user message
 //! (a chat's turns all begin with the same system prompt and first user message, and two
@@ -23,10 +25,10 @@
 //! state still agree on where a conversation lives.
 use std::fmt;
 
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use super::PromptSpans;
 
 #[cfg(test)]
 mod tests;
@@ -57,28 +59,26 @@ pub struct PromptPrefix {
     pub block_bytes: u64,
 }
 
-/// Names `body`'s prompt for a request to `model`; `None` when the body is not a JSON object or
+/// Names the prompt of a request to `model` whose prompt members the one walk located
+/// ([`super::read_with`] with [`super::Read::with_prompt_spans`]) in `body`; `None` when the body
 /// has no prompt member.
-pub fn read(
+pub fn name(
     body: &[u8],
+    spans: &PromptSpans,
     model: Option<&str>,
     block_bytes: usize,
     key_blocks: usize,
 ) -> Option<PromptPrefix> {
-    let text = std::str::from_utf8(body).ok()?;
-    let mut de = serde_json::Deserializer::from_str(text);
-    let members = de.deserialize_map(TopVisitor).ok()?;
-    de.end().ok()?;
+    if spans.is_empty() {
+        return None;
+    }
     let mut chain = Chain::new(model.unwrap_or(""), block_bytes.max(1));
     let mut key = None;
-    let mut any = false;
-    for (name, raw) in members.in_order() {
-        let Some(raw) = raw else { continue };
-        any = true;
+    for (name, text) in spans.in_order(body) {
         chain.feed(name.as_bytes());
         chain.feed(&[END_VALUE]);
         let conversation = matches!(name, "messages" | "input");
-        let mut de = serde_json::Deserializer::from_str(raw.get());
+        let mut de = serde_json::Deserializer::from_str(text);
         let first_user = Walk {
             chain: &mut chain,
             roles: conversation,
@@ -89,9 +89,6 @@ pub fn read(
             key = first_user;
         }
         chain.feed(&[END_ITEM]);
-    }
-    if !any {
-        return None;
     }
     let (key, key_bytes) = key.unwrap_or_else(|| {
         let whole = chain.blocks.len().min(key_blocks);
@@ -107,6 +104,23 @@ pub fn read(
         bytes: chain.bytes,
         block_bytes: chain.block_bytes as u64,
     })
+}
+
+/// Reads `body` and names its prompt (see [`name`]): for a body nothing has read yet.
+pub fn read(
+    body: &[u8],
+    model: Option<&str>,
+    block_bytes: usize,
+    key_blocks: usize,
+) -> Option<PromptPrefix> {
+    let read = super::read_with(body, super::Read::default().with_prompt_spans())?;
+    name(
+        body,
+        read.prompt_spans.as_ref()?,
+        model,
+        block_bytes,
+        key_blocks,
+    )
 }
 
 /// The running chain of block names.
@@ -165,75 +179,6 @@ impl Chain {
         } else {
             xxh3_64_with_seed(&self.partial, self.last ^ PARTIAL)
         }
-    }
-}
-
-/// The prompt members of a body, borrowed; a repeated member keeps its last value, as the
-/// backends' JSON parsers do.
-#[derive(Default)]
-struct Members<'a> {
-    instructions: Option<&'a RawValue>,
-    system: Option<&'a RawValue>,
-    messages: Option<&'a RawValue>,
-    input: Option<&'a RawValue>,
-    prompt: Option<&'a RawValue>,
-    inputs: Option<&'a RawValue>,
-}
-
-impl<'a> Members<'a> {
-    fn in_order(&self) -> [(&'static str, Option<&'a RawValue>); 6] {
-        [
-            ("instructions", self.instructions),
-            ("system", self.system),
-            ("messages", self.messages),
-            ("input", self.input),
-            ("prompt", self.prompt),
-            ("inputs", self.inputs),
-        ]
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum TopKey {
-    Instructions,
-    System,
-    Messages,
-    Input,
-    Prompt,
-    Inputs,
-    #[serde(other)]
-    Other,
-}
-
-struct TopVisitor;
-
-impl<'de> Visitor<'de> for TopVisitor {
-    type Value = Members<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
-        let mut members = Members::default();
-        while let Some(key) = map.next_key::<TopKey>()? {
-            let slot = match key {
-                TopKey::Instructions => &mut members.instructions,
-                TopKey::System => &mut members.system,
-                TopKey::Messages => &mut members.messages,
-                TopKey::Input => &mut members.input,
-                TopKey::Prompt => &mut members.prompt,
-                TopKey::Inputs => &mut members.inputs,
-                TopKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-            };
-            let value: &RawValue = map.next_value()?;
-            *slot = (value.get() != "null").then_some(value);
-        }
-        Ok(members)
     }
 }
 

@@ -270,9 +270,11 @@ impl Router {
         for &index in &context.plan.pools {
             match self.affinities[index].as_ref().map(|a| &a.mode) {
                 Some(Affinity::Prefix) if keys.prefix.is_none() => {
+                    // Named from where the meter's one walk located the prompt members.
                     keys.prefix = context.generation.as_ref().and_then(|generation| {
-                        prefix::read(
+                        prefix::name(
                             &generation.body,
+                            generation.read.as_ref()?.prompt_spans.as_ref()?,
                             context.model.as_deref(),
                             self.prefix_block_bytes,
                             self.prefix_key_blocks,

@@ -15,7 +15,7 @@ use http_body::{Body, Frame, SizeHint};
 use super::chunked::{self, ChunkedError, Step};
 use super::conn::Conn;
 use super::head::Delimiter;
-use super::pool::Pool;
+use super::idle::IdlePool;
 
 /// Why reading a response body failed.
 #[derive(Debug, thiserror::Error)]
@@ -73,11 +73,11 @@ pub struct IncomingBody {
     conn: Option<Conn>,
     decode: Decode,
     keep_alive: bool,
-    pool: Pool,
+    pool: IdlePool,
 }
 
 impl IncomingBody {
-    pub(super) fn new(conn: Conn, delimiter: Delimiter, keep_alive: bool, pool: Pool) -> Self {
+    pub(super) fn new(conn: Conn, delimiter: Delimiter, keep_alive: bool, pool: IdlePool) -> Self {
         let decode = match delimiter {
             Delimiter::Empty => Decode::Done,
             Delimiter::Length(n) => Decode::Length(n),

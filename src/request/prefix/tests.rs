@@ -4,6 +4,9 @@ use serde_json::json;
 
 const BLOCK: usize = 32;
 
+/// `(key, first block, bytes)` of the fixed prompt of `the_names_of_a_fixed_prompt_never_change`.
+const GOLDEN: (u64, Option<u64>, u64) = (15927114907788842003, Some(16335858874168460827), 146);
+
 fn named(body: &serde_json::Value) -> PromptPrefix {
     read(body.to_string().as_bytes(), Some("m"), BLOCK, 4).expect("a prompt")
 }
@@ -216,7 +219,234 @@ fn blocks_are_bounded() {
     );
 }
 
+/// The naming as it was before the one walk located the prompt members: its own walk of the whole
+/// body (kept here, verbatim, as the reference the one-walk naming must match byte for byte, so
+/// tokenmeter replicas of either build agree on every conversation's home).
+mod reference {
+    use super::super::*;
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+    use serde::Deserialize;
+    use serde_json::value::RawValue;
+
+    pub fn read(
+        body: &[u8],
+        model: Option<&str>,
+        block_bytes: usize,
+        key_blocks: usize,
+    ) -> Option<PromptPrefix> {
+        let text = std::str::from_utf8(body).ok()?;
+        let mut de = serde_json::Deserializer::from_str(text);
+        let members = de.deserialize_map(TopVisitor).ok()?;
+        de.end().ok()?;
+        let mut chain = Chain::new(model.unwrap_or(""), block_bytes.max(1));
+        let mut key = None;
+        let mut any = false;
+        for (name, raw) in members.in_order() {
+            let Some(raw) = raw else { continue };
+            any = true;
+            chain.feed(name.as_bytes());
+            chain.feed(&[END_VALUE]);
+            let conversation = matches!(name, "messages" | "input");
+            let mut de = serde_json::Deserializer::from_str(raw.get());
+            let first_user = Walk {
+                chain: &mut chain,
+                roles: conversation,
+            }
+            .deserialize(&mut de)
+            .ok()?;
+            if key.is_none() {
+                key = first_user;
+            }
+            chain.feed(&[END_ITEM]);
+        }
+        if !any {
+            return None;
+        }
+        let (key, key_bytes) = key.unwrap_or_else(|| {
+            let whole = chain.blocks.len().min(key_blocks);
+            match whole {
+                0 => (chain.mark(), chain.bytes),
+                n => (chain.blocks[n - 1], (n * chain.block_bytes) as u64),
+            }
+        });
+        Some(PromptPrefix {
+            blocks: chain.blocks,
+            key,
+            key_bytes,
+            bytes: chain.bytes,
+            block_bytes: chain.block_bytes as u64,
+        })
+    }
+
+    #[derive(Default)]
+    struct Members<'a> {
+        instructions: Option<&'a RawValue>,
+        system: Option<&'a RawValue>,
+        messages: Option<&'a RawValue>,
+        input: Option<&'a RawValue>,
+        prompt: Option<&'a RawValue>,
+        inputs: Option<&'a RawValue>,
+    }
+
+    impl<'a> Members<'a> {
+        fn in_order(&self) -> [(&'static str, Option<&'a RawValue>); 6] {
+            [
+                ("instructions", self.instructions),
+                ("system", self.system),
+                ("messages", self.messages),
+                ("input", self.input),
+                ("prompt", self.prompt),
+                ("inputs", self.inputs),
+            ]
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(field_identifier, rename_all = "snake_case")]
+    enum TopKey {
+        Instructions,
+        System,
+        Messages,
+        Input,
+        Prompt,
+        Inputs,
+        #[serde(other)]
+        Other,
+    }
+
+    struct TopVisitor;
+
+    impl<'de> Visitor<'de> for TopVisitor {
+        type Value = Members<'de>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+            let mut members = Members::default();
+            while let Some(key) = map.next_key::<TopKey>()? {
+                let slot = match key {
+                    TopKey::Instructions => &mut members.instructions,
+                    TopKey::System => &mut members.system,
+                    TopKey::Messages => &mut members.messages,
+                    TopKey::Input => &mut members.input,
+                    TopKey::Prompt => &mut members.prompt,
+                    TopKey::Inputs => &mut members.inputs,
+                    TopKey::Other => {
+                        map.next_value::<IgnoredAny>()?;
+                        continue;
+                    }
+                };
+                let value: &RawValue = map.next_value()?;
+                *slot = (value.get() != "null").then_some(value);
+            }
+            Ok(members)
+        }
+    }
+}
+
+/// A body's members, in any order, with repeats and nulls: what a client may send.
+fn body_members() -> impl Strategy<Value = Vec<(String, serde_json::Value)>> {
+    let text = "[a-z ]{0,80}";
+    let value = prop_oneof![
+        text.prop_map(serde_json::Value::from),
+        Just(serde_json::Value::Null),
+        proptest::collection::vec(
+            (
+                prop_oneof![Just("user"), Just("system"), Just("assistant")],
+                text
+            ),
+            0..4
+        )
+        .prop_map(|messages| json!(messages
+            .into_iter()
+            .map(|(role, content)| json!({"role": role, "content": content}))
+            .collect::<Vec<_>>())),
+        proptest::collection::vec(0u64..50_000, 0..6).prop_map(|ids| json!(ids)),
+    ];
+    let name = prop_oneof![
+        Just("instructions"),
+        Just("system"),
+        Just("messages"),
+        Just("input"),
+        Just("prompt"),
+        Just("inputs"),
+        Just("model"),
+        Just("temperature"),
+    ];
+    proptest::collection::vec((name.prop_map(str::to_owned), value), 0..8)
+}
+
+/// The members as a JSON object's text, in their order (repeats kept), with `stream` and
+/// `stream_options` placed at `at`, so that the usage splice can fall before any member.
+fn object(
+    members: &[(String, serde_json::Value)],
+    stream: bool,
+    options: usize,
+    at: usize,
+) -> String {
+    let mut items: Vec<String> = members
+        .iter()
+        .map(|(name, value)| format!("{}: {value}", serde_json::Value::from(name.as_str())))
+        .collect();
+    let at = at % (items.len() + 1);
+    let options = match options % 3 {
+        0 => None,
+        1 => Some(r#""stream_options": null"#.to_owned()),
+        _ => Some(r#""stream_options": {"continuous_usage_stats": false}"#.to_owned()),
+    };
+    if let Some(options) = options {
+        items.insert(at, options);
+    }
+    items.insert(at, format!(r#""stream": {stream}"#));
+    format!("{{{}}}", items.join(", "))
+}
+
+#[test]
+fn the_names_of_a_fixed_prompt_never_change() {
+    // The same values any build of tokenmeter computes for this prompt: replicas of different
+    // builds behind one Service must agree on every conversation's home.
+    let body = chat(&[("system", SYSTEM), ("user", "What is a KV cache?")]).to_string();
+    for named in [
+        read(body.as_bytes(), Some("m"), BLOCK, 4).expect("a prompt"),
+        reference::read(body.as_bytes(), Some("m"), BLOCK, 4).expect("a prompt"),
+    ] {
+        assert_eq!(
+            (named.key, named.blocks.first().copied(), named.bytes),
+            GOLDEN,
+            "{named:?}"
+        );
+    }
+}
+
 proptest! {
+    /// The one walk locates the members, and naming them gives exactly the names the whole-body
+    /// walk gave; once the usage splice moved them (the body as forwarded), still the same names.
+    #[test]
+    fn naming_from_the_one_walk_matches_the_whole_body_walk(
+        members in body_members(),
+        stream in any::<bool>(),
+        options in 0usize..3,
+        at in 0usize..10,
+    ) {
+        let body = object(&members, stream, options, at);
+        let expected = reference::read(body.as_bytes(), Some("m"), BLOCK, 4);
+        let what = crate::request::Read::default().with_prompt_spans();
+        let mut inspection = crate::request::read_with(body.as_bytes(), what).expect("an object");
+        let spans = inspection.prompt_spans.clone().expect("asked for");
+        prop_assert_eq!(&name(body.as_bytes(), &spans, Some("m"), BLOCK, 4), &expected, "{}", body);
+        if let crate::request::Injection::Injected(forwarded) = inspection.inject(body.as_bytes()) {
+            let moved = inspection.prompt_spans.as_ref().expect("still there");
+            prop_assert_eq!(
+                &name(&forwarded, moved, Some("m"), BLOCK, 4),
+                &expected,
+                "after the usage splice: {}",
+                String::from_utf8_lossy(&forwarded)
+            );
+        }
+    }
+
     /// Cutting the same text into strings differently never changes the blocks before the cut:
     /// the chain depends on bytes, not on how the feed was split.
     #[test]

@@ -59,7 +59,7 @@ fn context(body: &serde_json::Value) -> RequestContext {
     let mut context = RequestContext::new(Instant::now(), None::<SocketAddr>);
     let body = bytes::Bytes::from(body.to_string());
     context.generation = Some(Generation {
-        read: crate::request::read(&body),
+        read: crate::request::read_with(&body, crate::request::Read::default().with_prompt_spans()),
         body,
     });
     context.model = Some("m".to_owned());

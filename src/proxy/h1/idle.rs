@@ -18,7 +18,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// The idle-connection pool (cheap to clone).
 #[derive(Clone)]
-pub struct Pool {
+pub struct IdlePool {
     inner: Arc<Inner>,
 }
 
@@ -33,16 +33,16 @@ struct Idle {
     since: Instant,
 }
 
-impl std::fmt::Debug for Pool {
+impl std::fmt::Debug for IdlePool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool")
+        f.debug_struct("IdlePool")
             .field("idle_timeout", &self.inner.idle_timeout)
             .field("max_idle_per_host", &self.inner.max_idle_per_host)
             .finish_non_exhaustive()
     }
 }
 
-impl Pool {
+impl IdlePool {
     pub fn new(idle_timeout: Duration, max_idle_per_host: usize) -> Self {
         let inner = Arc::new(Inner {
             idle: Mutex::new(HashMap::new()),
