@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use http::{HeaderMap, HeaderName};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::pools::Backend;
+use super::backend::Backend;
 use super::series::AffinityMetrics;
 use crate::config::{Affinity, PoolConfig};
 use crate::metrics::Metrics;

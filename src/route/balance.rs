@@ -11,7 +11,8 @@ use std::sync::Arc;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::pools::{Backend, Pool};
+use super::backend::Backend;
+use super::pools::Pool;
 use crate::config::BalanceLoad;
 
 /// Chooses a healthy backend of `pool` for one request, or `None` when no candidate is left.

@@ -20,8 +20,8 @@ use http_body::Body;
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
+use super::backend::{Backend, LoadGuard};
 use super::health::Fault;
-use super::pools::{Backend, LoadGuard};
 use super::Router;
 use crate::context::RequestContext;
 use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};

@@ -14,7 +14,7 @@
 //!    [`affinity`], the backend whose prompt cache likely holds the prompt's prefix (or a session's
 //!    home) goes first, within a load bound; otherwise [`balance`] picks a backend
 //!    by power of two choices on the pool's load (streams in flight, or prompt tokens not yet past
-//!    their first byte), kept by a [`pools::LoadGuard`] that the response body carries to the end
+//!    their first byte), kept by a [`backend::LoadGuard`] that the response body carries to the end
 //!    of the stream; a failure before the first response byte is retried on another backend;
 //!    every outcome feeds passive [`health`].
 //!
@@ -37,6 +37,7 @@
 //!     .service(proxy::Forward::new(proxy::client::build(&config.upstream), &config.upstream));
 //! ```
 pub mod affinity;
+pub mod backend;
 pub mod balance;
 pub mod dispatch;
 pub mod estimate;

@@ -31,7 +31,7 @@ use http::{Request, Response};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
 
-use super::pools::Backend;
+use super::backend::Backend;
 use super::rules::RuleInput;
 use super::tokenize;
 use super::Router;

@@ -11,8 +11,9 @@ use http_body_util::{BodyExt, Limited};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use super::backend::{Backend, Confirmation};
 use super::health::EjectPolicy;
-use super::pools::{Backend, Confirmation, Pool};
+use super::pools::Pool;
 use super::Router;
 use crate::proxy::client::UpstreamClient;
 use crate::proxy::RequestBody;

@@ -12,9 +12,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::affinity::{AffinityKeys, PoolAffinity};
+use super::backend::Backend;
 use super::estimate::Calibrator;
 use super::health::{EjectPolicy, Fault, Verdict};
-use super::pools::{Backend, Pool};
+use super::pools::Pool;
 use super::rules::Rules;
 use super::{balance, probe, series, RouteError};
 use crate::config::{Affinity, Config, PoolConfig};

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde::Deserialize;
 
-use super::pools::Backend;
+use super::backend::Backend;
 use super::probe;
 use crate::proxy::client::UpstreamClient;
 

@@ -13,34 +13,27 @@
 //! Shutdown: `/readyz` turns 503, the traffic listener closes, in-flight streams may finish for
 //! `server.shutdown_grace`, then whatever is left is cut (its bodies are dropped, so each is counted
 //! as `cancelled`).
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{header, HeaderValue, Request};
-
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
-use tokio::time::Instant;
 
-use admission::{Limit, Limits};
-use h2guard::{AbuseCounters, Budgets, H2Guard};
+use admission::Limits;
+use connection::Traffic;
+use h2guard::{AbuseCounters, Budgets};
+pub use handle::{spawn, spawn_with_hooks, ServerHandle};
 pub use listen::listen;
 use live::LiveStack;
 use reload::{Applied, ConfigSource, ReloadRequest};
-use smuggling::{ConnectionFraming, GuardedStream};
 
-use crate::config::{Config, ConfigError, ServerConfig, ServerTlsConfig};
-use crate::context::{FinishHook, FinishHooks, RequestContext};
+use crate::config::{Config, ConfigError, ServerTlsConfig};
+use crate::context::FinishHook;
 use crate::meter::series::MeterSeries;
 use crate::metrics::{Metrics, MetricsError};
 use crate::proxy::client::{self, UpstreamClient};
@@ -51,7 +44,9 @@ use crate::upstream::UpstreamError;
 
 mod admin;
 pub mod admission;
+mod connection;
 pub mod h2guard;
+mod handle;
 mod listen;
 pub mod live;
 pub mod reload;
@@ -92,96 +87,6 @@ pub async fn bind(config: &Config) -> Result<(TcpListener, TcpListener), ServerE
     let traffic = bind("traffic", config.server.listen)?;
     let admin = bind("admin", config.server.admin_listen)?;
     Ok((traffic, admin))
-}
-
-/// A running proxy started by [`spawn`] (tests and the demo use it).
-#[derive(Debug)]
-pub struct ServerHandle {
-    pub traffic_addr: SocketAddr,
-    pub admin_addr: SocketAddr,
-    pub metrics: Arc<Metrics>,
-    /// Admission state: open connections, requests in flight, rejections.
-    pub limits: Arc<Limits>,
-    reloads: mpsc::Sender<ReloadRequest>,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
-impl ServerHandle {
-    /// Applies `config` as a reload would (SIGHUP with this file): new requests get it, streams
-    /// in flight finish where they are; refused (and the running config kept) when it does not
-    /// load, with the reason.
-    pub async fn reload(&self, config: Config) -> Result<Applied, String> {
-        let (reply, answer) = oneshot::channel();
-        let request = ReloadRequest {
-            trigger: reload::Trigger::Handle,
-            config: Some(config),
-            reply: Some(reply),
-        };
-        self.reloads
-            .send(request)
-            .await
-            .map_err(|_| "the server has stopped".to_owned())?;
-        answer
-            .await
-            .map_err(|_| "the server has stopped".to_owned())?
-    }
-
-    /// Starts the graceful shutdown and waits until it is complete.
-    pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
-    }
-}
-
-/// Starts the proxy on bound listeners in a background task.
-pub fn spawn(
-    config: Config,
-    traffic: TcpListener,
-    admin: TcpListener,
-) -> Result<ServerHandle, ServerError> {
-    spawn_with_hooks(config, traffic, admin, Vec::new())
-}
-
-/// [`spawn`], with `hooks` run at the end of every request after the proxy's own (see
-/// [`crate::context::finish`]).
-pub fn spawn_with_hooks(
-    config: Config,
-    traffic: TcpListener,
-    admin: TcpListener,
-    hooks: Vec<Arc<dyn FinishHook>>,
-) -> Result<ServerHandle, ServerError> {
-    let traffic_addr = local_addr(&traffic)?;
-    let admin_addr = local_addr(&admin)?;
-    let metrics = Arc::new(Metrics::new(&config)?);
-    let (stop, mut stopped) = watch::channel(false);
-    let shutdown = async move {
-        let _ = stopped.wait_for(|stop| *stop).await;
-    };
-    let server = hooks.into_iter().try_fold(
-        Server::new(config, Arc::clone(&metrics))?,
-        |server, hook| Ok::<_, ServerError>(server.with_finish_hook(hook)),
-    )?;
-    let limits = Arc::clone(&server.limits);
-    let reloads = server.reloads();
-    let task = tokio::spawn(server.run(traffic, admin, shutdown));
-    Ok(ServerHandle {
-        traffic_addr,
-        admin_addr,
-        metrics,
-        limits,
-        reloads,
-        stop,
-        task,
-    })
-}
-
-fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ServerError> {
-    listener.local_addr().map_err(|source| ServerError::Bind {
-        what: "local",
-        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-        source,
-    })
 }
 
 /// The proxy: its config, metrics, and readiness.
@@ -362,7 +267,12 @@ impl Server {
             })
             .collect();
 
-        let builders = Arc::new(TrafficBuilders::new(&self.config.server));
+        let serving = Arc::new(Traffic::new(
+            &self.config.server,
+            self.tls.clone(),
+            Arc::clone(&self.metrics),
+            (h2_budgets, h2_abuse),
+        ));
         let graceful = GracefulShutdown::new();
         // Tells connections still waiting for their first byte to give up (see `sniff`).
         let (stopping_tx, stopping) = watch::channel(false);
@@ -407,49 +317,17 @@ impl Server {
                     };
                     let _ = stream.set_nodelay(true);
                     let Some(permit) = self.limits.try_connection() else {
-                        connections.spawn(refuse_connection(stream, peer, stack.hooks()));
+                        connections.spawn(connection::refuse(stream, peer, stack.hooks()));
                         continue;
                     };
-                    let framing = ConnectionFraming::new();
-                    let io_framing = Arc::clone(&framing);
-                    let max_head = self.config.server.max_header_bytes;
-                    let first_byte_timeout = self.config.server.header_read_timeout;
-                    let service = stack.for_connection(peer, self.tls.is_some(), framing);
-                    let service = TowerToHyperService::new(service);
-                    let watcher = graceful.watcher();
-                    let builders = Arc::clone(&builders);
-                    let h2_abuse = Arc::clone(&h2_abuse);
-                    let mut stopping = stopping.clone();
-                    let tls = self.tls.clone();
-                    let metrics = Arc::clone(&self.metrics);
-                    connections.spawn(async move {
-                        let _permit = permit;
-                        let Some(tls) = tls else {
-                            let Some(http1) = sniff::first_bytes(&stream, first_byte_timeout, &mut stopping).await else {
-                                tracing::debug!(%peer, "no byte before header_read_timeout or shutdown: closed");
-                                return;
-                            };
-                            let io = GuardedStream::new(stream, io_framing, max_head);
-                            builders.serve(http1, io, (h2_budgets, h2_abuse), service, watcher, peer).await;
-                            return;
-                        };
-                        let handshake = tls::acceptor::handshake(tls.acceptor(), stream, first_byte_timeout);
-                        let stream = tokio::select! {
-                            done = handshake => match done {
-                                Ok(stream) => stream,
-                                Err((failure, err)) => {
-                                    tls::series::handshake_failed(&metrics, "traffic", failure);
-                                    tracing::debug!(error = %err, %peer, reason = failure.as_str(), "TLS handshake failed");
-                                    return;
-                                }
-                            },
-                            _ = stopping.wait_for(|stop| *stop) => return,
-                        };
-                        // ALPN says the protocol; a client that offered none gets the detecting builder.
-                        let http1 = stream.get_ref().1.alpn_protocol() == Some(b"http/1.1");
-                        let io = GuardedStream::new(stream, io_framing, max_head);
-                        builders.serve(http1, io, (h2_budgets, h2_abuse), service, watcher, peer).await;
-                    });
+                    connections.spawn(Arc::clone(&serving).serve(
+                        stream,
+                        peer,
+                        permit,
+                        stack.clone(),
+                        graceful.watcher(),
+                        stopping.clone(),
+                    ));
                 }
             }
         }
@@ -477,136 +355,6 @@ impl Server {
         probes.iter().for_each(JoinHandle::abort);
         self.metrics.run_upkeep();
     }
-}
-
-/// Serves one accepted connection until it ends (or the graceful shutdown ends it).
-async fn serve<I, S, B>(
-    builder: &auto::Builder<TokioExecutor>,
-    io: I,
-    service: S,
-    watcher: hyper_util::server::graceful::Watcher,
-    peer: SocketAddr,
-) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    S: hyper::service::Service<Request<Incoming>, Response = http::Response<B>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let connection = builder.serve_connection(TokioIo::new(io), service);
-    if let Err(err) = watcher.watch(connection).await {
-        tracing::debug!(error = %err, %peer, "connection ended with an error");
-    }
-}
-
-/// The traffic port's two connection builders: `auto` detects HTTP/1 or h2c itself, `http1` is the
-/// same configuration for connections already known to be HTTP/1 ([`sniff`]: it saves 8 KiB of
-/// read buffer per connection).
-struct TrafficBuilders {
-    auto: auto::Builder<TokioExecutor>,
-    http1: auto::Builder<TokioExecutor>,
-}
-
-impl TrafficBuilders {
-    fn new(config: &ServerConfig) -> Self {
-        let auto = traffic_builder(config);
-        let http1 = auto.clone().http1_only();
-        Self { auto, http1 }
-    }
-
-    /// Serves a connection known to speak HTTP/1 with the HTTP/1 builder; any other (h2c, TLS
-    /// with ALPN `h2` or none) with the detecting builder, its frames counted against the HTTP/2
-    /// abuse budgets.
-    async fn serve<I, S, B>(
-        &self,
-        http1: bool,
-        io: I,
-        (budgets, abuse): (Budgets, Arc<AbuseCounters>),
-        service: S,
-        watcher: hyper_util::server::graceful::Watcher,
-        peer: SocketAddr,
-    ) where
-        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-        S: hyper::service::Service<Request<Incoming>, Response = http::Response<B>>
-            + Send
-            + 'static,
-        S::Future: Send + 'static,
-        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-        B: http_body::Body + Send + 'static,
-        B::Data: Send,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    {
-        if http1 {
-            serve(&self.http1, io, service, watcher, peer).await;
-        } else {
-            let io = H2Guard::new(io, budgets, abuse);
-            serve(&self.auto, io, service, watcher, peer).await;
-        }
-    }
-}
-
-/// The traffic port's HTTP/1 + h2c builder with the request-head limits of `[server]`.
-fn traffic_builder(config: &ServerConfig) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout)
-        .max_buf_size(config.max_header_bytes)
-        .max_headers(config.max_headers);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(config.http2_max_concurrent_streams)
-        .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX))
-        // Streams reset before hyper accepted them: as many as the guard's rapid-reset budget, so
-        // the guard (which counts) trips first.
-        .max_pending_accept_reset_streams(h2guard::budget::RESETS_PER_WINDOW as usize)
-        // Streams the server resets for a client's protocol errors: a well-behaved client causes none.
-        .max_local_error_reset_streams(Some(H2_MAX_LOCAL_ERROR_RESETS))
-        // Response bytes queued per stream beyond the client's window (hyper: 400 KiB), x streams.
-        .max_send_buf_size(H2_MAX_SEND_BUF_BYTES);
-    builder
-}
-
-/// Resets of streams by the server for a client's errors after which h2 closes the connection
-/// (hyper's default: 1024).
-const H2_MAX_LOCAL_ERROR_RESETS: usize = 256;
-
-/// Response bytes h2 may queue per stream beyond what the client's window lets out: a token stream
-/// needs little, and with `http2_max_concurrent_streams` (256) streams that do not read it bounds a
-/// connection at 16 MiB rather than hyper's 100 MiB (400 KiB each).
-const H2_MAX_SEND_BUF_BYTES: usize = 64 * 1024;
-
-/// How long a connection past `max_connections` may take to read its 503.
-const REFUSE_DEADLINE: Duration = Duration::from_secs(2);
-
-/// Answers every request of a connection past `max_connections` with 503 and closes it. Bounded in
-/// time, so a flood of refused connections cannot pile up. Each request ends at the finish point
-/// like any other (outcome `overloaded`).
-async fn refuse_connection(stream: tokio::net::TcpStream, peer: SocketAddr, hooks: FinishHooks) {
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let mut context = RequestContext::for_head(
-            Instant::now(),
-            req.method(),
-            req.uri(),
-            req.headers(),
-            hooks.clone(),
-        );
-        context.client = Some(peer);
-        admission::refused(context);
-        let mut response = admission::overloaded(Limit::Connections);
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        async move { Ok::<_, Infallible>(response) }
-    });
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().keep_alive(false);
-    let connection = builder.serve_connection(TokioIo::new(stream), service);
-    let _ = tokio::time::timeout(REFUSE_DEADLINE, connection).await;
 }
 
 /// The next reload request, or never once the channel is gone (or was never there).

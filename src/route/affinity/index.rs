@@ -13,7 +13,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 #[cfg(test)]
 mod tests;
 
-pub use crate::route::pools::Owner;
+pub use crate::route::backend::Owner;
 
 /// The bounded map from block names to owners.
 #[derive(Debug)]

@@ -8,8 +8,8 @@ use tokio::time::Instant;
 use crate::config::{Config, PoolConfig};
 use crate::context::{Generation, RequestContext, RoutePlan};
 use crate::metrics::Metrics;
+use crate::route::backend::{Backend, LoadGuard};
 use crate::route::health::{EjectPolicy, Fault};
-use crate::route::pools::{Backend, LoadGuard};
 use crate::route::Router;
 
 use super::*;

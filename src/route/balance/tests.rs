@@ -1,7 +1,7 @@
 use super::*;
 use crate::config::PoolConfig;
+use crate::route::backend::LoadGuard;
 use crate::route::health::{EjectPolicy, Fault};
-use crate::route::pools::LoadGuard;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::time::Duration;

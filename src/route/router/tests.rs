@@ -1,7 +1,7 @@
 use super::*;
 use crate::config::{BalanceLoad, PoolConfig, RuleConfig};
+use crate::route::backend::LoadGuard;
 use crate::route::health::Fault;
-use crate::route::pools::LoadGuard;
 use crate::route::rules::RuleInput;
 
 fn router(edit: impl FnOnce(&mut Config)) -> Router {

@@ -1,0 +1,280 @@
+//! What serde cannot check: value ranges and cross-field rules, each refusal naming its key.
+use super::{Config, ConfigError, MIN_HEADER_BYTES};
+
+impl Config {
+    /// Checks what serde cannot: value ranges and cross-field rules.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: &str| ConfigError::Invalid {
+            key: key.to_owned(),
+            message: message.to_owned(),
+        };
+        if self.upstream.urls.is_empty() && self.pools.is_empty() {
+            return Err(invalid(
+                "upstream.urls",
+                "needs at least one upstream URL (or configure [[pools]])",
+            ));
+        }
+        for (i, url) in self.upstream.urls.iter().enumerate() {
+            validate_upstream_url(url).map_err(|m| invalid(&format!("upstream.urls[{i}]"), &m))?;
+        }
+        self.upstream.tls.validate("upstream.tls")?;
+        for (table, tls) in [
+            ("server.tls", &self.server.tls),
+            ("server.admin_tls", &self.server.admin_tls),
+        ] {
+            if let Some(tls) = tls {
+                tls.validate(table)?;
+            }
+        }
+        let positive = [
+            ("upstream.connect_timeout", self.upstream.connect_timeout),
+            ("upstream.response_timeout", self.upstream.response_timeout),
+            ("upstream.idle_timeout", self.upstream.idle_timeout),
+            ("slo.ttft", self.slo.ttft),
+            ("slo.tpot", self.slo.tpot),
+            ("metering.stall_threshold", self.metering.stall_threshold),
+            ("server.watch_interval", self.server.watch_interval),
+        ];
+        for (key, value) in positive {
+            if value.is_zero() {
+                return Err(invalid(key, "must be greater than zero"));
+            }
+        }
+        if self.server.max_request_body_bytes == 0 {
+            return Err(invalid(
+                "server.max_request_body_bytes",
+                "must be greater than zero",
+            ));
+        }
+        self.validate_limits()?;
+        if self.metering.max_sse_line_bytes < 1024 {
+            return Err(invalid(
+                "metering.max_sse_line_bytes",
+                "must be at least 1024",
+            ));
+        }
+        let buckets = [
+            ("buckets.ttft", &self.buckets.ttft),
+            ("buckets.itl", &self.buckets.itl),
+            ("buckets.tpot", &self.buckets.tpot),
+            ("buckets.e2e", &self.buckets.e2e),
+            ("buckets.tokens", &self.buckets.tokens),
+        ];
+        for (key, edges) in buckets {
+            if edges.is_empty() {
+                return Err(invalid(key, "needs at least one bucket edge"));
+            }
+            if edges.iter().any(|edge| !edge.is_finite() || *edge <= 0.0) {
+                return Err(invalid(key, "bucket edges must be finite and positive"));
+            }
+            if edges.windows(2).any(|pair| pair[0] >= pair[1]) {
+                return Err(invalid(key, "bucket edges must be strictly increasing"));
+            }
+        }
+        self.validate_routing()
+    }
+
+    /// Request limits: every one must admit something (hyper also asserts an 8 KiB read buffer).
+    fn validate_limits(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: &str| ConfigError::Invalid {
+            key: key.to_owned(),
+            message: message.to_owned(),
+        };
+        let s = &self.server;
+        let at_least = [
+            ("server.listen_backlog", s.listen_backlog as usize, 1),
+            ("server.max_connections", s.max_connections, 1),
+            ("server.max_streams", s.max_streams, 1),
+            ("server.max_headers", s.max_headers, 1),
+            (
+                "server.max_header_bytes",
+                s.max_header_bytes,
+                MIN_HEADER_BYTES,
+            ),
+            (
+                "server.http2_max_concurrent_streams",
+                s.http2_max_concurrent_streams as usize,
+                1,
+            ),
+        ];
+        for (key, value, min) in at_least {
+            if value < min {
+                return Err(invalid(key, &format!("must be at least {min}")));
+            }
+        }
+        if s.header_read_timeout.is_zero() {
+            return Err(invalid(
+                "server.header_read_timeout",
+                "must be greater than zero",
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_routing(&self) -> Result<(), ConfigError> {
+        let invalid = |key: String, message: &str| ConfigError::Invalid {
+            key,
+            message: message.to_owned(),
+        };
+        let r = &self.routing;
+        if !(r.prior_tokens_per_byte.is_finite()
+            && r.prior_tokens_per_byte > 0.0
+            && r.prior_tokens_per_byte <= 16.0)
+        {
+            return Err(invalid(
+                "routing.prior_tokens_per_byte".into(),
+                "must be in (0, 16]",
+            ));
+        }
+        for (model, ratio) in &r.model_tokens_per_byte {
+            if !(ratio.is_finite() && *ratio > 0.0 && *ratio <= 16.0) {
+                return Err(invalid(
+                    format!("routing.model_tokens_per_byte.{model:?}"),
+                    "must be in (0, 16]",
+                ));
+            }
+        }
+        if r.tokenize && r.tokenize_timeout.is_zero() {
+            return Err(invalid(
+                "routing.tokenize_timeout".into(),
+                "must be greater than zero (or set routing.tokenize = false)",
+            ));
+        }
+        if r.calibration_window == 0 {
+            return Err(invalid(
+                "routing.calibration_window".into(),
+                "must be at least 1",
+            ));
+        }
+        if r.eject_after_failures == 0 {
+            return Err(invalid(
+                "routing.eject_after_failures".into(),
+                "must be at least 1",
+            ));
+        }
+        for (key, value) in [
+            ("routing.eject_base", r.eject_base),
+            ("routing.dns_refresh", r.dns_refresh),
+        ] {
+            if value.is_zero() {
+                return Err(invalid(key.into(), "must be greater than zero"));
+            }
+        }
+        if r.eject_max < r.eject_base {
+            return Err(invalid(
+                "routing.eject_max".into(),
+                "must be at least routing.eject_base",
+            ));
+        }
+        if !(16..=65_536).contains(&r.prefix_block_bytes) {
+            return Err(invalid(
+                "routing.prefix_block_bytes".into(),
+                "must be in 16..=65536",
+            ));
+        }
+        if r.prefix_key_blocks == 0 {
+            return Err(invalid(
+                "routing.prefix_key_blocks".into(),
+                "must be at least 1",
+            ));
+        }
+        let pools = self.effective_pools();
+        for (i, pool) in self.pools.iter().enumerate() {
+            if pool.name.is_empty() {
+                return Err(invalid(format!("pools[{i}].name"), "must not be empty"));
+            }
+            if pools.iter().filter(|p| p.name == pool.name).count() > 1 {
+                return Err(invalid(
+                    format!("pools[{i}].name"),
+                    &format!("pool {:?} is defined twice", pool.name),
+                ));
+            }
+            if pool.urls.is_empty() && pool.dns.is_none() {
+                return Err(invalid(
+                    format!("pools[{i}]"),
+                    "needs `urls` or `dns` (or both)",
+                ));
+            }
+            for (j, url) in pool.urls.iter().enumerate() {
+                validate_upstream_url(url)
+                    .map_err(|m| invalid(format!("pools[{i}].urls[{j}]"), &m))?;
+            }
+            if let Some(tls) = &pool.tls {
+                tls.validate(&format!("pools[{i}].tls"))?;
+            }
+            if let Some(dns) = &pool.dns {
+                validate_dns_name(dns).map_err(|m| invalid(format!("pools[{i}].dns"), &m))?;
+            }
+            if !pool.health_path.starts_with('/')
+                || pool.health_path.parse::<http::uri::PathAndQuery>().is_err()
+            {
+                return Err(invalid(
+                    format!("pools[{i}].health_path"),
+                    "must be a path starting with /",
+                ));
+            }
+            if !(pool.affinity_load_factor.is_finite() && pool.affinity_load_factor >= 1.0) {
+                return Err(invalid(
+                    format!("pools[{i}].affinity_load_factor"),
+                    "must be a number of at least 1",
+                ));
+            }
+            if pool.affinity_index_blocks < 64 {
+                return Err(invalid(
+                    format!("pools[{i}].affinity_index_blocks"),
+                    "must be at least 64",
+                ));
+            }
+        }
+        let known = |name: &str| pools.iter().any(|p| p.name == name);
+        for (i, rule) in self.rules.iter().enumerate() {
+            if !known(&rule.pool) {
+                return Err(invalid(
+                    format!("rules[{i}].pool"),
+                    &format!("no pool named {:?}", rule.pool),
+                ));
+            }
+            if let Some(fallback) = &rule.fallback {
+                if !known(fallback) {
+                    return Err(invalid(
+                        format!("rules[{i}].fallback"),
+                        &format!("no pool named {fallback:?}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Accepts `host:port` (a name to resolve, so no scheme and no path).
+fn validate_dns_name(text: &str) -> Result<(), String> {
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!("{text:?}: expected HOST:PORT"));
+    };
+    if host.is_empty() || host.contains('/') {
+        return Err(format!("{text:?}: expected HOST:PORT"));
+    }
+    port.parse::<u16>()
+        .map_err(|_| format!("{text:?}: the port is not a number"))?;
+    Ok(())
+}
+
+/// Accepts `http://host:port` with no path beyond `/`; the proxy appends the client's path.
+pub(super) fn validate_upstream_url(url: &str) -> Result<(), String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|err| format!("{url:?} is not a URL: {err}"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(format!(
+            "{url:?}: only http:// and https:// upstreams are supported"
+        ));
+    }
+    if uri.authority().is_none() {
+        return Err(format!("{url:?} has no host"));
+    }
+    if uri.path() != "/" && !uri.path().is_empty() {
+        return Err(format!("{url:?}: a base URL takes no path"));
+    }
+    Ok(())
+}

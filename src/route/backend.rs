@@ -1,0 +1,257 @@
+//! One backend of a pool: its load (streams in flight, prompt tokens queued), its health and
+//! ejections, and the guard that holds a request's load on it until the response ends.
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::health::{EjectPolicy, Fault, Health, Verdict};
+use super::series::BackendMetrics;
+use crate::config::BalanceLoad;
+use crate::metrics::Metrics;
+use crate::upstream::{BodyGuard, Target};
+
+/// A backend as the prefix index names it: its id and its ejection epoch at the time. An entry
+/// whose backend has left the pool, or has been ejected since (its epoch moved on), is dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub backend: u32,
+    pub epoch: u32,
+}
+
+/// Ids of backends, unique in the process (the prefix index names owners by them).
+static NEXT_ID: AtomicU32 = AtomicU32::new(0);
+
+/// One backend of one pool.
+#[derive(Debug)]
+pub struct Backend {
+    pub target: Target,
+    pub pool: Arc<str>,
+    id: u32,
+    /// Ejections so far: prefix index entries written before the last one are dead.
+    epoch: AtomicU32,
+    /// Requests whose response stream has not ended.
+    streams: AtomicU64,
+    /// Estimated prompt tokens of requests not yet past their first response byte.
+    queued_tokens: AtomicU64,
+    health: Mutex<Health>,
+    /// Scraped `vllm:num_requests_waiting`.
+    waiting: AtomicU64,
+    /// Scraped `vllm:kv_cache_usage_perc`, as `f64` bits.
+    kv_usage: AtomicU64,
+    /// A health check asked for by a run of answer failures is under way.
+    checking: AtomicBool,
+    /// The backend answered `/tokenize` with "no such endpoint": never asked again.
+    no_tokenize: AtomicBool,
+    metrics: Option<BackendMetrics>,
+}
+
+impl Backend {
+    pub fn new(target: Target, pool: Arc<str>, metrics: Option<&Metrics>) -> Self {
+        let metrics = metrics.map(|m| BackendMetrics::new(m, &pool, &target.label));
+        if let Some(m) = &metrics {
+            m.healthy.set(1.0);
+        }
+        Self {
+            target,
+            pool,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            epoch: AtomicU32::new(0),
+            streams: AtomicU64::new(0),
+            queued_tokens: AtomicU64::new(0),
+            health: Mutex::new(Health::default()),
+            waiting: AtomicU64::new(0),
+            kv_usage: AtomicU64::new(0f64.to_bits()),
+            checking: AtomicBool::new(false),
+            no_tokenize: AtomicBool::new(false),
+            metrics,
+        }
+    }
+
+    /// Whether the backend takes traffic now (and the `healthy` gauge says so).
+    pub fn available(&self, now: Instant) -> bool {
+        let available = self.lock_health().available(now);
+        if let Some(m) = &self.metrics {
+            m.healthy.set(if available { 1.0 } else { 0.0 });
+        }
+        available
+    }
+
+    /// The backend as a prefix index owner: its id and current ejection epoch.
+    pub fn owner(&self) -> Owner {
+        Owner {
+            backend: self.id,
+            epoch: self.epoch.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn streams(&self) -> u64 {
+        self.streams.load(Ordering::Relaxed)
+    }
+
+    pub fn queued_tokens(&self) -> u64 {
+        self.queued_tokens.load(Ordering::Relaxed)
+    }
+
+    /// The load power-of-two-choices compares, weighted by scraped gauges when there are any: a
+    /// backend with a queue or a full KV cache looks proportionally busier.
+    pub fn score(&self, kind: BalanceLoad) -> f64 {
+        let load = match kind {
+            BalanceLoad::PromptTokens => self.queued_tokens() as f64,
+            BalanceLoad::Streams | BalanceLoad::RoundRobin => self.streams() as f64,
+        };
+        let waiting = self.waiting.load(Ordering::Relaxed) as f64;
+        let kv = f64::from_bits(self.kv_usage.load(Ordering::Relaxed));
+        (load + 1.0) * (1.0 + waiting) * (1.0 + kv)
+    }
+
+    /// Records scraped gauges.
+    pub fn set_scraped(&self, waiting: u64, kv_usage: f64) {
+        self.waiting.store(waiting, Ordering::Relaxed);
+        self.kv_usage.store(kv_usage.to_bits(), Ordering::Relaxed);
+    }
+
+    pub fn on_success(&self) {
+        self.lock_health().on_success();
+    }
+
+    /// A failed request; see [`Verdict`] for what the caller must do with `Confirm`.
+    pub fn on_failure(&self, now: Instant, policy: &EjectPolicy, fault: Fault) -> Verdict {
+        let verdict = self.lock_health().on_failure(now, policy, fault);
+        if let Verdict::Ejected(length) = verdict {
+            self.ejected(length);
+        }
+        verdict
+    }
+
+    /// Claims the one confirming health check a backend may have under way; `false` when one
+    /// already is. Released by [`Self::end_check`].
+    pub fn start_check(&self) -> bool {
+        !self.checking.swap(true, Ordering::AcqRel)
+    }
+
+    pub fn end_check(&self) {
+        self.checking.store(false, Ordering::Release);
+    }
+
+    /// Counts the result of a confirming health check (see [`super::probe::confirm`]).
+    pub fn confirmed(&self, result: Confirmation) {
+        if let Some(m) = &self.metrics {
+            m.confirmations[result as usize].increment(1);
+        }
+    }
+
+    /// Whether `/tokenize` may be asked of this backend.
+    pub fn tokenizes(&self) -> bool {
+        !self.no_tokenize.load(Ordering::Relaxed)
+    }
+
+    /// The backend has no `/tokenize`.
+    pub fn no_tokenize(&self) {
+        self.no_tokenize.store(true, Ordering::Relaxed);
+    }
+
+    /// A failed active check: eject now (unless already ejected).
+    pub fn eject(&self, now: Instant, policy: &EjectPolicy) {
+        let mut health = self.lock_health();
+        if health.available(now) {
+            let length = health.eject(now, policy);
+            drop(health);
+            self.ejected(length);
+        }
+    }
+
+    fn ejected(&self, length: Duration) {
+        // Whatever the backend cached may be gone (a restart) and it takes no traffic now: its
+        // prefix index entries die with this epoch.
+        self.epoch.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            pool = &*self.pool,
+            backend = &*self.target.label,
+            seconds = length.as_secs_f64(),
+            "backend ejected"
+        );
+        if let Some(m) = &self.metrics {
+            m.healthy.set(0.0);
+            m.ejections.increment(1);
+        }
+    }
+
+    /// Counts a retry away from this backend.
+    pub fn retried(&self) {
+        if let Some(m) = &self.metrics {
+            m.retries.increment(1);
+        }
+    }
+
+    fn lock_health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// What a confirming health check found (the order of [`BackendMetrics::confirmations`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirmation {
+    /// The check passed: the failed answers were the requests' doing.
+    Kept = 0,
+    /// The check failed too: ejected.
+    Ejected = 1,
+    /// The backend has no health endpoint: kept, answers alone never eject.
+    Unavailable = 2,
+}
+
+/// A request's load on its backend: counted from the pick until the response body ends (the
+/// guard travels in the body), its prompt tokens only until the first response byte.
+#[derive(Debug)]
+pub struct LoadGuard {
+    backend: Arc<Backend>,
+    prompt_tokens: u64,
+    prefill_done: AtomicBool,
+}
+
+impl LoadGuard {
+    pub fn new(backend: Arc<Backend>, prompt_tokens: u64) -> Self {
+        backend.streams.fetch_add(1, Ordering::Relaxed);
+        backend
+            .queued_tokens
+            .fetch_add(prompt_tokens, Ordering::Relaxed);
+        if let Some(m) = &backend.metrics {
+            m.inflight.increment(1.0);
+        }
+        Self {
+            backend,
+            prompt_tokens,
+            prefill_done: AtomicBool::new(false),
+        }
+    }
+
+    fn end_prefill(&self) {
+        if !self.prefill_done.swap(true, Ordering::Relaxed) {
+            self.backend
+                .queued_tokens
+                .fetch_sub(self.prompt_tokens, Ordering::Relaxed);
+        }
+    }
+}
+
+impl BodyGuard for LoadGuard {
+    fn first_frame(&self) {
+        self.end_prefill();
+    }
+}
+
+impl Drop for LoadGuard {
+    fn drop(&mut self) {
+        self.end_prefill();
+        self.backend.streams.fetch_sub(1, Ordering::Relaxed);
+        if let Some(m) = &self.backend.metrics {
+            m.inflight.decrement(1.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
