@@ -1,25 +1,27 @@
 //! tokenmeter: a transparent reverse proxy that meters LLM token streams.
 //!
-//! Crate map. The data path, outside in, and every arrow points one way
-//! (`server -> meter -> route -> proxy`):
-//! - [`server`]: listeners (traffic and admin), the tower stack, graceful shutdown, admission
-//!   limits, the request-smuggling guard, the protocol sniff.
-//! - [`meter`]: reads a generation request once, injects `include_usage`, asks the router for a
-//!   plan, and meters the response body (TTFT, ITL, TPOT, tokens, outcome).
-//! - [`route`]: the plan (prompt estimate, rules) and the dispatch (balancing, retries, health)
-//!   over pools of backends.
+//! Crate map. The data path, outside in: the stack is `admission -> meter -> plan -> dispatch ->
+//! forward`, and every arrow between modules points one way:
+//! - [`server`]: listeners (traffic and admin), TLS accept, the stack generations (composed here:
+//!   the only module that names both `meter` and `route`), graceful shutdown, admission limits, the
+//!   request-smuggling guard, HTTP/2 abuse budgets, the protocol sniff, live reload.
+//! - [`meter`]: reads a generation request once, injects `include_usage`, meters the response
+//!   body (TTFT, ITL, TPOT, tokens), and records the per-request series when a request ends.
+//! - [`route`]: the plan (prompt estimate, rules) and the dispatch (balancing, affinity, retries,
+//!   health) over pools of backends, as two layers; its calibration learns when requests end.
 //! - [`proxy`]: forwarding to the chosen backend over tokenmeter's own HTTP/1.1 client, header
 //!   hygiene, timeouts, and the errors a client sees.
 //!
 //! The vocabulary they share, which depends on none of them:
-//! - [`context`]: the request context every phase fills in.
+//! - [`context`]: the request context every phase fills in, and the one place a request ends
+//!   ([`context::finish`]): every ending runs the stack's finish hooks once.
 //! - [`request`]: what a generation request's body says, read in one walk.
 //! - [`dialect`]: which API a stream speaks and what its events mean.
 //! - [`sse`]: cutting a response stream into events (SSE, NDJSON).
 //! - [`upstream`]: where a request goes, and the guard it holds there.
 //! - [`tls`]: TLS on the listeners (reloaded certificates, mTLS) and to `https://` upstreams.
-//! - [`metrics`]: metric names, buckets, bounded labels, the Prometheus exporter, and reading the
-//!   text format back.
+//! - [`metrics`]: what every subsystem's series share (recorder, histograms, expositions, label
+//!   capping); each subsystem declares its own series.
 //! - [`config`]: typed configuration, defaults, validation, environment overrides.
 //! - [`shutdown`]: SIGTERM / Ctrl-C, for `serve` and the demo.
 //!

@@ -10,7 +10,7 @@
 //!
 //! The walk borrows the values it needs as [`RawValue`]s (slices of the input), whose byte
 //! offsets locate the usage splice and the prompt members; it copies no string. The prompt is
-//! measured in the same walk ([`measure`]): the bytes of every chat message's `content` (a
+//! measured in the same walk (`measure.rs`): the bytes of every chat message's `content` (a
 //! string, or the `text` of its parts) and of the completions `prompt` (string or list of
 //! strings; token-id prompts are counted exactly). A body whose `messages` or `prompt` has another
 //! shape (or whose body is not JSON) is measured whole: an overestimate by its JSON syntax, never

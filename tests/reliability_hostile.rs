@@ -340,6 +340,15 @@ async fn max_streams_answers_503_with_retry_after_and_counts_it() {
         1.0,
         "counted:\n{metrics}"
     );
+    assert_eq!(
+        prom::sum(
+            &metrics,
+            "tokenmeter_requests_total",
+            &[("outcome", "overloaded")]
+        ),
+        1.0,
+        "and ended once, overloaded:\n{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -396,6 +405,15 @@ async fn max_connections_answers_503_and_closes() {
         ),
         1.0,
         "counted:\n{metrics}"
+    );
+    assert_eq!(
+        prom::sum(
+            &metrics,
+            "tokenmeter_requests_total",
+            &[("outcome", "overloaded")]
+        ),
+        1.0,
+        "and ended once, overloaded:\n{metrics}"
     );
 }
 

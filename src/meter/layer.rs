@@ -6,7 +6,7 @@
 //! (plan, dispatch, forward) and wrap the response body in a [`MeteredBody`], which meters it and
 //! ends the request at its end. Every other request is proxied as a plain stream and ends with its
 //! body too. It never fails: a request refused here or failed below is answered with an
-//! OpenAI-style JSON error, in one place ([`Metering::reject`]), and ended with it.
+//! OpenAI-style JSON error, in one place (`Metering::reject`), and ended with it.
 //!
 //! ```no_run
 //! # use tokenmeter::{config::Config, meter::{layer::MeterLayer, series::MeterSeries}, metrics::Metrics, proxy, route};
