@@ -186,6 +186,16 @@ impl RequestContext {
         MISSING.load(Ordering::Relaxed)
     }
 
+    /// Lets go of the request body once a response head is back. Until then a retry may replay
+    /// it; after, nothing needs it, while a stream can last minutes and a prompt can be large
+    /// (and a body read in one frame is a slice of the connection's read buffer, which it would
+    /// keep alive). What the walk read of it stays.
+    pub fn release_body(&mut self) {
+        if let Some(generation) = self.generation.as_mut() {
+            generation.body = Bytes::new();
+        }
+    }
+
     /// A generation body that did not read as a JSON object: whatever the backend answers, the
     /// request was at fault (its health does not pay for it).
     pub fn malformed(&self) -> bool {
@@ -223,9 +233,9 @@ impl Drop for RequestContext {
     }
 }
 
-/// A generation request's body as forwarded (after any usage injection), and what one walk of
-/// the client's body read ([`crate::request::read`]); `read` is `None` when the body is not a
-/// JSON object.
+/// A generation request's body as forwarded (after any usage injection; empty once a response
+/// head is back: [`RequestContext::release_body`]), and what one walk of the client's body read
+/// ([`crate::request::read`]); `read` is `None` when the body is not a JSON object.
 #[derive(Debug, Clone)]
 pub struct Generation {
     pub body: Bytes,

@@ -2,7 +2,7 @@
 //!
 //! Crate map. The data path, outside in: the stack is `admission -> meter -> plan -> dispatch ->
 //! forward`, and every arrow between modules points one way:
-//! - [`server`]: listeners (traffic and admin), TLS accept, the stack generations (composed here:
+//! - [`server`]: listeners (traffic and admin), TLS accept, the stack revisions (composed here:
 //!   the only module that names both `meter` and `route`), graceful shutdown, admission limits, the
 //!   request-smuggling guard, HTTP/2 abuse budgets, the protocol sniff, live reload.
 //! - [`meter`]: reads a generation request once, injects `include_usage`, meters the response

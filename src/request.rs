@@ -67,7 +67,7 @@ pub struct Inspection {
     /// Where the prompt members lie, when the reader asked ([`Read::with_prompt_spans`]): in the
     /// body read, or, once the usage splice was applied ([`Inspection::inject`]), in the body as
     /// forwarded.
-    pub prompt_spans: Option<PromptSpans>,
+    pub prompt_spans: Option<Box<PromptSpans>>,
 }
 
 /// What a read takes besides what every read takes.
@@ -126,7 +126,7 @@ pub fn read_with(body: &[u8], what: Read) -> Option<Inspection> {
     let usage_splice = usage_edit(body, &top.stream, &top.options);
     let prompt_spans = what
         .prompt_spans
-        .then(|| PromptSpans::of(body, &top.members));
+        .then(|| Box::new(PromptSpans::of(body, &top.members)));
     Some(Inspection {
         facts,
         prompt,

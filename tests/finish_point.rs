@@ -39,6 +39,8 @@ struct Ending {
     ttft: Option<Duration>,
     e2e: Duration,
     error: Option<String>,
+    /// The request body the context still held when the request ended.
+    body_bytes: Option<usize>,
 }
 
 /// Every finish of one proxy, in order.
@@ -61,6 +63,7 @@ impl FinishHook for Endings {
             ttft: request.figures.ttft,
             e2e: request.figures.e2e,
             error: request.error.map(|err| err.to_string()),
+            body_bytes: context.generation.as_ref().map(|g| g.body.len()),
         };
         self.0.lock().expect("lock").push(ending);
     }
@@ -147,6 +150,50 @@ async fn a_metered_stream_ends_once_ok_with_its_tokens() {
         "TTFT within E2E"
     );
     assert_eq!(end.error, None);
+    assert_eq!(
+        end.body_bytes,
+        Some(0),
+        "the request body was let go at the response head, not held for the stream"
+    );
+}
+
+#[tokio::test]
+async fn a_head_request_ends_once_with_its_head() {
+    // A HEAD's answer has no body; hyper never polls it, so the request ends with the head.
+    let upstream = RawUpstream::start(|_request, mut stream| async move {
+        let _ = stream
+            .write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n",
+            )
+            .await;
+        let mut sink = [0u8; 64];
+        let _ = stream.read(&mut sink).await;
+    })
+    .await;
+    let (proxy, endings) = proxy_with(config_for(&upstream.url)).await;
+    let mut raw = TcpStream::connect(proxy.traffic_addr)
+        .await
+        .expect("connect");
+    raw.write_all(b"HEAD /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("send");
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        assert_eq!(raw.read(&mut byte).await.expect("read"), 1, "a head");
+        head.push(byte[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    endings.wait_for(1).await;
+    drop(raw);
+    let all = finishes(proxy, &endings).await;
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(all[0].outcome, Outcome::Ok, "not cancelled: {:?}", all[0]);
+    assert_eq!(all[0].upstream_status, Some(200));
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //!
 //! A request is finished exactly once, by [`super::RequestContext::finish_at`] (or, when it was
 //! abandoned, by the context's drop, as `cancelled`), and that runs the [`FinishHooks`] of the
-//! stack generation that served it, in order, each with a [`Finished`]: the whole context, how it
+//! stack revision that served it, in order, each with a [`Finished`]: the whole context, how it
 //! ended, and the stream's figures. Everything that wants the finished request hangs off this
 //! point and nowhere else: the meter's per-request series, the router's prompt calibration, and
 //! whatever a later phase adds (a trace span, a usage record, a budget's settlement, a latency
@@ -74,7 +74,7 @@ pub struct Finished<'a> {
     pub error: Option<&'a (dyn std::error::Error + 'static)>,
 }
 
-/// The hooks of one stack generation, in the order they run.
+/// The hooks of one stack revision, in the order they run.
 #[derive(Clone, Default)]
 pub struct FinishHooks(Arc<[Arc<dyn FinishHook>]>);
 

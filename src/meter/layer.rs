@@ -227,6 +227,7 @@ impl Metering {
         };
         context.upstream_status = Some(parts.status);
         context.status = Some(parts.status);
+        context.release_body();
         let Some(dialect) = dialect else {
             let body = MeteredBody::passthrough(body, context);
             return Response::from_parts(parts, Either::Left(body));

@@ -3,8 +3,8 @@
 //! starts.
 //!
 //! Why the whole stack: a request is planned and dispatched by one router, metered against one
-//! set of SLO targets and timeouts, and ended by the hooks of that same generation (the meter's
-//! series, the router's calibration). Each request takes the current generation when its head
+//! set of SLO targets and timeouts, and ended by the hooks of that same revision (the meter's
+//! series, the router's calibration). Each request takes the current revision when its head
 //! arrives (the clone hyper made per request before, plus one atomic load) and keeps it to its
 //! end: streams in flight finish where they started, whatever a reload does meanwhile.
 use std::convert::Infallible;
@@ -31,17 +31,17 @@ use crate::proxy::client::UpstreamClient;
 use crate::proxy::Forward;
 use crate::route::{Dispatch, DispatchLayer, Plan, PlanLayer, Router};
 
-/// One generation's tower stack.
+/// One revision's tower stack.
 pub type Stack = Admission<Meter<Plan<Dispatch<Forward>>>>;
 
-/// One generation of the request stack: the layers, and the hooks that end its requests.
-pub struct Generation {
+/// One revision of the request stack: the layers, and the hooks that end its requests.
+pub struct Revision {
     pub stack: Stack,
     pub hooks: FinishHooks,
 }
 
-/// Builds the generation of `config` over `router`. The limits and the meter's series are the
-/// server's own, shared by every generation (a reload resizes the limits in place); `extra` hooks
+/// Builds the revision of `config` over `router`. The limits and the meter's series are the
+/// server's own, shared by every revision (a reload resizes the limits in place); `extra` hooks
 /// (an embedder's, a test's) run after the meter's and the router's.
 pub fn build(
     config: &Config,
@@ -50,7 +50,7 @@ pub fn build(
     limits: &Arc<Limits>,
     client: UpstreamClient,
     extra: &[Arc<dyn FinishHook>],
-) -> Generation {
+) -> Revision {
     let stack = tower::ServiceBuilder::new()
         .layer(AdmissionLayer::new(Arc::clone(limits)))
         .layer(MeterLayer::new(config, Arc::clone(meter)))
@@ -68,28 +68,28 @@ pub fn build(
             .into_iter()
             .chain(extra.iter().cloned()),
     );
-    Generation { stack, hooks }
+    Revision { stack, hooks }
 }
 
-/// The current generation; cloned into every connection, swapped by reloads.
+/// The current revision; cloned into every connection, swapped by reloads.
 #[derive(Clone)]
 pub struct LiveStack {
-    current: Arc<ArcSwap<Generation>>,
+    current: Arc<ArcSwap<Revision>>,
 }
 
 impl LiveStack {
-    pub fn new(generation: Generation) -> Self {
+    pub fn new(revision: Revision) -> Self {
         Self {
-            current: Arc::new(ArcSwap::from_pointee(generation)),
+            current: Arc::new(ArcSwap::from_pointee(revision)),
         }
     }
 
-    /// New requests take `generation` from now on.
-    pub fn store(&self, generation: Generation) {
-        self.current.store(Arc::new(generation));
+    /// New requests take `revision` from now on.
+    pub fn store(&self, revision: Revision) {
+        self.current.store(Arc::new(revision));
     }
 
-    /// The finish hooks of the current generation (for requests answered outside the stack).
+    /// The finish hooks of the current revision (for requests answered outside the stack).
     pub fn hooks(&self) -> FinishHooks {
         self.current.load().hooks.clone()
     }
@@ -111,7 +111,7 @@ impl LiveStack {
 }
 
 /// One client connection's service: it starts each request's context as hyper dispatches the
-/// request (its head is in: this is `t0`), with the hooks of the generation the request takes.
+/// request (its head is in: this is `t0`), with the hooks of the revision the request takes.
 #[derive(Clone)]
 pub struct ConnectionStack {
     live: LiveStack,
@@ -126,24 +126,24 @@ impl Service<Request<Incoming>> for ConnectionStack {
     type Future = Oneshot<Stack, Request<Incoming>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // Readiness is the generation's own, polled by `oneshot` on the stack the request takes.
+        // Readiness is the revision's own, polled by `oneshot` on the stack the request takes.
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
         let received = Instant::now();
-        let generation = self.live.current.load();
+        let revision = self.live.current.load();
         let mut context = RequestContext::for_head(
             received,
             req.method(),
             req.uri(),
             req.headers(),
-            generation.hooks.clone(),
+            revision.hooks.clone(),
         );
         context.client = Some(self.peer);
         context.client_tls = self.client_tls;
         context.conflicting_framing = self.framing.next_request_conflicts();
         context.put(req.extensions_mut());
-        generation.stack.clone().oneshot(req)
+        revision.stack.clone().oneshot(req)
     }
 }

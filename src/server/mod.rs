@@ -93,7 +93,7 @@ pub async fn bind(config: &Config) -> Result<(TcpListener, TcpListener), ServerE
 pub struct Server {
     config: Config,
     metrics: Arc<Metrics>,
-    /// The meter's series, shared by every stack generation.
+    /// The meter's series, shared by every stack revision.
     meter: Arc<MeterSeries>,
     router: Arc<Router>,
     limits: Arc<Limits>,
@@ -106,7 +106,7 @@ pub struct Server {
     reload_tx: mpsc::Sender<ReloadRequest>,
     /// Taken by [`Server::run`].
     reload_rx: Option<mpsc::Receiver<ReloadRequest>>,
-    /// Finish hooks of the embedder (or a test), run after the proxy's own in every generation.
+    /// Finish hooks of the embedder (or a test), run after the proxy's own in every revision.
     hooks: Vec<Arc<dyn FinishHook>>,
 }
 
