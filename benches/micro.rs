@@ -98,6 +98,18 @@ fn per_request(c: &mut Criterion) {
         group.bench_function(format!("prefix_blocks_{kib}KiB"), |b| {
             b.iter(|| request::prefix::read(black_box(&body), model, 128, 8))
         });
+        // With a pool that names prompts, the one walk also locates the prompt members, and
+        // naming walks only their values: what such a request pays, split in its two parts.
+        let spans = request::Read::default().with_prompt_spans();
+        group.bench_function(format!("read_with_spans_{kib}KiB"), |b| {
+            b.iter(|| request::read_with(black_box(&body), spans))
+        });
+        let located = request::read_with(&body, spans)
+            .and_then(|read| read.prompt_spans)
+            .expect("a chat body has prompt members");
+        group.bench_function(format!("prefix_name_{kib}KiB"), |b| {
+            b.iter(|| request::prefix::name(black_box(&body), &located, model, 128, 8))
+        });
         let (pool, affinity) = affinity_pool();
         let backends = pool.backends();
         let keys = AffinityKeys {
@@ -164,13 +176,27 @@ criterion_group! {
     targets = per_chunk, per_request, per_token
 }
 
-/// `micro callgrind [body|classify|parsed] [N]`: N chunks through the metered body, or N chunk
-/// payloads through the classifier (fast path with fallback, or the serde walk alone), for
-/// counting instructions per chunk under `valgrind --tool=callgrind` (docs/performance.md).
+/// `micro callgrind [body|classify|parsed|read|read_spans|prefix] [N]`: N chunks through the
+/// metered body, or N chunk payloads through the classifier (fast path with fallback, or the serde
+/// walk alone), or N reads of a 16 KiB chat body (the one walk; the walk that also locates the
+/// prompt members; that walk and naming the prompt's blocks), for counting instructions under
+/// `valgrind --tool=callgrind` (docs/performance.md).
 fn callgrind(what: &str, chunks: u64) {
     let data = &VLLM_CHUNK[b"data: ".len()..VLLM_CHUNK.len() - 2];
+    let body = chat_body(16);
+    let model = Some("meta-llama/Llama-3.1-8B-Instruct");
+    let spans = request::Read::default().with_prompt_spans();
     let mut tokens = 0u64;
     match what {
+        "read" => (0..chunks).for_each(|_| {
+            tokens += u64::from(request::read(black_box(&body)).is_some());
+        }),
+        "read_spans" => (0..chunks).for_each(|_| {
+            tokens += u64::from(request::read_with(black_box(&body), spans).is_some());
+        }),
+        "prefix" => (0..chunks).for_each(|_| {
+            tokens += u64::from(request::prefix::read(black_box(&body), model, 128, 8).is_some());
+        }),
         "classify" => {
             (0..chunks).for_each(|_| tokens += u64::from(openai::classify(black_box(data)).token))
         }
