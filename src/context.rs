@@ -7,7 +7,7 @@
 //! | phase | writes |
 //! |---|---|
 //! | server (the head is in: [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `conflicting_framing`, `dialect`, `trace`, the finish hooks |
-//! | meter, head ([`crate::meter::layer`]) | `generation` (the buffered body and the one walk over it), `model`, `model_label`, `usage_injected`, `active`; `upstream_status` and `status` from the response head, or `status` of its own error answer |
+//! | meter, head ([`crate::meter::layer`]) | `generation` (the buffered body and the one walk over it), `model`, `model_label`, `usage_injected`, `active`; `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
 //! | route, plan ([`crate::route::plan`]) | `estimate`, `plan`, `pool` (the first planned pool) |
 //! | route, dispatch ([`crate::route::dispatch`]) | `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts` |
 //! | forward ([`crate::proxy::Forward`]) | takes `in_flight` into the response body; returns the context in the response's extensions, or in a [`crate::proxy::Failure`] |
