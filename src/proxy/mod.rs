@@ -1,7 +1,7 @@
 //! Forwarding to upstreams: one pooled client, header hygiene, timeouts, and the errors a client sees.
 //!
-//! The stack (outside in) is `meter` -> `route` (pools, rules, balancing, health) ->
-//! [`forward::Forward`]. The router only chooses a [`crate::upstream::Target`] and writes it in
+//! The stack (outside in) is `admission` -> `meter` -> `plan` -> `dispatch` (the router's two
+//! layers: pools, rules, balancing, health) -> [`forward::Forward`]. The router only chooses a [`crate::upstream::Target`] and writes it in
 //! the request's [`RequestContext`](crate::context::RequestContext) (with an
 //! [`InFlight`](crate::upstream::InFlight) load guard); `Forward` sends to that target, moves the
 //! guard into the response body, and hands the context back up with the response (or the
