@@ -14,7 +14,8 @@ use prometheus_support::exprs::{
 };
 use prometheus_support::repo_path;
 
-/// Every label tokenmeter's series carry (src/metrics.rs), plus Prometheus' own target labels.
+/// Every label tokenmeter's series carry (each subsystem's `series.rs`), plus Prometheus' own
+/// target labels.
 /// A label outside this list in a dashboard or rule is a typo: matchers with `.*` and
 /// `sum by (typo)` still return data, so the end-to-end test alone would not catch it.
 const KNOWN_LABELS: &[&str] = &[
@@ -29,6 +30,7 @@ const KNOWN_LABELS: &[&str] = &[
     "result",
     "source",
     "reason",
+    "kind",
     "job",
     "instance",
 ];
@@ -287,7 +289,9 @@ fn dashboards_use_only_known_labels() {
 fn rules_use_only_known_labels() {
     let path = repo_path("deploy/prometheus/tokenmeter-rules.yaml");
     let text = std::fs::read_to_string(&path).expect("read the rules");
-    let used = label_names(&text);
+    let exprs = rule_file_exprs(&text);
+    assert_eq!(exprs.len(), 32, "every rule's expr was read");
+    let used: Vec<String> = exprs.iter().flat_map(|e| label_names(e)).collect();
     assert!(used.len() > 50, "labels were found: {used:?}");
     for label in used {
         assert!(
@@ -305,6 +309,54 @@ fn rules_use_only_known_labels() {
             "rules: annotation uses unknown label {label:?}"
         );
     }
+}
+
+/// The `expr` of every rule in a rules file, block scalars (`expr: |`) included. Reading each
+/// expression rather than the whole file matters: an apostrophe in an annotation's prose would
+/// otherwise open a "string" that hides the expressions after it from `label_names`.
+fn rule_file_exprs(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let indent = line.len() - line.trim_start().len();
+        let Some(value) = line
+            .trim_start()
+            .strip_prefix("- ")
+            .unwrap_or(line.trim_start())
+            .strip_prefix("expr:")
+        else {
+            continue;
+        };
+        let value = value.trim();
+        if value != "|" && value != ">" {
+            out.push(value.to_owned());
+            continue;
+        }
+        let mut block = String::new();
+        while let Some(next) = lines.peek() {
+            let next_indent = next.len() - next.trim_start().len();
+            if !next.trim().is_empty() && next_indent <= indent {
+                break;
+            }
+            block.push_str(next.trim());
+            block.push('\n');
+            lines.next();
+        }
+        out.push(block);
+    }
+    out
+}
+
+#[test]
+fn rule_file_exprs_reads_inline_and_block_exprs() {
+    let text = "      - alert: A\n        expr: sum by (a) (x) > 0\n        annotations:\n          summary: \"it's {{ $labels.a }}\"\n      - record: r\n        expr: |\n          sum by (b)\n            (y)\n        labels: {}\n";
+    assert_eq!(
+        rule_file_exprs(text),
+        vec![
+            "sum by (a) (x) > 0".to_owned(),
+            "sum by (b)\n(y)\n".to_owned()
+        ]
+    );
 }
 
 #[test]
