@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+pub use handoff::{HandoffConfig, HandoffProtocol};
 pub use routing::{Affinity, BalanceLoad, PoolConfig, RoutingConfig, RuleConfig, DEFAULT_POOL};
 pub use tls::{ServerTlsConfig, UpstreamTlsConfig};
 
+mod handoff;
 mod routing;
 pub mod tls;
 mod validate;

@@ -9,7 +9,8 @@
 //! | server (the head is in: [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `conflicting_framing`, `dialect`, `trace`, the finish hooks |
 //! | meter, head ([`crate::meter::layer`]) | `generation` (the buffered body and the one walk over it), `model`, `model_label`, `usage_injected`, `active`; `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
 //! | route, plan ([`crate::route::plan`]) | `estimate`, `plan`, `pool` (the first planned pool) |
-//! | route, dispatch ([`crate::route::dispatch`]) | `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts` |
+//! | route, dispatch ([`crate::route::dispatch`]) | `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts`, `cached_prompt_bytes` |
+//! | route, handoff ([`crate::route::handoff`]) | `handoff`: where the prefill ran and when each phase ended |
 //! | forward ([`crate::proxy::Forward`]) | takes `in_flight` into the response body; returns the context in the response's extensions, or in a [`crate::proxy::Failure`] |
 //! | meter, body ([`crate::meter::body`]) | `stream`: what the body showed (first byte, tokens, usage) |
 //!
@@ -41,10 +42,12 @@ use crate::request::Inspection;
 use crate::upstream::{InFlight, Target};
 
 pub mod finish;
+pub mod handoff;
 pub mod record;
 
 use finish::Duty;
 pub use finish::{FinishHook, FinishHooks, Finished, Outcome};
+pub use handoff::{HandoffRecord, HandoffResult};
 use record::StreamRecord;
 
 /// Everything the proxy knows about one request. See the module docs for who writes what.
@@ -92,6 +95,11 @@ pub struct RequestContext {
     pub attempts: u32,
     /// The load guard of the current attempt, until the forwarder moves it into the body.
     pub in_flight: Option<InFlight>,
+    /// Bytes of the prompt's text that the attempt's backend is known to hold in its prompt
+    /// cache (its pool's prefix index, before this request), when the pool has prefix affinity.
+    pub cached_prompt_bytes: Option<u64>,
+    /// What the handoff phase did, for a request of a pool with a prefill pool.
+    pub handoff: Option<HandoffRecord>,
     /// The status of the backend's response head; `None` while (or if) none came back.
     pub upstream_status: Option<StatusCode>,
     /// The status the client was answered with: the backend's, or the proxy's own error's.
@@ -127,6 +135,8 @@ impl RequestContext {
             backend: None,
             attempts: 0,
             in_flight: None,
+            cached_prompt_bytes: None,
+            handoff: None,
             upstream_status: None,
             status: None,
             stream: StreamRecord::new(received),

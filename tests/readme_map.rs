@@ -163,19 +163,33 @@ fn the_diagram_shows_the_stack_in_the_order_it_is_built() {
         .nth(1)
         .expect("live.rs builds the stack with a ServiceBuilder");
     let built = &built[..built.find(';').expect("the builder ends")];
-    // `.layer(AdmissionLayer::new` -> admission, ..., `.service(Forward::new` -> forward.
+    // `.layer(AdmissionLayer::new` -> admission, ..., `.option_layer(... HandoffLayer::new` ->
+    // handoff (a layer only some configs have), `.service(Forward::new` -> forward.
     let mut layers: Vec<String> = built
-        .split(".layer(")
-        .skip(1)
-        .filter_map(|item| item.split("Layer::new").next())
-        .map(str::to_lowercase)
+        .split("Layer::new")
+        .filter(|item| item.contains("layer("))
+        .map(|before| {
+            let name: String = before
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
+            name.chars().rev().collect::<String>().to_lowercase()
+        })
         .collect();
     if let Some(service) = built.split(".service(").nth(1) {
         layers.push(service.split("::new").next().unwrap_or("").to_lowercase());
     }
     assert_eq!(
         layers,
-        ["admission", "meter", "plan", "dispatch", "forward"],
+        [
+            "admission",
+            "meter",
+            "plan",
+            "dispatch",
+            "handoff",
+            "forward"
+        ],
         "the stack live.rs builds (update the diagram and this list together)"
     );
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::{duration, UpstreamTlsConfig};
+use super::{duration, HandoffConfig, UpstreamTlsConfig};
 
 /// Name of the implicit pool formed by `upstream.urls` when no `[[pools]]` are configured.
 pub const DEFAULT_POOL: &str = "default";
@@ -106,6 +106,9 @@ pub struct PoolConfig {
     pub affinity_index_blocks: usize,
     /// TLS to this pool's `https://` backends, instead of `[upstream.tls]` (the whole table).
     pub tls: Option<UpstreamTlsConfig>,
+    /// Prefill/decode disaggregation: this pool decodes, and its requests' prefills may run on
+    /// another pool, the KV cache moved between them (see [`HandoffConfig`]).
+    pub handoff: Option<HandoffConfig>,
 }
 
 /// Which backend of a pool a request prefers, before the pool's balancing.
@@ -181,6 +184,7 @@ impl Default for PoolConfig {
             affinity_load_slack: 4,
             affinity_index_blocks: 65_536,
             tls: None,
+            handoff: None,
         }
     }
 }

@@ -313,3 +313,79 @@ fn request_limits_must_admit_something() {
         "header_read_timeout read"
     );
 }
+
+#[test]
+fn a_handoff_names_an_existing_prefill_pool_that_runs_its_own_prefills() {
+    let pools = |handoff: &str| {
+        format!(
+            "[[pools]]\nname = \"p\"\nurls = [\"http://a:1\"]\n\n[[pools]]\nname = \"d\"\nurls = [\"http://b:1\"]\n[pools.handoff]\n{handoff}\n"
+        )
+    };
+    let config = Config::from_toml(&pools("prefill_pool = \"p\"")).expect("a handoff");
+    let handoff = config.pools[1]
+        .handoff
+        .as_ref()
+        .expect("on the decode pool");
+    assert_eq!(
+        handoff,
+        &HandoffConfig {
+            prefill_pool: "p".to_owned(),
+            protocol: HandoffProtocol::Vllm,
+            min_prompt_tokens: 512,
+            short_queue_tokens: 0,
+            prefill_timeout: Duration::from_secs(10),
+            slot_dir: None,
+            slot_wait: Duration::from_millis(200),
+        },
+        "the defaults"
+    );
+    assert_eq!(
+        invalid_key(&pools("prefill_pool = \"p\"\nprotocol = \"llamacpp\"")),
+        "pools[1].handoff.slot_dir",
+        "llama.cpp needs the slot directory"
+    );
+    assert_eq!(
+        invalid_key(&pools("prefill_pool = \"q\"")),
+        "pools[1].handoff.prefill_pool"
+    );
+    assert_eq!(
+        invalid_key(&pools("prefill_pool = \"d\"")),
+        "pools[1].handoff.prefill_pool",
+        "not itself"
+    );
+    assert_eq!(
+        invalid_key(&pools("prefill_pool = \"p\"\nmin_prompt_tokens = 0")),
+        "pools[1].handoff.min_prompt_tokens"
+    );
+    assert_eq!(
+        invalid_key(&pools("prefill_pool = \"p\"\nprefill_timeout = \"0s\"")),
+        "pools[1].handoff.prefill_timeout"
+    );
+    let chained = "[[pools]]\nname = \"p\"\nurls = [\"http://a:1\"]\n[pools.handoff]\nprefill_pool = \"d\"\n\n[[pools]]\nname = \"d\"\nurls = [\"http://b:1\"]\n[pools.handoff]\nprefill_pool = \"p\"\n";
+    assert_eq!(
+        invalid_key(chained),
+        "pools[0].handoff.prefill_pool",
+        "a prefill pool must run its prefills"
+    );
+    let err = Config::from_toml(&pools("prefill_pool = \"p\"\nprotocol = \"sglang\""))
+        .expect_err("an unknown protocol");
+    assert!(
+        err.to_string().contains("pools[1].handoff.protocol"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_disaggregated_example_parses_as_documented() {
+    let config = Config::from_toml(include_str!("../../config/examples/disaggregated.toml"))
+        .expect("disaggregated.toml parses");
+    let decode = &config.pools[1];
+    assert_eq!(decode.name, "decode");
+    let handoff = decode.handoff.as_ref().expect("the decode pool hands off");
+    assert_eq!(handoff.prefill_pool, "prefill");
+    assert_eq!(
+        (handoff.min_prompt_tokens, handoff.short_queue_tokens),
+        (512, 2048)
+    );
+    assert!(config.pools[0].handoff.is_none());
+}

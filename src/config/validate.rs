@@ -1,5 +1,5 @@
 //! What serde cannot check: value ranges and cross-field rules, each refusal naming its key.
-use super::{Config, ConfigError, MIN_HEADER_BYTES};
+use super::{Config, ConfigError, HandoffProtocol, MIN_HEADER_BYTES};
 
 impl Config {
     /// Checks what serde cannot: value ranges and cross-field rules.
@@ -227,6 +227,49 @@ impl Config {
             }
         }
         let known = |name: &str| pools.iter().any(|p| p.name == name);
+        for (i, pool) in self.pools.iter().enumerate() {
+            let Some(handoff) = &pool.handoff else {
+                continue;
+            };
+            let key = |field: &str| format!("pools[{i}].handoff.{field}");
+            let prefill = self.pools.iter().find(|p| p.name == handoff.prefill_pool);
+            match prefill {
+                None => {
+                    return Err(invalid(
+                        key("prefill_pool"),
+                        &format!("no pool named {:?}", handoff.prefill_pool),
+                    ))
+                }
+                Some(p) if p.name == pool.name => {
+                    return Err(invalid(
+                        key("prefill_pool"),
+                        "must name another pool than the one it prefills for",
+                    ))
+                }
+                Some(p) if p.handoff.is_some() => {
+                    return Err(invalid(
+                        key("prefill_pool"),
+                        &format!(
+                            "pool {:?} hands its own prefills off: a prefill pool must run them",
+                            p.name
+                        ),
+                    ))
+                }
+                Some(_) => {}
+            }
+            if handoff.min_prompt_tokens == 0 {
+                return Err(invalid(key("min_prompt_tokens"), "must be at least 1"));
+            }
+            if handoff.prefill_timeout.is_zero() {
+                return Err(invalid(key("prefill_timeout"), "must be greater than zero"));
+            }
+            if handoff.protocol == HandoffProtocol::Llamacpp && handoff.slot_dir.is_none() {
+                return Err(invalid(
+                    key("slot_dir"),
+                    "protocol \"llamacpp\" needs the servers' --slot-save-path directory as this process sees it",
+                ));
+            }
+        }
         for (i, rule) in self.rules.iter().enumerate() {
             if !known(&rule.pool) {
                 return Err(invalid(

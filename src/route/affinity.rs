@@ -194,6 +194,23 @@ impl PoolAffinity {
         }
     }
 
+    /// Bytes of the prompt's text that `backend` is known to hold (prefix mode): its run of the
+    /// prompt's blocks from the first, as the index says now. Reads without refreshing or
+    /// evicting anything, so asking changes no other request's routing.
+    pub fn cached_bytes(&self, keys: &AffinityKeys, backend: &Backend) -> Option<u64> {
+        let (Affinity::Prefix, Some(prefix)) = (&self.mode, &keys.prefix) else {
+            return None;
+        };
+        let owner = backend.owner();
+        let index = self.lock();
+        let held = prefix
+            .blocks
+            .iter()
+            .take_while(|&&name| index.peek(name) == Some(owner))
+            .count();
+        Some((held as u64 * prefix.block_bytes).min(prefix.bytes))
+    }
+
     /// Counts a decision.
     pub fn count(&self, decision: Decision) {
         if let Some(m) = &self.metrics {

@@ -52,11 +52,10 @@ impl Router {
         let mut last_pool = None;
         let mut last_error = None;
         for _attempt in 0..=self.retries {
-            let Some((index, backend, reason)) =
-                self.pick(&context.plan, &keys, &tried, Instant::now())
-            else {
+            let Some(pick) = self.pick(&context.plan, &keys, &tried, Instant::now()) else {
                 break;
             };
+            let (index, backend, reason) = (pick.pool, pick.backend, pick.reason);
             let Some(mut request) = pending
                 .take()
                 .or_else(|| replay.as_ref().map(Replay::build))
@@ -77,6 +76,7 @@ impl Router {
                 Arc::clone(&backend),
                 estimated,
             ))));
+            context.cached_prompt_bytes = pick.cached_bytes;
             context.attempts += 1;
             context.put(request.extensions_mut());
             let result = match inner.ready().await {

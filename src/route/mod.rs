@@ -4,7 +4,8 @@
 //! token streams for the length of its prefill. The router protects decode latency by sending long
 //! prompts to a pool of replicas tuned for prefill and short ones to a pool tuned for decode.
 //!
-//! Per request, in two layers (the stack reads `admission -> meter -> plan -> dispatch -> forward`):
+//! Per request, in two layers, three where a pool hands its prefills off (the stack reads
+//! `admission -> meter -> plan -> dispatch -> [handoff ->] forward`):
 //! 1. the **plan** ([`plan`], [`PlanLayer`], once the meter has read the body):
 //!    [`estimate`] measures the prompt (text bytes times the model's tokens-per-byte ratio, which
 //!    every finished request's `usage.prompt_tokens` calibrates at the finish point, and
@@ -16,7 +17,12 @@
 //!    by power of two choices on the pool's load (streams in flight, or prompt tokens not yet past
 //!    their first byte), kept by a [`backend::LoadGuard`] that the response body carries to the end
 //!    of the stream; a failure before the first response byte is retried on another backend;
-//!    every outcome feeds passive [`health`].
+//!    every outcome feeds passive [`health`];
+//! 3. the **handoff** ([`handoff`], [`HandoffLayer`], only when a pool has `[pools.handoff]`):
+//!    prefill/decode disaggregation. A long prompt prefills on the pool's prefill pool and its KV
+//!    cache moves to the decode backend the dispatch chose, so its prefill never stalls the
+//!    streams that backend is decoding; any failure of that phase leaves the decode backend to
+//!    serve the whole request.
 //!
 //! Around it, [`probe`] runs the background tasks: DNS re-resolution of a pool's name, active
 //! health checks, scraping of vLLM's queue and KV-cache gauges, and the checks that confirm a
@@ -41,6 +47,7 @@ pub mod backend;
 pub mod balance;
 pub mod dispatch;
 pub mod estimate;
+pub mod handoff;
 pub mod health;
 pub mod plan;
 pub mod pools;
@@ -52,6 +59,7 @@ pub mod tokenize;
 
 pub use dispatch::{Dispatch, DispatchLayer};
 pub use estimate::Calibrator;
+pub use handoff::{Handoff, HandoffLayer};
 pub use plan::{Plan, PlanLayer};
 pub use router::Router;
 
@@ -65,6 +73,8 @@ pub enum RouteError {
     },
     #[error("rule {index}: no pool named {pool:?}")]
     UnknownPool { index: usize, pool: String },
+    #[error("pool {pool:?}: its handoff names no pool {prefill:?}")]
+    HandoffPool { pool: String, prefill: String },
     /// A TLS table of `https://` backends does not load (the error names its key).
     #[error(transparent)]
     Tls(crate::config::ConfigError),

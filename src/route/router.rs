@@ -14,6 +14,9 @@ use tokio::time::Instant;
 use super::affinity::{AffinityKeys, PoolAffinity};
 use super::backend::Backend;
 use super::estimate::Calibrator;
+use super::handoff::finish::HandoffHook;
+use super::handoff::slots::SlotTables;
+use super::handoff::PoolHandoff;
 use super::health::{EjectPolicy, Fault, Verdict};
 use super::pools::Pool;
 use super::rules::Rules;
@@ -25,12 +28,32 @@ use crate::proxy::client::UpstreamClient;
 use crate::request::prefix;
 use crate::tls::TlsClient;
 
+/// The backend a request goes to next ([`Router::pick`]).
+#[derive(Debug, Clone)]
+pub struct Pick {
+    /// Index of its pool.
+    pub pool: usize,
+    pub backend: Arc<Backend>,
+    /// Why that pool: `rule`, `spill`, `fallback` or `panic`.
+    pub reason: &'static str,
+    /// Bytes of the prompt's text the backend was known to hold in its prompt cache (a pool with
+    /// prefix affinity; `None` elsewhere).
+    pub cached_bytes: Option<u64>,
+}
+
 /// The pools, rules, calibration and health policy, shared by every request.
 #[derive(Debug)]
 pub struct Router {
     pub(crate) pools: Vec<Arc<Pool>>,
     /// Each pool's affinity (`None`: balancing alone), in pool order.
     affinities: Vec<Option<Arc<PoolAffinity>>>,
+    /// Each pool's handoff to a prefill pool (`None`: it prefills its own requests), in pool
+    /// order.
+    pub(super) handoffs: Vec<Option<Arc<PoolHandoff>>>,
+    /// Counts what the handoffs did, at the finish point; `None` when no pool hands off.
+    handoff_hook: Option<Arc<HandoffHook>>,
+    /// The slots of llama.cpp servers the handoffs reserve, kept across reloads.
+    pub(super) slot_tables: Arc<SlotTables>,
     pub(crate) rules: Rules,
     pub(super) calibrator: Arc<Calibrator>,
     /// What the calibrator was made from (prior, window, per-model priors): a reload that
@@ -134,6 +157,24 @@ impl Router {
             .collect();
         let names: Vec<&str> = pools.iter().map(|p| &*p.name).collect();
         let rules = Rules::new(&config.rules, &names)?;
+        let handoffs = effective
+            .iter()
+            .map(|pool| {
+                let Some(handoff) = &pool.handoff else {
+                    return Ok(None);
+                };
+                PoolHandoff::new(handoff, &names)
+                    .map(|compiled| Some(Arc::new(compiled)))
+                    .ok_or_else(|| RouteError::HandoffPool {
+                        pool: pool.name.clone(),
+                        prefill: handoff.prefill_pool.clone(),
+                    })
+            })
+            .collect::<Result<Vec<_>, RouteError>>()?;
+        let handoff_hook = handoffs
+            .iter()
+            .any(Option::is_some)
+            .then(|| Arc::new(HandoffHook::new(Arc::clone(&metrics), config)));
         let routing = &config.routing;
         let priors: Vec<(Arc<str>, f64)> = routing
             .model_tokens_per_byte
@@ -157,9 +198,13 @@ impl Router {
             ),
         };
         let client = previous.map_or_else(OnceLock::new, |p| p.client.clone());
+        let slot_tables = previous.map_or_else(Arc::default, |p| Arc::clone(&p.slot_tables));
         Ok(Self {
             pools,
             affinities,
+            handoffs,
+            handoff_hook,
+            slot_tables,
             rules,
             calibrator,
             calibration,
@@ -193,6 +238,18 @@ impl Router {
         &self.calibrator
     }
 
+    /// Whether a pool hands its prefills off to another (then the stack has a handoff layer).
+    pub fn hands_off(&self) -> bool {
+        self.handoff_hook.is_some()
+    }
+
+    /// The finish hook that counts the handoffs; `None` when no pool hands off.
+    pub fn handoff_hook(&self) -> Option<Arc<dyn crate::context::FinishHook>> {
+        self.handoff_hook
+            .as_ref()
+            .map(|hook| Arc::clone(hook) as Arc<dyn crate::context::FinishHook>)
+    }
+
     /// The backend to try next, and why its pool: `rule`, `spill`, `fallback`, or `panic` when
     /// every backend the plan allows is ejected (then the first pool's backends are balanced over
     /// whatever their health; see [`balance::choose_ignoring_health`]).
@@ -205,7 +262,7 @@ impl Router {
         keys: &AffinityKeys,
         tried: &[Arc<Backend>],
         now: Instant,
-    ) -> Option<(usize, Arc<Backend>, &'static str)> {
+    ) -> Option<Pick> {
         let mut rng = rand::thread_rng();
         let mut reason = "rule";
         for (i, &index) in plan.pools.iter().enumerate() {
@@ -222,17 +279,29 @@ impl Router {
                 reason = "spill";
                 continue;
             }
-            if let Some(backend) = self.choose_in(index, keys, tried, now, &mut rng) {
-                return Some((index, backend, reason));
+            if let Some((backend, cached_bytes)) = self.choose_in(index, keys, tried, now, &mut rng)
+            {
+                return Some(Pick {
+                    pool: index,
+                    backend,
+                    reason,
+                    cached_bytes,
+                });
             }
             reason = "fallback";
         }
         let first = *plan.pools.first()?;
-        balance::choose_ignoring_health(&self.pools[first], tried, &mut rng)
-            .map(|backend| (first, backend, "panic"))
+        balance::choose_ignoring_health(&self.pools[first], tried, &mut rng).map(|backend| Pick {
+            pool: first,
+            backend,
+            reason: "panic",
+            cached_bytes: None,
+        })
     }
 
-    /// A backend of `pool`: affinity's preference within its load bound, else balancing.
+    /// A backend of `pool`: affinity's preference within its load bound, else balancing; and,
+    /// in a prefix-affinity pool, the prompt bytes the chosen backend was known to hold before
+    /// this request (read before the request is remembered as its own).
     fn choose_in(
         &self,
         index: usize,
@@ -240,21 +309,22 @@ impl Router {
         tried: &[Arc<Backend>],
         now: Instant,
         rng: &mut impl rand::Rng,
-    ) -> Option<Arc<Backend>> {
+    ) -> Option<(Arc<Backend>, Option<u64>)> {
         let pool = &self.pools[index];
         let Some(affinity) = &self.affinities[index] else {
-            return balance::choose(pool, now, tried, rng);
+            return balance::choose(pool, now, tried, rng).map(|backend| (backend, None));
         };
         let backends = pool.backends();
         let (preferred, decision) = affinity.prefer(&backends, keys, |b| {
             b.available(now) && !tried.iter().any(|t| Arc::ptr_eq(t, b))
         });
         let chosen = preferred.or_else(|| balance::choose(pool, now, tried, rng))?;
+        let cached_bytes = affinity.cached_bytes(keys, &chosen);
         affinity.remember(keys, &chosen);
         if let (Some(decision), true) = (decision, tried.is_empty()) {
             affinity.count(decision);
         }
-        Some(chosen)
+        Some((chosen, cached_bytes))
     }
 
     /// What the request offers the affinity of the pools its plan may use: its prompt's blocks
@@ -264,11 +334,21 @@ impl Router {
         context: &RequestContext,
         headers: &http::HeaderMap,
     ) -> AffinityKeys {
+        self.affinity_keys_in(context, headers, &context.plan.pools)
+    }
+
+    /// What the request offers the affinity of `pools` (see [`Router::affinity_keys`]).
+    pub(crate) fn affinity_keys_in(
+        &self,
+        context: &RequestContext,
+        headers: &http::HeaderMap,
+        pools: &[usize],
+    ) -> AffinityKeys {
         let mut keys = AffinityKeys {
             generation: context.generation.is_some(),
             ..AffinityKeys::default()
         };
-        for &index in &context.plan.pools {
+        for &index in pools {
             match self.affinities[index].as_ref().map(|a| &a.mode) {
                 Some(Affinity::Prefix) if keys.prefix.is_none() => {
                     // Named from where the meter's one walk located the prompt members.

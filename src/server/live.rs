@@ -1,4 +1,5 @@
-//! The request stack (`admission -> meter -> plan -> dispatch -> forward`) and the finish hooks
+//! The request stack (`admission -> meter -> plan -> dispatch -> [handoff ->] forward`; the
+//! handoff only when a pool has a prefill pool) and the finish hooks
 //! that new requests take, swapped whole by a config reload; and where each request's context
 //! starts.
 //!
@@ -16,7 +17,7 @@ use arc_swap::ArcSwap;
 use http::Request;
 use hyper::body::Incoming;
 use tokio::time::Instant;
-use tower::util::Oneshot;
+use tower::util::{Either, Oneshot};
 use tower::{Service, ServiceExt};
 
 use super::admission::{Admission, AdmissionLayer, Limits};
@@ -29,10 +30,10 @@ use crate::meter::layer::{Meter, MeterLayer};
 use crate::meter::series::MeterSeries;
 use crate::proxy::client::UpstreamClient;
 use crate::proxy::Forward;
-use crate::route::{Dispatch, DispatchLayer, Plan, PlanLayer, Router};
+use crate::route::{Dispatch, DispatchLayer, Handoff, HandoffLayer, Plan, PlanLayer, Router};
 
 /// One revision's tower stack.
-pub type Stack = Admission<Meter<Plan<Dispatch<Forward>>>>;
+pub type Stack = Admission<Meter<Plan<Dispatch<Either<Handoff<Forward>, Forward>>>>>;
 
 /// One revision of the request stack: the layers, and the hooks that end its requests.
 pub struct Revision {
@@ -56,6 +57,11 @@ pub fn build(
         .layer(MeterLayer::new(config, Arc::clone(meter)))
         .layer(PlanLayer::new(Arc::clone(router)))
         .layer(DispatchLayer::new(Arc::clone(router)))
+        .option_layer(
+            router
+                .hands_off()
+                .then(|| HandoffLayer::new(Arc::clone(router))),
+        )
         .service(Forward::new(client, &config.upstream));
     let slo = SloTargets {
         ttft: config.slo.ttft,
@@ -66,6 +72,7 @@ pub fn build(
     let hooks = FinishHooks::new(
         [metered, calibration]
             .into_iter()
+            .chain(router.handoff_hook())
             .chain(extra.iter().cloned()),
     );
     Revision { stack, hooks }

@@ -1,7 +1,7 @@
 //! Listeners, the tower stack, admin routes and graceful shutdown.
 //!
 //! The traffic listener serves HTTP/1.1 and h2c on one port (hyper-util's auto builder) through the
-//! stack `admission -> meter -> plan -> dispatch -> forward` ([`live`]). The admin listener, kept on its own port so API clients never
+//! stack `admission -> meter -> plan -> dispatch -> [handoff ->] forward` ([`live`]). The admin listener, kept on its own port so API clients never
 //! see metrics, serves `/metrics`, `/healthz` and `/readyz`.
 //!
 //! Hostile clients meet the limits of `[server]`: the HTTP/1 head must arrive within

@@ -30,6 +30,11 @@ impl LlamaServer {
     /// loopback port, and waits until `/health` answers 200. `None` (with a note) when the server
     /// is not built and not required.
     pub async fn start(slots: u32, slot_context: u32) -> Option<Self> {
+        Self::start_with(slots, slot_context, &[]).await
+    }
+
+    /// [`LlamaServer::start`] with more command-line arguments (e.g. `--slot-save-path DIR`).
+    pub async fn start_with(slots: u32, slot_context: u32, extra: &[&str]) -> Option<Self> {
         let Some((server, model)) = installed() else {
             let required = std::env::var("TOKENMETER_REQUIRE_LLAMA").is_ok_and(|v| v == "1");
             assert!(
@@ -51,6 +56,7 @@ impl LlamaServer {
             .args(["--parallel", &slots.to_string()])
             .args(["--ctx-size", &(slots * slot_context).to_string()])
             .arg("--metrics")
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)

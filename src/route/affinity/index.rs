@@ -77,6 +77,14 @@ impl PrefixIndex {
         Some(owner)
     }
 
+    /// The owner recorded for `name`, without refreshing it or dropping a dead one.
+    pub fn peek(&self, name: u64) -> Option<Owner> {
+        self.current
+            .get(&name)
+            .or_else(|| self.previous.get(&name))
+            .copied()
+    }
+
     /// Records that `owner` holds `name`.
     pub fn insert(&mut self, name: u64, owner: Owner) {
         if self.current.len() >= self.capacity / 2 && !self.current.contains_key(&name) {

@@ -83,10 +83,10 @@ fn route_at(
 ) -> Arc<Backend> {
     let context = context(body);
     let keys = router.affinity_keys(&context, headers);
-    let (_, backend, _) = router
+    router
         .pick(&context.plan, &keys, &[], now)
-        .expect("a backend");
-    backend
+        .expect("a backend")
+        .backend
 }
 
 fn port(backend: &Backend) -> u16 {
@@ -447,10 +447,13 @@ fn length_rules_pick_the_pool_and_affinity_acts_inside_it() {
             prompt_tokens,
         });
         let keys = router.affinity_keys(&context, &none);
-        let (pool, backend, _) = router
+        let pick = router
             .pick(&context.plan, &keys, &[], Instant::now())
             .expect("a backend");
-        (router.pools()[pool].name.to_string(), port(&backend))
+        (
+            router.pools()[pick.pool].name.to_string(),
+            port(&pick.backend),
+        )
     };
     let (pool, _) = routed(&turn(1, 0, 1), 5000);
     assert_eq!(

@@ -52,7 +52,7 @@ fn long_plan(router: &Router) -> RoutePlan {
 fn picked(router: &Router, plan: &RoutePlan) -> Option<(String, &'static str)> {
     router
         .pick(plan, &Default::default(), &[], Instant::now())
-        .map(|(i, _, reason)| (router.pools[i].name.to_string(), reason))
+        .map(|pick| (router.pools[pick.pool].name.to_string(), pick.reason))
 }
 
 #[test]

@@ -2,13 +2,16 @@
 //! the request as the engine needs it, the 400, message content, the generated text, response
 //! ids and timestamps, JSON string literals.
 //!
-//! It depends on no other part of the sim, so the modules that speak the APIs all point here
-//! and the arrows between them go one way: `request` and `stream` (the two OpenAI-compatible
+//! It depends on no other part of the sim but the leaf [`super::kv_transfer`] (a request's
+//! `kv_transfer_params`), so the modules that speak the APIs all point here and the arrows between
+//! them go one way: `request` and `stream` (the two OpenAI-compatible
 //! endpoints, and the entry points for all four) hand the Responses and Messages shapes to
 //! `responses` and `messages`, which never look back.
 use std::fmt::Write;
 
 use serde::Deserialize;
+
+use super::kv_transfer::KvTransfer;
 
 /// The generation endpoints the sim serves. `stream` formats the two OpenAI-compatible ones;
 /// `responses` and `messages` format the others.
@@ -49,6 +52,9 @@ pub struct SimRequest {
     pub max_tokens: u64,
     pub stream: bool,
     pub usage: UsageOptions,
+    /// What the request's `kv_transfer_params` ask (prefill/decode disaggregation; chat and
+    /// completions only).
+    pub kv_transfer: KvTransfer,
 }
 
 /// Why a request is a 400.

@@ -28,6 +28,9 @@ pub struct Submission {
     pub arrival: Instant,
     /// Where the request's progress goes; closing it aborts the request.
     pub events: mpsc::UnboundedSender<Progress>,
+    /// The prompt's KV was pulled from a prefill replica (the decode side of
+    /// [`super::kv_transfer`]): all of the prompt but its last token is computed already.
+    pub kv_pulled: bool,
 }
 
 /// The engine is gone (the replica is shutting down).
@@ -143,11 +146,16 @@ impl Engine {
             max_tokens,
             arrival,
             events,
+            kv_pulled,
         } = submission;
         let id = self.next_id;
         self.next_id += 1;
         let prompt_tokens = prompt.len() as u64;
-        self.scheduler.add_prompt(id, prompt, max_tokens);
+        if kv_pulled {
+            self.scheduler.add_pulled(id, prompt, max_tokens);
+        } else {
+            self.scheduler.add_prompt(id, prompt, max_tokens);
+        }
         self.live.insert(
             id,
             Live {
@@ -211,6 +219,8 @@ impl Engine {
                 m.generation_tokens += p.new_tokens;
                 if p.first {
                     m.prompt_tokens += l.prompt_tokens;
+                    m.prompt_sources
+                        .record(l.prompt_tokens, p.cached_tokens, p.transferred_tokens);
                     m.ttft.observe((now - l.arrival).as_secs_f64());
                     l.first_token = Some(now);
                 } else if let Some(last) = l.last_token {

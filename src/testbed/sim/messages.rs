@@ -91,6 +91,8 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, BadRequest> {
         max_tokens,
         stream: stream.unwrap_or(false),
         usage: UsageOptions::default(),
+        // The KV-connector protocol is vLLM's OpenAI endpoints' only.
+        kv_transfer: Default::default(),
     })
 }
 

@@ -4,6 +4,20 @@
 //! recorder is out. The exposition is small enough to write by hand, which also keeps it the
 //! way vLLM's Python client renders it (`le="1.0"`, `model_name` before `le`) and needs no
 //! upkeep task. The engine updates everything under one lock once per step.
+//!
+//! Prompt tokens, and where their KV came from (prefill/decode disaggregation,
+//! [`super::kv_transfer`]):
+//! - `vllm:prompt_tokens_total`: every prompt token of the requests that produced their first
+//!   token, computed here or not (vLLM's meaning);
+//! - `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total`: the local prefix cache
+//!   only (a decode replica looks its prompt up there too; received KV is no hit);
+//! - `vllm:prompt_tokens_by_source_total{source="local_compute"|"local_cache_hit"|"external_kv_transfer"}`:
+//!   vLLM's split of the same tokens, with its arithmetic ([`PromptSources::record`]): a decode
+//!   replica's pulled request counts 1 token computed, its prompt but that token received;
+//! - `vllm:kv_transfer_tokens_total{direction="sent"|"received"}` (the sim's own; vLLM has no
+//!   such counter): prompt tokens whose KV a prefill replica offered in an answer, and those a
+//!   decode replica pulled successfully (the whole prompt, what the transfer time is paid for).
+//!   Summed over replicas, sent equals received when every offer is pulled once.
 use std::fmt::Write;
 use std::sync::{Mutex, PoisonError};
 
@@ -54,6 +68,27 @@ impl Histogram {
     }
 }
 
+/// Prompt tokens by where their KV came from (vLLM's `prompt_tokens_by_source`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PromptSources {
+    pub local_compute: u64,
+    pub local_cache_hit: u64,
+    pub external_kv_transfer: u64,
+}
+
+impl PromptSources {
+    /// Adds one request's prompt of `prompt` tokens, of which `cached` were not computed here and
+    /// `external` (of those) were received, as vLLM's `PromptTokenStats` does: a prompt whose every
+    /// token but the last is cached recomputes that last one, which vLLM counts both as computed
+    /// and as a local cache hit (so the three sum to the prompt plus that token).
+    pub fn record(&mut self, prompt: u64, cached: u64, external: u64) {
+        let recomputed = u64::from(cached + 1 == prompt);
+        self.local_compute += prompt.saturating_sub(cached);
+        self.external_kv_transfer += external;
+        self.local_cache_hit += (cached + recomputed).saturating_sub(external);
+    }
+}
+
 /// Everything `/metrics` shows; the engine mutates it through [`SimMetrics::update`].
 #[derive(Debug, Clone)]
 pub struct MetricsState {
@@ -66,6 +101,12 @@ pub struct MetricsState {
     /// Prompt tokens looked up in the prefix cache, and those it served (vLLM's counters).
     pub prefix_cache_queries: u64,
     pub prefix_cache_hits: u64,
+    /// The same prompt tokens as `prompt_tokens`, by source.
+    pub prompt_sources: PromptSources,
+    /// Prompt tokens whose KV this replica offered to decode replicas (in prefill answers).
+    pub kv_transfer_sent: u64,
+    /// Prompt tokens whose KV this replica pulled from prefill replicas.
+    pub kv_transfer_received: u64,
     pub success: u64,
     pub ttft: Histogram,
     pub itl: Histogram,
@@ -98,6 +139,9 @@ impl SimMetrics {
                 generation_tokens: 0,
                 prefix_cache_queries: 0,
                 prefix_cache_hits: 0,
+                prompt_sources: PromptSources::default(),
+                kv_transfer_sent: 0,
+                kv_transfer_received: 0,
                 success: 0,
                 ttft: Histogram::new(&TTFT_BUCKETS),
                 itl: Histogram::new(&ITL_BUCKETS),
@@ -182,6 +226,36 @@ impl SimMetrics {
                 out,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{label}{extra}}} {value}\n"
             );
+        }
+        let sources = &s.prompt_sources;
+        let by_source = [
+            ("local_compute", sources.local_compute),
+            ("local_cache_hit", sources.local_cache_hit),
+            ("external_kv_transfer", sources.external_kv_transfer),
+        ];
+        let by_direction = [
+            ("sent", s.kv_transfer_sent),
+            ("received", s.kv_transfer_received),
+        ];
+        let families = [
+            (
+                "vllm:prompt_tokens_by_source_total",
+                "Number of prompt tokens by source.",
+                "source",
+                by_source.as_slice(),
+            ),
+            (
+                "vllm:kv_transfer_tokens_total",
+                "Prompt tokens whose KV cache was sent to or received from another replica.",
+                "direction",
+                by_direction.as_slice(),
+            ),
+        ];
+        for (name, help, key, samples) in families {
+            let _ = write!(out, "# HELP {name} {help}\n# TYPE {name} counter\n");
+            for (value_label, value) in samples {
+                let _ = writeln!(out, "{name}{{{label},{key}=\"{value_label}\"}} {value}");
+            }
         }
         let histograms = [
             (

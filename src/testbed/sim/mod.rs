@@ -18,12 +18,26 @@
 //! - [`responses`], [`messages`]: the Responses and Messages requests and event shapes, on the
 //!   same engine timing.
 //! - [`metrics`]: vLLM's metric names and buckets, one registry per replica.
+//! - [`kv_transfer`]: vLLM's prefill/decode disaggregation protocol (`kv_transfer_params`).
 //!
 //! Output timing, as in vLLM: nothing until a request's prefill completes; that step emits the
 //! role chunk and the first content chunk back to back; then one chunk per step (with
 //! `tokens_per_chunk` tokens in it). Every request generates exactly `max_tokens` tokens and
 //! finishes with `"length"`. A client that disconnects is aborted at the next step boundary,
 //! freeing its batch slot and KV.
+//!
+//! Prefill/decode disaggregation, as vLLM's KV connectors (NIXL) do it: every replica can play
+//! both roles. A chat or completions request with `"kv_transfer_params": {"do_remote_decode":
+//! true, ...}` (and `stream` false) runs as usual and its JSON answer gains a last member
+//! `"kv_transfer_params"` naming the prompt's KV blocks: `remote_block_ids` (one id per 16-token
+//! block), `remote_engine_id`, `remote_host`, `remote_port`. The same request sent to another
+//! replica with those params (`do_remote_prefill` true) first pulls the KV, for
+//! `prompt_tokens * kv_bytes_per_token / kv_link_bandwidth` (times `time_scale`), then is
+//! scheduled with every prompt token but the last already computed, so its first token costs one
+//! decode-sized step. Params that do not fit the request's own prompt are a 400; the knob
+//! `kv_transfer_fault` makes the prefill side offer `null` or the decode side's pull fail (500).
+//! `/metrics` counts the tokens each replica sent and received
+//! (`vllm:kv_transfer_tokens_total`) and computed (`vllm:prompt_tokens_by_source_total`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), tokenmeter::testbed::sim::SimError> {
@@ -48,6 +62,7 @@ pub mod api;
 pub mod body;
 pub mod engine;
 mod error;
+pub mod kv_transfer;
 pub mod messages;
 pub mod metrics;
 pub mod overrides;
@@ -151,6 +166,7 @@ pub async fn spawn(listener: TcpListener, config: SimConfig) -> Result<SimHandle
         config,
         engine,
         metrics,
+        connector: kv_transfer::Connector::new(addr),
     });
     let task = tokio::spawn(server::serve(listener, state, shutdown_rx, engine_task));
     Ok(SimHandle {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use super::kv_transfer::KvTransferFault;
 use super::profile::{DEFAULT_PROFILE, PROFILES};
 use super::{SimConfig, SimError};
 
@@ -73,6 +74,14 @@ pub struct SimOverrides {
     /// Report usage.prompt_tokens_details.cached_tokens, as vLLM does with this flag.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub enable_prompt_tokens_details: Option<bool>,
+    /// Bytes/s of the KV link prefill/decode transfers use (H100 profiles: 25e9, a 200 Gb/s
+    /// RDMA NIC; fast: 1e9).
+    #[arg(long)]
+    pub kv_link_bandwidth: Option<f64>,
+    /// Fail prefill/decode KV transfers: none (default); prefill (the prefill answer carries
+    /// "kv_transfer_params": null); decode (the pull fails: HTTP 500 after the transfer time).
+    #[arg(long, value_enum)]
+    pub kv_transfer_fault: Option<KvTransferFault>,
 }
 
 fn human_duration<'de, D: Deserializer<'de>>(de: D) -> Result<Option<Duration>, D::Error> {
@@ -125,6 +134,8 @@ impl SimOverrides {
             enable_prefix_caching,
             no_enable_prefix_caching,
             enable_prompt_tokens_details,
+            kv_link_bandwidth,
+            kv_transfer_fault,
         } = self.clone();
         fn set<T>(slot: &mut T, value: Option<T>) {
             if let Some(value) = value {
@@ -153,6 +164,8 @@ impl SimOverrides {
             &mut config.enable_prompt_tokens_details,
             enable_prompt_tokens_details,
         );
+        set(&mut config.kv_link_bandwidth, kv_link_bandwidth);
+        set(&mut config.kv_transfer_fault, kv_transfer_fault);
     }
 }
 

@@ -13,8 +13,16 @@
 //! `t_fixed` stands for what the roofline ignores (kernel launches, sampling, scheduling, and on
 //! tensor-parallel profiles the all-reduces). The profiles are tuned to public ballparks
 //! (REFERENCE.md §6); the unit tests pin them.
+//!
+//! A decode replica of a disaggregated request (see [`super::kv_transfer`]) first pulls the
+//! prompt's KV from the prefill replica over the KV link, each pull at the link's full rate:
+//!
+//! ```text
+//! t_transfer = prompt_tokens * kv_bytes_per_token / kv_link_bandwidth
+//! ```
 use std::time::Duration;
 
+use super::kv_transfer::KvTransferFault;
 use super::SimError;
 
 /// Name of the profile used when none is given.
@@ -60,6 +68,11 @@ pub struct SimConfig {
     /// Report `usage.prompt_tokens_details.cached_tokens` (vLLM's
     /// `--enable-prompt-tokens-details`: off by default).
     pub enable_prompt_tokens_details: bool,
+    /// Bytes/s of the KV link a decode replica pulls a prompt's KV over (vLLM's KV connector,
+    /// e.g. NIXL over RDMA); concurrent pulls do not share it (each gets the whole rate).
+    pub kv_link_bandwidth: f64,
+    /// Fault injection for the prefill/decode protocol (none by default).
+    pub kv_transfer_fault: KvTransferFault,
 }
 
 impl SimConfig {
@@ -83,6 +96,9 @@ impl SimConfig {
             tokens_per_chunk: 1,
             enable_prefix_caching: true,
             enable_prompt_tokens_details: false,
+            // A 200 Gb/s RDMA NIC (ConnectX-7 class), what an H100 node pulls KV over.
+            kv_link_bandwidth: 25e9,
+            kv_transfer_fault: KvTransferFault::None,
         };
         match name {
             // One H100 SXM (3.35 TB/s, 989 TFLOP/s dense BF16), BF16 weights. KV: 32 layers x 8
@@ -128,6 +144,8 @@ impl SimConfig {
                 eff_compute: 1.0,
                 t_fixed: Duration::from_millis(1),
                 kv_capacity_tokens: 1_000_000,
+                // 1 GB/s: a 1000-token pull takes about a step (1 ms), visible but short.
+                kv_link_bandwidth: 1e9,
                 ..common
             }),
             _ => None,
@@ -144,9 +162,18 @@ impl SimConfig {
         self.t_fixed + Duration::from_secs_f64(mem_secs.max(compute_secs))
     }
 
-    /// `duration` stretched by `time_scale`: what the engine actually waits.
+    /// Modelled time (before `time_scale`) to pull the KV of `prompt_tokens` tokens over the KV
+    /// link (see the module docs); saturates rather than panics on absurd knobs.
+    pub fn kv_transfer_time(&self, prompt_tokens: u64) -> Duration {
+        let secs = prompt_tokens as f64 * self.kv_bytes_per_token / self.kv_link_bandwidth;
+        Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
+    }
+
+    /// `duration` stretched by `time_scale`: what the engine actually waits (`Duration::mul_f64`'s
+    /// arithmetic, saturating instead of panicking on overflow).
     pub fn scaled(&self, duration: Duration) -> Duration {
-        duration.mul_f64(self.time_scale)
+        Duration::try_from_secs_f64(duration.as_secs_f64() * self.time_scale)
+            .unwrap_or(Duration::MAX)
     }
 
     /// Checks that every knob is in its domain, so the engine never divides by zero or stalls.
@@ -158,6 +185,7 @@ impl SimConfig {
             ("mem_bandwidth", self.mem_bandwidth),
             ("peak_flops", self.peak_flops),
             ("time_scale", self.time_scale),
+            ("kv_link_bandwidth", self.kv_link_bandwidth),
         ];
         for (name, value) in positive {
             if !(value.is_finite() && value > 0.0) {

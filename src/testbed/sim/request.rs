@@ -1,7 +1,8 @@
 //! Parsing and validating the OpenAI request bodies the sim accepts.
 //!
 //! Only what shapes the simulated work is read: the prompt (for its length), `max_tokens` /
-//! `max_completion_tokens` (default [`DEFAULT_MAX_TOKENS`]), `stream` and `stream_options`.
+//! `max_completion_tokens` (default [`DEFAULT_MAX_TOKENS`]), `stream`, `stream_options` and
+//! `kv_transfer_params` (validated against the prompt by [`super::kv_transfer`]).
 //! Sampling parameters and `ignore_eos` are accepted and ignored: the sim always generates
 //! exactly `max_tokens` tokens.
 //!
@@ -13,6 +14,7 @@ use serde::Deserialize;
 use super::api::{
     from_json, BadRequest, Content, Endpoint, SimRequest, UsageOptions, DEFAULT_MAX_TOKENS,
 };
+use super::kv_transfer::{KvTransfer, WireParams};
 use super::tokenizer::{chat_token_ids, token_ids};
 
 #[derive(Deserialize)]
@@ -42,6 +44,8 @@ struct WireRequest {
     stream_options: Option<StreamOptions>,
     #[serde(default)]
     n: Option<u64>,
+    #[serde(default)]
+    kv_transfer_params: Option<WireParams>,
 }
 
 #[derive(Deserialize)]
@@ -114,6 +118,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<SimRequest, BadRequest> 
         max_completion_tokens,
         stream_options,
         n,
+        kv_transfer_params,
         ..
     } = body;
     let max_tokens = max_completion_tokens
@@ -142,14 +147,18 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<SimRequest, BadRequest> 
         },
         None => UsageOptions::default(),
     };
+    let prompt_tokens = prompt_ids.len() as u64;
+    let kv_transfer = KvTransfer::from_wire(kv_transfer_params, prompt_tokens, stream)
+        .map_err(|err| BadRequest(err.to_string()))?;
     Ok(SimRequest {
         endpoint,
         model,
-        prompt_tokens: prompt_ids.len() as u64,
+        prompt_tokens,
         prompt_ids,
         max_tokens,
         stream,
         usage,
+        kv_transfer,
     })
 }
 

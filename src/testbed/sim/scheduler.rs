@@ -17,6 +17,14 @@
 //! already, so only the rest is computed (and scheduled against the step budget); a finished
 //! request's prompt and output go into the cache, which lives in the KV capacity that admitted
 //! requests do not reserve.
+//!
+//! A request whose prompt's KV was pulled from a prefill replica ([`Scheduler::add_pulled`], the
+//! decode side of [`super::kv_transfer`]) takes the same path: at admission it looks its prompt up
+//! in the local cache as any request (vLLM asks its own cache before the connector), then counts
+//! every other prompt token but the last as computed (received over the link), so only the last
+//! token is scheduled, a decode-sized step that samples the first output. It reserves its KV at
+//! admission like any request; the pull itself ran before it was queued (the server waits it out),
+//! so a pulling request holds no KV here (vLLM allocates the destination blocks before the pull).
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -88,8 +96,12 @@ pub struct Progress {
     pub first: bool,
     /// The request has generated its `max_tokens` and has left the scheduler.
     pub finished: bool,
-    /// Prompt tokens the prefix cache served (reported with the first output; 0 otherwise).
+    /// Prompt tokens not computed here, reported with the first output (0 otherwise): the prefix
+    /// cache's hits plus the tokens received from a prefill replica (vLLM's `num_cached_tokens`).
     pub cached_tokens: u64,
+    /// Of `cached_tokens`, those received from a prefill replica (vLLM's
+    /// `num_external_computed_tokens`).
+    pub transferred_tokens: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -102,6 +114,11 @@ struct Seq {
     prefilled: u64,
     /// Of `prefilled`, the tokens the prefix cache served.
     cached: u64,
+    /// The prompt's KV was pulled from a prefill replica: all of it but the last token is
+    /// computed at admission.
+    pulled: bool,
+    /// Of `prefilled`, the tokens received from the prefill replica.
+    transferred: u64,
     generated: u64,
 }
 
@@ -147,12 +164,18 @@ impl Scheduler {
     /// tokens counts as 1 (there is always a BOS token), and `max_tokens` of 0 as 1 (the prefill
     /// step always samples one).
     pub fn add(&mut self, id: RequestId, prompt_tokens: u64, max_tokens: u64) {
-        self.queue(id, prompt_tokens, None, max_tokens);
+        self.queue(id, prompt_tokens, None, max_tokens, false);
     }
 
     /// Queues a request with its prompt's token ids: the prefix cache may serve part of it.
     pub fn add_prompt(&mut self, id: RequestId, prompt: Arc<[u64]>, max_tokens: u64) {
-        self.queue(id, prompt.len() as u64, Some(prompt), max_tokens);
+        self.queue(id, prompt.len() as u64, Some(prompt), max_tokens, false);
+    }
+
+    /// Queues a request whose prompt's KV was pulled from a prefill replica: at admission every
+    /// prompt token but the last counts as computed (see the module docs).
+    pub fn add_pulled(&mut self, id: RequestId, prompt: Arc<[u64]>, max_tokens: u64) {
+        self.queue(id, prompt.len() as u64, Some(prompt), max_tokens, true);
     }
 
     fn queue(
@@ -161,6 +184,7 @@ impl Scheduler {
         prompt_tokens: u64,
         prompt: Option<Arc<[u64]>>,
         max_tokens: u64,
+        pulled: bool,
     ) {
         self.waiting.push_back(Seq {
             id,
@@ -169,6 +193,8 @@ impl Scheduler {
             max_tokens: max_tokens.max(1),
             prefilled: 0,
             cached: 0,
+            pulled,
+            transferred: 0,
             generated: 0,
         });
     }
@@ -230,10 +256,14 @@ impl Scheduler {
             };
             if let Some(prompt) = seq.prompt.as_ref().filter(|_| prefix_caching) {
                 seq.cached = self.cache.lookup(prompt);
-                seq.prefilled = seq.cached;
                 self.prefix_queries += seq.prompt_tokens;
                 self.prefix_hits += seq.cached;
             }
+            if seq.pulled {
+                // The pulled KV covers what the local cache did not, up to the last token.
+                seq.transferred = (seq.prompt_tokens - 1).saturating_sub(seq.cached);
+            }
+            seq.prefilled = seq.cached + seq.transferred;
             let tokens = (seq.prompt_tokens - seq.prefilled).min(budget);
             budget -= tokens;
             self.kv_reserved += seq.kv_need();
@@ -263,6 +293,7 @@ impl Scheduler {
                 first: false,
                 finished,
                 cached_tokens: 0,
+                transferred_tokens: 0,
             });
         }
         for done in &plan.prefills {
@@ -278,7 +309,8 @@ impl Scheduler {
                     new_tokens: 1,
                     first: true,
                     finished,
-                    cached_tokens: seq.cached,
+                    cached_tokens: seq.cached + seq.transferred,
+                    transferred_tokens: seq.transferred,
                 });
             }
         }

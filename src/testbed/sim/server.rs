@@ -12,6 +12,11 @@
 //! Invalid requests get 400 with vLLM's error body
 //! `{"object":"error","message":...,"type":"BadRequestError","code":400}`, or the API's own on
 //! `/v1/responses` (`{"error":{...}}`) and `/v1/messages` (`{"type":"error","error":{...}}`).
+//!
+//! Chat and completions requests may carry `kv_transfer_params` ([`super::kv_transfer`]): a
+//! decode request waits out its KV pull here, before the engine sees it (TTFT and queue time
+//! include the pull, as in vLLM), and with the `decode` fault gets a 500
+//! (`"type":"InternalServerError"`) instead; a prefill request's JSON answer gains the params.
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +37,7 @@ use tokio::time::Instant;
 use super::api::{self, Endpoint, SimRequest};
 use super::body::{Formatter, SseBody};
 use super::engine::{self, EngineHandle, Submission};
+use super::kv_transfer::{Connector, KvTransferFault, RemotePrefill};
 use super::messages::{self, MessagesFormatter};
 use super::metrics::SimMetrics;
 use super::request;
@@ -54,6 +60,8 @@ pub struct State {
     pub config: SimConfig,
     pub engine: EngineHandle,
     pub metrics: Arc<SimMetrics>,
+    /// This replica's end of the KV link (what a prefill answer offers).
+    pub connector: Connector,
 }
 
 /// Accepts connections until `shutdown` turns true, then stops the engine (ending open
@@ -196,6 +204,7 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
         max_tokens,
         stream,
         usage,
+        kv_transfer,
         ..
     } = request;
     let details = state.config.enable_prompt_tokens_details;
@@ -209,6 +218,11 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
         );
         return api_error(endpoint, StatusCode::BAD_REQUEST, &message);
     }
+    if let Some(remote) = &kv_transfer.remote_prefill {
+        if let Err(response) = pull_kv(state, remote, prompt_tokens).await {
+            return response;
+        }
+    }
     let model = model.unwrap_or_else(|| state.config.model.clone());
     let (tx, mut rx) = mpsc::unbounded_channel();
     let submission = Submission {
@@ -216,6 +230,7 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
         max_tokens,
         arrival,
         events: tx,
+        kv_pulled: kv_transfer.remote_prefill.is_some(),
     };
     if state.engine.submit(submission).is_err() {
         return engine_gone();
@@ -255,7 +270,7 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
         }
     }
     let cached = details.then_some(cached);
-    let body = stream::full_response(
+    let mut body = stream::full_response(
         endpoint,
         &id,
         created,
@@ -264,7 +279,50 @@ async fn generate(state: &State, endpoint: Endpoint, req: Request<Incoming>) -> 
         generated,
         cached,
     );
+    if kv_transfer.remote_decode {
+        body = stream::with_kv_transfer_params(body, &offer_kv(state, prompt_tokens));
+    }
     full(StatusCode::OK, "application/json", body.into())
+}
+
+/// The decode side's KV pull: the transfer time of the whole prompt, then, with the `decode`
+/// fault, the 500 a failed read surfaces as (before any byte of the answer).
+async fn pull_kv(
+    state: &State,
+    remote: &RemotePrefill,
+    prompt_tokens: u64,
+) -> Result<(), Response<SimBody>> {
+    let config = &state.config;
+    tokio::time::sleep(config.scaled(config.kv_transfer_time(prompt_tokens))).await;
+    if config.kv_transfer_fault == KvTransferFault::Decode {
+        let RemotePrefill {
+            engine_id,
+            host,
+            port,
+            blocks,
+        } = remote;
+        let message = format!(
+            "KV transfer failed: could not pull {blocks} KV blocks from engine {engine_id} at \
+             {host}:{port}"
+        );
+        return Err(error(StatusCode::INTERNAL_SERVER_ERROR, &message));
+    }
+    state
+        .metrics
+        .update(|m| m.kv_transfer_received += prompt_tokens);
+    Ok(())
+}
+
+/// The prefill side's offer: the params naming the prompt's blocks, or `null` with the `prefill`
+/// fault (no blocks to hand over).
+fn offer_kv(state: &State, prompt_tokens: u64) -> String {
+    if state.config.kv_transfer_fault == KvTransferFault::Prefill {
+        return "null".to_owned();
+    }
+    state
+        .metrics
+        .update(|m| m.kv_transfer_sent += prompt_tokens);
+    state.connector.offer(prompt_tokens)
 }
 
 fn models_json(config: &SimConfig) -> String {

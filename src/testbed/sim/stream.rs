@@ -184,5 +184,19 @@ pub fn full_response(
     }
 }
 
+/// Appends `"kv_transfer_params":PARAMS` to a whole chat or completions response from
+/// [`full_response`]: vLLM declares it the last member of both response models. `params` is JSON
+/// text (an object, or `null`).
+pub fn with_kv_transfer_params(mut body: String, params: &str) -> String {
+    if body.ends_with('}') {
+        body.pop();
+        body.reserve(params.len() + 24);
+        body.push_str(r#","kv_transfer_params":"#);
+        body.push_str(params);
+        body.push('}');
+    }
+    body
+}
+
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,7 @@ async fn one_frame_per_chunk() {
         first: true,
         finished: false,
         cached_tokens: 0,
+        transferred_tokens: 0,
     })
     .expect("send");
     tx.send(Progress {
@@ -30,6 +31,7 @@ async fn one_frame_per_chunk() {
         first: false,
         finished: true,
         cached_tokens: 0,
+        transferred_tokens: 0,
     })
     .expect("send");
     let mut frames = Vec::new();

@@ -60,3 +60,70 @@ fn every_histogram_has_its_reference_edges() {
         assert_eq!(got, edges, "{name} has exactly the reference edges");
     }
 }
+
+#[test]
+fn prompt_sources_follow_vllms_arithmetic() {
+    let mut sources = PromptSources::default();
+    sources.record(100, 0, 0);
+    assert_eq!(
+        sources,
+        PromptSources {
+            local_compute: 100,
+            local_cache_hit: 0,
+            external_kv_transfer: 0
+        },
+        "a cold prompt is computed"
+    );
+    let mut sources = PromptSources::default();
+    sources.record(100, 96, 0);
+    assert_eq!(
+        (sources.local_compute, sources.local_cache_hit),
+        (4, 96),
+        "a partial prefix-cache hit"
+    );
+    let mut sources = PromptSources::default();
+    sources.record(4000, 3999, 3999);
+    assert_eq!(
+        sources,
+        PromptSources {
+            local_compute: 1,
+            local_cache_hit: 1,
+            external_kv_transfer: 3999
+        },
+        "a pulled prompt: its last token is computed, and counted as a recomputed hit as vLLM does"
+    );
+    let mut sources = PromptSources::default();
+    sources.record(100, 99, 3);
+    assert_eq!(
+        sources,
+        PromptSources {
+            local_compute: 1,
+            local_cache_hit: 97,
+            external_kv_transfer: 3
+        },
+        "local hits first, the rest of the prompt but one received"
+    );
+}
+
+#[test]
+fn kv_transfer_counters_are_rendered_by_label() {
+    let m = SimMetrics::new("m");
+    m.update(|s| {
+        s.kv_transfer_sent = 4000;
+        s.kv_transfer_received = 17;
+        s.prompt_sources.record(4000, 3999, 3999);
+    });
+    let text = m.render();
+    for block in [
+        "# HELP vllm:kv_transfer_tokens_total Prompt tokens whose KV cache was sent to or received from another replica.\n\
+         # TYPE vllm:kv_transfer_tokens_total counter\n\
+         vllm:kv_transfer_tokens_total{model_name=\"m\",direction=\"sent\"} 4000\n\
+         vllm:kv_transfer_tokens_total{model_name=\"m\",direction=\"received\"} 17\n",
+        "# TYPE vllm:prompt_tokens_by_source_total counter\n\
+         vllm:prompt_tokens_by_source_total{model_name=\"m\",source=\"local_compute\"} 1\n\
+         vllm:prompt_tokens_by_source_total{model_name=\"m\",source=\"local_cache_hit\"} 1\n\
+         vllm:prompt_tokens_by_source_total{model_name=\"m\",source=\"external_kv_transfer\"} 3999\n",
+    ] {
+        assert!(text.contains(block), "missing {block:?} in\n{text}");
+    }
+}

@@ -91,3 +91,83 @@ fn invalid_result_is_rejected() {
         .to_string();
     assert!(err.contains("eff_compute"), "error names the knob: {err}");
 }
+
+#[test]
+fn kv_transfer_knobs_from_file_and_flags() {
+    let file = parse("kv_link_bandwidth = 5e9\nkv_transfer_fault = \"prefill\"\n")
+        .expect("valid overrides");
+    let config = resolve(&file, &SimOverrides::default()).expect("resolves");
+    assert_eq!(
+        (config.kv_link_bandwidth, config.kv_transfer_fault),
+        (5e9, KvTransferFault::Prefill),
+        "the file sets both"
+    );
+    let flags = SimOverrides {
+        kv_transfer_fault: Some(KvTransferFault::Decode),
+        ..SimOverrides::default()
+    };
+    let config = resolve(&file, &flags).expect("resolves");
+    assert_eq!(
+        config.kv_transfer_fault,
+        KvTransferFault::Decode,
+        "the flag beats the file"
+    );
+    let config = resolve(&SimOverrides::default(), &SimOverrides::default()).expect("default");
+    assert_eq!(
+        (config.kv_link_bandwidth, config.kv_transfer_fault),
+        (25e9, KvTransferFault::None),
+        "the default profile's link, no fault"
+    );
+}
+
+#[test]
+fn kv_transfer_knob_errors_name_the_key() {
+    let err = parse("kv_transfer_fault = \"sometimes\"\n")
+        .expect_err("unknown fault")
+        .to_string();
+    assert!(
+        err.contains("kv_transfer_fault") && err.contains("decode"),
+        "error names the key and the choices: {err}"
+    );
+    let flags = SimOverrides {
+        kv_link_bandwidth: Some(0.0),
+        ..SimOverrides::default()
+    };
+    let err = resolve(&SimOverrides::default(), &flags)
+        .expect_err("zero bandwidth")
+        .to_string();
+    assert!(
+        err.contains("kv_link_bandwidth"),
+        "error names the knob: {err}"
+    );
+}
+
+#[test]
+fn kv_transfer_flags_parse_on_the_command_line() {
+    use clap::Parser;
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        overrides: SimOverrides,
+    }
+    let cli = Cli::try_parse_from([
+        "sim",
+        "--kv-link-bandwidth",
+        "2.5e10",
+        "--kv-transfer-fault",
+        "decode",
+    ])
+    .expect("flags parse");
+    assert_eq!(
+        (
+            cli.overrides.kv_link_bandwidth,
+            cli.overrides.kv_transfer_fault
+        ),
+        (Some(2.5e10), Some(KvTransferFault::Decode)),
+        "the flags' names and values"
+    );
+    assert!(
+        Cli::try_parse_from(["sim", "--kv-transfer-fault", "maybe"]).is_err(),
+        "an unknown fault is refused"
+    );
+}

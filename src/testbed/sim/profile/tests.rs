@@ -116,3 +116,60 @@ fn validate_rejects_bad_values() {
     let err = c.validate().expect_err("zero seqs is invalid").to_string();
     assert!(err.contains("max_num_seqs"), "error names the knob: {err}");
 }
+
+#[test]
+fn kv_transfer_time_is_bytes_over_link_bandwidth() {
+    let c = profile("llama-3.1-8b-h100");
+    assert_eq!(c.kv_link_bandwidth, 25e9, "a 200 Gb/s RDMA NIC");
+    assert_eq!(
+        c.kv_transfer_time(4000),
+        Duration::from_secs_f64(4000.0 * 131_072.0 / 25e9),
+        "4000 tokens x 128 KiB over 25 GB/s"
+    );
+    let ms_4k = ms(c.kv_transfer_time(4000));
+    assert!(
+        (20.0..=22.0).contains(&ms_4k),
+        "8B: a 4k prompt's KV (0.5 GB) moves in ~21 ms, a tenth of its prefill: {ms_4k}"
+    );
+    assert_eq!(
+        profile("llama-3.1-70b-4xh100").kv_link_bandwidth,
+        25e9,
+        "the 70B profile pulls over the same NIC"
+    );
+    let fast = profile("fast");
+    assert_eq!(
+        fast.kv_transfer_time(1000),
+        Duration::from_micros(1024),
+        "fast: 1000 tokens x 1 KiB at 1 GB/s"
+    );
+    assert_eq!(c.kv_transfer_time(0), Duration::ZERO, "nothing to move");
+    let mut scaled = fast.clone();
+    scaled.time_scale = 10.0;
+    assert_eq!(
+        scaled.scaled(scaled.kv_transfer_time(1000)),
+        Duration::from_micros(10_240),
+        "time_scale stretches the pull like every duration"
+    );
+}
+
+#[test]
+fn absurd_knobs_saturate_instead_of_panicking() {
+    let mut c = profile("fast");
+    c.kv_link_bandwidth = f64::MIN_POSITIVE;
+    assert_eq!(c.kv_transfer_time(1), Duration::MAX, "transfer time");
+    c.time_scale = 1e300;
+    assert_eq!(c.scaled(Duration::from_secs(1)), Duration::MAX, "scaled");
+}
+
+#[test]
+fn kv_link_bandwidth_must_be_positive() {
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let mut c = profile("fast");
+        c.kv_link_bandwidth = bad;
+        let err = c.validate().expect_err("not a bandwidth").to_string();
+        assert!(
+            err.contains("kv_link_bandwidth"),
+            "error names the knob for {bad}: {err}"
+        );
+    }
+}

@@ -31,6 +31,7 @@ fn chat_request_fields() {
                 include_usage: true,
                 continuous: false
             },
+            kv_transfer: KvTransfer::default(),
         },
         "max_completion_tokens wins over max_tokens; parts are read"
     );
@@ -80,6 +81,81 @@ fn bad_requests_say_why() {
         assert!(
             err.0.contains(want),
             "{body}: error {:?} should mention {want:?}",
+            err.0
+        );
+    }
+}
+
+#[test]
+fn kv_transfer_params_are_read_on_chat_and_completions() {
+    let body = format!(
+        r#"{{"prompt":"{}","max_tokens":3,"kv_transfer_params":{{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[4,5,6],"remote_engine_id":"e1","remote_host":"10.0.0.2","remote_port":8100,"tp_size":1}}}}"#,
+        vec!["w"; 40].join(" ")
+    );
+    let req = completion(&body).expect("valid decode request");
+    assert_eq!(
+        req.kv_transfer,
+        KvTransfer {
+            remote_decode: false,
+            remote_prefill: Some(crate::testbed::sim::kv_transfer::RemotePrefill {
+                engine_id: "e1".to_owned(),
+                host: "10.0.0.2".to_owned(),
+                port: 8100,
+                blocks: 3,
+            }),
+        },
+        "40 tokens fill 3 blocks; the params name where they are"
+    );
+    let req = chat(
+        r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"stream":false,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}}"#,
+    )
+    .expect("valid prefill request, as vLLM's proxy sends it");
+    assert_eq!(
+        req.kv_transfer,
+        KvTransfer {
+            remote_decode: true,
+            remote_prefill: None,
+        },
+        "a prefill request with the proxy's null members"
+    );
+    let plain = chat(r#"{"messages":[{"role":"user","content":"hi"}],"kv_transfer_params":null}"#)
+        .expect("null params");
+    assert_eq!(
+        plain.kv_transfer,
+        KvTransfer::default(),
+        "null asks nothing"
+    );
+}
+
+#[test]
+fn bad_kv_transfer_params_say_why() {
+    let cases = [
+        (
+            r#"{"prompt":"a b","stream":true,"kv_transfer_params":{"do_remote_decode":true}}"#,
+            "kv_transfer_params with do_remote_decode requires stream=false",
+        ),
+        (
+            r#"{"prompt":"a b","kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"e","remote_block_ids":[1,2],"remote_host":"h","remote_port":1}}"#,
+            "kv_transfer_params.remote_block_ids: 2 block ids, but this request's prompt of 2 tokens fills 1 blocks",
+        ),
+        (
+            r#"{"prompt":"a b","kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"","remote_block_ids":[1],"remote_host":"h","remote_port":1}}"#,
+            "kv_transfer_params.remote_engine_id: a non-empty string is required",
+        ),
+        (
+            r#"{"prompt":"a b","kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":7}}"#,
+            "kv_transfer_params.remote_engine_id: invalid type: integer `7`, expected a string",
+        ),
+        (
+            r#"{"prompt":"a b","kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"e","remote_block_ids":[1],"remote_host":"h","remote_port":"80"}}"#,
+            "kv_transfer_params.remote_port: invalid type: string",
+        ),
+    ];
+    for (body, want) in cases {
+        let err = completion(body).expect_err("must be rejected");
+        assert!(
+            err.0.starts_with(want),
+            "{body}: error {:?} should start with {want:?}",
             err.0
         );
     }

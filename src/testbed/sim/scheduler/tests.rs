@@ -80,6 +80,7 @@ fn chunked_prefill_continues_next_step_and_gives_no_output_until_done() {
             first: true,
             finished: false,
             cached_tokens: 0,
+            transferred_tokens: 0,
         }],
         "first token"
     );
@@ -212,6 +213,7 @@ fn single_token_request_finishes_at_prefill() {
             first: true,
             finished: true,
             cached_tokens: 0,
+            transferred_tokens: 0,
         }],
         "one token"
     );
@@ -344,4 +346,81 @@ fn prefix_caching_off_computes_everything() {
         assert_eq!(prefills, vec![100], "request {id}: the whole prompt");
     }
     assert_eq!(sched.prefix_cache_counts(), (0, 0), "no lookups");
+}
+
+#[test]
+fn a_pulled_prompt_computes_only_its_last_token() {
+    let mut sched = Scheduler::new(limits(10_000, 8, 100_000));
+    let prompt: Arc<[u64]> = (0..100).collect::<Vec<u64>>().into();
+    sched.add_pulled(1, Arc::clone(&prompt), 3);
+    let plan = sched.plan();
+    assert_eq!(
+        plan.prefills,
+        vec![s(1, 1)],
+        "99 tokens came over the link: one token is scheduled"
+    );
+    assert_eq!(
+        plan.context_tokens, 100,
+        "the step attends over the whole prompt, like a decode step"
+    );
+    let progress = sched.complete(&plan);
+    assert_eq!(
+        progress,
+        vec![Progress {
+            id: 1,
+            new_tokens: 1,
+            first: true,
+            finished: false,
+            cached_tokens: 99,
+            transferred_tokens: 99,
+        }],
+        "the first token comes out of that one step; all but the last token were received"
+    );
+    assert_eq!(
+        sched.prefix_cache_counts(),
+        (100, 0),
+        "the local cache was asked (and had nothing): received KV is no prefix-cache hit"
+    );
+    assert!(
+        (sched.kv_usage() - 103.0 / 100_000.0).abs() < 1e-12,
+        "prompt + max_tokens reserved at admission, as any request: {}",
+        sched.kv_usage()
+    );
+}
+
+#[test]
+fn a_pulled_prompt_takes_local_cache_hits_first() {
+    let mut sched = Scheduler::new(limits(10_000, 8, 100_000));
+    let prompt: Arc<[u64]> = (0..100).collect::<Vec<u64>>().into();
+    sched.add_prompt(1, Arc::clone(&prompt), 2);
+    run_to_end(&mut sched, 1);
+    sched.add_pulled(2, Arc::clone(&prompt), 2);
+    let (prefills, first) = run_to_end(&mut sched, 2);
+    assert_eq!(prefills, vec![1], "only the last token is computed");
+    assert_eq!(
+        first.map(|p| (p.cached_tokens, p.transferred_tokens)),
+        Some((99, 3)),
+        "96 tokens (6 blocks) from the local cache, 3 received, the last computed"
+    );
+    assert_eq!(
+        sched.prefix_cache_counts(),
+        (200, 96),
+        "the pulled request's lookup counts like any other"
+    );
+}
+
+#[test]
+fn a_pulled_one_token_prompt_still_computes_it() {
+    let mut sched = Scheduler::new(Limits {
+        prefix_caching: false,
+        ..limits(10_000, 8, 100_000)
+    });
+    sched.add_pulled(1, vec![7].into(), 1);
+    let (prefills, first) = run_to_end(&mut sched, 1);
+    assert_eq!(prefills, vec![1], "the only token is the last one");
+    assert_eq!(
+        first.map(|p| (p.cached_tokens, p.transferred_tokens, p.finished)),
+        Some((0, 0, true)),
+        "nothing to receive"
+    );
 }

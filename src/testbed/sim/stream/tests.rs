@@ -22,6 +22,7 @@ fn render(formatter: &mut StreamFormatter, n: u64, per_step: u64) -> Vec<String>
             first: true,
             finished: n == 1,
             cached_tokens: 0,
+            transferred_tokens: 0,
         },
         &mut out,
     );
@@ -36,6 +37,7 @@ fn render(formatter: &mut StreamFormatter, n: u64, per_step: u64) -> Vec<String>
                 first: false,
                 finished: generated == n,
                 cached_tokens: 0,
+                transferred_tokens: 0,
             },
             &mut out,
         );
@@ -205,4 +207,28 @@ fn ids_have_vllm_prefixes() {
         cmpl.starts_with("cmpl-") && cmpl.len() == 5 + 32,
         "completions id {cmpl}"
     );
+}
+
+#[test]
+fn kv_transfer_params_are_the_last_member() {
+    let params = r#"{"do_remote_prefill":true,"remote_block_ids":[0]}"#;
+    let text = with_kv_transfer_params(
+        full_response(Endpoint::Completions, "cmpl-1", 5, "m", 2, 1, None),
+        params,
+    );
+    assert_eq!(
+        text,
+        r#"{"id":"cmpl-1","object":"text_completion","created":5,"model":"m","choices":[{"index":0,"text":" tok0","logprobs":null,"finish_reason":"length","stop_reason":null,"prompt_logprobs":null}],"usage":{"prompt_tokens":2,"total_tokens":3,"completion_tokens":1,"prompt_tokens_details":null},"kv_transfer_params":{"do_remote_prefill":true,"remote_block_ids":[0]}}"#,
+        "text_completion body with the params after usage"
+    );
+    let chat = with_kv_transfer_params(
+        full_response(Endpoint::Chat, "chatcmpl-1", 5, "m", 10, 1, None),
+        "null",
+    );
+    assert!(
+        chat.ends_with(r#""prompt_logprobs":null,"kv_transfer_params":null}"#),
+        "chat: after prompt_logprobs, and null is written as given: {chat}"
+    );
+    let value: serde_json::Value = serde_json::from_str(&chat).expect("still JSON");
+    assert!(value["kv_transfer_params"].is_null(), "the member is there");
 }

@@ -1,0 +1,62 @@
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::*;
+
+#[test]
+fn the_prefill_runs_in_its_slot_for_one_unstreamed_token() {
+    let client = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":50}"#;
+    let body: Value = serde_json::from_slice(&prefill_body(client, 3).unwrap()).unwrap();
+    assert_eq!(
+        body,
+        json!({
+            "model": "m",
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": false,
+            "max_tokens": 1,
+            "n_predict": 1,
+            "id_slot": 3,
+            "cache_prompt": true
+        })
+    );
+}
+
+#[test]
+fn the_slot_is_spliced_into_the_clients_bytes() {
+    assert_eq!(
+        &with_slot(b"{\"prompt\": \"x\"}", 2).unwrap()[..],
+        b"{\"id_slot\":2,\"prompt\": \"x\"}"
+    );
+    assert_eq!(&with_slot(b" {}", 0).unwrap()[..], b" {\"id_slot\":0}");
+    assert!(with_slot(b"[]", 0).is_none());
+    assert!(mentions_slot(br#"{"id_slot":1}"#));
+    assert!(!mentions_slot(br#"{"prompt":"say id_slot"}"#));
+}
+
+#[test]
+fn file_names_are_unique_and_plain() {
+    let (a, b) = (file_name(), file_name());
+    assert_ne!(a, b);
+    assert!(a.starts_with("tokenmeter-") && a.ends_with(".bin"));
+    assert!(a
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'));
+}
+
+#[tokio::test]
+async fn a_transfer_file_is_removed_when_dropped_and_again_after_its_linger() {
+    let dir = std::env::temp_dir().join(format!("tokenmeter-slots-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = TransferFile::new(&dir, "t.bin", Duration::from_millis(100));
+    let path = file.path().to_owned();
+    std::fs::write(&path, b"kv").unwrap();
+    drop(file);
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(!path.exists(), "removed at once");
+    // A late save writes it after the first removal.
+    std::fs::write(&path, b"late").unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(!path.exists(), "removed again after the linger");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,74 @@
+//! Which requests prefill on the prefill pool: a pure decision over what the router knows when a
+//! request has its decode backend.
+//!
+//! A prefill on the replica that is decoding other streams stalls them for as long as it runs;
+//! handing it off removes the stall but costs a round trip, a KV transfer, and a place in the
+//! prefill pool's queue. So:
+//! 1. a prompt whose **uncached** part (the estimate, less what the decode backend's prompt
+//!    cache is known to hold) is at least `min_prompt_tokens` is handed off: its prefill would
+//!    stall the decode replica longest;
+//! 2. a long prompt that the decode backend holds all but a short part of (a conversation's
+//!    follow-up) prefills there: moving a whole cache to save a short prefill is a loss;
+//! 3. a short prompt is handed off only while the prefill pool's least-queued backend has fewer
+//!    than `short_queue_tokens` prompt tokens queued: behind a long document its TTFT would be
+//!    worse than the short stall it saves (the measured failure of handing off everything).
+use super::PoolHandoff;
+use crate::context::HandoffResult;
+
+/// What the decision weighs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyInput {
+    /// The prompt's estimated tokens.
+    pub prompt_tokens: u64,
+    /// Of those, the ones the decode backend is not known to hold.
+    pub uncached_tokens: u64,
+    /// Prompt tokens queued on the prefill pool's least-queued available backend; `None` when
+    /// it has no available backend.
+    pub prefill_queue: Option<u64>,
+}
+
+/// Where the prefill runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// On the prefill pool.
+    Remote,
+    /// Where it decodes, for this reason (a policy choice or a fallback).
+    Local(HandoffResult),
+}
+
+/// Decides where a request's prefill runs.
+pub fn decide(handoff: &PoolHandoff, input: PolicyInput) -> Choice {
+    let long = input.uncached_tokens >= handoff.min_prompt_tokens;
+    let idle = input
+        .prefill_queue
+        .is_some_and(|queued| queued < handoff.short_queue_tokens);
+    if long {
+        return match input.prefill_queue {
+            Some(_) => Choice::Remote,
+            None => Choice::Local(HandoffResult::PrefillUnavailable),
+        };
+    }
+    if input.prompt_tokens >= handoff.min_prompt_tokens {
+        return Choice::Local(HandoffResult::LocalCached);
+    }
+    if idle {
+        return Choice::Remote;
+    }
+    Choice::Local(HandoffResult::LocalShort)
+}
+
+/// The uncached part of `prompt_tokens` when the decode backend holds `cached_bytes` of the
+/// prompt's `text_bytes` (prompt caches hold whole blocks from the start, so the cached share of
+/// the bytes is the cached share of the tokens, to the estimate's accuracy).
+pub fn uncached(prompt_tokens: u64, text_bytes: u64, cached_bytes: Option<u64>) -> u64 {
+    let cached = cached_bytes.unwrap_or(0).min(text_bytes);
+    if text_bytes == 0 || cached == 0 {
+        return prompt_tokens;
+    }
+    let share = cached as f64 / text_bytes as f64;
+    let uncached = (prompt_tokens as f64 * (1.0 - share)).ceil() as u64;
+    uncached.min(prompt_tokens)
+}
+
+#[cfg(test)]
+mod tests;

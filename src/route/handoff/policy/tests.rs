@@ -1,0 +1,93 @@
+use std::time::Duration;
+
+use super::*;
+use crate::config::HandoffProtocol;
+
+fn handoff(min: u64, short_queue: u64) -> PoolHandoff {
+    PoolHandoff {
+        prefill: 1,
+        protocol: HandoffProtocol::Vllm,
+        min_prompt_tokens: min,
+        short_queue_tokens: short_queue,
+        prefill_timeout: Duration::from_secs(1),
+        slot_dir: None,
+        slot_wait: Duration::ZERO,
+    }
+}
+
+fn input(prompt: u64, uncached: u64, queue: Option<u64>) -> PolicyInput {
+    PolicyInput {
+        prompt_tokens: prompt,
+        uncached_tokens: uncached,
+        prefill_queue: queue,
+    }
+}
+
+#[test]
+fn a_long_uncached_prompt_prefills_on_the_prefill_pool_however_queued() {
+    let h = handoff(512, 0);
+    assert_eq!(decide(&h, input(512, 512, Some(0))), Choice::Remote);
+    assert_eq!(
+        decide(&h, input(4000, 4000, Some(1_000_000))),
+        Choice::Remote
+    );
+}
+
+#[test]
+fn a_long_prompt_without_a_prefill_backend_prefills_where_it_decodes() {
+    let h = handoff(512, 1000);
+    assert_eq!(
+        decide(&h, input(4000, 4000, None)),
+        Choice::Local(HandoffResult::PrefillUnavailable)
+    );
+}
+
+#[test]
+fn a_follow_up_the_decode_backend_holds_prefills_there() {
+    let h = handoff(512, 1000);
+    assert_eq!(
+        decide(&h, input(4000, 300, Some(0))),
+        Choice::Local(HandoffResult::LocalCached),
+        "cached beats an idle prefill pool: moving the cache to save 300 tokens is a loss"
+    );
+}
+
+#[test]
+fn a_short_prompt_is_handed_off_only_below_the_queue_bound() {
+    let h = handoff(512, 1000);
+    assert_eq!(decide(&h, input(100, 100, Some(999))), Choice::Remote);
+    assert_eq!(
+        decide(&h, input(100, 100, Some(1000))),
+        Choice::Local(HandoffResult::LocalShort)
+    );
+    assert_eq!(
+        decide(&h, input(100, 100, None)),
+        Choice::Local(HandoffResult::LocalShort),
+        "no prefill backend: a short prompt was never going to wait for one"
+    );
+    let never = handoff(512, 0);
+    assert_eq!(
+        decide(&never, input(100, 100, Some(0))),
+        Choice::Local(HandoffResult::LocalShort),
+        "short_queue_tokens = 0: short prompts always prefill where they decode"
+    );
+}
+
+#[test]
+fn the_uncached_part_is_the_uncached_share_of_the_bytes() {
+    assert_eq!(uncached(1000, 4000, None), 1000);
+    assert_eq!(uncached(1000, 4000, Some(0)), 1000);
+    assert_eq!(uncached(1000, 4000, Some(3000)), 250);
+    assert_eq!(uncached(1000, 4000, Some(4000)), 0);
+    assert_eq!(uncached(1000, 4000, Some(9000)), 0, "clamped to the prompt");
+    assert_eq!(
+        uncached(1000, 0, Some(100)),
+        1000,
+        "token-id prompts: no text"
+    );
+    assert_eq!(
+        uncached(3, 4000, Some(1)),
+        3,
+        "rounded up: never under-counted"
+    );
+}

@@ -1,0 +1,208 @@
+//! The prefill phase on the prefill pool: picking a prefill backend, the prefill request, and each
+//! protocol's transfer of the KV cache to the decode backend.
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request};
+use serde_json::value::RawValue;
+use tokio::time::Instant;
+
+use super::llamacpp::{self, TransferFile};
+use super::prefill::{self, PrefillError};
+use super::slots::{SlotGuard, SlotTable};
+use super::{vllm, PoolHandoff};
+use crate::context::{HandoffResult, RequestContext, RoutePlan};
+use crate::proxy::RequestBody;
+use crate::route::backend::{Backend, LoadGuard};
+use crate::route::health::Fault;
+use crate::route::Router;
+
+impl Router {
+    /// The handoff of the pool named `name`, when it has one.
+    pub(super) fn handoff_of(&self, name: &str) -> Option<Arc<PoolHandoff>> {
+        let index = self.pools.iter().position(|pool| &*pool.name == name)?;
+        self.handoffs.get(index)?.clone()
+    }
+
+    /// The backend of pool `pool` labelled `label`.
+    pub(super) fn backend_of(&self, pool: &str, label: &str) -> Option<Arc<Backend>> {
+        let pool = self.pools.iter().find(|p| &*p.name == pool)?;
+        let backends = pool.backends();
+        backends
+            .iter()
+            .find(|backend| &*backend.target.label == label)
+            .cloned()
+    }
+
+    /// The slot table of a llama.cpp server, its size learned from `GET /props` the first time.
+    pub(super) async fn slot_table(&self, backend: &Arc<Backend>) -> Option<Arc<SlotTable>> {
+        if let Some(table) = self.slot_tables.get(&backend.target.label) {
+            return Some(table);
+        }
+        let client = self.client.get()?;
+        let slots = llamacpp::total_slots(client, backend, self.probe_timeout).await?;
+        Some(self.slot_tables.of(&backend.target.label, slots))
+    }
+
+    /// The request's conversation key (its prompt's prefix name), when its pool names prompts.
+    pub(super) fn conversation_key(
+        &self,
+        context: &RequestContext,
+        headers: &HeaderMap,
+    ) -> Option<u64> {
+        self.affinity_keys(context, headers)
+            .prefix
+            .map(|prefix| prefix.key)
+    }
+
+    /// A prefill backend of `handoff`'s prefill pool (its balancing and affinity), written into
+    /// the record; none while every one is ejected.
+    fn pick_prefill(
+        &self,
+        handoff: &PoolHandoff,
+        context: &mut RequestContext,
+        headers: &HeaderMap,
+    ) -> Result<Arc<Backend>, HandoffResult> {
+        let plan = RoutePlan {
+            pools: vec![handoff.prefill],
+            spill_queue_tokens: None,
+        };
+        let keys = self.affinity_keys_in(context, headers, &plan.pools);
+        let pick = self
+            .pick(&plan, &keys, &[], Instant::now())
+            .filter(|pick| pick.reason != "panic")
+            .ok_or(HandoffResult::PrefillUnavailable)?;
+        if let Some(record) = context.handoff.as_mut() {
+            record.prefill_backend = Some(pick.backend.target.clone());
+        }
+        Ok(pick.backend)
+    }
+
+    /// Sends the prefill request (its prompt counted as the backend's queued load meanwhile) and
+    /// returns a successful answer; a failure is reported to the backend's health as a dispatch
+    /// would report it.
+    async fn send_prefill(
+        &self,
+        handoff: &PoolHandoff,
+        backend: &Arc<Backend>,
+        req: &Request<RequestBody>,
+        body: Bytes,
+        uncached: u64,
+    ) -> Result<Bytes, HandoffResult> {
+        let client = self.client.get().ok_or(HandoffResult::PrefillUnavailable)?;
+        let path = req.uri().path_and_query().map_or("/", |path| path.as_str());
+        let load = LoadGuard::new(Arc::clone(backend), uncached);
+        let sent = prefill::send(
+            client,
+            backend,
+            path,
+            req.headers(),
+            body,
+            handoff.prefill_timeout,
+        )
+        .await;
+        drop(load);
+        let failed = |fault: Fault, result: HandoffResult| {
+            self.report(handoff.prefill, backend, fault);
+            Err(result)
+        };
+        match sent {
+            Ok((status, answer)) if status.is_success() => {
+                backend.on_success();
+                Ok(answer)
+            }
+            Ok((status, _)) if status.is_server_error() => {
+                failed(Fault::Answer, HandoffResult::PrefillFailed)
+            }
+            Ok(_) => Err(HandoffResult::PrefillFailed),
+            Err(PrefillError::Timeout(_)) => failed(Fault::Answer, HandoffResult::PrefillTimeout),
+            Err(err) => {
+                tracing::debug!(error = %err, backend = &*backend.target.label, "prefill failed");
+                failed(Fault::Connection, HandoffResult::PrefillFailed)
+            }
+        }
+    }
+
+    /// vLLM: the prefill request asks for a remote decode; its answer's `kv_transfer_params`.
+    pub(super) async fn prefill_vllm(
+        &self,
+        handoff: &PoolHandoff,
+        context: &mut RequestContext,
+        req: &Request<RequestBody>,
+        body: &Bytes,
+        uncached: u64,
+    ) -> Result<Box<RawValue>, HandoffResult> {
+        let backend = self.pick_prefill(handoff, context, req.headers())?;
+        let prefill_body = vllm::prefill_body(body).map_err(|_| HandoffResult::Unsupported)?;
+        let answer = self
+            .send_prefill(handoff, &backend, req, prefill_body, uncached)
+            .await;
+        prefilled(context);
+        vllm::offered(&answer?).ok_or(HandoffResult::TransferFailed)
+    }
+
+    /// llama.cpp: the prompt computed in a reserved slot of the prefill server, saved to a file,
+    /// restored into the decode server's `decode_slot`; the file is removed either way.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn prefill_llamacpp(
+        &self,
+        handoff: &PoolHandoff,
+        context: &mut RequestContext,
+        req: &Request<RequestBody>,
+        body: &Bytes,
+        uncached: u64,
+        decode_slot: &SlotGuard,
+        decode: &Arc<Backend>,
+    ) -> Result<(), HandoffResult> {
+        let client = self.client.get().ok_or(HandoffResult::PrefillUnavailable)?;
+        let dir = handoff
+            .slot_dir
+            .as_deref()
+            .ok_or(HandoffResult::Unsupported)?;
+        let backend = self.pick_prefill(handoff, context, req.headers())?;
+        let table = self
+            .slot_table(&backend)
+            .await
+            .ok_or(HandoffResult::PrefillUnavailable)?;
+        let key = self.conversation_key(context, req.headers());
+        let slot = table
+            .reserve(key, handoff.slot_wait)
+            .await
+            .ok_or(HandoffResult::PrefillUnavailable)?;
+        let prefill_body =
+            llamacpp::prefill_body(body, slot.id()).map_err(|_| HandoffResult::Unsupported)?;
+        let answer = self
+            .send_prefill(handoff, &backend, req, prefill_body, uncached)
+            .await;
+        prefilled(context);
+        answer?;
+        let name = llamacpp::file_name();
+        let file = TransferFile::new(dir, &name, handoff.prefill_timeout);
+        let moved = |action: &'static str| {
+            move |err: llamacpp::SlotActionError| {
+                tracing::debug!(error = %err, action, "KV transfer failed");
+                HandoffResult::TransferFailed
+            }
+        };
+        let timeout = handoff.prefill_timeout;
+        llamacpp::slot_action(client, &backend, slot.id(), "save", &name, timeout)
+            .await
+            .map_err(moved("save"))?;
+        drop(slot);
+        llamacpp::slot_action(client, decode, decode_slot.id(), "restore", &name, timeout)
+            .await
+            .map_err(moved("restore"))?;
+        drop(file);
+        if let Some(record) = context.handoff.as_mut() {
+            record.transfer_done = Some(Instant::now());
+        }
+        Ok(())
+    }
+}
+
+/// The prefill's answer is in.
+fn prefilled(context: &mut RequestContext) {
+    if let Some(record) = context.handoff.as_mut() {
+        record.prefill_done = Some(Instant::now());
+    }
+}

@@ -1,0 +1,313 @@
+//! The handoff phase of one request: where its prefill runs, the protocol's prefill phase, and the
+//! decode request (sent again without the KV when the decode backend refuses it).
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::CONTENT_LENGTH;
+use http::{
+    Extensions, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, Version,
+};
+use tokio::time::Instant;
+use tower::{Service, ServiceExt};
+
+use super::policy::{self, Choice, PolicyInput};
+use super::slots::{Held, SlotGuard};
+use super::{llamacpp, vllm, PoolHandoff};
+use crate::config::HandoffProtocol;
+use crate::context::{HandoffRecord, HandoffResult, RequestContext};
+use crate::dialect::Dialect;
+use crate::proxy::{Failure, RequestBody, UpstreamBody};
+use crate::route::Router;
+use crate::upstream::InFlight;
+
+/// The header that names a request to both replicas.
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// What goes to the decode backend.
+#[derive(Debug, Default)]
+struct Decode {
+    /// The decode request's body; `None`: the client's, unchanged.
+    body: Option<Bytes>,
+    /// After a remote prefill whose KV the decode backend may refuse: the body to send it again
+    /// with (the request as it would have been without a prefill pool).
+    local: Option<Bytes>,
+    /// llama.cpp: the decode slot, held to the end of the stream.
+    slot: Option<SlotGuard>,
+}
+
+impl Router {
+    pub(super) async fn handoff<S>(
+        self: Arc<Self>,
+        mut inner: S,
+        mut req: Request<RequestBody>,
+    ) -> Result<Response<UpstreamBody>, Failure>
+    where
+        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
+    {
+        let Some(mut context) = RequestContext::take(req.extensions_mut(), "handoff") else {
+            return Err(Failure::lost());
+        };
+        let handoff = context
+            .pool
+            .as_deref()
+            .and_then(|name| self.handoff_of(name));
+        let (Some(handoff), Some(generation)) = (handoff, context.generation.as_ref()) else {
+            context.put(req.extensions_mut());
+            return inner.ready().await?.call(req).await;
+        };
+        let body = generation.body.clone();
+        if !supported(&handoff, &context, &body) {
+            context.handoff = Some(HandoffRecord::new(HandoffResult::Unsupported, 0));
+            context.put(req.extensions_mut());
+            return inner.ready().await?.call(req).await;
+        }
+        let (choice, uncached) = self.choose(&handoff, &context);
+        if choice == Choice::Remote && !req.headers().contains_key(REQUEST_ID) {
+            let id = format!("tokenmeter-{:032x}", rand::random::<u128>());
+            if let Ok(value) = HeaderValue::from_str(&id) {
+                req.headers_mut().insert(REQUEST_ID, value);
+            }
+        }
+        let decode = match handoff.protocol {
+            HandoffProtocol::Vllm => {
+                self.vllm(&handoff, choice, uncached, &mut context, &req, &body)
+                    .await
+            }
+            HandoffProtocol::Llamacpp => {
+                self.llamacpp(&handoff, choice, uncached, &mut context, &req, &body)
+                    .await
+            }
+        };
+        if let Some(slot) = decode.slot {
+            let load = context.in_flight.take();
+            context.in_flight = Some(InFlight(Arc::new(Held { load, slot })));
+        }
+        let retry = decode.local.map(|local| LocalRequest::of(&req, local));
+        if let Some(body) = decode.body {
+            req.headers_mut()
+                .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+            *req.body_mut() = RequestBody::buffered(body);
+        }
+        if let Some(record) = context.handoff.as_mut() {
+            record.decode_sent = Some(Instant::now());
+        }
+        let Some(retry) = retry else {
+            context.put(req.extensions_mut());
+            return inner.ready().await?.call(req).await;
+        };
+        // The decode backend's load guard outlives a refused transfer's answer, for the retry.
+        let guard = context.in_flight.clone();
+        context.put(req.extensions_mut());
+        let mut response = inner.ready().await?.call(req).await?;
+        if !response.status().is_server_error() {
+            return Ok(response);
+        }
+        // The decode replica could not take the KV and answered an error before any byte of a
+        // stream: it serves the whole request, as it would have without a prefill pool.
+        let Some(mut context) = RequestContext::take(response.extensions_mut(), "handoff") else {
+            return Err(Failure::lost());
+        };
+        drop(response);
+        tracing::debug!("the decode replica refused the transferred KV: prefilling it there");
+        context.in_flight = guard;
+        if let Some(record) = context.handoff.as_mut() {
+            record.result = HandoffResult::TransferFailed;
+            record.decode_sent = Some(Instant::now());
+        }
+        let mut again = retry.build();
+        context.put(again.extensions_mut());
+        inner.ready().await?.call(again).await
+    }
+
+    /// Where the prefill runs ([`policy::decide`]), and the uncached prompt tokens it weighed.
+    fn choose(&self, handoff: &PoolHandoff, context: &RequestContext) -> (Choice, u64) {
+        let (prompt_tokens, text_bytes) = context
+            .estimate
+            .map_or((0, 0), |e| (e.tokens, e.size.text_bytes));
+        let uncached = policy::uncached(prompt_tokens, text_bytes, context.cached_prompt_bytes);
+        let input = PolicyInput {
+            prompt_tokens,
+            uncached_tokens: uncached,
+            prefill_queue: self.pools[handoff.prefill].shortest_queue(Instant::now()),
+        };
+        (policy::decide(handoff, input), uncached)
+    }
+
+    /// vLLM: a remote prefill's `kv_transfer_params` go with the client's request.
+    async fn vllm(
+        &self,
+        handoff: &PoolHandoff,
+        choice: Choice,
+        uncached: u64,
+        context: &mut RequestContext,
+        req: &Request<RequestBody>,
+        body: &Bytes,
+    ) -> Decode {
+        if let Choice::Local(result) = choice {
+            context.handoff = Some(HandoffRecord::new(result, uncached));
+            return Decode::default();
+        }
+        start(context, uncached);
+        let prefilled = tokio::time::timeout(
+            handoff.prefill_timeout,
+            self.prefill_vllm(handoff, context, req, body, uncached),
+        )
+        .await
+        .unwrap_or(Err(HandoffResult::PrefillTimeout));
+        let spliced = prefilled
+            .and_then(|params| vllm::decode_body(body, &params).ok_or(HandoffResult::Unsupported));
+        match spliced {
+            Ok(decode) => {
+                finish(context, HandoffResult::Remote);
+                Decode {
+                    body: Some(decode),
+                    local: Some(body.clone()),
+                    slot: None,
+                }
+            }
+            Err(result) => {
+                finish(context, result);
+                Decode::default()
+            }
+        }
+    }
+
+    /// llama.cpp: every request runs in a slot of the decode server the proxy reserved; a remote
+    /// prefill's KV is restored into it first.
+    async fn llamacpp(
+        &self,
+        handoff: &PoolHandoff,
+        choice: Choice,
+        uncached: u64,
+        context: &mut RequestContext,
+        req: &Request<RequestBody>,
+        body: &Bytes,
+    ) -> Decode {
+        let decode_backend = context
+            .backend
+            .as_ref()
+            .and_then(|target| self.backend_of(context.pool.as_deref()?, &target.label));
+        let table = match &decode_backend {
+            Some(backend) => self.slot_table(backend).await,
+            None => None,
+        };
+        let (Some(decode_backend), Some(table)) = (decode_backend, table) else {
+            // A server whose slots cannot be learned is served as without a prefill pool.
+            context.handoff = Some(HandoffRecord::new(HandoffResult::Unsupported, uncached));
+            return Decode::default();
+        };
+        let key = self.conversation_key(context, req.headers());
+        let Some(slot) = table.reserve(key, handoff.slot_wait).await else {
+            context.handoff = Some(HandoffRecord::new(HandoffResult::SlotsBusy, uncached));
+            return Decode::default();
+        };
+        let in_slot = llamacpp::with_slot(body, slot.id());
+        let result = match choice {
+            Choice::Local(result) => {
+                context.handoff = Some(HandoffRecord::new(result, uncached));
+                None
+            }
+            Choice::Remote => {
+                start(context, uncached);
+                let moved = tokio::time::timeout(
+                    handoff.prefill_timeout,
+                    self.prefill_llamacpp(
+                        handoff,
+                        context,
+                        req,
+                        body,
+                        uncached,
+                        &slot,
+                        &decode_backend,
+                    ),
+                )
+                .await
+                .unwrap_or(Err(HandoffResult::PrefillTimeout));
+                Some(moved.map_or_else(|result| result, |()| HandoffResult::Remote))
+            }
+        };
+        if let Some(result) = result {
+            finish(context, result);
+        }
+        Decode {
+            body: in_slot,
+            local: None,
+            slot: Some(slot),
+        }
+    }
+}
+
+/// Whether the protocol can hand this request off: an API it speaks, a JSON object body that does
+/// not speak the protocol itself.
+fn supported(handoff: &PoolHandoff, context: &RequestContext, body: &[u8]) -> bool {
+    if context.malformed() {
+        return false;
+    }
+    match handoff.protocol {
+        HandoffProtocol::Vllm => {
+            matches!(
+                context.dialect,
+                Some(Dialect::OpenAiChat | Dialect::OpenAiCompletions)
+            ) && !vllm::mentions_params(body)
+        }
+        HandoffProtocol::Llamacpp => {
+            matches!(
+                context.dialect,
+                Some(Dialect::OpenAiChat | Dialect::OpenAiCompletions | Dialect::LlamaCpp)
+            ) && !llamacpp::mentions_slot(body)
+        }
+    }
+}
+
+/// A remote prefill starts: the record is pending until it ends (a request abandoned then is
+/// `client_gone`).
+fn start(context: &mut RequestContext, uncached: u64) {
+    let mut record = HandoffRecord::new(HandoffResult::Pending, uncached);
+    record.prefill_started = Some(Instant::now());
+    context.handoff = Some(record);
+}
+
+/// A remote prefill's phase ended with `result`.
+fn finish(context: &mut RequestContext, result: HandoffResult) {
+    if let Some(record) = context.handoff.as_mut() {
+        record.result = result;
+        record.prefill_done.get_or_insert_with(Instant::now);
+    }
+}
+
+/// The client's request as it was before the handoff changed it: sent again, to the same decode
+/// backend, when that backend refuses the KV it was given.
+#[derive(Debug)]
+struct LocalRequest {
+    method: Method,
+    uri: Uri,
+    version: Version,
+    headers: HeaderMap,
+    extensions: Extensions,
+    body: Bytes,
+}
+
+impl LocalRequest {
+    fn of(req: &Request<RequestBody>, body: Bytes) -> Self {
+        let mut headers = req.headers().clone();
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        Self {
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+            version: req.version(),
+            headers,
+            extensions: req.extensions().clone(),
+            body,
+        }
+    }
+
+    fn build(self) -> Request<RequestBody> {
+        let mut req = Request::new(RequestBody::buffered(self.body));
+        *req.method_mut() = self.method;
+        *req.uri_mut() = self.uri;
+        *req.version_mut() = self.version;
+        *req.headers_mut() = self.headers;
+        *req.extensions_mut() = self.extensions;
+        req
+    }
+}

@@ -1,0 +1,71 @@
+use std::time::Duration;
+
+use super::*;
+
+#[tokio::test]
+async fn a_slot_is_never_held_twice_and_comes_back_when_dropped() {
+    let table = Arc::new(SlotTable::new(2));
+    let a = table.reserve(None, Duration::ZERO).await.expect("a slot");
+    let b = table.reserve(None, Duration::ZERO).await.expect("another");
+    assert_ne!(a.id(), b.id());
+    assert_eq!(table.busy(), 2);
+    assert!(
+        table.reserve(None, Duration::ZERO).await.is_none(),
+        "no third slot"
+    );
+    let freed = a.id();
+    drop(a);
+    assert_eq!(table.busy(), 1);
+    let c = table
+        .reserve(None, Duration::ZERO)
+        .await
+        .expect("the freed one");
+    assert_eq!(c.id(), freed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_table_is_waited_on_for_at_most_the_wait() {
+    let table = Arc::new(SlotTable::new(1));
+    let held = table.reserve(None, Duration::ZERO).await.expect("the slot");
+    let started = tokio::time::Instant::now();
+    assert!(table
+        .reserve(None, Duration::from_millis(50))
+        .await
+        .is_none());
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(50),
+        "waited the bound"
+    );
+    let waiter = {
+        let table = Arc::clone(&table);
+        tokio::spawn(async move {
+            table
+                .reserve(None, Duration::from_secs(5))
+                .await
+                .map(|g| g.id())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    drop(held);
+    assert_eq!(
+        waiter.await.expect("joins"),
+        Some(0),
+        "a waiter takes the freed slot"
+    );
+}
+
+#[tokio::test]
+async fn a_conversation_returns_to_its_slot_else_the_least_recently_used() {
+    let table = Arc::new(SlotTable::new(3));
+    let first = table.reserve(Some(7), Duration::ZERO).await.expect("slot");
+    let other = table.reserve(Some(9), Duration::ZERO).await.expect("slot");
+    let (seven, nine) = (first.id(), other.id());
+    drop(first);
+    drop(other);
+    let again = table.reserve(Some(7), Duration::ZERO).await.expect("slot");
+    assert_eq!(again.id(), seven, "its last slot holds its prompt");
+    let fresh = table.reserve(Some(1), Duration::ZERO).await.expect("slot");
+    let never_used = (0..3).find(|i| *i != seven && *i != nine).expect("one");
+    assert_eq!(fresh.id(), never_used, "the least recently used free slot");
+}

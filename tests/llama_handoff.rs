@@ -1,0 +1,255 @@
+//! Prefill/decode disaggregation on a real engine: two llama.cpp servers (`scripts/llama/build.sh`)
+//! sharing a slot directory, the prefill's KV cache saved on one and restored into a slot of the
+//! other that the proxy reserved. The decode server's own `timings` show it computed one prompt
+//! token; the directory holds no file afterwards; slots come back whatever happened to the request.
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokenmeter::config::{Config, HandoffConfig, HandoffProtocol, PoolConfig, RuleConfig};
+use tokenmeter::server::ServerHandle;
+use tokio::io::AsyncWriteExt;
+
+use support::llama::LlamaServer;
+use support::{client, config_for, prom, start_proxy, wait_for_metric};
+
+const CHAT: &str = "/v1/chat/completions";
+
+/// A slot directory of its own (the servers take `--slot-save-path` with a trailing slash).
+fn slot_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tokenmeter-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("slot dir");
+    dir
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("read the slot dir")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// Starts a server with `slots` slots saving to `dir` (`None`: no slot actions).
+async fn server(slots: u32, dir: Option<&PathBuf>) -> Option<LlamaServer> {
+    let path = dir.map(|dir| format!("{}/", dir.display()));
+    let extra: Vec<&str> = match &path {
+        Some(path) => vec!["--slot-save-path", path],
+        None => Vec::new(),
+    };
+    LlamaServer::start_with(slots, 4096, &extra).await
+}
+
+/// Pools `prefill` and `decode` (llama.cpp's protocol, prompts of 300 estimated tokens or more
+/// handed off), every request to `decode`.
+fn config(prefill: &str, decode: &str, dir: &Path) -> Config {
+    let mut config = config_for("http://127.0.0.1:1");
+    config.pools = vec![
+        PoolConfig {
+            name: "prefill".to_owned(),
+            urls: vec![prefill.to_owned()],
+            ..PoolConfig::default()
+        },
+        PoolConfig {
+            name: "decode".to_owned(),
+            urls: vec![decode.to_owned()],
+            handoff: Some(HandoffConfig {
+                prefill_pool: "prefill".to_owned(),
+                protocol: HandoffProtocol::Llamacpp,
+                min_prompt_tokens: 300,
+                prefill_timeout: Duration::from_secs(30),
+                slot_dir: Some(dir.to_owned()),
+                slot_wait: Duration::from_millis(200),
+                ..HandoffConfig::default()
+            }),
+            ..PoolConfig::default()
+        },
+    ];
+    config.rules = vec![RuleConfig {
+        pool: "decode".to_owned(),
+        ..RuleConfig::default()
+    }];
+    config.routing.tokenize = false;
+    config.routing.retries = 0;
+    config.validate().expect("valid config");
+    config
+}
+
+/// A chat of `n` words (about 2n tokens on the test model, n/2 estimated before calibration).
+fn chat(n: usize, max_tokens: u32) -> String {
+    format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}],"max_tokens":{max_tokens},"temperature":0,"stream":true}}"#,
+        vec!["w"; n].join(" ")
+    )
+}
+
+/// The `timings` of a stream's last event that has them.
+fn timings(stream: &str) -> Value {
+    stream
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter_map(|event| event.get("timings").cloned())
+        .next_back()
+        .expect("a timings member")
+}
+
+fn results(proxy: &ServerHandle, result: &str) -> f64 {
+    prom::sum(
+        &proxy.metrics.render(),
+        "tokenmeter_disaggregated_requests_total",
+        &[("pool", "decode"), ("result", result)],
+    )
+}
+
+/// Waits until the slot directory is empty (a removal runs on its own task).
+async fn empties(dir: &Path) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !files_in(dir).is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "files left: {:?}",
+            files_in(dir)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_decode_server_computes_one_prompt_token_of_a_handed_off_prompt() {
+    let dir = slot_dir("handoff");
+    let Some(prefill) = server(2, Some(&dir)).await else {
+        return;
+    };
+    let Some(decode) = server(2, Some(&dir)).await else {
+        return;
+    };
+    let proxy = start_proxy(config(&prefill.url, &decode.url, &dir)).await;
+
+    for turn in 0..3 {
+        let streamed = client::post(proxy.traffic_addr, CHAT, &chat(1200, 4)).await;
+        assert_eq!(streamed.status, 200, "{}", streamed.text());
+        assert!(streamed.text().ends_with("data: [DONE]\n\n"));
+        let timings = timings(&streamed.text());
+        assert_eq!(
+            timings["prompt_n"], 1,
+            "turn {turn}: only the last prompt token was computed on the decode server: {timings}"
+        );
+        assert!(
+            timings["cache_n"].as_u64().is_some_and(|n| n > 1000),
+            "turn {turn}: the rest came from the restored slot: {timings}"
+        );
+    }
+    assert_eq!(
+        results(&proxy, "remote"),
+        3.0,
+        "three handoffs, the slots came back each time"
+    );
+    let text = proxy.metrics.render();
+    for phase in ["prefill", "transfer", "decode_first_token"] {
+        assert_eq!(
+            prom::value(
+                &text,
+                "tokenmeter_disaggregation_phase_seconds_count",
+                &[("pool", "decode"), ("phase", phase)]
+            ),
+            3.0,
+            "{phase}"
+        );
+    }
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+        12.0,
+        "4 tokens a request, the prefill's own token not counted"
+    );
+    empties(&dir).await;
+
+    // A short prompt prefills where it decodes, in a slot the proxy names.
+    let streamed = client::post(proxy.traffic_addr, CHAT, &chat(20, 4)).await;
+    assert_eq!(streamed.status, 200);
+    assert!(timings(&streamed.text())["prompt_n"]
+        .as_u64()
+        .is_some_and(|n| n > 1));
+    assert_eq!(results(&proxy, "local_short"), 1.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_decode_server_that_cannot_restore_prefills_the_request_itself() {
+    let dir = slot_dir("norestore");
+    let Some(prefill) = server(1, Some(&dir)).await else {
+        return;
+    };
+    // No --slot-save-path: its restore is refused.
+    let Some(decode) = server(1, None).await else {
+        return;
+    };
+    let proxy = start_proxy(config(&prefill.url, &decode.url, &dir)).await;
+    let streamed = client::post(proxy.traffic_addr, CHAT, &chat(1200, 4)).await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text());
+    assert!(
+        timings(&streamed.text())["prompt_n"]
+            .as_u64()
+            .is_some_and(|n| n > 1000),
+        "the decode server computed the prompt"
+    );
+    assert_eq!(results(&proxy, "transfer_failed"), 1.0);
+    empties(&dir).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_client_gone_during_the_prefill_gives_its_slots_and_file_back() {
+    let dir = slot_dir("gone");
+    let Some(prefill) = server(1, Some(&dir)).await else {
+        return;
+    };
+    let Some(decode) = server(1, Some(&dir)).await else {
+        return;
+    };
+    let proxy = start_proxy(config(&prefill.url, &decode.url, &dir)).await;
+    let body = chat(1600, 4);
+    let mut raw = tokio::net::TcpStream::connect(proxy.traffic_addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST {CHAT} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    raw.write_all(head.as_bytes()).await.expect("head");
+    raw.write_all(body.as_bytes()).await.expect("body");
+    // The one-thread server needs seconds for this prefill: leave in the middle of it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(raw);
+    wait_for_metric(
+        &proxy,
+        "tokenmeter_disaggregated_requests_total",
+        &[("pool", "decode"), ("result", "client_gone")],
+        1.0,
+    )
+    .await;
+    // Both one-slot servers' slots are free again: the next handoff gets them (and waits on the
+    // prefill server for the abandoned prefill, if it still runs).
+    let streamed = client::post(proxy.traffic_addr, CHAT, &chat(1200, 4)).await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text());
+    assert_eq!(results(&proxy, "slots_busy"), 0.0);
+    assert_eq!(
+        results(&proxy, "remote"),
+        1.0,
+        "slots reserved again on both servers"
+    );
+    empties(&dir).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
