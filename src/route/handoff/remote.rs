@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::llamacpp::{self, TransferFile};
 use super::prefill::{self, PrefillError};
-use super::slots::{SlotGuard, SlotTable};
+use super::slots::{Placement, SlotGuard, SlotTable};
 use super::{vllm, PoolHandoff};
 use crate::context::{HandoffResult, RequestContext, RoutePlan};
 use crate::proxy::RequestBody;
@@ -164,9 +164,14 @@ impl Router {
             .slot_table(&backend)
             .await
             .ok_or(HandoffResult::PrefillUnavailable)?;
-        let key = self.conversation_key(context, req.headers());
+        // Short prompts before long ones in the server's batches (see [`Placement::First`]).
+        let placement = if uncached < handoff.min_prompt_tokens {
+            Placement::First
+        } else {
+            Placement::Last
+        };
         let slot = table
-            .reserve(key, handoff.slot_wait)
+            .reserve(placement, handoff.slot_wait)
             .await
             .ok_or(HandoffResult::PrefillUnavailable)?;
         let prefill_body =

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tower::{Service, ServiceExt};
 
 use super::policy::{self, Choice, PolicyInput};
-use super::slots::{Held, SlotGuard};
+use super::slots::{Held, Placement, SlotGuard};
 use super::{llamacpp, vllm, PoolHandoff};
 use crate::config::HandoffProtocol;
 use crate::context::{HandoffRecord, HandoffResult, RequestContext};
@@ -197,7 +197,10 @@ impl Router {
             return Decode::default();
         };
         let key = self.conversation_key(context, req.headers());
-        let Some(slot) = table.reserve(key, handoff.slot_wait).await else {
+        let Some(slot) = table
+            .reserve(Placement::Conversation(key), handoff.slot_wait)
+            .await
+        else {
             context.handoff = Some(HandoffRecord::new(HandoffResult::SlotsBusy, uncached));
             return Decode::default();
         };

@@ -67,9 +67,12 @@ impl SlotTable {
         self.lock().slots.iter().filter(|slot| slot.busy).count()
     }
 
-    /// A free slot, waiting at most `wait` for one; `key` names the request's conversation (its
-    /// last slot is preferred, and remembered for the next turn).
-    pub async fn reserve(self: &Arc<Self>, key: Option<u64>, wait: Duration) -> Option<SlotGuard> {
+    /// A free slot, waiting at most `wait` for one, chosen as `placement` says.
+    pub async fn reserve(
+        self: &Arc<Self>,
+        placement: Placement,
+        wait: Duration,
+    ) -> Option<SlotGuard> {
         let permit = match Arc::clone(&self.free).try_acquire_owned() {
             Ok(permit) => permit,
             Err(_) if wait.is_zero() => return None,
@@ -79,20 +82,25 @@ impl SlotTable {
                 .ok()?,
         };
         let mut state = self.lock();
-        let free = state
+        let mut free = state
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, slot)| !slot.busy);
-        let chosen = free
-            .min_by_key(|(_, slot)| {
-                let same = key.is_some() && slot.key == key;
-                (!same, slot.released)
-            })
-            .map(|(index, _)| index)?;
+            .filter(|(_, slot)| !slot.busy)
+            .map(|(index, slot)| (index, *slot));
+        let chosen = match placement {
+            Placement::Conversation(key) => free
+                .min_by_key(|(_, slot)| {
+                    let same = key.is_some() && slot.key == key;
+                    (!same, slot.released)
+                })
+                .map(|(index, _)| index),
+            Placement::First => free.next().map(|(index, _)| index),
+            Placement::Last => free.next_back().map(|(index, _)| index),
+        }?;
         state.slots[chosen].busy = true;
-        if key.is_some() {
-            state.slots[chosen].key = key;
+        if let Placement::Conversation(Some(key)) = placement {
+            state.slots[chosen].key = Some(key);
         }
         drop(state);
         Some(SlotGuard {
@@ -117,6 +125,20 @@ impl SlotTable {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Which free slot a request takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// The slot this conversation (its key) used last, whose cache holds its prompt; else the
+    /// one used longest ago. For decode servers.
+    Conversation(Option<u64>),
+    /// The lowest free slot. `llama-server` fills each step's batch with the prompts of its slots
+    /// in slot order, so on a prefill server a short prompt placed before a long one is computed
+    /// in the next batch instead of after the whole long prompt.
+    First,
+    /// The highest free slot: a long prompt, computed after any shorter one.
+    Last,
 }
 
 /// A slot held by one request; dropped, the slot is free again (its permit returns after it is

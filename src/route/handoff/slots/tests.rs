@@ -5,19 +5,28 @@ use super::*;
 #[tokio::test]
 async fn a_slot_is_never_held_twice_and_comes_back_when_dropped() {
     let table = Arc::new(SlotTable::new(2));
-    let a = table.reserve(None, Duration::ZERO).await.expect("a slot");
-    let b = table.reserve(None, Duration::ZERO).await.expect("another");
+    let a = table
+        .reserve(Placement::Conversation(None), Duration::ZERO)
+        .await
+        .expect("a slot");
+    let b = table
+        .reserve(Placement::Conversation(None), Duration::ZERO)
+        .await
+        .expect("another");
     assert_ne!(a.id(), b.id());
     assert_eq!(table.busy(), 2);
     assert!(
-        table.reserve(None, Duration::ZERO).await.is_none(),
+        table
+            .reserve(Placement::Conversation(None), Duration::ZERO)
+            .await
+            .is_none(),
         "no third slot"
     );
     let freed = a.id();
     drop(a);
     assert_eq!(table.busy(), 1);
     let c = table
-        .reserve(None, Duration::ZERO)
+        .reserve(Placement::Conversation(None), Duration::ZERO)
         .await
         .expect("the freed one");
     assert_eq!(c.id(), freed);
@@ -26,10 +35,13 @@ async fn a_slot_is_never_held_twice_and_comes_back_when_dropped() {
 #[tokio::test(start_paused = true)]
 async fn a_full_table_is_waited_on_for_at_most_the_wait() {
     let table = Arc::new(SlotTable::new(1));
-    let held = table.reserve(None, Duration::ZERO).await.expect("the slot");
+    let held = table
+        .reserve(Placement::Conversation(None), Duration::ZERO)
+        .await
+        .expect("the slot");
     let started = tokio::time::Instant::now();
     assert!(table
-        .reserve(None, Duration::from_millis(50))
+        .reserve(Placement::Conversation(None), Duration::from_millis(50))
         .await
         .is_none());
     assert_eq!(
@@ -41,7 +53,7 @@ async fn a_full_table_is_waited_on_for_at_most_the_wait() {
         let table = Arc::clone(&table);
         tokio::spawn(async move {
             table
-                .reserve(None, Duration::from_secs(5))
+                .reserve(Placement::Conversation(None), Duration::from_secs(5))
                 .await
                 .map(|g| g.id())
         })
@@ -58,14 +70,51 @@ async fn a_full_table_is_waited_on_for_at_most_the_wait() {
 #[tokio::test]
 async fn a_conversation_returns_to_its_slot_else_the_least_recently_used() {
     let table = Arc::new(SlotTable::new(3));
-    let first = table.reserve(Some(7), Duration::ZERO).await.expect("slot");
-    let other = table.reserve(Some(9), Duration::ZERO).await.expect("slot");
+    let first = table
+        .reserve(Placement::Conversation(Some(7)), Duration::ZERO)
+        .await
+        .expect("slot");
+    let other = table
+        .reserve(Placement::Conversation(Some(9)), Duration::ZERO)
+        .await
+        .expect("slot");
     let (seven, nine) = (first.id(), other.id());
     drop(first);
     drop(other);
-    let again = table.reserve(Some(7), Duration::ZERO).await.expect("slot");
+    let again = table
+        .reserve(Placement::Conversation(Some(7)), Duration::ZERO)
+        .await
+        .expect("slot");
     assert_eq!(again.id(), seven, "its last slot holds its prompt");
-    let fresh = table.reserve(Some(1), Duration::ZERO).await.expect("slot");
+    let fresh = table
+        .reserve(Placement::Conversation(Some(1)), Duration::ZERO)
+        .await
+        .expect("slot");
     let never_used = (0..3).find(|i| *i != seven && *i != nine).expect("one");
     assert_eq!(fresh.id(), never_used, "the least recently used free slot");
+}
+
+#[tokio::test]
+async fn short_prompts_take_the_first_free_slot_and_long_ones_the_last() {
+    let table = Arc::new(SlotTable::new(4));
+    let long = table
+        .reserve(Placement::Last, Duration::ZERO)
+        .await
+        .expect("slot");
+    assert_eq!(long.id(), 3);
+    let short = table
+        .reserve(Placement::First, Duration::ZERO)
+        .await
+        .expect("slot");
+    assert_eq!(short.id(), 0);
+    let next = table
+        .reserve(Placement::First, Duration::ZERO)
+        .await
+        .expect("slot");
+    assert_eq!(next.id(), 1);
+    let another_long = table
+        .reserve(Placement::Last, Duration::ZERO)
+        .await
+        .expect("slot");
+    assert_eq!(another_long.id(), 2);
 }
