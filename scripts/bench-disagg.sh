@@ -12,21 +12,28 @@
 #   1p3d_pd, 2p2d_pd: disaggregated: every request decodes on the decode replicas (2048); a prompt
 #            whose uncached part is >= 2048 estimated tokens prefills on the prefill replicas
 #            (16384) and its KV cache moves to the decode replica (25 GB/s); chats prefill where
-#            they decode, unless the prefill pool has fewer than SHORT_QUEUE tokens queued.
+#            they decode, unless the prefill pool has fewer than SHORT_QUEUE tokens queued (0:
+#            never); a document prefills where it decodes while the prefill pool's shortest queue
+#            is past SPILL_QUEUE tokens (0, the default: never; 8192 measured worse, see the doc).
 # Writes docs/disagg-results.json and the table between the disagg4 markers of
 # docs/disaggregation.md.
 #
-# Usage: scripts/bench-disagg.sh        (RATES, DURATION, SEED, WORKLOAD, SETUPS, SHORT_QUEUE)
+# Usage: scripts/bench-disagg.sh        (RATES, DURATION, SEED, WORKLOAD, SETUPS, SHORT_QUEUE,
+#                                        SPILL_QUEUE, PREFILL_TIMEOUT override; a set-up name may
+#                                        carry a suffix, e.g. SETUPS=2p2d_pd_t60 with
+#                                        PREFILL_TIMEOUT=60s, to keep its results apart)
 #        scripts/bench-disagg.sh --summarize DIR   (rebuild the outputs from DIR/*.json)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/bench.sh
 
-RATES=${RATES:-"24 48 72"}
+RATES=${RATES:-"36 48 60"}
 DURATION=${DURATION:-60s}
 SEED=${SEED:-1}
 SETUPS=${SETUPS:-"p2c 2p2d 1p3d_pd 2p2d_pd"}
 SHORT_QUEUE=${SHORT_QUEUE:-0}
+SPILL_QUEUE=${SPILL_QUEUE:-0}
+PREFILL_TIMEOUT=${PREFILL_TIMEOUT:-10s}
 WORKLOAD=${WORKLOAD:-"chat:0.9:prompt=uniform:200-600:output=uniform:64-256,document:0.1:prompt=uniform:6000-10000:output=fixed:128"}
 PROFILE=llama-3.1-8b-h100
 BIN=target/release/tokenmeter
@@ -55,11 +62,11 @@ config() {
         printf '[[pools]]\nname = "decode"\nurls = %s\nbalance = "streams"\n\n' "$(urls 8103 8104)"
         printf '[[rules]]\npool = "prefill"\nmin_prompt_tokens = 2048\nfallback = "decode"\n\n[[rules]]\npool = "decode"\n'
         ;;
-    1p3d_pd | 2p2d_pd)
-        if [ "$1" = 1p3d_pd ]; then prefill=(8101) decode=(8102 8103 8104); else prefill=(8101 8102) decode=(8103 8104); fi
+    1p3d_pd* | 2p2d_pd*)
+        if [ "${1#1p3d_pd}" != "$1" ]; then prefill=(8101) decode=(8102 8103 8104); else prefill=(8101 8102) decode=(8103 8104); fi
         printf '[[pools]]\nname = "prefill"\nurls = %s\nbalance = "prompt_tokens"\n\n' "$(urls "${prefill[@]}")"
         printf '[[pools]]\nname = "decode"\nurls = %s\nbalance = "streams"\n' "$(urls "${decode[@]}")"
-        printf '[pools.handoff]\nprefill_pool = "prefill"\nprotocol = "vllm"\nmin_prompt_tokens = 2048\nshort_queue_tokens = %s\n\n' "$SHORT_QUEUE"
+        printf '[pools.handoff]\nprefill_pool = "prefill"\nprotocol = "vllm"\nmin_prompt_tokens = 2048\nshort_queue_tokens = %s\nspill_queue_tokens = %s\nprefill_timeout = "%s"\n\n' "$SHORT_QUEUE" "$SPILL_QUEUE" "$PREFILL_TIMEOUT"
         printf '[[rules]]\npool = "decode"\n'
         ;;
     esac
@@ -67,8 +74,8 @@ config() {
 budgets() {
     case $1 in
     p2c) echo "8192 8192 8192 8192" ;;
-    2p2d | 2p2d_pd) echo "16384 16384 2048 2048" ;;
-    1p3d_pd) echo "16384 2048 2048 2048" ;;
+    2p2d | 2p2d_pd*) echo "16384 16384 2048 2048" ;;
+    1p3d_pd*) echo "16384 2048 2048 2048" ;;
     esac
 }
 
@@ -121,9 +128,9 @@ for f in "$tmp"/*-*.json; do
         '. + [{setup: $setup, rate: ($rate | tonumber)} + $s]' <<<"$results")
 done
 jq -n --arg duration "$DURATION" --arg seed "$SEED" --arg workload "$WORKLOAD" \
-    --arg short "$SHORT_QUEUE" --argjson results "$results" \
+    --arg short "$SHORT_QUEUE" --arg spill "$SPILL_QUEUE" --argjson results "$results" \
     '{duration: $duration, seed: ($seed | tonumber), workload: $workload, profile: "'"$PROFILE"'",
-      short_queue_tokens: ($short | tonumber),
+      short_queue_tokens: ($short | tonumber), spill_queue_tokens: ($spill | tonumber),
       results: ($results | sort_by(.rate, ({"p2c": 0, "2p2d": 1, "1p3d_pd": 2, "2p2d_pd": 3}[.setup] // 9)))}' >docs/disagg-results.json
 
 table=$(jq -r '

@@ -136,7 +136,7 @@ for f in "$tmp"/*-[0-9].json; do
     class=chat
     [ "$workload" = sessions ] && class=all
     decode_prompt=$(awk '/^llamacpp:prompt_tokens_total/ {print $2}' "$tmp/$base.decode.prom")
-    handoffs=$(grep -E '^tokenmeter_disaggregated_requests_total' "$tmp/$base.prom" \
+    handoffs=$({ grep -E '^tokenmeter_disaggregated_requests_total' "$tmp/$base.prom" || true; } \
         | sed -E 's/.*result="([a-z_]+)".* ([0-9.e+]+)$/\1 \2/' \
         | jq -R -s 'split("\n") | map(select(length > 0) | split(" ") | {(.[0]): (.[1] | tonumber)}) | add // {}')
     results=$(jq --arg setup "$setup" --arg workload "$workload" --arg run "$n" \

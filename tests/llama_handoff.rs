@@ -253,3 +253,70 @@ async fn a_client_gone_during_the_prefill_gives_its_slots_and_file_back() {
     empties(&dir).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_prefill_server_that_cannot_save_or_is_down_leaves_the_decode_server_to_prefill() {
+    let dir = slot_dir("nosave");
+    // No --slot-save-path on the prefill server: its save is refused.
+    let Some(prefill) = server(1, None).await else {
+        return;
+    };
+    let Some(decode) = server(1, Some(&dir)).await else {
+        return;
+    };
+    let proxy = start_proxy(config(&prefill.url, &decode.url, &dir)).await;
+    let streamed = client::post(proxy.traffic_addr, CHAT, &chat(1200, 4)).await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text());
+    assert!(
+        timings(&streamed.text())["prompt_n"]
+            .as_u64()
+            .is_some_and(|n| n > 1000),
+        "the decode server computed the prompt"
+    );
+    assert_eq!(results(&proxy, "transfer_failed"), 1.0);
+
+    // The prefill server gone: no slots to learn, the decode server prefills.
+    let (url, addr) = (prefill.url.clone(), prefill.addr);
+    drop(prefill);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::net::TcpStream::connect(addr).await.is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the prefill server stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let down = start_proxy(config(&url, &decode.url, &dir)).await;
+    let streamed = client::post(down.traffic_addr, CHAT, &chat(1200, 4)).await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text());
+    assert_eq!(results(&down, "prefill_unavailable"), 1.0);
+    empties(&dir).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_request_that_finds_every_decode_slot_held_goes_without_one_after_the_wait() {
+    let dir = slot_dir("busy");
+    let Some(prefill) = server(1, Some(&dir)).await else {
+        return;
+    };
+    let Some(decode) = server(1, Some(&dir)).await else {
+        return;
+    };
+    let mut config = config(&prefill.url, &decode.url, &dir);
+    if let Some(handoff) = config.pools[1].handoff.as_mut() {
+        handoff.slot_wait = Duration::from_millis(100);
+    }
+    let proxy = start_proxy(config).await;
+    // One long answer holds the decode server's only slot.
+    let holder = client::open(proxy.traffic_addr, CHAT, &chat(20, 200)).await;
+    let streamed = client::post(proxy.traffic_addr, CHAT, &chat(20, 4)).await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text());
+    assert_eq!(
+        results(&proxy, "slots_busy"),
+        1.0,
+        "counted, and served all the same"
+    );
+    assert_eq!(holder.collect().await.status, 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -22,6 +22,11 @@ pub struct HandoffConfig {
     /// than this many prompt tokens queued (not yet past their first byte), so that it never
     /// waits behind a long prefill; `0`: shorter prompts always prefill where they decode.
     pub short_queue_tokens: u64,
+    /// A long prompt prefills where it decodes after all while the prefill pool's least-queued
+    /// backend has more than this many prompt tokens queued: past that its wait there would cost
+    /// more TTFT than its prefill costs the decode backend's streams; `0`: never (it always
+    /// queues on the prefill pool, bounded by `prefill_timeout`).
+    pub spill_queue_tokens: u64,
     /// The prefill phase's deadline (prefill request, and for llama.cpp the save and restore):
     /// past it the decode pool serves the whole request, as it would without a prefill pool.
     #[serde(deserialize_with = "duration")]
@@ -66,6 +71,7 @@ impl Default for HandoffConfig {
             protocol: HandoffProtocol::default(),
             min_prompt_tokens: 512,
             short_queue_tokens: 0,
+            spill_queue_tokens: 0,
             prefill_timeout: Duration::from_secs(10),
             slot_dir: None,
             slot_wait: Duration::from_millis(200),

@@ -333,6 +333,7 @@ fn a_handoff_names_an_existing_prefill_pool_that_runs_its_own_prefills() {
             protocol: HandoffProtocol::Vllm,
             min_prompt_tokens: 512,
             short_queue_tokens: 0,
+            spill_queue_tokens: 0,
             prefill_timeout: Duration::from_secs(10),
             slot_dir: None,
             slot_wait: Duration::from_millis(200),

@@ -23,6 +23,9 @@ pub enum HandoffResult {
     /// Prefilled where it decodes by policy: long, but the decode backend's prompt cache holds
     /// all but a short part of it (a conversation's follow-up).
     LocalCached,
+    /// Prefilled where it decodes by policy: long, but the prefill pool's queue was past
+    /// `spill_queue_tokens`.
+    LocalBusy,
     /// Not a request the protocol can hand off (another API, a body that is not a JSON object,
     /// or one that carries `kv_transfer_params` of its own): served as without a prefill pool.
     Unsupported,
@@ -48,6 +51,7 @@ impl HandoffResult {
             HandoffResult::Remote => "remote",
             HandoffResult::LocalShort => "local_short",
             HandoffResult::LocalCached => "local_cached",
+            HandoffResult::LocalBusy => "local_busy",
             HandoffResult::Unsupported => "unsupported",
             HandoffResult::PrefillUnavailable => "prefill_unavailable",
             HandoffResult::PrefillFailed => "prefill_failed",

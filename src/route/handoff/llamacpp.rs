@@ -151,6 +151,7 @@ pub fn file_name() -> String {
 /// removal is tried again once such a save must be over.
 #[derive(Debug)]
 pub struct TransferFile {
+    name: String,
     path: Arc<PathBuf>,
     /// How long a save may still be running after the request let go of it.
     linger: Duration,
@@ -159,9 +160,15 @@ pub struct TransferFile {
 impl TransferFile {
     pub fn new(dir: &Path, name: &str, linger: Duration) -> Self {
         Self {
+            name: name.to_owned(),
             path: Arc::new(dir.join(name)),
             linger,
         }
+    }
+
+    /// The name the servers know it by (relative to their `--slot-save-path`).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     pub fn path(&self) -> &Path {

@@ -57,6 +57,7 @@ pub struct PoolHandoff {
     pub protocol: HandoffProtocol,
     pub min_prompt_tokens: u64,
     pub short_queue_tokens: u64,
+    pub spill_queue_tokens: u64,
     pub prefill_timeout: Duration,
     /// llama.cpp: the slot directory as this process sees it.
     pub slot_dir: Option<PathBuf>,
@@ -71,6 +72,7 @@ impl PoolHandoff {
             protocol: config.protocol,
             min_prompt_tokens: config.min_prompt_tokens,
             short_queue_tokens: config.short_queue_tokens,
+            spill_queue_tokens: config.spill_queue_tokens,
             prefill_timeout: config.prefill_timeout,
             slot_dir: config.slot_dir.clone(),
             slot_wait: config.slot_wait,

@@ -9,7 +9,11 @@
 //!    stall the decode replica longest;
 //! 2. a long prompt that the decode backend holds all but a short part of (a conversation's
 //!    follow-up) prefills there: moving a whole cache to save a short prefill is a loss;
-//! 3. a short prompt is handed off only while the prefill pool's least-queued backend has fewer
+//! 3. with `spill_queue_tokens`, a long prompt prefills where it decodes while the prefill pool's
+//!    least-queued backend has more prompt tokens queued than that (`local_busy`): past it, its
+//!    wait there would cost more TTFT than its prefill costs the decode backend's streams (whose
+//!    per-request TPOT a few long steps barely move);
+//! 4. a short prompt is handed off only while the prefill pool's least-queued backend has fewer
 //!    than `short_queue_tokens` prompt tokens queued: behind a long document its TTFT would be
 //!    worse than the short stall it saves (the measured failure of handing off everything).
 use super::PoolHandoff;
@@ -44,8 +48,13 @@ pub fn decide(handoff: &PoolHandoff, input: PolicyInput) -> Choice {
         .is_some_and(|queued| queued < handoff.short_queue_tokens);
     if long {
         return match input.prefill_queue {
-            Some(_) => Choice::Remote,
             None => Choice::Local(HandoffResult::PrefillUnavailable),
+            Some(queued)
+                if handoff.spill_queue_tokens > 0 && queued > handoff.spill_queue_tokens =>
+            {
+                Choice::Local(HandoffResult::LocalBusy)
+            }
+            Some(_) => Choice::Remote,
         };
     }
     if input.prompt_tokens >= handoff.min_prompt_tokens {

@@ -141,9 +141,8 @@ impl Router {
         vllm::offered(&answer?).ok_or(HandoffResult::TransferFailed)
     }
 
-    /// llama.cpp: the prompt computed in a reserved slot of the prefill server, saved to a file,
-    /// restored into the decode server's `decode_slot`; the file is removed either way.
-    #[allow(clippy::too_many_arguments)]
+    /// llama.cpp: the prompt computed in a reserved slot of the prefill server and saved to a
+    /// file (removed when the returned guard drops: after the restore, or with the request).
     pub(super) async fn prefill_llamacpp(
         &self,
         handoff: &PoolHandoff,
@@ -151,9 +150,7 @@ impl Router {
         req: &Request<RequestBody>,
         body: &Bytes,
         uncached: u64,
-        decode_slot: &SlotGuard,
-        decode: &Arc<Backend>,
-    ) -> Result<(), HandoffResult> {
+    ) -> Result<TransferFile, HandoffResult> {
         let client = self.client.get().ok_or(HandoffResult::PrefillUnavailable)?;
         let dir = handoff
             .slot_dir
@@ -181,27 +178,46 @@ impl Router {
             .await;
         prefilled(context);
         answer?;
-        let name = llamacpp::file_name();
-        let file = TransferFile::new(dir, &name, handoff.prefill_timeout);
-        let moved = |action: &'static str| {
-            move |err: llamacpp::SlotActionError| {
-                tracing::debug!(error = %err, action, "KV transfer failed");
-                HandoffResult::TransferFailed
-            }
-        };
-        let timeout = handoff.prefill_timeout;
-        llamacpp::slot_action(client, &backend, slot.id(), "save", &name, timeout)
-            .await
-            .map_err(moved("save"))?;
-        drop(slot);
-        llamacpp::slot_action(client, decode, decode_slot.id(), "restore", &name, timeout)
-            .await
-            .map_err(moved("restore"))?;
-        drop(file);
-        if let Some(record) = context.handoff.as_mut() {
-            record.transfer_done = Some(Instant::now());
-        }
-        Ok(())
+        let file = TransferFile::new(dir, &llamacpp::file_name(), handoff.prefill_timeout);
+        llamacpp::slot_action(
+            client,
+            &backend,
+            slot.id(),
+            "save",
+            file.name(),
+            handoff.prefill_timeout,
+        )
+        .await
+        .map_err(|err| {
+            tracing::debug!(error = %err, "KV save failed");
+            HandoffResult::TransferFailed
+        })?;
+        Ok(file)
+    }
+
+    /// llama.cpp: restores a saved prefill into `slot` of the decode server `decode`.
+    pub(super) async fn restore_llamacpp(
+        &self,
+        handoff: &PoolHandoff,
+        decode: &Backend,
+        slot: &SlotGuard,
+        file: &TransferFile,
+    ) -> Result<(), HandoffResult> {
+        let client = self.client.get().ok_or(HandoffResult::TransferFailed)?;
+        llamacpp::slot_action(
+            client,
+            decode,
+            slot.id(),
+            "restore",
+            file.name(),
+            handoff.prefill_timeout,
+        )
+        .await
+        .map(drop)
+        .map_err(|err| {
+            tracing::debug!(error = %err, "KV restore failed");
+            HandoffResult::TransferFailed
+        })
     }
 }
 

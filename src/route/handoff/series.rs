@@ -4,7 +4,7 @@ use crate::config::Config;
 use crate::metrics::{with_edge, Metrics};
 
 /// Requests of a pool with a prefill pool, by the decode `pool` and `result` (see
-/// [`crate::context::HandoffResult`]: `remote`, `local_short`, `local_cached`, `unsupported`,
+/// [`crate::context::HandoffResult`]: `remote`, `local_short`, `local_cached`, `local_busy`, `unsupported`,
 /// the fallbacks `prefill_unavailable`, `prefill_failed`, `prefill_timeout`, `transfer_failed`,
 /// and `client_gone`).
 pub const DISAGGREGATED_REQUESTS: &str = "tokenmeter_disaggregated_requests_total";
@@ -24,6 +24,6 @@ pub fn describe(metrics: &Metrics, config: &Config) {
     );
     metrics.describe_counter(
         DISAGGREGATED_REQUESTS,
-        "Requests of a pool with a prefill pool, by result: remote, local_short, local_cached, unsupported, prefill_unavailable, prefill_failed, prefill_timeout, transfer_failed, client_gone.",
+        "Requests of a pool with a prefill pool, by result: remote, local_short, local_cached, local_busy, unsupported, prefill_unavailable, prefill_failed, prefill_timeout, transfer_failed, client_gone.",
     );
 }

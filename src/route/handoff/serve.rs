@@ -172,8 +172,9 @@ impl Router {
         }
     }
 
-    /// llama.cpp: every request runs in a slot of the decode server the proxy reserved; a remote
-    /// prefill's KV is restored into it first.
+    /// llama.cpp: every request runs in a slot of the decode server the proxy reserved. A remote
+    /// prefill runs first (so a decode slot is never held while a prompt is computed elsewhere);
+    /// its saved KV is restored into the slot once one is free.
     async fn llamacpp(
         &self,
         handoff: &PoolHandoff,
@@ -196,44 +197,50 @@ impl Router {
             context.handoff = Some(HandoffRecord::new(HandoffResult::Unsupported, uncached));
             return Decode::default();
         };
-        let key = self.conversation_key(context, req.headers());
-        let Some(slot) = table
-            .reserve(Placement::Conversation(key), handoff.slot_wait)
-            .await
-        else {
-            context.handoff = Some(HandoffRecord::new(HandoffResult::SlotsBusy, uncached));
-            return Decode::default();
-        };
-        let in_slot = llamacpp::with_slot(body, slot.id());
-        let result = match choice {
+        let saved = match choice {
             Choice::Local(result) => {
                 context.handoff = Some(HandoffRecord::new(result, uncached));
                 None
             }
             Choice::Remote => {
                 start(context, uncached);
-                let moved = tokio::time::timeout(
+                let saved = tokio::time::timeout(
                     handoff.prefill_timeout,
-                    self.prefill_llamacpp(
-                        handoff,
-                        context,
-                        req,
-                        body,
-                        uncached,
-                        &slot,
-                        &decode_backend,
-                    ),
+                    self.prefill_llamacpp(handoff, context, req, body, uncached),
                 )
                 .await
                 .unwrap_or(Err(HandoffResult::PrefillTimeout));
-                Some(moved.map_or_else(|result| result, |()| HandoffResult::Remote))
+                saved.map_err(|result| finish(context, result)).ok()
             }
         };
-        if let Some(result) = result {
-            finish(context, result);
+        let key = self.conversation_key(context, req.headers());
+        let Some(slot) = table
+            .reserve(Placement::Conversation(key), handoff.slot_wait)
+            .await
+        else {
+            match context.handoff.as_mut() {
+                Some(record) => record.result = HandoffResult::SlotsBusy,
+                None => {
+                    context.handoff = Some(HandoffRecord::new(HandoffResult::SlotsBusy, uncached))
+                }
+            }
+            return Decode::default();
+        };
+        if let Some(file) = saved {
+            let restored = self
+                .restore_llamacpp(handoff, &decode_backend, &slot, &file)
+                .await;
+            drop(file);
+            if let (Ok(()), Some(record)) = (&restored, context.handoff.as_mut()) {
+                record.transfer_done = Some(Instant::now());
+            }
+            finish(
+                context,
+                restored.map_or_else(|result| result, |()| HandoffResult::Remote),
+            );
         }
         Decode {
-            body: in_slot,
+            body: llamacpp::with_slot(body, slot.id()),
             local: None,
             slot: Some(slot),
         }

@@ -9,6 +9,7 @@ fn handoff(min: u64, short_queue: u64) -> PoolHandoff {
         protocol: HandoffProtocol::Vllm,
         min_prompt_tokens: min,
         short_queue_tokens: short_queue,
+        spill_queue_tokens: 0,
         prefill_timeout: Duration::from_secs(1),
         slot_dir: None,
         slot_wait: Duration::ZERO,
@@ -89,5 +90,16 @@ fn the_uncached_part_is_the_uncached_share_of_the_bytes() {
         uncached(3, 4000, Some(1)),
         3,
         "rounded up: never under-counted"
+    );
+}
+
+#[test]
+fn a_long_prompt_spills_to_its_decode_backend_past_the_spill_bound() {
+    let mut h = handoff(512, 0);
+    h.spill_queue_tokens = 20_000;
+    assert_eq!(decide(&h, input(8000, 8000, Some(20_000))), Choice::Remote);
+    assert_eq!(
+        decide(&h, input(8000, 8000, Some(20_001))),
+        Choice::Local(HandoffResult::LocalBusy)
     );
 }
