@@ -155,8 +155,24 @@ impl BenchClient {
         point_start: Instant,
         timeout: Duration,
     ) -> RequestRecord {
+        self.send_from(target, plan, class, point_start, Instant::now(), timeout)
+            .await
+    }
+
+    /// [`send`](Self::send) with the request's clock started at `t0`: the instant its sender
+    /// decided to send it (a closed-loop worker checks its deadline against that same instant,
+    /// so no request it starts can carry a start past the deadline).
+    pub async fn send_from(
+        &self,
+        target: &Destination,
+        plan: &PlannedRequest,
+        class: &str,
+        point_start: Instant,
+        t0: Instant,
+        timeout: Duration,
+    ) -> RequestRecord {
         let st = StreamState::default();
-        self.measure(st, target, plan, class, point_start, timeout)
+        self.measure(st, target, plan, class, point_start, t0, timeout)
             .await
             .record
     }
@@ -172,10 +188,19 @@ impl BenchClient {
         timeout: Duration,
     ) -> Reply {
         let st = StreamState::keeping_reply();
-        self.measure(st, target, plan, class, point_start, timeout)
-            .await
+        self.measure(
+            st,
+            target,
+            plan,
+            class,
+            point_start,
+            Instant::now(),
+            timeout,
+        )
+        .await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn measure(
         &self,
         mut st: StreamState,
@@ -183,9 +208,9 @@ impl BenchClient {
         plan: &PlannedRequest,
         class: &str,
         point_start: Instant,
+        t0: Instant,
         timeout: Duration,
     ) -> Reply {
-        let t0 = Instant::now();
         let exchange = self.exchange(target, plan, &mut st);
         let end = match tokio::time::timeout(timeout, exchange).await {
             Ok(end) => end,

@@ -136,6 +136,11 @@ struct Shared {
 
 impl Shared {
     async fn send(&self, index: u64) -> RequestRecord {
+        self.send_from(index, Instant::now()).await
+    }
+
+    /// The request `index`, its clock started at `t0` (see [`BenchClient::send_from`]).
+    async fn send_from(&self, index: u64, t0: Instant) -> RequestRecord {
         let s = self.spec.workload.sample_request(self.spec.seed, index);
         let plan = PlannedRequest {
             index,
@@ -149,11 +154,12 @@ impl Shared {
         let class = self.names.get(s.class).map_or("default", String::as_str);
         let rec = self
             .client
-            .send(
+            .send_from(
                 &self.target,
                 &plan,
                 class,
                 self.start,
+                t0,
                 self.spec.request_timeout,
             )
             .await;
@@ -205,8 +211,10 @@ async fn closed_loop(
             let mut out = Vec::new();
             // Bounded by the request count or the deadline.
             loop {
+                // The deadline is checked against the instant the request's clock starts at.
+                let t0 = Instant::now();
                 if let Stop::Duration(d) = stop {
-                    if start.elapsed() >= d {
+                    if t0.saturating_duration_since(start) >= d {
                         break;
                     }
                 }
@@ -214,7 +222,7 @@ async fn closed_loop(
                 if matches!(stop, Stop::Requests(n) if index >= n) {
                     break;
                 }
-                out.push(sh.send(index).await);
+                out.push(sh.send_from(index, t0).await);
             }
             out
         });
