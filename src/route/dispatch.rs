@@ -123,7 +123,7 @@ impl Router {
 
 /// What is needed to send a request again: its head and its (buffered or empty) body.
 #[derive(Debug)]
-struct Replay {
+pub(super) struct Replay {
     method: Method,
     uri: Uri,
     version: Version,
@@ -140,17 +140,22 @@ impl Replay {
             RequestBody::Streaming(incoming) if incoming.is_end_stream() => Bytes::new(),
             RequestBody::Streaming(_) => return None,
         };
-        Some(Self {
+        Some(Self::with_body(req, body))
+    }
+
+    /// `req`'s head with `body` (which must be what its `content-length` says).
+    pub(super) fn with_body(req: &Request<RequestBody>, body: Bytes) -> Self {
+        Self {
             method: req.method().clone(),
             uri: req.uri().clone(),
             version: req.version(),
             headers: req.headers().clone(),
             extensions: req.extensions().clone(),
             body,
-        })
+        }
     }
 
-    fn build(&self) -> Request<RequestBody> {
+    pub(super) fn build(&self) -> Request<RequestBody> {
         let mut req = Request::new(RequestBody::buffered(self.body.clone()));
         *req.method_mut() = self.method.clone();
         *req.uri_mut() = self.uri.clone();

@@ -13,11 +13,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::Method;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::splice;
 use crate::proxy::client::UpstreamClient;
 use crate::route::backend::Backend;
 use crate::route::probe::{self, ExchangeError};
@@ -27,7 +28,7 @@ const ID_SLOT: &str = "id_slot";
 
 /// Whether `body` names a slot itself (then the proxy does not manage its slot).
 pub fn mentions_slot(body: &[u8]) -> bool {
-    memchr::memmem::find(body, b"\"id_slot\"").is_some()
+    splice::mentions(body, ID_SLOT)
 }
 
 /// The prefill request's body: the client's, in slot `slot`, one token, not streamed, its prompt
@@ -50,21 +51,7 @@ pub fn prefill_body(body: &[u8], slot: usize) -> Result<Bytes, serde_json::Error
 /// The client's body, byte for byte, with `"id_slot":SLOT` as its first member; `None` when it
 /// does not start with a JSON object.
 pub fn with_slot(body: &[u8], slot: usize) -> Option<Bytes> {
-    let open = body.iter().position(|b| !b.is_ascii_whitespace())?;
-    if body[open] != b'{' {
-        return None;
-    }
-    let rest = &body[open + 1..];
-    let empty = rest
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|&b| b == b'}');
-    let member = format!("\"{ID_SLOT}\":{slot}{}", if empty { "" } else { "," });
-    let mut out = BytesMut::with_capacity(body.len() + member.len());
-    out.extend_from_slice(&body[..=open]);
-    out.extend_from_slice(member.as_bytes());
-    out.extend_from_slice(rest);
-    Some(out.freeze())
+    splice::first_member(body, ID_SLOT, &slot.to_string())
 }
 
 /// Why a save or restore failed.

@@ -47,6 +47,7 @@ mod remote;
 pub mod series;
 mod serve;
 pub mod slots;
+pub mod splice;
 pub mod vllm;
 
 /// A decode pool's compiled `[pools.handoff]`.

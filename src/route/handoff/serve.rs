@@ -4,9 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
-use http::{
-    Extensions, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, Version,
-};
+use http::{HeaderName, HeaderValue, Request, Response};
 use tokio::time::Instant;
 use tower::{Service, ServiceExt};
 
@@ -17,6 +15,7 @@ use crate::config::HandoffProtocol;
 use crate::context::{HandoffRecord, HandoffResult, RequestContext};
 use crate::dialect::Dialect;
 use crate::proxy::{Failure, RequestBody, UpstreamBody};
+use crate::route::dispatch::Replay;
 use crate::route::Router;
 use crate::upstream::InFlight;
 
@@ -82,7 +81,8 @@ impl Router {
             let load = context.in_flight.take();
             context.in_flight = Some(InFlight(Arc::new(Held { load, slot })));
         }
-        let retry = decode.local.map(|local| LocalRequest::of(&req, local));
+        // Taken before the body changes: the head still describes the client's body.
+        let retry = decode.local.map(|local| Replay::with_body(&req, local));
         if let Some(body) = decode.body {
             req.headers_mut()
                 .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
@@ -282,42 +282,5 @@ fn finish(context: &mut RequestContext, result: HandoffResult) {
     if let Some(record) = context.handoff.as_mut() {
         record.result = result;
         record.prefill_done.get_or_insert_with(Instant::now);
-    }
-}
-
-/// The client's request as it was before the handoff changed it: sent again, to the same decode
-/// backend, when that backend refuses the KV it was given.
-#[derive(Debug)]
-struct LocalRequest {
-    method: Method,
-    uri: Uri,
-    version: Version,
-    headers: HeaderMap,
-    extensions: Extensions,
-    body: Bytes,
-}
-
-impl LocalRequest {
-    fn of(req: &Request<RequestBody>, body: Bytes) -> Self {
-        let mut headers = req.headers().clone();
-        headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-        Self {
-            method: req.method().clone(),
-            uri: req.uri().clone(),
-            version: req.version(),
-            headers,
-            extensions: req.extensions().clone(),
-            body,
-        }
-    }
-
-    fn build(self) -> Request<RequestBody> {
-        let mut req = Request::new(RequestBody::buffered(self.body));
-        *req.method_mut() = self.method;
-        *req.uri_mut() = self.uri;
-        *req.version_mut() = self.version;
-        *req.headers_mut() = self.headers;
-        *req.extensions_mut() = self.extensions;
-        req
     }
 }

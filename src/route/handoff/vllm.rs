@@ -11,10 +11,12 @@
 //! The decode body keeps every byte the client sent: the member is spliced in after the opening
 //! brace rather than the body re-serialised. A body that already names `kv_transfer_params` is not
 //! handed off (the client speaks the protocol itself, or its prompt quotes it).
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+use super::splice;
 
 /// The member the protocol adds to both requests.
 pub const MEMBER: &str = "kv_transfer_params";
@@ -24,7 +26,7 @@ const REMOTE_DECODE: &str = r#"{"do_remote_decode":true,"do_remote_prefill":fals
 
 /// Whether `body` mentions the protocol's member anywhere (then it is not handed off).
 pub fn mentions_params(body: &[u8]) -> bool {
-    memchr::memmem::find(body, b"\"kv_transfer_params\"").is_some()
+    splice::mentions(body, MEMBER)
 }
 
 /// The prefill request's body from the client's (a JSON object).
@@ -59,26 +61,7 @@ pub fn offered(answer: &[u8]) -> Option<Box<RawValue>> {
 /// The decode request's body: the client's, with `"kv_transfer_params":PARAMS` as its first
 /// member. `None` when the body does not start with a JSON object.
 pub fn decode_body(body: &[u8], params: &RawValue) -> Option<Bytes> {
-    let open = body.iter().position(|b| !b.is_ascii_whitespace())?;
-    if body[open] != b'{' {
-        return None;
-    }
-    let rest = &body[open + 1..];
-    let empty = rest
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|&b| b == b'}');
-    let mut out = BytesMut::with_capacity(body.len() + MEMBER.len() + params.get().len() + 4);
-    out.extend_from_slice(&body[..=open]);
-    out.extend_from_slice(b"\"");
-    out.extend_from_slice(MEMBER.as_bytes());
-    out.extend_from_slice(b"\":");
-    out.extend_from_slice(params.get().as_bytes());
-    if !empty {
-        out.extend_from_slice(b",");
-    }
-    out.extend_from_slice(rest);
-    Some(out.freeze())
+    splice::first_member(body, MEMBER, params.get())
 }
 
 #[cfg(test)]
