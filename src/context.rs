@@ -96,7 +96,8 @@ pub struct RequestContext {
     /// The load guard of the current attempt, until the forwarder moves it into the body.
     pub in_flight: Option<InFlight>,
     /// Bytes of the prompt's text that the attempt's backend is known to hold in its prompt
-    /// cache (its pool's prefix index, before this request), when the pool has prefix affinity.
+    /// cache (its pool's prefix index, before this request), when the pool has prefix affinity and
+    /// hands prefills off (the handoff's policy is its one reader).
     pub cached_prompt_bytes: Option<u64>,
     /// What the handoff phase did, for a request of a pool with a prefill pool.
     pub handoff: Option<HandoffRecord>,

@@ -37,7 +37,7 @@ pub struct Pick {
     /// Why that pool: `rule`, `spill`, `fallback` or `panic`.
     pub reason: &'static str,
     /// Bytes of the prompt's text the backend was known to hold in its prompt cache (a pool with
-    /// prefix affinity; `None` elsewhere).
+    /// prefix affinity and a handoff, the one reader; `None` elsewhere).
     pub cached_bytes: Option<u64>,
 }
 
@@ -319,7 +319,11 @@ impl Router {
             b.available(now) && !tried.iter().any(|t| Arc::ptr_eq(t, b))
         });
         let chosen = preferred.or_else(|| balance::choose(pool, now, tried, rng))?;
-        let cached_bytes = affinity.cached_bytes(keys, &chosen);
+        // Only a handoff weighs it: other pools do not walk the index twice per request.
+        let cached_bytes = self.handoffs[index]
+            .is_some()
+            .then(|| affinity.cached_bytes(keys, &chosen))
+            .flatten();
         affinity.remember(keys, &chosen);
         if let (Some(decision), true) = (decision, tried.is_empty()) {
             affinity.count(decision);
