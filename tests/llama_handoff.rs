@@ -230,8 +230,19 @@ async fn a_client_gone_during_the_prefill_gives_its_slots_and_file_back() {
     );
     raw.write_all(head.as_bytes()).await.expect("head");
     raw.write_all(body.as_bytes()).await.expect("body");
-    // The one-thread server needs seconds for this prefill: leave in the middle of it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The one-thread server needs seconds for this prefill: leave once it is computing it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, text) = client::get(prefill.addr, "/metrics").await;
+        if prom::sum(&text, "llamacpp:requests_processing", &[]) >= 1.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the prefill server took the prompt"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     drop(raw);
     wait_for_metric(
         &proxy,

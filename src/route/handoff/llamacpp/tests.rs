@@ -44,19 +44,29 @@ fn file_names_are_unique_and_plain() {
         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'));
 }
 
+/// Waits (at most 5 s) until `path` is gone.
+async fn gone(path: &std::path::Path) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while path.exists() {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    true
+}
+
 #[tokio::test]
 async fn a_transfer_file_is_removed_when_dropped_and_again_after_its_linger() {
     let dir = std::env::temp_dir().join(format!("tokenmeter-slots-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let file = TransferFile::new(&dir, "t.bin", Duration::from_millis(100));
+    let file = TransferFile::new(&dir, "t.bin", Duration::from_millis(500));
     let path = file.path().to_owned();
     std::fs::write(&path, b"kv").unwrap();
     drop(file);
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    assert!(!path.exists(), "removed at once");
-    // A late save writes it after the first removal.
+    assert!(gone(&path).await, "removed at once");
+    // A late save writes it after the first removal, within the linger.
     std::fs::write(&path, b"late").unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    assert!(!path.exists(), "removed again after the linger");
+    assert!(gone(&path).await, "removed again after the linger");
     let _ = std::fs::remove_dir_all(&dir);
 }
