@@ -8,12 +8,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokenmeter::config::{Config, HandoffConfig, HandoffProtocol, PoolConfig, RuleConfig};
+use tokenmeter::config::{Config, HandoffConfig, HandoffProtocol};
 use tokenmeter::server::ServerHandle;
 use tokio::io::AsyncWriteExt;
 
 use support::llama::LlamaServer;
-use support::{client, config_for, prom, start_proxy, wait_for_metric};
+use support::{client, prom, start_proxy, wait_for_metric};
 
 const CHAT: &str = "/v1/chat/completions";
 
@@ -51,36 +51,15 @@ async fn server(slots: u32, dir: Option<&PathBuf>) -> Option<LlamaServer> {
 /// Pools `prefill` and `decode` (llama.cpp's protocol, prompts of 300 estimated tokens or more
 /// handed off), every request to `decode`.
 fn config(prefill: &str, decode: &str, dir: &Path) -> Config {
-    let mut config = config_for("http://127.0.0.1:1");
-    config.pools = vec![
-        PoolConfig {
-            name: "prefill".to_owned(),
-            urls: vec![prefill.to_owned()],
-            ..PoolConfig::default()
-        },
-        PoolConfig {
-            name: "decode".to_owned(),
-            urls: vec![decode.to_owned()],
-            handoff: Some(HandoffConfig {
-                prefill_pool: "prefill".to_owned(),
-                protocol: HandoffProtocol::Llamacpp,
-                min_prompt_tokens: 300,
-                prefill_timeout: Duration::from_secs(30),
-                slot_dir: Some(dir.to_owned()),
-                slot_wait: Duration::from_millis(200),
-                ..HandoffConfig::default()
-            }),
-            ..PoolConfig::default()
-        },
-    ];
-    config.rules = vec![RuleConfig {
-        pool: "decode".to_owned(),
-        ..RuleConfig::default()
-    }];
-    config.routing.tokenize = false;
-    config.routing.retries = 0;
-    config.validate().expect("valid config");
-    config
+    let handoff = HandoffConfig {
+        protocol: HandoffProtocol::Llamacpp,
+        min_prompt_tokens: 300,
+        prefill_timeout: Duration::from_secs(30),
+        slot_dir: Some(dir.to_owned()),
+        slot_wait: Duration::from_millis(200),
+        ..HandoffConfig::default()
+    };
+    support::handoff_pools(prefill, decode, handoff)
 }
 
 /// A chat of `n` words (about 2n tokens on the test model, n/2 estimated before calibration).

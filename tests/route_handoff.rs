@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokenmeter::config::{Config, HandoffConfig, PoolConfig, RuleConfig};
+use tokenmeter::config::{Config, HandoffConfig};
 use tokenmeter::server::ServerHandle;
 use tokio::io::AsyncWriteExt;
 
@@ -40,34 +40,12 @@ fn prefill_answer(params: &str) -> String {
 /// uncached tokens or more off to `prefill` (vLLM's protocol).
 fn handoff_config(prefill: &str, decode: &str, change: impl FnOnce(&mut HandoffConfig)) -> Config {
     let mut handoff = HandoffConfig {
-        prefill_pool: "prefill".to_owned(),
         min_prompt_tokens: 1000,
         prefill_timeout: Duration::from_secs(2),
         ..HandoffConfig::default()
     };
     change(&mut handoff);
-    let mut config = config_for("http://127.0.0.1:1");
-    config.pools = vec![
-        PoolConfig {
-            name: "prefill".to_owned(),
-            urls: vec![prefill.to_owned()],
-            ..PoolConfig::default()
-        },
-        PoolConfig {
-            name: "decode".to_owned(),
-            urls: vec![decode.to_owned()],
-            handoff: Some(handoff),
-            ..PoolConfig::default()
-        },
-    ];
-    config.rules = vec![RuleConfig {
-        pool: "decode".to_owned(),
-        ..RuleConfig::default()
-    }];
-    config.routing.tokenize = false;
-    config.routing.retries = 0;
-    config.validate().expect("valid config");
-    config
+    support::handoff_pools(prefill, decode, handoff)
 }
 
 fn results(proxy: &ServerHandle, result: &str) -> f64 {

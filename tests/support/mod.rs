@@ -12,7 +12,7 @@ pub mod tls;
 
 use std::time::Duration;
 
-use tokenmeter::config::{BalanceLoad, Config, PoolConfig, RuleConfig};
+use tokenmeter::config::{BalanceLoad, Config, HandoffConfig, PoolConfig, RuleConfig};
 use tokenmeter::server::{self, ServerHandle};
 use tokio::net::TcpListener;
 
@@ -55,6 +55,37 @@ pub fn split_pools(prefill: Vec<String>, decode: Vec<String>, min_prompt_tokens:
             ..RuleConfig::default()
         },
     ];
+    config.validate().expect("valid config");
+    config
+}
+
+/// Pools `prefill` and `decode`, the decode pool handing its prefills off as `handoff` says (to
+/// the pool named "prefill"); every request to `decode`, no `/tokenize` calls, no retries.
+/// Validated.
+pub fn handoff_pools(prefill: &str, decode: &str, handoff: HandoffConfig) -> Config {
+    let mut config = config_for("http://127.0.0.1:1");
+    config.pools = vec![
+        PoolConfig {
+            name: "prefill".to_owned(),
+            urls: vec![prefill.to_owned()],
+            ..PoolConfig::default()
+        },
+        PoolConfig {
+            name: "decode".to_owned(),
+            urls: vec![decode.to_owned()],
+            handoff: Some(HandoffConfig {
+                prefill_pool: "prefill".to_owned(),
+                ..handoff
+            }),
+            ..PoolConfig::default()
+        },
+    ];
+    config.rules = vec![RuleConfig {
+        pool: "decode".to_owned(),
+        ..RuleConfig::default()
+    }];
+    config.routing.tokenize = false;
+    config.routing.retries = 0;
     config.validate().expect("valid config");
     config
 }
