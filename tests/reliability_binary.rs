@@ -7,18 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::backend::{Backend, Script};
+use support::ports::free_port;
 use support::{client, events_of, fixture};
 use tokio::time::Instant;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tokenmeter");
 const CHAT: &str = "/v1/chat/completions";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 struct Serve {
     child: Child,

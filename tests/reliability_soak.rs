@@ -25,6 +25,7 @@ use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use support::ports::free_port;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
@@ -169,24 +170,6 @@ struct Proxy {
     child: std::process::Child,
     traffic: SocketAddr,
     admin: SocketAddr,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("port")
-        .port()
-}
-
-/// A free port below Linux's ephemeral range (32768-60999), for a replica that is killed and
-/// restarted: an ephemeral port freed by the kill could meanwhile become the source port of some
-/// outgoing connection, and the restart's bind would then fail.
-fn free_low_port() -> u16 {
-    let start = 20_000 + (std::process::id() % 10_000) as u16;
-    (start..32_000)
-        .chain(20_000..start)
-        .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
-        .expect("a free port below the ephemeral range")
 }
 
 fn proc_fds(pid: u32) -> usize {
@@ -350,7 +333,7 @@ struct Figures {
 }
 
 async fn soak(concurrency: usize, seconds: u64) -> Figures {
-    let addrs = [free_low_port(), free_port()].map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
+    let addrs = [free_port(), free_port()].map(|p| SocketAddr::from(([127, 0, 0, 1], p)));
     let gap = Duration::from_millis(20);
     let mut a = Replica::start(addrs[0], "a", gap).await;
     let _b = Replica::start(addrs[1], "b", gap).await;

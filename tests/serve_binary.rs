@@ -6,17 +6,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use support::backend::{Backend, Script};
+use support::ports::free_port;
 use support::{client, events_of, fixture};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tokenmeter");
-
-/// A port that was free a moment ago (the binary binds it next).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 /// Waits (5 s at most) until the binary's admin port answers `/readyz` with 200.
 async fn wait_ready(admin_addr: std::net::SocketAddr) {

@@ -10,7 +10,8 @@ use std::time::Duration;
 use tokenmeter::config::{Config, PoolConfig, UpstreamTlsConfig};
 
 use support::backend::{Backend, Script, Seen};
-use support::nginx::{free_port, tls_server, Nginx};
+use support::nginx::{tls_server, Nginx};
+use support::ports::free_port;
 use support::tls::{Ca, LeafSpec, TempDir};
 use support::{client, config_for, fixture, prom, start_proxy};
 

@@ -1,6 +1,5 @@
 //! Child processes that die with the test (even when it panics), scratch folders, free ports, and
 //! bounded waiting.
-use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -36,11 +35,13 @@ impl Drop for Scratch {
     }
 }
 
-/// A loopback address whose port was free a moment ago (bound to port 0, then released).
-pub fn free_addr() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local addr")
-}
+/// A loopback address no other caller in this test process gets (see `support/ports.rs`).
+pub use ports::free_addr;
+
+// Its own copy of the module: most binaries using this support have no `support` module.
+#[path = "../support/ports.rs"]
+#[allow(dead_code, clippy::duplicate_mod)]
+mod ports;
 
 /// A running child process, killed and reaped on drop; its output goes to `<log>`.
 pub struct Proc {

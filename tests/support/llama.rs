@@ -44,10 +44,7 @@ impl LlamaServer {
             eprintln!("SKIPPED: llama-server not built (scripts/llama/build.sh builds it)");
             return None;
         };
-        let port = {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-            probe.local_addr().expect("addr").port()
-        };
+        let port = super::ports::free_port();
         let child = Command::new(server)
             .arg("--model")
             .arg(model)

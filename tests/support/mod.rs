@@ -6,6 +6,7 @@ pub mod backend;
 pub mod client;
 pub mod llama;
 pub mod nginx;
+pub mod ports;
 pub mod prom;
 pub mod raw;
 pub mod tls;

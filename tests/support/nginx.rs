@@ -1,6 +1,5 @@
 //! A real nginx (Debian's, installed by scripts/install-test-deps.sh) run in the foreground from a
 //! temp directory: the server blocks are the test's, the rest (pid, logs, temp paths) is here.
-use std::net::TcpListener as StdListener;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -14,14 +13,6 @@ pub const LOG_FORMAT: &str = "$connection|$ssl_server_name|$host|$ssl_client_s_d
 pub struct Nginx {
     child: Child,
     log: std::path::PathBuf,
-}
-
-/// A loopback port nobody listens on (bound and released).
-pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 impl Nginx {
@@ -55,6 +46,12 @@ impl Nginx {
             .spawn()
             .expect("nginx starts");
         let nginx = Self { child, log };
+        // A port that accepts is nginx's only if nginx bound it: a bind that failed (someone else
+        // holds the port) is in the error log at once, while the port still accepts for the other.
+        let bind_failed = || {
+            let errors = std::fs::read_to_string(dir.path("error.log")).unwrap_or_default();
+            errors.contains("bind() to").then_some(errors)
+        };
         for port in ports {
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             while std::net::TcpStream::connect(("127.0.0.1", *port)).is_err() {
@@ -65,6 +62,9 @@ impl Nginx {
                 );
                 std::thread::sleep(Duration::from_millis(20));
             }
+        }
+        if let Some(errors) = bind_failed() {
+            panic!("nginx could not bind its ports {ports:?}: {errors}");
         }
         nginx
     }
