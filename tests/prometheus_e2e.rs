@@ -1,5 +1,6 @@
 //! The dashboards and rules against a real Prometheus: two tokenmeter sidecars, each in front of a
-//! simulated vLLM replica, scraped every second while `tokenmeter bench` drives both; then
+//! simulated vLLM replica (the second also hands long prompts' prefills to a second replica),
+//! scraped every second while `tokenmeter bench` drives both; then
 //! - Prometheus' fleet-wide p50/p99 TTFT (`histogram_quantile` over `sum by (le)`) agrees with the
 //!   percentiles of bench's client-side samples of both sidecars pooled, within the bucket
 //!   resolution;
@@ -36,6 +37,10 @@ const VARIABLES: &[(&str, &str)] = &[
     ("pool", ".+"),
 ];
 
+/// Sidecar 1 prefills prompts of this many tokens or more on its prefill replica; bench's prompts
+/// are uniform over 50-300 tokens, so about half are handed off.
+const HANDOFF_MIN_PROMPT_TOKENS: u64 = 175;
+
 /// Requests each bench sends through its sidecar (4 in flight, 16 output tokens each).
 const REQUESTS_PER_SIDECAR: u64 = 100;
 /// The replicas run 4x slower than the modelled H100: TTFTs of ~100-200 ms, where buckets are
@@ -59,39 +64,65 @@ fn client_overhead_s(q: f64) -> f64 {
 }
 
 struct Sidecar {
-    _sim: Proc,
+    _sims: Vec<Proc>,
     proxy: Proc,
     traffic: SocketAddr,
     admin: SocketAddr,
 }
 
-fn start_sidecar(index: usize, dir: &std::path::Path) -> Sidecar {
-    let sim_addr = free_addr();
+/// Starts a simulated replica on a free port and waits for its `/health`.
+fn start_sim(name: &str, dir: &std::path::Path) -> (Proc, SocketAddr) {
+    let addr = free_addr();
     let mut sim = Command::new(TOKENMETER);
     // Reporting cached prompt tokens, as vLLM does with this flag: the prompt-cache panels.
     sim.args(["sim", "--profile", "llama-3.1-8b-h100", "--time-scale"])
         .arg(SIM_TIME_SCALE.to_string())
         .arg("--enable-prompt-tokens-details")
         .arg("--listen")
-        .arg(sim_addr.to_string());
-    let sim = Proc::spawn(&format!("sim-{index}"), sim, dir);
+        .arg(addr.to_string());
+    let sim = Proc::spawn(name, sim, dir);
     wait_for("simulated replica /health", Duration::from_secs(20), || {
-        matches!(http::get(sim_addr, "/health"), Some((200, _))).then_some(())
+        matches!(http::get(addr, "/health"), Some((200, _))).then_some(())
     });
+    (sim, addr)
+}
+
+/// Sidecar 0 fronts one replica (the default pool, from `TOKENMETER_UPSTREAM`). Sidecar 1
+/// disaggregates: prompts of [`HANDOFF_MIN_PROMPT_TOKENS`] or more are prefilled on a second
+/// replica and decoded on the first (vLLM's protocol, which the simulator speaks), the rest
+/// prefill where they decode: the disaggregation panels and rules get both kinds of result.
+fn start_sidecar(index: usize, dir: &std::path::Path) -> Sidecar {
+    let (decode_sim, decode_addr) = start_sim(&format!("sim-{index}"), dir);
     let traffic = free_addr();
     let admin = free_addr();
     let mut serve = Command::new(TOKENMETER);
     serve
         .arg("serve")
         .env("TOKENMETER_LISTEN", traffic.to_string())
-        .env("TOKENMETER_ADMIN_LISTEN", admin.to_string())
-        .env("TOKENMETER_UPSTREAM", format!("http://{sim_addr}"));
+        .env("TOKENMETER_ADMIN_LISTEN", admin.to_string());
+    let mut sims = vec![decode_sim];
+    if index == 1 {
+        let (prefill_sim, prefill_addr) = start_sim(&format!("sim-{index}-prefill"), dir);
+        sims.push(prefill_sim);
+        let config = dir.join(format!("tokenmeter-{index}.toml"));
+        let toml = format!(
+            "[[pools]]\nname = \"prefill\"\nurls = [\"http://{prefill_addr}\"]\n\
+             balance = \"prompt_tokens\"\n\n[[pools]]\nname = \"decode\"\n\
+             urls = [\"http://{decode_addr}\"]\n\n[pools.handoff]\nprefill_pool = \"prefill\"\n\
+             protocol = \"vllm\"\nmin_prompt_tokens = {HANDOFF_MIN_PROMPT_TOKENS}\n\n\
+             [[rules]]\npool = \"decode\"\n"
+        );
+        std::fs::write(&config, toml).expect("write the disaggregated config");
+        serve.arg("--config").arg(&config);
+    } else {
+        serve.env("TOKENMETER_UPSTREAM", format!("http://{decode_addr}"));
+    }
     let proxy = Proc::spawn(&format!("tokenmeter-{index}"), serve, dir);
     wait_for("tokenmeter /readyz", Duration::from_secs(20), || {
         matches!(http::get(admin, "/readyz"), Some((200, _))).then_some(())
     });
     Sidecar {
-        _sim: sim,
+        _sims: sims,
         proxy,
         traffic,
         admin,
