@@ -20,8 +20,8 @@ pub enum HandoffResult {
     /// Prefilled where it decodes by policy: its uncached part was short and the prefill pool
     /// was busy (or short prompts are never handed off).
     LocalShort,
-    /// Prefilled where it decodes by policy: long, but the decode backend's prompt cache holds
-    /// all but a short part of it (a conversation's follow-up).
+    /// Prefilled where it decodes by policy: the decode backend's prompt cache holds all but a
+    /// short part of it (a conversation's follow-up), or part of a short one.
     LocalCached,
     /// Prefilled where it decodes by policy: long, but the prefill pool's queue was past
     /// `spill_queue_tokens`.

@@ -54,6 +54,17 @@ fn a_follow_up_the_decode_backend_holds_prefills_there() {
 }
 
 #[test]
+fn a_short_follow_up_the_decode_backend_holds_part_of_prefills_there_even_when_idle() {
+    let h = handoff(512, 1000);
+    assert_eq!(
+        decide(&h, input(400, 120, Some(0))),
+        Choice::Local(HandoffResult::LocalCached),
+        "handing it off recomputes all 400 tokens to save the decode backend 120"
+    );
+    assert_eq!(decide(&h, input(400, 400, Some(0))), Choice::Remote);
+}
+
+#[test]
 fn a_short_prompt_is_handed_off_only_below_the_queue_bound() {
     let h = handoff(512, 1000);
     assert_eq!(decide(&h, input(100, 100, Some(999))), Choice::Remote);
