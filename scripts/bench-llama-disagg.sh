@@ -11,6 +11,9 @@
 #             while the first server has fewer than SHORT_QUEUE prompt tokens queued (default:
 #             always); short prompts take the prefill server's first slots, documents its last, so
 #             a chat's prefill is in the server's next batch rather than after a document's.
+#   disagg_idle: the same, but a short prompt is handed off only while the prefill server has fewer
+#             than IDLE_QUEUE prompt tokens queued (default 1: only while it is idle), else it
+#             prefills where it decodes; documents are always handed off.
 # Two workloads (WORKLOADS): `mix`, the workload of scripts/bench-llama-routing.sh (12 % documents
 # of 1 500-2 500 tokens among chats of 100-300), and `sessions`, multi-turn conversations (the
 # llama workload of scripts/bench-affinity.sh). RUNS repetitions of each, interleaved. Writes
@@ -18,7 +21,8 @@
 # docs/disaggregation.md.
 #
 # Usage: scripts/bench-llama-disagg.sh   (RATE, SESSION_RATE, DURATION, RUNS, SETUPS, WORKLOADS,
-#                                          PREFILL_BATCH, SHORT_QUEUE override)
+#                                          PREFILL_BATCH, SHORT_QUEUE, IDLE_QUEUE override; OUT=DIR
+#                                          keeps the raw results in DIR, adding to what is there)
 #        scripts/bench-llama-disagg.sh --summarize DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +37,7 @@ SETUPS=${SETUPS:-"one_pool split disagg"}
 WORKLOADS=${WORKLOADS:-"mix sessions"}
 PREFILL_BATCH=${PREFILL_BATCH:-256}
 SHORT_QUEUE=${SHORT_QUEUE:-1000000}
+IDLE_QUEUE=${IDLE_QUEUE:-1}
 MIX="chat:0.88:prompt=uniform:100-300:output=uniform:48-96,document:0.12:prompt=uniform:1500-2500:output=fixed:32"
 LLAMA=${TOKENMETER_LLAMA_DIR:-target/llama}
 BIN=target/release/tokenmeter
@@ -44,7 +49,8 @@ if [ "${1:-}" = "--summarize" ]; then
 else
 scripts/llama/build.sh
 cargo build --release --quiet
-tmp=$(mktemp -d)
+tmp=${OUT:-$(mktemp -d)}
+mkdir -p "$tmp"
 slots="$tmp/slots"
 mkdir -p "$slots"
 
@@ -66,11 +72,13 @@ config() {
         printf '[[pools]]\nname = "decode"\nurls = ["http://127.0.0.1:8202"]\n\n'
         printf '[[rules]]\npool = "prefill"\nmin_prompt_tokens = 1000\nfallback = "decode"\n\n[[rules]]\npool = "decode"\n'
         ;;
-    disagg)
+    disagg | disagg_idle)
+        local short=$SHORT_QUEUE
+        [ "$1" = disagg_idle ] && short=$IDLE_QUEUE
         printf '[[pools]]\nname = "prefill"\nurls = ["http://127.0.0.1:8201"]\nbalance = "prompt_tokens"\n\n'
         printf '[[pools]]\nname = "decode"\nurls = ["http://127.0.0.1:8202"]\naffinity = "prefix"\n'
         printf '[pools.handoff]\nprefill_pool = "prefill"\nprotocol = "llamacpp"\nmin_prompt_tokens = 1000\n'
-        printf 'short_queue_tokens = %s\nprefill_timeout = "60s"\nslot_dir = "%s"\nslot_wait = "5s"\n\n' "$SHORT_QUEUE" "$slots"
+        printf 'short_queue_tokens = %s\nprefill_timeout = "60s"\nslot_dir = "%s"\nslot_wait = "5s"\n\n' "$short" "$slots"
         printf '[[rules]]\npool = "decode"\n'
         ;;
     esac
@@ -79,7 +87,7 @@ config() {
 # run SETUP WORKLOAD RUN
 run() {
     local name=$1 workload=$2 n=$3 prefill_batch=2048
-    [ "$name" = disagg ] && prefill_batch=$PREFILL_BATCH
+    [ "${name#disagg}" != "$name" ] && prefill_batch=$PREFILL_BATCH
     local a b tag="$name-$workload-$n"
     a=$(server 0 8201 "$prefill_batch" "$tmp/llama-8201-$tag.log")
     b=$(server 1 8202 2048 "$tmp/llama-8202-$tag.log")
@@ -118,7 +126,7 @@ fi
 
 # The class of a workload whose figures the table shows: chats of the mix, every turn of sessions.
 summary='def c($n): .points[0].classes[] | select(.class == $n);
-  [.points[0].requests[] | select(.class == $k and .outcome == "ok") | .itl_s[]] as $gaps |
+  [.points[0].requests[] | select(($k == "all" or .class == $k) and .outcome == "ok") | .itl_s[]] as $gaps |
   { requests: (c("all").requests), errors: (c("all").errors),
     ttft_p50_ms: (c($k).ttft.p50 * 1000), ttft_p99_ms: (c($k).ttft.p99 * 1000),
     itl_p50_ms: (c($k).itl.p50 * 1000), itl_p99_ms: (c($k).itl.p99 * 1000),
@@ -146,12 +154,13 @@ for f in "$tmp"/*-[0-9].json; do
               + {decode_prompt_tokens: ($decode | tonumber), handoffs: $handoffs}]' <<<"$results")
 done
 jq -n --arg rate "$RATE" --arg session_rate "$SESSION_RATE" --arg duration "$DURATION" --arg mix "$MIX" \
-    --arg batch "$PREFILL_BATCH" --arg short "$SHORT_QUEUE" --argjson results "$results" \
+    --arg batch "$PREFILL_BATCH" --arg short "$SHORT_QUEUE" --arg idle "$IDLE_QUEUE" --argjson results "$results" \
     '{rate: ($rate | tonumber), session_rate: ($session_rate | tonumber), duration: $duration, mix: $mix,
       sessions: "system_prompts=4 system_tokens=uniform:300-600 turns=uniform:3-6 user_tokens=uniform:50-150 output_tokens=uniform:24-48 think_time=3s",
       prefill_batch: ($batch | tonumber), short_queue_tokens: ($short | tonumber),
+      idle_queue_tokens: ($idle | tonumber),
       engine: "llama-server (llama-cpp-python 0.3.36 sdist), 1 thread per server, taskset one core each, 4 slots",
-      results: ($results | sort_by(.workload, ({"one_pool": 0, "split": 1, "disagg": 2}[.setup] // 9), .run))}' \
+      results: ($results | sort_by(.workload, ({"one_pool": 0, "split": 1, "disagg": 2, "disagg_idle": 3}[.setup] // 9), .run))}' \
     >docs/llama-disagg-results.json
 
 table=$(jq -r '
