@@ -147,11 +147,18 @@ for f in "$tmp"/*-[0-9].json; do
     handoffs=$({ grep -E '^tokenmeter_disaggregated_requests_total' "$tmp/$base.prom" || true; } \
         | sed -E 's/.*result="([a-z_]+)".* ([0-9.e+]+)$/\1 \2/' \
         | jq -R -s 'split("\n") | map(select(length > 0) | split(" ") | {(.[0]): (.[1] | tonumber)}) | add // {}')
+    # The mean of each phase of the remote prefills, in ms: {"prefill": .., "transfer": .., ...}.
+    phases=$(awk '/^tokenmeter_disaggregation_phase_seconds_(sum|count)/ {
+            match($1, /phase="[a-z_]+"/); k = substr($1, RSTART + 7, RLENGTH - 8)
+            if ($1 ~ /_sum/) s[k] = $2; else c[k] = $2 }
+        END { for (k in s) if (c[k] > 0) printf "%s %.1f\n", k, 1000 * s[k] / c[k] }' "$tmp/$base.prom" \
+        | jq -R -s 'split("\n") | map(select(length > 0) | split(" ") | {(.[0]): (.[1] | tonumber)}) | add // {}')
     results=$(jq --arg setup "$setup" --arg workload "$workload" --arg run "$n" \
         --argjson s "$(jq --arg k "$class" "$summary" "$f")" --argjson handoffs "$handoffs" \
-        --arg decode "${decode_prompt:-0}" \
+        --arg decode "${decode_prompt:-0}" --argjson phases "$phases" \
         '. + [{setup: $setup, workload: $workload, run: ($run | tonumber)} + $s
-              + {decode_prompt_tokens: ($decode | tonumber), handoffs: $handoffs}]' <<<"$results")
+              + {decode_prompt_tokens: ($decode | tonumber), handoffs: $handoffs,
+                 phase_mean_ms: $phases}]' <<<"$results")
 done
 jq -n --arg rate "$RATE" --arg session_rate "$SESSION_RATE" --arg duration "$DURATION" --arg mix "$MIX" \
     --arg batch "$PREFILL_BATCH" --arg short "$SHORT_QUEUE" --arg idle "$IDLE_QUEUE" --argjson results "$results" \

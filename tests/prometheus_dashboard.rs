@@ -327,21 +327,19 @@ fn rules_use_only_known_labels() {
     }
 }
 
-/// Whether a quantile's buckets are summed `by (le)`, or by `le` and labels that are not a
-/// sidecar's own (`instance`, `pod`, `job`): such a sum spans the fleet, one series per line drawn.
+/// Whether a quantile's buckets are summed straight from their rates `by (le)`, or by `le` and
+/// labels that are not a sidecar's own (`instance`, `pod`, `job`): such a sum spans the fleet,
+/// one series per line drawn.
 fn sums_buckets_across_sidecars(expr: &str) -> bool {
-    expr.split("sum by (le").skip(1).all(|rest| {
-        let Some(end) = rest.find(')') else {
+    expr.split("sum by (").skip(1).any(|rest| {
+        let Some((labels, after)) = rest.split_once(')') else {
             return false;
         };
-        rest.starts_with(')')
-            || rest.starts_with(", ")
-                && rest[..end]
-                    .split(", ")
-                    .skip(1)
-                    .all(|label| !["instance", "pod", "job"].contains(&label))
-    }) && expr.contains("sum by (le")
-        && expr.contains(") (rate(")
+        let mut labels = labels.split(", ");
+        labels.next() == Some("le")
+            && labels.all(|label| !["instance", "pod", "job"].contains(&label))
+            && after.starts_with(" (rate(")
+    })
 }
 
 /// The `expr` of every rule in a rules file, block scalars (`expr: |`) included. Reading each

@@ -106,11 +106,23 @@ fn start_sidecar(index: usize, dir: &std::path::Path) -> Sidecar {
         sims.push(prefill_sim);
         let config = dir.join(format!("tokenmeter-{index}.toml"));
         let toml = format!(
-            "[[pools]]\nname = \"prefill\"\nurls = [\"http://{prefill_addr}\"]\n\
-             balance = \"prompt_tokens\"\n\n[[pools]]\nname = \"decode\"\n\
-             urls = [\"http://{decode_addr}\"]\n\n[pools.handoff]\nprefill_pool = \"prefill\"\n\
-             protocol = \"vllm\"\nmin_prompt_tokens = {HANDOFF_MIN_PROMPT_TOKENS}\n\n\
-             [[rules]]\npool = \"decode\"\n"
+            r#"[[pools]]
+name = "prefill"
+urls = ["http://{prefill_addr}"]
+balance = "prompt_tokens"
+
+[[pools]]
+name = "decode"
+urls = ["http://{decode_addr}"]
+
+[pools.handoff]
+prefill_pool = "prefill"
+protocol = "vllm"
+min_prompt_tokens = {HANDOFF_MIN_PROMPT_TOKENS}
+
+[[rules]]
+pool = "decode"
+"#
         );
         std::fs::write(&config, toml).expect("write the disaggregated config");
         serve.arg("--config").arg(&config);

@@ -46,12 +46,6 @@ impl Nginx {
             .spawn()
             .expect("nginx starts");
         let nginx = Self { child, log };
-        // A port that accepts is nginx's only if nginx bound it: a bind that failed (someone else
-        // holds the port) is in the error log at once, while the port still accepts for the other.
-        let bind_failed = || {
-            let errors = std::fs::read_to_string(dir.path("error.log")).unwrap_or_default();
-            errors.contains("bind() to").then_some(errors)
-        };
         for port in ports {
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             while std::net::TcpStream::connect(("127.0.0.1", *port)).is_err() {
@@ -63,9 +57,13 @@ impl Nginx {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        if let Some(errors) = bind_failed() {
-            panic!("nginx could not bind its ports {ports:?}: {errors}");
-        }
+        // A port that accepts is nginx's only if nginx bound it: a bind that failed (someone else
+        // holds the port) is in the error log at once, while the port still accepts for the other.
+        let errors = std::fs::read_to_string(dir.path("error.log")).unwrap_or_default();
+        assert!(
+            !errors.contains("bind() to"),
+            "nginx could not bind its ports {ports:?}: {errors}"
+        );
         nginx
     }
 

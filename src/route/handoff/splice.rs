@@ -31,6 +31,6 @@ pub fn first_member(body: &[u8], name: &str, value: &str) -> Option<Bytes> {
 /// Whether `body` has `"name"` anywhere (a member the client set itself, or a text that quotes
 /// it exactly: then the protocol leaves the request alone, which is never wrong).
 pub fn mentions(body: &[u8], name: &str) -> bool {
-    let quoted = format!("\"{name}\"");
-    memchr::memmem::find(body, quoted.as_bytes()).is_some()
+    memchr::memmem::find_iter(body, name.as_bytes())
+        .any(|at| at > 0 && body[at - 1] == b'"' && body.get(at + name.len()) == Some(&b'"'))
 }
