@@ -14,10 +14,12 @@ use serde::{Deserialize, Deserializer};
 pub use handoff::{HandoffConfig, HandoffProtocol};
 pub use routing::{Affinity, BalanceLoad, PoolConfig, RoutingConfig, RuleConfig, DEFAULT_POOL};
 pub use tls::{ServerTlsConfig, UpstreamTlsConfig};
+pub use tracing::{ExportSettings, OtlpProtocol, Sampler, TracingConfig};
 
 mod handoff;
 mod routing;
 pub mod tls;
+pub mod tracing;
 mod validate;
 
 use validate::validate_upstream_url;
@@ -51,6 +53,8 @@ pub struct Config {
     pub pools: Vec<PoolConfig>,
     /// Ordered routing rules (`[[rules]]`); the first that matches picks the pool.
     pub rules: Vec<RuleConfig>,
+    /// OpenTelemetry spans and the `server-timing` header (`[tracing]`).
+    pub tracing: TracingConfig,
 }
 
 /// Listeners and request limits.
@@ -290,7 +294,9 @@ impl Config {
     }
 
     /// Applies `TOKENMETER_LISTEN`, `TOKENMETER_ADMIN_LISTEN` and `TOKENMETER_UPSTREAM` (a URL, or
-    /// several separated by commas). `lookup` is injectable so tests need not touch the process env.
+    /// several separated by commas), and the OpenTelemetry variables to the `[tracing]` keys the
+    /// file left out ([`TracingConfig::apply_env`]). `lookup` is injectable so tests need not
+    /// touch the process env.
     pub fn apply_env(
         &mut self,
         lookup: impl Fn(&'static str) -> Option<String>,
@@ -330,6 +336,7 @@ impl Config {
             }
             self.upstream.urls = urls;
         }
+        self.tracing.apply_env(&lookup)?;
         Ok(())
     }
 

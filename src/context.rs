@@ -6,13 +6,13 @@
 //!
 //! | phase | writes |
 //! |---|---|
-//! | server (the head is in: [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `conflicting_framing`, `dialect`, `trace`, the finish hooks |
-//! | meter, head ([`crate::meter::layer`]) | `generation` (the buffered body and the one walk over it), `model`, `model_label`, `usage_injected`, `active`; `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
+//! | server (the head is in: [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `conflicting_framing`, `dialect`, `trace`, `tracing` (the span ids and the sampling decision), the finish hooks |
+//! | meter, head ([`crate::meter::layer`]) | `marks.admitted`, `marks.body_read`, `generation` (the buffered body and the one walk over it), `model`, `model_label`, `usage_injected`, `active`; `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
 //! | route, plan ([`crate::route::plan`]) | `estimate`, `plan`, `pool` (the first planned pool) |
-//! | route, dispatch ([`crate::route::dispatch`]) | `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts`, `cached_prompt_bytes` |
+//! | route, dispatch ([`crate::route::dispatch`]) | `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts`, `cached_prompt_bytes`, `route`, `marks.dispatched` |
 //! | route, handoff ([`crate::route::handoff`]) | `handoff`: where the prefill ran and when each phase ended |
-//! | forward ([`crate::proxy::Forward`]) | takes `in_flight` into the response body; returns the context in the response's extensions, or in a [`crate::proxy::Failure`] |
-//! | meter, body ([`crate::meter::body`]) | `stream`: what the body showed (first byte, tokens, usage) |
+//! | forward ([`crate::proxy::Forward`]) | takes `in_flight` into the response body; `marks` of the attempt (started, connected, written, head); each attempt's span in `tracing`; returns the context in the response's extensions, or in a [`crate::proxy::Failure`] |
+//! | meter, body ([`crate::meter::body`]) | `stream`: what the body showed (first byte, tokens, usage); `marks.first_token_sent` |
 //!
 //! The context travels *by value* (boxed, so that each hand-over moves a pointer, not the context):
 //! down in the request's extensions, back up in the response's (or the failure), so the meter
@@ -43,12 +43,15 @@ use crate::upstream::{InFlight, Target};
 
 pub mod finish;
 pub mod handoff;
+pub mod phases;
 pub mod record;
+pub mod trace;
 
 use finish::Duty;
 pub use finish::{FinishHook, FinishHooks, Finished, Outcome};
 pub use handoff::{HandoffRecord, HandoffResult};
 use record::StreamRecord;
+use trace::{Marks, TraceParent, TraceState};
 
 /// Everything the proxy knows about one request. See the module docs for who writes what.
 ///
@@ -68,9 +71,13 @@ pub struct RequestContext {
     /// The generation API the method and path name; `None` for any other request (proxied,
     /// counted, not metered).
     pub dialect: Option<Dialect>,
-    /// The request's W3C trace (from `traceparent`, which itself passes upstream unchanged): its
-    /// latencies become exemplars.
+    /// The request's W3C trace, whose latencies become exemplars: the client's (from a valid
+    /// `traceparent`), or the proxy's own when it sampled a request that came without one.
     pub trace: Option<TraceId>,
+    /// The proxy's spans of the request, when tracing is on ([`trace`]).
+    pub tracing: Option<Box<TraceState>>,
+    /// When the request passed each phase before its first token ([`Marks`]).
+    pub marks: Marks,
     /// A generation request's buffered body and what one walk read from it.
     pub generation: Option<Generation>,
     /// The request's model name (from the body, or the path for Triton), for labels and rules.
@@ -99,6 +106,8 @@ pub struct RequestContext {
     /// cache (its pool's prefix index, before this request), when the pool has prefix affinity and
     /// hands prefills off (the handoff's policy is its one reader).
     pub cached_prompt_bytes: Option<u64>,
+    /// Why the dispatch chose the pool and backend of the current (or last) attempt.
+    pub route: Option<RouteDecision>,
     /// What the handoff phase did, for a request of a pool with a prefill pool.
     pub handoff: Option<HandoffRecord>,
     /// The status of the backend's response head; `None` while (or if) none came back.
@@ -125,6 +134,8 @@ impl RequestContext {
             conflicting_framing: false,
             dialect: None,
             trace: None,
+            tracing: None,
+            marks: Marks::default(),
             generation: None,
             model: None,
             model_label: None,
@@ -137,6 +148,7 @@ impl RequestContext {
             attempts: 0,
             in_flight: None,
             cached_prompt_bytes: None,
+            route: None,
             handoff: None,
             upstream_status: None,
             status: None,
@@ -163,9 +175,10 @@ impl RequestContext {
         let mut context = Box::new(Self::new(received, None).with_hooks(hooks));
         context.dialect = Dialect::for_request(method, uri.path());
         context.trace = headers
-            .get("traceparent")
+            .get(trace::TRACEPARENT)
             .and_then(|value| value.to_str().ok())
-            .and_then(TraceId::from_traceparent);
+            .and_then(TraceParent::parse)
+            .map(|parent| parent.trace);
         context
     }
 
@@ -259,6 +272,16 @@ pub struct Generation {
 pub struct Estimate {
     pub size: crate::request::PromptSize,
     pub tokens: u64,
+}
+
+/// Why a request went where it went: the `reason` of `tokenmeter_route_decisions_total` and the
+/// pool's affinity `result`, for its trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteDecision {
+    /// `rule`, `spill`, `fallback` or `panic`.
+    pub reason: &'static str,
+    /// `hit`, `miss` or `overloaded` in a pool with affinity.
+    pub affinity: Option<&'static str>,
 }
 
 /// The pools a request may go to (indices into the router's pools), best first.

@@ -11,6 +11,8 @@
 //!   health) over pools of backends, as two layers; its calibration learns when requests end.
 //! - [`proxy`]: forwarding to the chosen backend over tokenmeter's own HTTP/1.1 client, header
 //!   hygiene, timeouts, and the errors a client sees.
+//! - [`trace`]: where each TTFT went and the proxy's own time (histograms, from the context's
+//!   phase marks), and OpenTelemetry spans over OTLP; its finish hook is composed by `server`.
 //!
 //! The vocabulary they share, which depends on none of them:
 //! - [`context`]: the request context every phase fills in, and the one place a request ends
@@ -43,6 +45,7 @@ pub mod sse;
 #[cfg(feature = "testbed")]
 pub mod testbed;
 pub mod tls;
+pub mod trace;
 pub mod upstream;
 
 /// The boxed error type used at the command-line boundary.

@@ -18,6 +18,7 @@ impl Config {
             validate_upstream_url(url).map_err(|m| invalid(&format!("upstream.urls[{i}]"), &m))?;
         }
         self.upstream.tls.validate("upstream.tls")?;
+        self.tracing.validate()?;
         for (table, tls) in [
             ("server.tls", &self.server.tls),
             ("server.admin_tls", &self.server.admin_tls),

@@ -30,6 +30,10 @@ pub struct StreamRecord {
     pub framed: bool,
     /// SSE / NDJSON lines over `metering.max_sse_line_bytes` (skipped by the scanner, forwarded).
     pub overflows: u64,
+    /// The longest gap between consecutive token events.
+    pub max_gap: Duration,
+    /// Gaps of at least `metering.stall_threshold` (as `tokenmeter_stalls_total` counts them).
+    pub stalls: u32,
 }
 
 /// The figures a finished stream yields.
@@ -80,6 +84,8 @@ impl StreamRecord {
             error_event: false,
             framed: false,
             overflows: 0,
+            max_gap: Duration::ZERO,
+            stalls: 0,
         }
     }
 
@@ -102,7 +108,11 @@ impl StreamRecord {
                 self.first_token = Some(now);
                 TokenMark::First(now.saturating_duration_since(self.t0))
             }
-            Some(previous) => TokenMark::Gap(now.saturating_duration_since(previous)),
+            Some(previous) => {
+                let gap = now.saturating_duration_since(previous);
+                self.max_gap = self.max_gap.max(gap);
+                TokenMark::Gap(gap)
+            }
         };
         self.last_token = Some(now);
         mark

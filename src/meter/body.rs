@@ -197,7 +197,14 @@ where
                     let forward = match frame.into_data() {
                         Ok(data) => match (this.meter.as_mut(), this.context.as_mut()) {
                             (Some(meter), Some(context)) => {
-                                meter.observe(context, data, Instant::now())
+                                let forward = meter.observe(context, data, Instant::now());
+                                // Once per stream: when the first token's frame leaves.
+                                if context.marks.first_token_sent.is_none()
+                                    && context.stream.first_token.is_some()
+                                {
+                                    context.marks.first_token_sent = Some(Instant::now());
+                                }
+                                forward
                             }
                             _ => Some(data),
                         },
@@ -281,7 +288,11 @@ fn apply(
     if summary.token {
         match record.on_token(now, summary.tokens) {
             TokenMark::First(ttft) => handles.ttft.record_traced(ttft.as_secs_f64(), trace),
-            TokenMark::Gap(gap) => handles.record_gap(gap, trace),
+            TokenMark::Gap(gap) => {
+                if handles.record_gap(gap, trace) {
+                    record.stalls += 1;
+                }
+            }
         }
     }
     if let Some(usage) = summary.usage {

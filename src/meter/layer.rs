@@ -34,7 +34,11 @@ use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
+use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt};
+
+/// The W3C Server Timing header (not among `http`'s constants).
+const SERVER_TIMING: http::HeaderName = http::HeaderName::from_static("server-timing");
 
 use super::body::{MeteredBody, StreamMeter};
 use super::finish::labels_of;
@@ -42,6 +46,7 @@ use super::series::MeterSeries;
 use super::strip::UsageStripper;
 use super::whole::WholeBody;
 use crate::config::{Affinity, Config};
+use crate::context::phases::Phases;
 use crate::context::{Generation, RequestContext};
 use crate::dialect::{Dialect, Operation};
 use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
@@ -69,6 +74,8 @@ struct Metering {
     /// where the prompt members lie.
     read: request::Read,
     none: Arc<str>,
+    /// Answer generation responses with a `server-timing` header (`tracing.server_timing`).
+    server_timing: bool,
 }
 
 impl MeterLayer {
@@ -85,6 +92,7 @@ impl MeterLayer {
                     request::Read::default()
                 },
                 none: Arc::from(super::finish::NO_BACKEND),
+                server_timing: config.tracing.server_timing,
             }),
         }
     }
@@ -142,6 +150,7 @@ impl Metering {
         let Some(mut context) = RequestContext::take(&mut parts.extensions, "meter") else {
             return ProxyError::ContextLost.to_response().map(Either::Right);
         };
+        context.marks.admitted = Some(Instant::now());
         if context.conflicting_framing {
             // Refused before its body is read: a client error of its operation.
             return self.reject(context, ProxyError::ConflictingFraming);
@@ -177,6 +186,7 @@ impl Metering {
                 .headers
                 .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
             context.usage_injected = injected;
+            context.marks.body_read = Some(Instant::now());
             context.generation = Some(Generation {
                 body: bytes.clone(),
                 read,
@@ -254,6 +264,10 @@ impl Metering {
         if strip {
             // The stripped body is shorter than the upstream said.
             parts.headers.remove(CONTENT_LENGTH);
+        }
+        if self.server_timing {
+            let timing = Phases::of(&context).server_timing(context.trace.as_ref());
+            parts.headers.append(SERVER_TIMING, timing);
         }
         let labels = labels_of(&context, &self.series, &self.none);
         let meter = StreamMeter {

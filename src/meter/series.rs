@@ -297,12 +297,14 @@ pub struct StreamMetrics {
 
 impl StreamMetrics {
     /// Records one inter-token gap (with the request's trace as its exemplar, if it has one),
-    /// counting it as a stall when long enough.
-    pub fn record_gap(&self, gap: Duration, trace: Option<&TraceId>) {
+    /// counting it as a stall when long enough; says whether it was one.
+    pub fn record_gap(&self, gap: Duration, trace: Option<&TraceId>) -> bool {
         self.itl.record_traced(gap.as_secs_f64(), trace);
-        if gap >= self.stall_threshold {
+        let stall = gap >= self.stall_threshold;
+        if stall {
             self.stalls.increment(1);
         }
+        stall
     }
 
     /// Counts the finished stream (as [`MeterSeries::request_finished`]).

@@ -1,8 +1,8 @@
 //! Exemplars: the trace of a request that fell in a latency bucket, so that a dashboard can jump
 //! from a slow bucket to a trace of it.
 //!
-//! The trace id comes from the request's W3C `traceparent` header (none without one; the header
-//! itself passes to the backend unchanged). Each classic bucket of a latency series keeps the most
+//! The trace id is the request's (`crate::context::trace`): the client's W3C `traceparent`, or
+//! the proxy's own trace when it sampled the request. Each classic bucket of a latency series keeps the most
 //! recent exemplar in an [`ExemplarSlot`]: a sequence lock over four atomics, so recording takes no
 //! lock and no allocation, and a writer that finds another one mid-write skips its exemplar (one
 //! recent exemplar per bucket is all a scraper reads). The protobuf exposition carries them on
@@ -15,54 +15,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub struct TraceId(pub [u8; 16]);
 
 impl TraceId {
-    /// The trace id of a `traceparent` header (`version-traceid-parentid-flags`, lowercase hex),
-    /// `None` if it is not a valid one: version `ff`, an all-zero trace or parent id, a wrong
-    /// length, or (for version 00) anything after the flags.
-    pub fn from_traceparent(header: &str) -> Option<TraceId> {
-        let bytes = header.trim().as_bytes();
-        if bytes.len() < 55 {
-            return None;
-        }
-        let hex = |range: std::ops::Range<usize>| -> Option<Vec<u8>> {
-            let digits = bytes.get(range)?;
-            if digits.len() % 2 != 0 {
-                return None;
-            }
-            digits
-                .chunks(2)
-                .map(|pair| Some(nibble(pair[0])? << 4 | nibble(pair[1])?))
-                .collect()
-        };
-        let version = hex(0..2)?;
-        let dashes = [2, 35, 52].iter().all(|&i| bytes[i] == b'-');
-        if !dashes || version[0] == 0xff {
-            return None;
-        }
-        // Version 00 is exactly 55 characters; a later version may append `-...`.
-        if (version[0] == 0 && bytes.len() != 55) || (bytes.len() > 55 && bytes[55] != b'-') {
-            return None;
-        }
-        let trace: [u8; 16] = hex(3..35)?.try_into().ok()?;
-        let parent = hex(36..52)?;
-        hex(53..55)?;
-        if trace == [0; 16] || parent.iter().all(|&b| b == 0) {
-            return None;
-        }
-        Some(TraceId(trace))
-    }
-
     /// The id as 32 lowercase hex digits (the `trace_id` exemplar label).
     pub fn hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
-    }
-}
-
-/// A lowercase hex digit's value (the header allows no uppercase).
-fn nibble(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
     }
 }
 

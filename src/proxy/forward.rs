@@ -13,6 +13,7 @@ use super::client::UpstreamClient;
 use super::h1::Error as ClientError;
 use super::{headers, Failure, ProxyError, RequestBody, TimeoutBody, UpstreamBody};
 use crate::config::UpstreamConfig;
+use crate::context::trace;
 use crate::context::RequestContext;
 use crate::upstream::Target;
 
@@ -66,6 +67,12 @@ impl Forward {
         let Some(target) = context.backend.clone() else {
             return Err(Failure::new(ProxyError::NoUpstream, context));
         };
+        context.marks.attempt = Some(started);
+        context.marks.first_attempt.get_or_insert(started);
+        if let Some(tracing) = context.tracing.as_mut() {
+            let span = trace::next_span_id();
+            tracing.start_attempt(span, started, Some(target.clone()), req.headers_mut());
+        }
         // Dropped with this future on an error, else carried by the response body to its end.
         let guard = context.in_flight.take();
         let path = req
@@ -85,7 +92,7 @@ impl Forward {
                     backend: target.label.clone(),
                     detail: format!("cannot build the upstream URI: {err}"),
                 };
-                return Err(Failure::new(error, context));
+                return Err(failed(error, context));
             }
         };
         // Upstreams are spoken to in HTTP/1.1 whatever the client used (h2c clients included).
@@ -99,20 +106,24 @@ impl Forward {
 
         let sent = tokio::time::timeout(
             self.response_timeout,
-            self.client.request(req, target.tls.as_ref()),
+            self.client.request_marked(req, target.tls.as_ref()),
         )
         .await;
-        let response = match sent {
+        let (response, marks) = match sent {
             Err(_elapsed) => {
                 let error = ProxyError::ResponseTimeout {
                     backend: target.label.clone(),
                     timeout: self.response_timeout,
                 };
-                return Err(Failure::new(error, context));
+                return Err(failed(error, context));
             }
-            Ok(Err(err)) => return Err(Failure::new(classify(&target, &err), context)),
-            Ok(Ok(response)) => response,
+            Ok(Err(err)) => return Err(failed(classify(&target, &err), context)),
+            Ok(Ok(answered)) => answered,
         };
+        context.marks.connected = Some(marks.connected);
+        context.marks.new_connection = marks.new_connection;
+        context.marks.written = marks.written;
+        context.marks.head = Some(Instant::now());
         let (mut parts, body) = response.into_parts();
         headers::strip_hop_by_hop(&mut parts.headers);
         context.put(&mut parts.extensions);
@@ -122,6 +133,14 @@ impl Forward {
             TimeoutBody::new(body, self.idle_timeout, total).with_guard(guard),
         ))
     }
+}
+
+/// The attempt failed with `error`: its span (when traced) ends now, with the error's type.
+fn failed(error: ProxyError, mut context: Box<RequestContext>) -> Failure {
+    if let Some(tracing) = context.tracing.as_mut() {
+        tracing.fail_attempt(Instant::now(), error.kind(), error.to_string());
+    }
+    Failure::new(error, context)
 }
 
 /// Maps a client error to what the proxy reports: connect failures (and their timeouts) apart from

@@ -33,6 +33,7 @@ use std::time::Duration;
 use http::uri::Authority;
 use http::{Request, Response};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 pub use body::{IncomingBody, ReadError};
 pub use encode::WriteError;
@@ -119,6 +120,18 @@ impl Client {
         req: Request<RequestBody>,
         tls: Option<&Arc<UpstreamTls>>,
     ) -> Result<Response<IncomingBody>, Error> {
+        self.request_marked(req, tls)
+            .await
+            .map(|(response, _)| response)
+    }
+
+    /// [`Client::request`], with when the exchange had its connection and had written the
+    /// request (the TTFT split's `connect` and the proxy's own write time).
+    pub async fn request_marked(
+        &self,
+        req: Request<RequestBody>,
+        tls: Option<&Arc<UpstreamTls>>,
+    ) -> Result<(Response<IncomingBody>, ExchangeMarks), Error> {
         let (parts, body) = req.into_parts();
         let authority = match (parts.uri.scheme_str(), parts.uri.authority(), tls) {
             (Some("http") | None, Some(authority), None)
@@ -134,18 +147,27 @@ impl Client {
             RequestBody::Buffered(bytes) => Some(bytes.clone()),
             RequestBody::Streaming(_) => None,
         };
+        let mut marks = ExchangeMarks {
+            connected: Instant::now(),
+            new_connection: false,
+            written: None,
+        };
         let (conn, response) = match self.pool.checkout(&key) {
-            Some(conn) => match exchange(conn, &parts.method, &head, body).await {
+            Some(conn) => match exchange(conn, &parts.method, &head, body, &mut marks).await {
                 Err(failure) if failure.may_retry && replay.is_some() => {
                     let body = RequestBody::Buffered(replay.unwrap_or_default());
                     let conn = self.connect(&authority, key, tls).await?;
-                    exchange(conn, &parts.method, &head, body).await
+                    marks.connected = Instant::now();
+                    marks.new_connection = true;
+                    exchange(conn, &parts.method, &head, body, &mut marks).await
                 }
                 result => result,
             },
             None => {
                 let conn = self.connect(&authority, key, tls).await?;
-                exchange(conn, &parts.method, &head, body).await
+                marks.connected = Instant::now();
+                marks.new_connection = true;
+                exchange(conn, &parts.method, &head, body, &mut marks).await
             }
         }
         .map_err(|failure| failure.error)?;
@@ -155,7 +177,7 @@ impl Client {
             keep_alive,
         } = response;
         let body = IncomingBody::new(conn, delimiter, keep_alive, self.pool.clone());
-        Ok(response.map(|()| body))
+        Ok((response.map(|()| body), marks))
     }
 
     /// Connects (and, for TLS, completes the handshake) within `connect_timeout`.
@@ -209,6 +231,18 @@ impl Client {
     }
 }
 
+/// When an exchange had its connection and had sent its request: two clock reads per request,
+/// none per chunk.
+#[derive(Debug, Clone, Copy)]
+pub struct ExchangeMarks {
+    /// The connection was ready: checked out of the pool, or connected (TCP, and TLS).
+    pub connected: Instant,
+    /// It was a new connection (the time to `connected` was a connect).
+    pub new_connection: bool,
+    /// The request was written whole; `None` when the response came before it was.
+    pub written: Option<Instant>,
+}
+
 /// A failed exchange, and whether it failed the way a pooled connection closed by the upstream
 /// fails: on a reused connection, with no byte of a response received.
 struct ExchangeFailure {
@@ -224,6 +258,7 @@ async fn exchange(
     method: &http::Method,
     head: &[u8],
     body: RequestBody,
+    marks: &mut ExchangeMarks,
 ) -> Result<(Conn, Head), ExchangeFailure> {
     let reused = conn.reused;
     let fail = |error: Error, nothing_back: bool| ExchangeFailure {
@@ -245,7 +280,12 @@ async fn exchange(
                     Err(err) if !matches!(err, WriteError::Io(_)) => {
                         return Err(fail(err.into(), false));
                     }
-                    result => sent = Some(result),
+                    result => {
+                        if result.is_ok() {
+                            marks.written = Some(Instant::now());
+                        }
+                        sent = Some(result);
+                    }
                 },
                 outcome = &mut read => break (outcome, sent),
             }

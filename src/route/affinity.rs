@@ -59,6 +59,17 @@ pub enum Decision {
     Overloaded = 2,
 }
 
+impl Decision {
+    /// The `result` label, and the span attribute `tokenmeter.route.affinity`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Hit => "hit",
+            Decision::Miss => "miss",
+            Decision::Overloaded => "overloaded",
+        }
+    }
+}
+
 /// What a request offers affinity: its prompt's blocks and the affinity headers' values.
 #[derive(Debug, Default)]
 pub struct AffinityKeys {

@@ -23,7 +23,7 @@ use tower::{Layer, Service, ServiceExt};
 use super::backend::{Backend, LoadGuard};
 use super::health::Fault;
 use super::Router;
-use crate::context::RequestContext;
+use crate::context::{RequestContext, RouteDecision};
 use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
 use crate::upstream::InFlight;
 
@@ -52,9 +52,11 @@ impl Router {
         let mut last_pool = None;
         let mut last_error = None;
         for _attempt in 0..=self.retries {
-            let Some(pick) = self.pick(&context.plan, &keys, &tried, Instant::now()) else {
+            let now = Instant::now();
+            let Some(pick) = self.pick(&context.plan, &keys, &tried, now) else {
                 break;
             };
+            context.marks.dispatched.get_or_insert(now);
             let (index, backend, reason) = (pick.pool, pick.backend, pick.reason);
             let Some(mut request) = pending
                 .take()
@@ -77,6 +79,10 @@ impl Router {
                 estimated,
             ))));
             context.cached_prompt_bytes = pick.cached_bytes;
+            context.route = Some(RouteDecision {
+                reason: pick.reason,
+                affinity: pick.affinity,
+            });
             context.attempts += 1;
             context.put(request.extensions_mut());
             let result = match inner.ready().await {

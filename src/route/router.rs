@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::affinity::{AffinityKeys, PoolAffinity};
+use super::affinity::{AffinityKeys, Decision, PoolAffinity};
 use super::backend::Backend;
 use super::estimate::Calibrator;
 use super::handoff::finish::HandoffHook;
@@ -39,6 +39,16 @@ pub struct Pick {
     /// Bytes of the prompt's text the backend was known to hold in its prompt cache (a pool with
     /// prefix affinity and a handoff, the one reader; `None` elsewhere).
     pub cached_bytes: Option<u64>,
+    /// The pool's affinity decision (`hit`, `miss`, `overloaded`), in a pool with one.
+    pub affinity: Option<&'static str>,
+}
+
+/// A backend chosen within a pool, and what its affinity said.
+#[derive(Debug)]
+struct Chosen {
+    backend: Arc<Backend>,
+    cached_bytes: Option<u64>,
+    affinity: Option<&'static str>,
 }
 
 /// The pools, rules, calibration and health policy, shared by every request.
@@ -279,13 +289,13 @@ impl Router {
                 reason = "spill";
                 continue;
             }
-            if let Some((backend, cached_bytes)) = self.choose_in(index, keys, tried, now, &mut rng)
-            {
+            if let Some(chosen) = self.choose_in(index, keys, tried, now, &mut rng) {
                 return Some(Pick {
                     pool: index,
-                    backend,
+                    backend: chosen.backend,
                     reason,
-                    cached_bytes,
+                    cached_bytes: chosen.cached_bytes,
+                    affinity: chosen.affinity,
                 });
             }
             reason = "fallback";
@@ -296,6 +306,7 @@ impl Router {
             backend,
             reason: "panic",
             cached_bytes: None,
+            affinity: None,
         })
     }
 
@@ -309,10 +320,14 @@ impl Router {
         tried: &[Arc<Backend>],
         now: Instant,
         rng: &mut impl rand::Rng,
-    ) -> Option<(Arc<Backend>, Option<u64>)> {
+    ) -> Option<Chosen> {
         let pool = &self.pools[index];
         let Some(affinity) = &self.affinities[index] else {
-            return balance::choose(pool, now, tried, rng).map(|backend| (backend, None));
+            return balance::choose(pool, now, tried, rng).map(|backend| Chosen {
+                backend,
+                cached_bytes: None,
+                affinity: None,
+            });
         };
         let backends = pool.backends();
         let (preferred, decision) = affinity.prefer(&backends, keys, |b| {
@@ -328,7 +343,11 @@ impl Router {
         if let (Some(decision), true) = (decision, tried.is_empty()) {
             affinity.count(decision);
         }
-        Some((chosen, cached_bytes))
+        Some(Chosen {
+            backend: chosen,
+            cached_bytes,
+            affinity: decision.map(Decision::as_str),
+        })
     }
 
     /// What the request offers the affinity of the pools its plan may use: its prompt's blocks

@@ -31,27 +31,46 @@ use crate::meter::series::MeterSeries;
 use crate::proxy::client::UpstreamClient;
 use crate::proxy::Forward;
 use crate::route::{Dispatch, DispatchLayer, Handoff, HandoffLayer, Plan, PlanLayer, Router};
+use crate::trace::export::Exporter;
+use crate::trace::series::PhaseSeries;
+use crate::trace::{TraceHook, Tracing};
 
 /// One revision's tower stack.
 pub type Stack = Admission<Meter<Plan<Dispatch<Either<Handoff<Forward>, Forward>>>>>;
 
-/// One revision of the request stack: the layers, and the hooks that end its requests.
+/// One revision of the request stack: the layers, the hooks that end its requests, and its
+/// tracing (`None`: off).
 pub struct Revision {
     pub stack: Stack,
     pub hooks: FinishHooks,
+    pub tracing: Option<Arc<Tracing>>,
 }
 
-/// Builds the revision of `config` over `router`. The limits and the meter's series are the
-/// server's own, shared by every revision (a reload resizes the limits in place); `extra` hooks
-/// (an embedder's, a test's) run after the meter's and the router's.
+/// What every revision shares: the server's own subsystems, built once (a reload resizes the
+/// limits in place and keeps an exporter whose settings did not change).
+pub struct Shared<'a> {
+    pub meter: &'a Arc<MeterSeries>,
+    pub phases: &'a Arc<PhaseSeries>,
+    pub limits: &'a Arc<Limits>,
+    /// The span exporter of `[tracing]`, when it names an endpoint.
+    pub exporter: Option<&'a Arc<Exporter>>,
+}
+
+/// Builds the revision of `config` over `router`; `extra` hooks (an embedder's, a test's) run
+/// after the proxy's own (the meter's, the router's, the handoff's, the trace's).
 pub fn build(
     config: &Config,
-    meter: &Arc<MeterSeries>,
+    shared: Shared<'_>,
     router: &Arc<Router>,
-    limits: &Arc<Limits>,
     client: UpstreamClient,
     extra: &[Arc<dyn FinishHook>],
 ) -> Revision {
+    let Shared {
+        meter,
+        phases,
+        limits,
+        exporter,
+    } = shared;
     let stack = tower::ServiceBuilder::new()
         .layer(AdmissionLayer::new(Arc::clone(limits)))
         .layer(MeterLayer::new(config, Arc::clone(meter)))
@@ -69,13 +88,21 @@ pub fn build(
     };
     let metered: Arc<dyn FinishHook> = Arc::new(MeterHook::new(Arc::clone(meter), slo));
     let calibration: Arc<dyn FinishHook> = router.calibrator().clone();
+    let tracing =
+        exporter.map(|exporter| Arc::new(Tracing::new(&config.tracing, Arc::clone(exporter))));
+    let traced: Arc<dyn FinishHook> = Arc::new(TraceHook::new(Arc::clone(phases), tracing.clone()));
     let hooks = FinishHooks::new(
         [metered, calibration]
             .into_iter()
             .chain(router.handoff_hook())
+            .chain([traced])
             .chain(extra.iter().cloned()),
     );
-    Revision { stack, hooks }
+    Revision {
+        stack,
+        hooks,
+        tracing,
+    }
 }
 
 /// The current revision; cloned into every connection, swapped by reloads.
@@ -147,6 +174,14 @@ impl Service<Request<Incoming>> for ConnectionStack {
             req.headers(),
             revision.hooks.clone(),
         );
+        if let Some(tracing) = &revision.tracing {
+            let state = tracing.begin(req.method(), req.uri(), req.headers());
+            if state.sampled && context.trace.is_none() {
+                // The exemplars of a request the proxy traces lead to its trace.
+                context.trace = Some(state.trace);
+            }
+            context.tracing = Some(state);
+        }
         context.client = Some(self.peer);
         context.client_tls = self.client_tls;
         context.conflicting_framing = self.framing.next_request_conflicts();

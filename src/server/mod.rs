@@ -40,6 +40,8 @@ use crate::proxy::client::{self, UpstreamClient};
 use crate::route::{self, RouteError, Router};
 use crate::tls::acceptor::{ALPN_ADMIN, ALPN_TRAFFIC};
 use crate::tls::{self, ServerTls};
+use crate::trace::export::Exporter;
+use crate::trace::series::PhaseSeries;
 use crate::upstream::UpstreamError;
 
 mod admin;
@@ -95,6 +97,11 @@ pub struct Server {
     metrics: Arc<Metrics>,
     /// The meter's series, shared by every stack revision.
     meter: Arc<MeterSeries>,
+    /// The TTFT split's and the proxy's overhead series, shared by every stack revision.
+    phases: Arc<PhaseSeries>,
+    /// The span exporter of `[tracing]` (`None`: tracing off); kept by a reload that does not
+    /// change its settings.
+    exporter: Option<Arc<Exporter>>,
     router: Arc<Router>,
     limits: Arc<Limits>,
     ready: Arc<AtomicBool>,
@@ -123,10 +130,13 @@ impl Server {
         let admin_tls = load("server.admin_tls", &config.server.admin_tls, ALPN_ADMIN)?;
         series::register(&metrics, &config);
         let meter = Arc::new(MeterSeries::new(Arc::clone(&metrics), &config));
+        let phases = Arc::new(PhaseSeries::new(Arc::clone(&metrics), &config));
         Ok(Self {
             config,
             metrics,
             meter,
+            phases,
+            exporter: None,
             router,
             limits,
             ready: Arc::new(AtomicBool::new(true)),
@@ -183,6 +193,7 @@ impl Server {
         let restart_required = reload::restart_only_changes(&self.config, &new);
         reload::keep_restart_only(&self.config, &mut new);
         let router = Arc::new(self.router.reloaded(&new).map_err(|err| err.to_string())?);
+        let exporter = self.exporter_for(&new)?;
         let prepare =
             |tls: &Option<Arc<ServerTls>>, table: &Option<ServerTlsConfig>| match (tls, table) {
                 (Some(tls), Some(table)) => tls.prepare(table).map(Some),
@@ -202,11 +213,11 @@ impl Server {
         self.metrics.reload_models(&new);
         self.meter.reload(&new);
         let client = client.with_connect_timeout(new.upstream.connect_timeout);
+        self.exporter = exporter;
         stack.store(live::build(
             &new,
-            &self.meter,
+            self.shared(),
             &router,
-            &self.limits,
             client.clone(),
             &self.hooks,
         ));
@@ -227,11 +238,14 @@ impl Server {
         let client = client::build(&self.config.upstream);
         self.router.connect(&client);
         let mut probes = route::probe::spawn(&self.router, &client);
+        self.exporter = self.exporter_for(&self.config).unwrap_or_else(|err| {
+            tracing::error!(error = %err, "tracing: the exporter did not start; serving without spans");
+            None
+        });
         let stack = LiveStack::new(live::build(
             &self.config,
-            &self.meter,
+            self.shared(),
             &self.router,
-            &self.limits,
             client.clone(),
             &self.hooks,
         ));
@@ -353,9 +367,38 @@ impl Server {
         watcher_task.iter().for_each(JoinHandle::abort);
         upkeep.abort();
         probes.iter().for_each(JoinHandle::abort);
+        if let Some(exporter) = &self.exporter {
+            // Every request has ended: its spans are queued. Sent now, within a bound.
+            exporter.flush(SPAN_FLUSH).await;
+        }
         self.metrics.run_upkeep();
     }
+
+    /// What every stack revision shares.
+    fn shared(&self) -> live::Shared<'_> {
+        live::Shared {
+            meter: &self.meter,
+            phases: &self.phases,
+            limits: &self.limits,
+            exporter: self.exporter.as_ref(),
+        }
+    }
+
+    /// The span exporter of `config`: the running one when its settings are the same, a new one
+    /// otherwise, none when tracing is off.
+    fn exporter_for(&self, config: &Config) -> Result<Option<Arc<Exporter>>, String> {
+        let Some(settings) = config.tracing.export() else {
+            return Ok(None);
+        };
+        match &self.exporter {
+            Some(running) if running.settings() == &settings => Ok(Some(Arc::clone(running))),
+            _ => Exporter::start(&settings, &self.metrics).map(Some),
+        }
+    }
 }
+
+/// The longest a stopping server waits for its last spans to be exported.
+const SPAN_FLUSH: Duration = Duration::from_secs(5);
 
 /// The next reload request, or never once the channel is gone (or was never there).
 async fn recv(requests: &mut Option<mpsc::Receiver<ReloadRequest>>) -> Option<ReloadRequest> {

@@ -7,6 +7,7 @@ use http::header::{ACCEPT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCOD
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
 
+use crate::context::trace;
 use crate::proxy::client::UpstreamClient;
 use crate::proxy::{headers, RequestBody};
 use crate::route::backend::Backend;
@@ -30,13 +31,14 @@ pub enum PrefillError {
 }
 
 /// Sends `body` to `path_and_query` on `backend` with the client's `headers` (hop-by-hop and
-/// framing headers dropped, no compression asked for: the proxy reads the answer itself), and
-/// reads the whole answer within `timeout`.
+/// framing headers dropped, no compression asked for: the proxy reads the answer itself; the
+/// prefill span's `traceparent` when traced), and reads the whole answer within `timeout`.
 pub async fn send(
     client: &UpstreamClient,
     backend: &Backend,
     path_and_query: &str,
     client_headers: &HeaderMap,
+    traceparent: Option<HeaderValue>,
     body: Bytes,
     timeout: Duration,
 ) -> Result<(StatusCode, Bytes), PrefillError> {
@@ -53,6 +55,9 @@ pub async fn send(
     }
     head.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     head.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+    if let Some(traceparent) = traceparent {
+        head.insert(trace::TRACEPARENT, traceparent);
+    }
     let mut req = Request::new(RequestBody::buffered(body));
     *req.method_mut() = Method::POST;
     *req.uri_mut() = uri;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request};
+use http::{HeaderMap, HeaderValue, Request};
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
@@ -11,6 +11,7 @@ use super::llamacpp::{self, TransferFile};
 use super::prefill::{self, PrefillError};
 use super::slots::{Placement, SlotGuard, SlotTable};
 use super::{vllm, PoolHandoff};
+use crate::context::trace::TraceState;
 use crate::context::{HandoffResult, RequestContext, RoutePlan};
 use crate::proxy::RequestBody;
 use crate::route::backend::{Backend, LoadGuard};
@@ -86,6 +87,7 @@ impl Router {
         handoff: &PoolHandoff,
         backend: &Arc<Backend>,
         req: &Request<RequestBody>,
+        traceparent: Option<HeaderValue>,
         body: Bytes,
         uncached: u64,
     ) -> Result<Bytes, HandoffResult> {
@@ -97,6 +99,7 @@ impl Router {
             backend,
             path,
             req.headers(),
+            traceparent,
             body,
             handoff.prefill_timeout,
         )
@@ -135,7 +138,14 @@ impl Router {
         let backend = self.pick_prefill(handoff, context, req.headers())?;
         let prefill_body = vllm::prefill_body(body).map_err(|_| HandoffResult::Unsupported)?;
         let answer = self
-            .send_prefill(handoff, &backend, req, prefill_body, uncached)
+            .send_prefill(
+                handoff,
+                &backend,
+                req,
+                traced(context),
+                prefill_body,
+                uncached,
+            )
             .await;
         prefilled(context);
         vllm::offered(&answer?).ok_or(HandoffResult::TransferFailed)
@@ -174,7 +184,14 @@ impl Router {
         let prefill_body =
             llamacpp::prefill_body(body, slot.id()).map_err(|_| HandoffResult::Unsupported)?;
         let answer = self
-            .send_prefill(handoff, &backend, req, prefill_body, uncached)
+            .send_prefill(
+                handoff,
+                &backend,
+                req,
+                traced(context),
+                prefill_body,
+                uncached,
+            )
             .await;
         prefilled(context);
         answer?;
@@ -226,4 +243,12 @@ fn prefilled(context: &mut RequestContext) {
     if let Some(record) = context.handoff.as_mut() {
         record.prefill_done = Some(Instant::now());
     }
+}
+
+/// The prefill request's `traceparent`, its span started, when the request is traced.
+fn traced(context: &mut RequestContext) -> Option<HeaderValue> {
+    context
+        .tracing
+        .as_deref_mut()
+        .and_then(TraceState::start_prefill)
 }

@@ -1,0 +1,538 @@
+//! OpenTelemetry traces end to end: the proxy in front of a scripted backend exports spans to a
+//! real OTLP receiver (the official opentelemetry-proto definitions, served by tonic for gRPC and
+//! decoded by prost for HTTP/protobuf), and every assertion is on what arrived there, what the
+//! backend saw, and what the client got.
+#[path = "support/otlp.rs"]
+mod otlp;
+mod support;
+
+use std::time::Duration;
+
+use otlp::{Protocol as Otlp, ReceivedSpan, Receiver};
+use support::backend::{replay, Backend, Script, Step};
+use support::client::{open_with, post, Protocol};
+use support::{config_for, fixture, prom, start_proxy};
+use tokenmeter::config::{Config, OtlpProtocol, Sampler};
+
+const CHAT: &str = "/v1/chat/completions";
+const BODY: &str = r#"{"model":"m1","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+const CLIENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN: &str = "00f067aa0ba902b7";
+const WAIT: Duration = Duration::from_secs(10);
+
+fn traceparent(flags: &str) -> String {
+    format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-{flags}")
+}
+
+/// A proxy config exporting to `receiver` at once (a short batch delay), every new trace sampled.
+fn traced(upstream: &str, receiver: &Receiver) -> Config {
+    let mut config = config_for(upstream);
+    config.tracing.endpoint = Some(receiver.endpoint());
+    config.tracing.protocol = Some(match receiver.protocol() {
+        Otlp::Grpc => OtlpProtocol::Grpc,
+        Otlp::HttpProtobuf => OtlpProtocol::HttpProtobuf,
+    });
+    config.tracing.batch_delay = Duration::from_millis(20);
+    config.tracing.export_timeout = Some(Duration::from_millis(500));
+    config
+}
+
+fn by_kind<'a>(spans: &'a [ReceivedSpan], kind: &str) -> Vec<&'a ReceivedSpan> {
+    spans.iter().filter(|s| s.kind_name() == kind).collect()
+}
+
+fn seconds(span: &ReceivedSpan, key: &str) -> f64 {
+    span.f64_attr(key)
+        .unwrap_or_else(|| panic!("{key} missing on {}: {:?}", span.name, span.attributes))
+}
+
+const PHASES: [&str; 8] = [
+    "admission",
+    "request_body",
+    "routing",
+    "handoff",
+    "retries",
+    "connect",
+    "upstream_head",
+    "first_token",
+];
+
+#[tokio::test]
+async fn a_stream_is_a_server_span_with_its_attempt_and_ttft_split() {
+    let receiver = Receiver::start(Otlp::HttpProtobuf).await;
+    // The first event 150 ms after the head, then 20 ms apart.
+    let events = support::events_of(&fixture("vllm-chat-usage.sse"));
+    let mut backend = Backend::start(move |_| {
+        let mut steps: Vec<(Duration, Vec<u8>)> = events
+            .iter()
+            .map(|e| (Duration::from_millis(20), e.clone()))
+            .collect();
+        steps[0].0 = Duration::from_millis(150);
+        Script::sse(steps)
+    })
+    .await;
+    let proxy = start_proxy(traced(&backend.url, &receiver)).await;
+    let parent = traceparent("01");
+    let streamed = open_with(
+        proxy.traffic_addr,
+        Protocol::Http1,
+        "POST",
+        CHAT,
+        BODY,
+        &[("traceparent", &parent)],
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(streamed.status, 200);
+    assert!(
+        streamed.headers.get("server-timing").is_none(),
+        "server-timing is opt-in"
+    );
+    let seen = backend.next_request().await;
+    let spans = receiver.wait_for_spans(2, WAIT).await;
+    assert_eq!(
+        spans.len(),
+        2,
+        "one server span and one attempt: {spans:#?}"
+    );
+    let server = by_kind(&spans, "server")[0];
+    let attempt = by_kind(&spans, "client")[0];
+
+    // The client's trace continues: same trace, the client's span as the parent.
+    assert_eq!(server.trace_id, CLIENT_TRACE);
+    assert_eq!(server.parent_span_id, CLIENT_SPAN);
+    assert_eq!(attempt.trace_id, CLIENT_TRACE);
+    assert_eq!(
+        attempt.parent_span_id, server.span_id,
+        "the attempt is the server span's child"
+    );
+    assert_eq!(
+        seen.header("traceparent").as_deref(),
+        Some(format!("00-{CLIENT_TRACE}-{}-01", attempt.span_id).as_str()),
+        "the backend's parent is the attempt that carried the request"
+    );
+    assert_eq!(
+        server.resource.get("service.name").and_then(|v| v.as_str()),
+        Some("tokenmeter")
+    );
+
+    // GenAI conventions.
+    assert_eq!(server.name, "chat m1");
+    assert_eq!(server.str_attr("gen_ai.operation.name"), Some("chat"));
+    assert_eq!(server.str_attr("gen_ai.request.model"), Some("m1"));
+    assert_eq!(server.int_attr("gen_ai.usage.input_tokens"), Some(12));
+    assert_eq!(server.int_attr("gen_ai.usage.output_tokens"), Some(7));
+    assert_eq!(server.str_attr("server.address"), Some("127.0.0.1"));
+    let port: i64 = backend.url.rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(server.int_attr("server.port"), Some(port));
+    assert_eq!(server.int_attr("http.response.status_code"), Some(200));
+    assert_eq!(server.str_attr("tokenmeter.outcome"), Some("ok"));
+    assert_eq!(server.str_attr("tokenmeter.pool"), Some("default"));
+    assert_eq!(server.str_attr("tokenmeter.route.reason"), Some("rule"));
+    assert_eq!(server.int_attr("tokenmeter.attempts"), Some(1));
+    assert_eq!(server.status_code, 0, "unset: the request went well");
+    assert_eq!(attempt.name, "POST /v1/chat/completions");
+    assert_eq!(attempt.int_attr("tokenmeter.attempt"), Some(1));
+    assert_eq!(attempt.int_attr("http.response.status_code"), Some(200));
+
+    // TTFT against the controlled backend, and its split.
+    let ttft = seconds(server, "tokenmeter.time_to_first_token");
+    assert!(
+        (0.150..0.300).contains(&ttft),
+        "TTFT {ttft} s against a backend that waits 150 ms (the role chunk is not a token)"
+    );
+    let phases: f64 = PHASES
+        .iter()
+        .map(|p| seconds(server, &format!("tokenmeter.phase.{p}")))
+        .sum();
+    assert!(
+        (phases - ttft).abs() < 2e-6,
+        "the phases add up to the TTFT: {phases} vs {ttft}"
+    );
+    assert!(
+        seconds(server, "tokenmeter.phase.first_token") >= 0.150,
+        "the backend's wait is in first_token"
+    );
+    assert!(seconds(server, "tokenmeter.max_token_gap") >= 0.015);
+    assert_eq!(server.int_attr("tokenmeter.stalls"), Some(0));
+    assert!(seconds(server, "tokenmeter.gateway_overhead.request") < 0.050);
+    let first_token = server.events_named("first_token");
+    assert_eq!(
+        first_token.len(),
+        1,
+        "one event at the first token, none per token"
+    );
+    assert_eq!(
+        server.events.len(),
+        2,
+        "response_head and first_token: {:?}",
+        server.events
+    );
+    let offset = first_token[0].1 - server.start_unix_nanos;
+    assert!(
+        ((offset as f64 / 1e9) - ttft).abs() < 1e-5,
+        "the event sits at the TTFT: {offset} ns vs {ttft} s"
+    );
+    assert!(attempt.start_unix_nanos >= server.start_unix_nanos);
+    assert!(attempt.end_unix_nanos <= server.end_unix_nanos);
+
+    // The same split in the histograms: each phase counted once, their sums adding up to TTFT's.
+    let text = proxy.metrics.render();
+    let mut sum = 0.0;
+    for phase in PHASES {
+        let labels = [("pool", "default"), ("phase", phase)];
+        assert_eq!(
+            prom::sum(&text, "tokenmeter_ttft_phase_seconds_count", &labels),
+            1.0,
+            "{phase} counted once"
+        );
+        sum += prom::sum(&text, "tokenmeter_ttft_phase_seconds_sum", &labels);
+    }
+    let ttft_sum = prom::sum(&text, "gen_ai_server_time_to_first_token_seconds_sum", &[]);
+    assert!(
+        (sum - ttft_sum).abs() < 2e-6,
+        "phase sums {sum} vs TTFT sum {ttft_sum}"
+    );
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_gateway_overhead_seconds_count",
+            &[("stage", "request")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_gateway_overhead_seconds_count",
+            &[("stage", "first_token")]
+        ),
+        1.0
+    );
+    // Counted once the collector answered (just after it had the spans).
+    support::wait_for_metric(&proxy, "tokenmeter_trace_spans_exported_total", &[], 2.0).await;
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_retry_after_a_failed_backend_shows_both_attempts() {
+    let receiver = Receiver::start(Otlp::Grpc).await;
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    // A port nothing listens on.
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    // Which backend a fresh proxy tries first is random: a new proxy per try, until one tried
+    // the dead one first (2^-20 that none of 20 does).
+    for _ in 0..20 {
+        let mut config = traced(&backend.url, &receiver);
+        config.upstream.urls = vec![dead.clone(), backend.url.clone()];
+        config.routing.retries = 1;
+        let proxy = start_proxy(config).await;
+        let streamed = post(proxy.traffic_addr, CHAT, BODY).await;
+        assert_eq!(streamed.status, 200, "the retry answered");
+        proxy.shutdown().await;
+        let spans = receiver.spans();
+        let Some(server) = by_kind(&spans, "server")
+            .into_iter()
+            .find(|s| s.int_attr("tokenmeter.attempts") == Some(2))
+        else {
+            continue;
+        };
+        let mut attempts: Vec<&ReceivedSpan> = spans
+            .iter()
+            .filter(|s| s.parent_span_id == server.span_id)
+            .collect();
+        attempts.sort_by_key(|s| s.int_attr("tokenmeter.attempt"));
+        assert_eq!(attempts.len(), 2, "two attempts: {attempts:#?}");
+        let (failed, answered) = (attempts[0], attempts[1]);
+        assert_eq!(failed.str_attr("error.type"), Some("upstream_unavailable"));
+        assert_eq!(failed.status_code, 2, "error status on the failed attempt");
+        let label = |url: &str| url.trim_start_matches("http://").to_owned();
+        assert_eq!(
+            failed.str_attr("tokenmeter.backend").map(str::to_owned),
+            Some(label(&dead))
+        );
+        assert_eq!(
+            answered.str_attr("tokenmeter.backend").map(str::to_owned),
+            Some(label(&backend.url))
+        );
+        assert_eq!(answered.status_code, 0);
+        assert!(
+            failed.end_unix_nanos <= answered.start_unix_nanos,
+            "one after the other"
+        );
+        assert_eq!(server.str_attr("tokenmeter.outcome"), Some("ok"));
+        assert!(
+            server.f64_attr("tokenmeter.phase.retries").unwrap() > 0.0,
+            "the failed attempt's time is the retries phase"
+        );
+        return;
+    }
+    panic!("no proxy of 20 tried the dead backend first");
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_and_a_refused_request_are_spans_too() {
+    let receiver = Receiver::start(Otlp::HttpProtobuf).await;
+    let events = support::events_of(&fixture("vllm-chat-usage.sse"));
+    let backend = Backend::start(move |_| Script {
+        status: 200,
+        content_type: "text/event-stream".to_owned(),
+        steps: vec![
+            Step::Chunk(Duration::from_millis(10), events[0].clone()),
+            Step::Chunk(Duration::from_millis(10), events[1].clone()),
+            Step::Pause(Duration::from_secs(5)),
+        ],
+    })
+    .await;
+    let mut config = traced(&backend.url, &receiver);
+    config.server.max_request_body_bytes = 1024;
+    let proxy = start_proxy(config).await;
+
+    let mut open = open_with(proxy.traffic_addr, Protocol::Http1, "POST", CHAT, BODY, &[]).await;
+    let mut seen: Vec<u8> = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("Hello") {
+        let (_, frame) = open.next_frame().await.expect("a frame").expect("no error");
+        seen.extend_from_slice(&frame);
+    }
+    open.disconnect();
+    let spans = receiver.wait_for_spans(2, WAIT).await;
+    let server = by_kind(&spans, "server")[0];
+    assert_eq!(server.str_attr("tokenmeter.outcome"), Some("cancelled"));
+    assert_eq!(server.str_attr("error.type"), Some("cancelled"));
+    assert_eq!(
+        server.status_code, 0,
+        "a client leaving is not the server's error"
+    );
+    assert_eq!(
+        server.events_named("first_token").len(),
+        1,
+        "it had its first token"
+    );
+
+    let big = format!(
+        r#"{{"model":"m1","messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "x".repeat(2048)
+    );
+    let refused = post(proxy.traffic_addr, CHAT, &big).await;
+    assert_eq!(refused.status, 413);
+    let spans = receiver.wait_for_spans(3, WAIT).await;
+    let refused = spans.last().unwrap();
+    assert_eq!(
+        refused.kind_name(),
+        "server",
+        "refused before any attempt: one span"
+    );
+    assert_eq!(refused.int_attr("http.response.status_code"), Some(413));
+    assert_eq!(refused.str_attr("tokenmeter.outcome"), Some("client_error"));
+    assert_eq!(refused.int_attr("tokenmeter.attempts"), Some(0));
+    assert!(refused
+        .str_attr("tokenmeter.error")
+        .unwrap()
+        .contains("exceeds the limit"));
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_malformed_or_unsampled_traceparent_passes_unchanged() {
+    let receiver = Receiver::start(Otlp::HttpProtobuf).await;
+    let mut backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    let proxy = start_proxy(traced(&backend.url, &receiver)).await;
+
+    let hostile = format!("00-{}-{CLIENT_SPAN}-01", "0".repeat(32));
+    let too_long = format!("{}{}", traceparent("01"), "-ff".repeat(100));
+    for header in [hostile.as_str(), too_long.as_str(), "garbage"] {
+        let streamed = open_with(
+            proxy.traffic_addr,
+            Protocol::Http1,
+            "POST",
+            CHAT,
+            BODY,
+            &[("traceparent", header)],
+        )
+        .await
+        .collect()
+        .await;
+        assert_eq!(streamed.status, 200);
+        let seen = backend.next_request().await;
+        assert_eq!(
+            seen.header("traceparent").as_deref(),
+            Some(header),
+            "passed upstream as it came"
+        );
+    }
+    let spans = receiver.wait_for_spans(6, WAIT).await;
+    for server in by_kind(&spans, "server") {
+        assert_eq!(server.parent_span_id, "", "a fresh trace: no parent");
+        assert_ne!(server.trace_id, "0".repeat(32));
+        assert_ne!(server.trace_id, CLIENT_TRACE);
+    }
+
+    // A caller that did not sample: nothing recorded, its header passes as it came.
+    let unsampled = traceparent("00");
+    post_with(&proxy, &unsampled).await;
+    let seen = backend.next_request().await;
+    assert_eq!(seen.header("traceparent"), Some(unsampled));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        receiver.spans().len(),
+        6,
+        "an unsampled trace exports nothing"
+    );
+    proxy.shutdown().await;
+}
+
+async fn post_with(proxy: &tokenmeter::server::ServerHandle, traceparent: &str) {
+    let streamed = open_with(
+        proxy.traffic_addr,
+        Protocol::Http1,
+        "POST",
+        CHAT,
+        BODY,
+        &[("traceparent", traceparent)],
+    )
+    .await
+    .collect()
+    .await;
+    assert_eq!(streamed.status, 200);
+}
+
+#[tokio::test]
+async fn a_stopped_collector_costs_the_token_path_nothing_and_is_used_again_when_back() {
+    let mut receiver = Receiver::start(Otlp::Grpc).await;
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    let mut config = traced(&backend.url, &receiver);
+    config.tracing.max_queue_spans = 8;
+    config.tracing.export_timeout = Some(Duration::from_millis(200));
+    let proxy = start_proxy(config).await;
+    let direct = post(proxy.traffic_addr, CHAT, BODY).await;
+    receiver.wait_for_spans(2, WAIT).await;
+
+    receiver.stop().await;
+    for _ in 0..30 {
+        let streamed = post(proxy.traffic_addr, CHAT, BODY).await;
+        assert_eq!(streamed.status, 200);
+        assert!(streamed.error.is_none(), "the stream ended cleanly");
+        assert_eq!(
+            streamed.bytes(),
+            direct.bytes(),
+            "every stream whole while the collector is down"
+        );
+    }
+    // Every span is accounted for: exported, or dropped with a reason.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let text = proxy.metrics.render();
+        let exported = prom::sum(&text, "tokenmeter_trace_spans_exported_total", &[]);
+        let dropped = prom::sum(&text, "tokenmeter_trace_spans_dropped_total", &[]);
+        let full = prom::sum(
+            &text,
+            "tokenmeter_trace_spans_dropped_total",
+            &[("reason", "queue_full")],
+        );
+        if exported + dropped == 62.0 {
+            assert!(full > 0.0, "the bounded queue overflowed: {text}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "spans unaccounted: {exported} + {dropped}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    receiver.restart().await;
+    let before = receiver.spans().len();
+    post(proxy.traffic_addr, CHAT, BODY).await;
+    let spans = receiver.wait_for_spans(before + 2, WAIT).await;
+    assert!(
+        spans.len() >= before + 2,
+        "the exporter reconnected by itself"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn reload_turns_tracing_on_moves_it_and_turns_it_off() {
+    let first = Receiver::start(Otlp::HttpProtobuf).await;
+    let second = Receiver::start(Otlp::Grpc).await;
+    let mut backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    let plain = config_for(&backend.url);
+    let proxy = start_proxy(plain.clone()).await;
+
+    post(proxy.traffic_addr, CHAT, BODY).await;
+    let seen = backend.next_request().await;
+    assert_eq!(
+        seen.header("traceparent"),
+        None,
+        "off: nothing added upstream"
+    );
+
+    proxy
+        .reload(traced(&backend.url, &first))
+        .await
+        .expect("reload");
+    post(proxy.traffic_addr, CHAT, BODY).await;
+    let seen = backend.next_request().await;
+    let spans = first.wait_for_spans(2, WAIT).await;
+    let server = by_kind(&spans, "server")[0];
+    assert_eq!(
+        server.parent_span_id, "",
+        "a root: the client sent no traceparent"
+    );
+    let sent = seen
+        .header("traceparent")
+        .expect("on: the attempt's traceparent");
+    assert!(sent.starts_with(&format!("00-{}-", server.trace_id)) && sent.ends_with("-01"));
+
+    // Moved to the second collector, sampling no new trace.
+    let mut moved = traced(&backend.url, &second);
+    moved.tracing.sampler = Some(Sampler::ParentbasedTraceidratio);
+    moved.tracing.sample_ratio = Some(0.0);
+    proxy.reload(moved).await.expect("reload");
+    post(proxy.traffic_addr, CHAT, BODY).await;
+    let seen = backend.next_request().await;
+    let sent = seen
+        .header("traceparent")
+        .expect("a root still carries the decision");
+    assert!(sent.ends_with("-00"), "not sampled: {sent}");
+    // A sampled caller is still followed, and goes to the second collector.
+    post_with(&proxy, &traceparent("01")).await;
+    backend.next_request().await;
+    let spans = second.wait_for_spans(2, WAIT).await;
+    assert!(
+        spans.iter().all(|s| s.trace_id == CLIENT_TRACE),
+        "{spans:#?}"
+    );
+    assert_eq!(
+        first.spans().len(),
+        2,
+        "nothing more to the first collector"
+    );
+
+    let mut off = traced(&backend.url, &second);
+    off.tracing.endpoint = Some(String::new());
+    off.tracing.server_timing = true;
+    proxy.reload(off).await.expect("reload");
+    let streamed = post(proxy.traffic_addr, CHAT, BODY).await;
+    let seen = backend.next_request().await;
+    assert_eq!(seen.header("traceparent"), None, "off again");
+    let timing = streamed
+        .headers
+        .get("server-timing")
+        .expect("server-timing when asked for")
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for phase in &PHASES[..7] {
+        assert!(
+            timing.contains(&format!("tm-{phase};dur=")),
+            "{phase} in {timing}"
+        );
+    }
+    assert!(!timing.contains("tm-trace"), "no trace to name: {timing}");
+    proxy.shutdown().await;
+}
