@@ -3,6 +3,8 @@
 //! What a new user saw there, now held: a client gets every member the server would have sent it
 //! (llama.cpp's `timings`), no client can eject the server, and the first long document goes to
 //! the prefill pool.
+#[path = "support/otlp.rs"]
+mod otlp;
 mod support;
 
 use std::fmt::Write as _;
@@ -492,4 +494,79 @@ async fn prefix_affinity_keeps_each_session_on_its_server() {
         "later turns: {later_cached} of {later_prompt} prompt tokens cached ({:.0} %); homes {homes:?}",
         100.0 * later_cached as f64 / later_prompt as f64
     );
+}
+
+#[tokio::test]
+async fn the_proxys_ttft_split_holds_the_servers_own_prompt_time() {
+    let Some(llama) = LlamaServer::start(1, 2048).await else {
+        return;
+    };
+    let receiver = otlp::Receiver::start(otlp::Protocol::HttpProtobuf).await;
+    let mut config = config_for(&llama.url);
+    config.tracing.endpoint = Some(receiver.endpoint());
+    config.tracing.batch_delay = Duration::from_millis(20);
+    let proxy = start_proxy(config).await;
+    let mut rows = Vec::new();
+    for (i, words) in [40, 400, 1200].into_iter().enumerate() {
+        // A fresh prompt each time (the slot's cache holds none of it).
+        let prompt = format!("q{i}{}", " w".repeat(words));
+        let body = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"{prompt}"}}],"max_tokens":2,"temperature":0,"stream":true}}"#
+        );
+        let streamed = client::post(proxy.traffic_addr, CHAT, &body).await;
+        assert_eq!(streamed.status, 200, "{}", streamed.text());
+        let timings = last_timings(&streamed.text());
+        let prompt_ms = timings["prompt_ms"].as_f64().expect("prompt_ms");
+        let spans = receiver
+            .wait_for_spans(2 * (i + 1), Duration::from_secs(10))
+            .await;
+        let server = spans
+            .iter()
+            .rev()
+            .find(|s| s.kind_name() == "server")
+            .expect("a server span");
+        let reported = server
+            .f64_attr("tokenmeter.backend.prefill_time")
+            .expect("the server's prompt time on the span");
+        assert!(
+            (reported * 1e3 - prompt_ms).abs() < 0.001,
+            "the span carries timings.prompt_ms: {reported} s vs {prompt_ms} ms"
+        );
+        let phase = |name: &str| {
+            server
+                .f64_attr(&format!("tokenmeter.phase.{name}"))
+                .unwrap()
+        };
+        // llama-server answers its head once the first token is ready: its prefill lies in the
+        // proxy's upstream_head and first_token phases, together.
+        let backend = phase("upstream_head") + phase("first_token");
+        let ttft = server.f64_attr("tokenmeter.time_to_first_token").unwrap();
+        assert!(
+            backend * 1e3 >= prompt_ms,
+            "the server's prompt time ({prompt_ms} ms) fits in the backend's phases ({} ms)",
+            backend * 1e3
+        );
+        assert!(
+            backend <= ttft + 1e-6,
+            "the backend's phases are part of the TTFT"
+        );
+        rows.push((
+            timings["prompt_n"].as_u64().unwrap_or(0),
+            prompt_ms,
+            backend * 1e3,
+            ttft * 1e3,
+        ));
+    }
+    for (tokens, prompt_ms, backend_ms, ttft_ms) in &rows {
+        println!(
+            "prompt {tokens} tokens: server prompt_ms {prompt_ms:.1}, proxy upstream_head+first_token {backend_ms:.1} ms, TTFT {ttft_ms:.1} ms"
+        );
+    }
+    let metrics = proxy.metrics.render();
+    assert_eq!(
+        prom::sum(&metrics, "tokenmeter_backend_prefill_seconds_count", &[]),
+        3.0,
+        "each request's reported prompt time counted"
+    );
+    proxy.shutdown().await;
 }

@@ -32,6 +32,7 @@ const KNOWN_LABELS: &[&str] = &[
     "reason",
     "kind",
     "phase",
+    "stage",
     "job",
     "instance",
 ];

@@ -129,6 +129,9 @@ impl StreamRecord {
         if usage.cached_tokens.is_some() {
             self.usage.cached_tokens = usage.cached_tokens;
         }
+        if usage.prefill_micros.is_some() {
+            self.usage.prefill_micros = usage.prefill_micros;
+        }
     }
 
     /// The figures of the stream ending at `end`.

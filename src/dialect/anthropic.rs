@@ -59,6 +59,7 @@ pub fn classify_parsed(event: &[u8], data: &[u8]) -> EventSummary {
                 prompt_tokens: input.and_then(|i| i.prompt_tokens),
                 completion_tokens: output,
                 cached_tokens: input.and_then(|i| i.cached_tokens),
+                prefill_micros: None,
             };
             (usage != Usage::default()).then_some(usage)
         }),
@@ -84,6 +85,7 @@ pub fn body_usage(body: &[u8]) -> Option<Usage> {
         prompt_tokens: input.and_then(|input| input.prompt_tokens),
         completion_tokens: counts.output,
         cached_tokens: input.and_then(|input| input.cached_tokens),
+        prefill_micros: None,
     };
     (usage != Usage::default()).then_some(usage)
 }
@@ -140,6 +142,7 @@ impl Counts {
             prompt_tokens: Some(total),
             completion_tokens: None,
             cached_tokens: cache_read,
+            prefill_micros: None,
         })
     }
 }

@@ -13,6 +13,9 @@ pub struct Usage {
     /// says (each dialect's module names the field); `prompt_tokens` includes them. `None` when
     /// the server reports no cache figure, which is not the same as `Some(0)`.
     pub cached_tokens: Option<u64>,
+    /// The server's own time to compute the prompt, in microseconds, where it reports one per
+    /// request (llama.cpp's `timings.prompt_ms`): shown beside the proxy's TTFT split.
+    pub prefill_micros: Option<u64>,
 }
 
 /// A nested `…_details` object's `cached_tokens` (OpenAI's `prompt_tokens_details`, the

@@ -9,7 +9,7 @@
 //!   per event is not said.
 //! - **Usage**: `tokens_predicted` (output) and `tokens_evaluated` (prompt), falling back to
 //!   `timings.predicted_n` / `timings.prompt_n` + `timings.cache_n` when the top-level counts are
-//!   missing. Cached prompt tokens: `timings.cache_n` (the prompt tokens a slot reused from its
+//!   missing; the server's own prompt time, `timings.prompt_ms`. Cached prompt tokens: `timings.cache_n` (the prompt tokens a slot reused from its
 //!   last prompt, not computed again; `prompt_n` is the rest).
 //! - **Error**: a non-null `error` (`{"error":{"code":..,"message":..,"type":..}}`).
 //! - **End**: `"stop": true`.
@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage};
-use super::walk::{self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Pick};
+use super::walk::{self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Millis, Pick};
 
 /// Classifies the `data` of one event.
 pub fn classify(data: &[u8]) -> EventSummary {
@@ -37,6 +37,7 @@ pub fn classify(data: &[u8]) -> EventSummary {
         prompt_tokens: usage.prompt_tokens.or(timings.prompt_tokens),
         completion_tokens: usage.completion_tokens.or(timings.completion_tokens),
         cached_tokens: timings.cached_tokens,
+        prefill_micros: timings.prefill_micros,
     };
     EventSummary {
         token: content,
@@ -83,6 +84,7 @@ enum TimingsKey {
     PromptN,
     CacheN,
     PredictedN,
+    PromptMs,
     #[serde(other)]
     Other,
 }
@@ -125,12 +127,13 @@ impl<'de> Pick<'de> for TimingsPick {
     type Out = Usage;
 
     fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Usage, A::Error> {
-        let (mut computed, mut cached, mut predicted) = (None, None, None);
+        let (mut computed, mut cached, mut predicted, mut prefill) = (None, None, None, None);
         while let Some(key) = map.next_key::<TimingsKey>()? {
             match key {
                 TimingsKey::PromptN => computed = map.next_value_seed(Lenient(Count))?,
                 TimingsKey::CacheN => cached = map.next_value_seed(Lenient(Count))?,
                 TimingsKey::PredictedN => predicted = map.next_value_seed(Lenient(Count))?,
+                TimingsKey::PromptMs => prefill = map.next_value_seed(Lenient(Millis))?,
                 TimingsKey::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -140,6 +143,7 @@ impl<'de> Pick<'de> for TimingsPick {
             prompt_tokens: computed.map(|computed| computed.saturating_add(cached.unwrap_or(0))),
             completion_tokens: predicted,
             cached_tokens: cached,
+            prefill_micros: prefill,
         })
     }
 }

@@ -82,6 +82,7 @@ pub fn classify_parsed(data: &[u8]) -> EventSummary {
     let usage = match usage {
         Some(usage) => Some(Usage {
             cached_tokens: usage.cached_tokens.or(timings.cached_tokens),
+            prefill_micros: timings.prefill_micros,
             ..usage
         }),
         None => (timings != Usage::default()).then_some(timings),

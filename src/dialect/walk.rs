@@ -77,6 +77,10 @@ pub(super) trait Pick<'de>: Sized {
         Self::Out::default()
     }
 
+    fn f64(self, _value: f64) -> Self::Out {
+        Self::Out::default()
+    }
+
     fn seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Out, A::Error> {
         IgnoredAny.visit_seq(seq).map(|_| Self::Out::default())
     }
@@ -121,8 +125,8 @@ impl<'de, P: Pick<'de>> Visitor<'de> for Lenient<P> {
         Ok(self.0.u64(value))
     }
 
-    fn visit_f64<E>(self, _value: f64) -> Result<P::Out, E> {
-        Ok(P::Out::default())
+    fn visit_f64<E>(self, value: f64) -> Result<P::Out, E> {
+        Ok(self.0.f64(value))
     }
 
     fn visit_str<E>(self, _value: &str) -> Result<P::Out, E> {
@@ -147,6 +151,22 @@ impl Pick<'_> for Count {
 
     fn u64(self, value: u64) -> Option<u64> {
         Some(value)
+    }
+}
+
+/// A duration in milliseconds (a non-negative number, integer or not) as whole microseconds; any
+/// other shape is `None`.
+pub(super) struct Millis;
+
+impl Pick<'_> for Millis {
+    type Out = Option<u64>;
+
+    fn u64(self, value: u64) -> Option<u64> {
+        Some(value.saturating_mul(1000))
+    }
+
+    fn f64(self, value: f64) -> Option<u64> {
+        (value.is_finite() && value >= 0.0).then(|| (value * 1000.0).round() as u64)
     }
 }
 

@@ -92,11 +92,18 @@ impl FinishHook for TraceHook {
     fn finished(&self, request: &Finished<'_>) {
         let context = request.context;
         let phases = Phases::of(context);
-        if request.figures.ttft.is_some() && phases.reached == phases.times.len() {
+        let backend_prefill = context.stream.usage.prefill_micros;
+        let complete = request.figures.ttft.is_some() && phases.reached == phases.times.len();
+        if complete || backend_prefill.is_some() {
             let pool = context.pool.as_ref().unwrap_or(&self.none);
             let histograms = self.series.pool(pool);
-            for (histogram, time) in histograms.0.iter().zip(phases.times) {
-                histogram.record(time.as_secs_f64());
+            if complete {
+                for (histogram, time) in histograms.phases.iter().zip(phases.times) {
+                    histogram.record(time.as_secs_f64());
+                }
+            }
+            if let Some(micros) = backend_prefill {
+                histograms.backend_prefill.record(micros as f64 / 1e6);
             }
         }
         if context.marks.written.is_some() {

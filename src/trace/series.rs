@@ -16,6 +16,9 @@ pub const TTFT_PHASE: &str = "tokenmeter_ttft_phase_seconds";
 /// planning, backend pick, pool checkout, writing it) and `first_token` (holding the frame of the
 /// first token, from the upstream connection to the client's).
 pub const GATEWAY_OVERHEAD: &str = "tokenmeter_gateway_overhead_seconds";
+/// The prefill time a backend reports for each request, by `pool` (llama.cpp's
+/// `timings.prompt_ms`): the backend's own view of what the proxy's `first_token` phase holds.
+pub const BACKEND_PREFILL: &str = "tokenmeter_backend_prefill_seconds";
 /// Spans sent to the collector.
 pub const SPANS_EXPORTED: &str = "tokenmeter_trace_spans_exported_total";
 /// Spans lost, by `reason`: `queue_full` (the export queue was at `tracing.max_queue_spans`),
@@ -42,6 +45,11 @@ pub fn describe(metrics: &Metrics, config: &Config) {
         TTFT_PHASE,
         "Where each TTFT went, by phase: admission, request_body, routing, handoff, retries, connect, upstream_head, first_token (they add up to the TTFT).",
     );
+    metrics.define_histogram(BACKEND_PREFILL, &edges, false);
+    metrics.describe_histogram(
+        BACKEND_PREFILL,
+        "The prefill time the backend reports per request (llama.cpp's timings.prompt_ms), beside the first_token phase.",
+    );
     metrics.define_histogram(GATEWAY_OVERHEAD, &OVERHEAD_BUCKETS, false);
     metrics.describe_histogram(
         GATEWAY_OVERHEAD,
@@ -64,9 +72,12 @@ pub struct PhaseSeries {
     pub overhead_first_token: Histogram,
 }
 
-/// One pool's phase histograms, in [`PHASES`] order.
+/// One pool's phase histograms, in [`PHASES`] order, and its backends' own prefill times.
 #[derive(Debug)]
-pub struct PoolPhases(pub [Histogram; 8]);
+pub struct PoolPhases {
+    pub phases: [Histogram; 8],
+    pub backend_prefill: Histogram,
+}
 
 impl PhaseSeries {
     pub fn new(metrics: Arc<Metrics>, config: &Config) -> Self {
@@ -92,10 +103,15 @@ impl PhaseSeries {
         {
             return Arc::clone(found);
         }
-        let made = Arc::new(PoolPhases(PHASES.map(|phase| {
-            let labels = [shared_label(LABEL_POOL, pool), Label::new("phase", phase)];
-            self.metrics.histogram(TTFT_PHASE, &labels)
-        })));
+        let made = Arc::new(PoolPhases {
+            phases: PHASES.map(|phase| {
+                let labels = [shared_label(LABEL_POOL, pool), Label::new("phase", phase)];
+                self.metrics.histogram(TTFT_PHASE, &labels)
+            }),
+            backend_prefill: self
+                .metrics
+                .histogram(BACKEND_PREFILL, &[shared_label(LABEL_POOL, pool)]),
+        });
         self.by_pool
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -299,6 +299,12 @@ fn server_attributes(
             i64::from(context.stream.stalls),
         ));
     }
+    if let Some(micros) = context.stream.usage.prefill_micros {
+        out.push(KeyValue::new(
+            "tokenmeter.backend.prefill_time",
+            micros as f64 / 1e6,
+        ));
+    }
     out.push(KeyValue::new("tokenmeter.duration", seconds(figures.e2e)));
     for (phase, time) in phases.reached() {
         out.push(KeyValue::new(

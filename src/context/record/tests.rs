@@ -42,6 +42,7 @@ fn usage_overrides_event_count_for_tpot() {
         prompt_tokens: Some(20),
         completion_tokens: Some(5),
         cached_tokens: None,
+        prefill_micros: None,
     });
     let figures = record.figures(t0 + ms(190));
     assert_eq!(figures.output_tokens, 5, "usage wins");

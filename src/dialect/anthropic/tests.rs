@@ -16,6 +16,7 @@ fn usage(prompt: Option<u64>, completion: Option<u64>) -> Option<Usage> {
         prompt_tokens: prompt,
         completion_tokens: completion,
         cached_tokens: None,
+        prefill_micros: None,
     })
 }
 

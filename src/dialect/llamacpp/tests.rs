@@ -16,6 +16,7 @@ fn content_events_are_tokens_with_running_counts() {
                 prompt_tokens: Some(9),
                 completion_tokens: Some(1),
                 cached_tokens: None,
+                prefill_micros: None
             }),
             ..EventSummary::default()
         },
@@ -35,11 +36,12 @@ fn the_stop_event_ends_with_final_counts() {
                 prompt_tokens: Some(9),
                 completion_tokens: Some(12),
                 cached_tokens: None,
+                prefill_micros: Some(10_500)
             }),
             done: true,
             ..EventSummary::default()
         },
-        "stop: usage and end, no token"
+        "stop: usage (and the server's prompt time) and end, no token"
     );
     let timings_only =
         summary(r#"{"content":"","stop":true,"timings":{"prompt_n":4,"predicted_n":6}}"#);
@@ -49,9 +51,18 @@ fn the_stop_event_ends_with_final_counts() {
             prompt_tokens: Some(4),
             completion_tokens: Some(6),
             cached_tokens: None,
+            prefill_micros: None
         }),
         "timings stand in for missing counts"
     );
+    for (prompt_ms, micros) in [("12", Some(12_000)), ("-1", None), ("\"x\"", None)] {
+        let data = format!(r#"{{"content":"","stop":true,"timings":{{"prompt_ms":{prompt_ms}}}}}"#);
+        assert_eq!(
+            summary(&data).usage.and_then(|u| u.prefill_micros),
+            micros,
+            "prompt_ms {prompt_ms}"
+        );
+    }
 }
 
 #[test]
@@ -74,6 +85,7 @@ fn body_usage_reads_a_whole_answer() {
             prompt_tokens: Some(9),
             completion_tokens: Some(3),
             cached_tokens: None,
+            prefill_micros: Some(51_200)
         }),
         "tokens_evaluated / tokens_predicted"
     );
@@ -84,6 +96,7 @@ fn body_usage_reads_a_whole_answer() {
             prompt_tokens: Some(4),
             completion_tokens: Some(1),
             cached_tokens: None,
+            prefill_micros: None
         }),
         "timings stand in for missing top-level counts"
     );
@@ -105,6 +118,7 @@ fn cached_prompt_tokens_are_timings_cache_n() {
             prompt_tokens: Some(60),
             completion_tokens: Some(4),
             cached_tokens: Some(52),
+            prefill_micros: Some(9_100)
         }),
         "tokens_evaluated is the whole prompt; cache_n of it came from the slot's cache"
     );
@@ -116,6 +130,7 @@ fn cached_prompt_tokens_are_timings_cache_n() {
             prompt_tokens: Some(60),
             completion_tokens: Some(4),
             cached_tokens: Some(52),
+            prefill_micros: None
         }),
         "without the top-level counts the prompt is prompt_n + cache_n"
     );

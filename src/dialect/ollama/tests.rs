@@ -33,6 +33,7 @@ fn the_done_line_reports_usage() {
                 prompt_tokens: Some(26),
                 completion_tokens: Some(259),
                 cached_tokens: None,
+                prefill_micros: None
             }),
             done: true,
             ..EventSummary::default()
@@ -71,6 +72,7 @@ fn body_usage_reads_a_whole_answer() {
             prompt_tokens: Some(26),
             completion_tokens: Some(298),
             cached_tokens: None,
+            prefill_micros: None
         }),
         "/api/chat: prompt_eval_count / eval_count"
     );
@@ -81,6 +83,7 @@ fn body_usage_reads_a_whole_answer() {
             prompt_tokens: Some(26),
             completion_tokens: Some(290),
             cached_tokens: None,
+            prefill_micros: None
         }),
         "/api/generate: prompt_eval_count / eval_count"
     );

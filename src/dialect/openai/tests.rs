@@ -35,6 +35,7 @@ fn usage(prompt: Option<u64>, completion: Option<u64>) -> Option<Usage> {
         prompt_tokens: prompt,
         completion_tokens: completion,
         cached_tokens: None,
+        prefill_micros: None,
     })
 }
 
@@ -416,6 +417,7 @@ fn body_usage_reads_whole_chat_and_completions_answers() {
             prompt_tokens: Some(1117),
             completion_tokens: Some(46),
             cached_tokens: Some(0),
+            prefill_micros: None
         }),
         "chat.completion: top-level usage, prompt_tokens_details.cached_tokens"
     );
@@ -426,6 +428,7 @@ fn body_usage_reads_whole_chat_and_completions_answers() {
             prompt_tokens: Some(5),
             completion_tokens: Some(7),
             cached_tokens: None,
+            prefill_micros: None
         }),
         "text_completion, usage before the choices"
     );
@@ -501,6 +504,7 @@ fn cached_prompt_tokens_from_usage_details_or_llama_cpp_timings() {
             prompt_tokens: Some(54),
             completion_tokens: Some(3),
             cached_tokens: Some(53),
+            prefill_micros: None
         }),
         "the usage member"
     );
@@ -513,8 +517,9 @@ fn cached_prompt_tokens_from_usage_details_or_llama_cpp_timings() {
             prompt_tokens: Some(54),
             completion_tokens: Some(3),
             cached_tokens: Some(53),
+            prefill_micros: Some(6_300)
         }),
-        "prompt = prompt_n + cache_n, cached = cache_n, output = predicted_n"
+        "prompt = prompt_n + cache_n, cached = cache_n, output = predicted_n, prompt_ms"
     );
     assert!(
         !finish.usage_only && finish.finish,

@@ -52,6 +52,7 @@ fn usage_from_the_terminal_events() {
                 prompt_tokens: Some(36),
                 completion_tokens: Some(87),
                 cached_tokens: Some(0),
+                prefill_micros: None
             }),
             done: true,
             ..EventSummary::default()
@@ -119,6 +120,7 @@ fn body_usage_reads_a_whole_response_object() {
             prompt_tokens: Some(328),
             completion_tokens: Some(52),
             cached_tokens: Some(0),
+            prefill_micros: None
         }),
         "usage.input_tokens / usage.output_tokens / input_tokens_details.cached_tokens"
     );

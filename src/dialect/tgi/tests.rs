@@ -31,6 +31,7 @@ fn the_special_last_token_ends_with_details() {
                 prompt_tokens: Some(7),
                 completion_tokens: Some(5),
                 cached_tokens: None,
+                prefill_micros: None
             }),
             done: true,
             ..EventSummary::default()

@@ -9,6 +9,7 @@ const ELEVEN_SEVEN: Usage = Usage {
     prompt_tokens: Some(11),
     completion_tokens: Some(7),
     cached_tokens: None,
+    prefill_micros: None,
 };
 
 fn headers(pairs: &[(http::HeaderName, &'static str)]) -> HeaderMap {
