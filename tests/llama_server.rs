@@ -537,8 +537,9 @@ async fn the_proxys_ttft_split_holds_the_servers_own_prompt_time() {
                 .f64_attr(&format!("tokenmeter.phase.{name}"))
                 .unwrap()
         };
-        // llama-server answers its head once the first token is ready: its prefill lies in the
-        // proxy's upstream_head and first_token phases, together.
+        // The server's prefill lies within the backend's phases: upstream_head (writing the
+        // request; llama-server answers its head after tokenizing, before computing the prompt)
+        // and first_token (the prompt computed, the first token sampled).
         let backend = phase("upstream_head") + phase("first_token");
         let ttft = server.f64_attr("tokenmeter.time_to_first_token").unwrap();
         assert!(
@@ -550,17 +551,19 @@ async fn the_proxys_ttft_split_holds_the_servers_own_prompt_time() {
             backend <= ttft + 1e-6,
             "the backend's phases are part of the TTFT"
         );
-        rows.push((
+        rows.push(format!(
+            "| {} | {prompt_ms:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
             timings["prompt_n"].as_u64().unwrap_or(0),
-            prompt_ms,
-            backend * 1e3,
+            phase("upstream_head") * 1e3,
+            phase("first_token") * 1e3,
             ttft * 1e3,
+            (ttft - backend) * 1e3,
         ));
     }
-    for (tokens, prompt_ms, backend_ms, ttft_ms) in &rows {
-        println!(
-            "prompt {tokens} tokens: server prompt_ms {prompt_ms:.1}, proxy upstream_head+first_token {backend_ms:.1} ms, TTFT {ttft_ms:.1} ms"
-        );
+    println!("| prompt tokens | server prompt_ms | upstream_head ms | first_token ms | TTFT ms | other phases ms |");
+    println!("|---|---|---|---|---|---|");
+    for row in &rows {
+        println!("{row}");
     }
     let metrics = proxy.metrics.render();
     assert_eq!(

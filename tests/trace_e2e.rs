@@ -536,3 +536,76 @@ async fn reload_turns_tracing_on_moves_it_and_turns_it_off() {
     assert!(!timing.contains("tm-trace"), "no trace to name: {timing}");
     proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_request_the_proxy_traced_leaves_its_own_trace_on_the_exemplars() {
+    use prost::Message;
+    use tokenmeter::metrics::protobuf::pb;
+
+    let receiver = Receiver::start(Otlp::HttpProtobuf).await;
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::from_millis(2))).await;
+    let proxy = start_proxy(traced(&backend.url, &receiver)).await;
+    post(proxy.traffic_addr, CHAT, BODY).await;
+    let spans = receiver.wait_for_spans(2, WAIT).await;
+    let trace = by_kind(&spans, "server")[0].trace_id.clone();
+
+    let exposition = proxy.metrics.render_protobuf("");
+    let mut buf = exposition.as_slice();
+    let mut exemplars = Vec::new();
+    while !buf.is_empty() {
+        let family = pb::MetricFamily::decode_length_delimited(&mut buf).expect("delimited");
+        if family.name() != "gen_ai_server_time_to_first_token_seconds" {
+            continue;
+        }
+        for metric in &family.metric {
+            for bucket in metric.histogram.iter().flat_map(|h| &h.bucket) {
+                if let Some(exemplar) = &bucket.exemplar {
+                    exemplars.push(exemplar.label[0].value().to_owned());
+                }
+            }
+        }
+    }
+    assert_eq!(
+        exemplars,
+        [trace],
+        "the TTFT exemplar opens the trace the proxy exported (the client sent no traceparent)"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_refusing_collector_is_counted_and_gets_the_configured_headers() {
+    let receiver = Receiver::start(Otlp::Grpc).await;
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    let mut config = traced(&backend.url, &receiver);
+    config.tracing.headers.insert(
+        "authorization".to_owned(),
+        "Bearer collector-key".to_owned(),
+    );
+    let proxy = start_proxy(config).await;
+    receiver.refuse(Some(503));
+    let streamed = post(proxy.traffic_addr, CHAT, BODY).await;
+    assert_eq!(
+        streamed.status, 200,
+        "the stream does not wait for the collector"
+    );
+    support::wait_for_metric(
+        &proxy,
+        "tokenmeter_trace_spans_dropped_total",
+        &[("reason", "export_failed")],
+        2.0,
+    )
+    .await;
+    assert!(receiver.requests() >= 1, "the export was tried");
+    receiver.refuse(None);
+    post(proxy.traffic_addr, CHAT, BODY).await;
+    receiver.wait_for_spans(2, WAIT).await;
+    for headers in receiver.headers() {
+        assert_eq!(
+            headers.get("authorization").and_then(|v| v.to_str().ok()),
+            Some("Bearer collector-key"),
+            "every export carries the configured metadata"
+        );
+    }
+    proxy.shutdown().await;
+}
