@@ -1,5 +1,7 @@
 //! The real binary: `tokenmeter serve` configured by environment, drained by SIGTERM, and refusing a
 //! bad config with the key named.
+#[path = "support/otlp.rs"]
+mod otlp;
 mod support;
 
 use std::process::{Command, Stdio};
@@ -246,4 +248,64 @@ async fn the_file_watch_and_sighup_reload_the_config_file() {
     );
     assert!(log.contains("SIGHUP"), "the trigger is logged: {log}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_opentelemetry_variables_turn_tracing_on_and_sigterm_sends_the_last_spans() {
+    let receiver = otlp::Receiver::start(otlp::Protocol::Grpc).await;
+    let backend = Backend::start(|_| {
+        Script::sse(
+            events_of(&fixture("vllm-chat-usage.sse"))
+                .into_iter()
+                .map(|e| (Duration::from_millis(2), e))
+                .collect(),
+        )
+    })
+    .await;
+    let (traffic, admin) = (free_port(), free_port());
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .env("TOKENMETER_LISTEN", format!("127.0.0.1:{traffic}"))
+        .env("TOKENMETER_ADMIN_LISTEN", format!("127.0.0.1:{admin}"))
+        .env("TOKENMETER_UPSTREAM", &backend.url)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_SERVICE_NAME", "sidecar-7")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tokenmeter serve starts");
+    let admin_addr = format!("127.0.0.1:{admin}").parse().expect("addr");
+    let traffic_addr = format!("127.0.0.1:{traffic}").parse().expect("addr");
+    wait_ready(admin_addr).await;
+
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true}"#;
+    let streamed = client::post(traffic_addr, "/v1/chat/completions", body).await;
+    assert_eq!(streamed.status, 200);
+    // The default batch delay is 1 s: SIGTERM at once, and the spans still arrive.
+    let pid = child.id().to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let spans = receiver.wait_for_spans(2, Duration::from_secs(10)).await;
+    let server = spans
+        .iter()
+        .find(|s| s.kind_name() == "server")
+        .expect("the server span");
+    assert_eq!(server.name, "chat m");
+    assert_eq!(
+        server.resource.get("service.name").and_then(|v| v.as_str()),
+        Some("sidecar-7")
+    );
+    assert_eq!(
+        server
+            .resource
+            .get("deployment.environment")
+            .and_then(|v| v.as_str()),
+        Some("test")
+    );
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("joined")
+        .expect("waited");
+    assert!(status.success(), "a clean exit: {status}");
 }

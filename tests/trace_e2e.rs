@@ -79,7 +79,7 @@ async fn a_stream_is_a_server_span_with_its_attempt_and_ttft_split() {
         "POST",
         CHAT,
         BODY,
-        &[("traceparent", &parent)],
+        &[("traceparent", &parent), ("tracestate", "vendor=abc")],
     )
     .await
     .collect()
@@ -111,6 +111,11 @@ async fn a_stream_is_a_server_span_with_its_attempt_and_ttft_split() {
         seen.header("traceparent").as_deref(),
         Some(format!("00-{CLIENT_TRACE}-{}-01", attempt.span_id).as_str()),
         "the backend's parent is the attempt that carried the request"
+    );
+    assert_eq!(
+        seen.header("tracestate").as_deref(),
+        Some("vendor=abc"),
+        "unchanged"
     );
     assert_eq!(
         server.resource.get("service.name").and_then(|v| v.as_str()),
