@@ -59,7 +59,12 @@ impl Phases {
     /// The split of `context` as far as it went.
     pub fn of(context: &RequestContext) -> Self {
         let marks = &context.marks;
-        let handed_off = context.handoff.is_some();
+        // A handoff phase only where a prefill ran remotely: a local decision's time in the
+        // handoff layer is routing's.
+        let handed_off = context
+            .handoff
+            .as_ref()
+            .is_some_and(|record| record.prefill_started.is_some());
         let points = [
             marks.admitted,
             marks.body_read,

@@ -68,7 +68,15 @@ fn retries_and_a_handoff_have_their_own_phases() {
     );
     assert_eq!(phases.times[3], ms(0));
     assert_eq!(phases.times[4], ms(30), "the failed attempt's time");
-    context.handoff = Some(HandoffRecord::new(HandoffResult::Remote, 4000));
+    context.handoff = Some(HandoffRecord::new(HandoffResult::LocalShort, 100));
+    assert_eq!(
+        Phases::of(&context).times[2],
+        ms(49),
+        "prefilled where it decodes: the layer's time is routing's"
+    );
+    let mut record = HandoffRecord::new(HandoffResult::Remote, 4000);
+    record.prefill_started = Some(context.received + ms(3));
+    context.handoff = Some(record);
     let phases = Phases::of(&context);
     assert_eq!(phases.times[2], ms(1), "routing alone");
     assert_eq!(phases.times[3], ms(48), "the remote prefill and transfer");
