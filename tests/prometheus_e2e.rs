@@ -99,7 +99,14 @@ fn start_sidecar(index: usize, dir: &std::path::Path) -> Sidecar {
     serve
         .arg("serve")
         .env("TOKENMETER_LISTEN", traffic.to_string())
-        .env("TOKENMETER_ADMIN_LISTEN", admin.to_string());
+        .env("TOKENMETER_ADMIN_LISTEN", admin.to_string())
+        // Tracing on, to a collector that is not there: the spans' series exist (the drop alert
+        // returns data) and metering goes on regardless.
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://{}", free_addr()),
+        )
+        .env("OTEL_TRACES_SAMPLER_ARG", "0.2");
     let mut sims = vec![decode_sim];
     if index == 1 {
         let (prefill_sim, prefill_addr) = start_sim(&format!("sim-{index}-prefill"), dir);
