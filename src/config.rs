@@ -13,11 +13,13 @@ use serde::{Deserialize, Deserializer};
 
 pub use handoff::{HandoffConfig, HandoffProtocol};
 pub use routing::{Affinity, BalanceLoad, PoolConfig, RoutingConfig, RuleConfig, DEFAULT_POOL};
+pub use tenants::{Anonymous, TenantSource, TenantsConfig, ENV_TENANT_KEYS_FILE};
 pub use tls::{ServerTlsConfig, UpstreamTlsConfig};
 pub use tracing::{ExportSettings, OtlpProtocol, Sampler, TracingConfig};
 
 mod handoff;
 mod routing;
+mod tenants;
 pub mod tls;
 pub mod tracing;
 mod validate;
@@ -55,6 +57,8 @@ pub struct Config {
     pub rules: Vec<RuleConfig>,
     /// OpenTelemetry spans and the `server-timing` header (`[tracing]`).
     pub tracing: TracingConfig,
+    /// Who is calling, and the bound on the tenant label (`[tenants]`).
+    pub tenants: TenantsConfig,
 }
 
 /// Listeners and request limits.
@@ -337,6 +341,9 @@ impl Config {
             self.upstream.urls = urls;
         }
         self.tracing.apply_env(&lookup)?;
+        if let Some(path) = lookup(ENV_TENANT_KEYS_FILE).filter(|path| !path.trim().is_empty()) {
+            self.tenants.keys_file = Some(path.trim().into());
+        }
         Ok(())
     }
 

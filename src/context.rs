@@ -6,7 +6,7 @@
 //!
 //! | phase | writes |
 //! |---|---|
-//! | server (the head is in: [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `conflicting_framing`, `dialect`, `trace`, `tracing` (the span ids and the sampling decision), the finish hooks |
+//! | server (the head is in: [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `conflicting_framing`, `dialect`, `trace`, `tracing` (the span ids and the sampling decision), `tenant` or `tenant_refused`, the finish hooks |
 //! | meter, head ([`crate::meter::layer`]) | `marks.admitted`, `marks.body_read`, `generation` (the buffered body and the one walk over it), `model`, `model_label`, `usage_injected`, `active`; `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
 //! | route, plan ([`crate::route::plan`]) | `estimate`, `plan`, `pool` (the first planned pool) |
 //! | route, dispatch ([`crate::route::dispatch`]) | `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts`, `cached_prompt_bytes`, `route`, `marks.dispatched` |
@@ -74,6 +74,12 @@ pub struct RequestContext {
     /// The request's W3C trace, whose latencies become exemplars: the client's (from a valid
     /// `traceparent`), or the proxy's own when it sampled a request that came without one.
     pub trace: Option<TraceId>,
+    /// The request's tenant: its bounded label (`anonymous` when no source named one), when
+    /// tenants are on ([`crate::tenant`]).
+    pub tenant: Option<Arc<str>>,
+    /// Why the request is refused for want of a tenant (`tenants.anonymous = "refuse"`): the
+    /// meter answers it 401 before reading its body.
+    pub tenant_refused: Option<&'static str>,
     /// The proxy's spans of the request, when tracing is on ([`trace`]).
     pub tracing: Option<Box<TraceState>>,
     /// When the request passed each phase before its first token ([`Marks`]).
@@ -134,6 +140,8 @@ impl RequestContext {
             conflicting_framing: false,
             dialect: None,
             trace: None,
+            tenant: None,
+            tenant_refused: None,
             tracing: None,
             marks: Marks::default(),
             generation: None,

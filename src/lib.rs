@@ -11,6 +11,8 @@
 //!   health) over pools of backends, as two layers; its calibration learns when requests end.
 //! - [`proxy`]: forwarding to the chosen backend over tokenmeter's own HTTP/1.1 client, header
 //!   hygiene, timeouts, and the errors a client sees.
+//! - [`tenant`]: who is calling (a header, or an API key by its hash), and each tenant's usage
+//!   and SLO attainment under a bounded label; its finish hook is composed by `server`.
 //! - [`trace`]: where each TTFT went and the proxy's own time (histograms, from the context's
 //!   phase marks), and OpenTelemetry spans over OTLP; its finish hook is composed by `server`.
 //!
@@ -42,6 +44,7 @@ pub mod route;
 pub mod server;
 pub mod shutdown;
 pub mod sse;
+pub mod tenant;
 #[cfg(feature = "testbed")]
 pub mod testbed;
 pub mod tls;

@@ -286,14 +286,16 @@ fn the_data_path_is_layered() {
     // The stack reads admission -> meter -> plan -> dispatch -> forward. `server` composes it and
     // may use every layer; `meter` and `route` sit side by side and never name each other (the
     // server wires them; they meet only in the request context and its finish hooks); both use
-    // `proxy`, which uses neither. `trace` hangs off the finish point and uses no layer, nor does
-    // any layer use it (the phases mark the context). The vocabulary under them uses no layer.
-    let layers = ["server", "meter", "route", "proxy", "trace"];
+    // `proxy`, which uses neither. `trace` and `tenant` hang off the finish point (and the head,
+    // where the server starts a request's context) and use no layer, nor does any layer use them
+    // (they meet the others in the context). The vocabulary under them uses no layer.
+    let layers = ["server", "meter", "route", "proxy", "trace", "tenant"];
     let allowed = [
         ("server", "meter"),
         ("server", "route"),
         ("server", "proxy"),
         ("server", "trace"),
+        ("server", "tenant"),
         ("meter", "proxy"),
         ("route", "proxy"),
     ];

@@ -390,3 +390,20 @@ fn the_disaggregated_example_parses_as_documented() {
     );
     assert!(config.pools[0].handoff.is_none());
 }
+
+#[test]
+fn the_tenants_example_loads() {
+    let config = Config::from_toml(include_str!("../../config/examples/tenants.toml"))
+        .expect("the tenants example is valid");
+    assert_eq!(
+        config.tenants.sources,
+        [TenantSource::ApiKey, TenantSource::Header]
+    );
+    assert_eq!(config.tenants.anonymous, Anonymous::Refuse);
+    assert!(config.tenants.enabled());
+    let err =
+        Config::from_toml("[tenants]\nsources = [\"header\", \"header\"]\n").expect_err("twice");
+    assert!(err.to_string().contains("tenants.sources"), "{err}");
+    let err = Config::from_toml("[tenants]\nsources = [\"cookie\"]\n").expect_err("unknown");
+    assert!(err.to_string().contains("tenants.sources"), "{err}");
+}

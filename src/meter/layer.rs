@@ -155,6 +155,9 @@ impl Metering {
             // Refused before its body is read: a client error of its operation.
             return self.reject(context, ProxyError::ConflictingFraming);
         }
+        if let Some(reason) = context.tenant_refused {
+            return self.reject(context, ProxyError::Unauthorized { reason });
+        }
         let Some(dialect) = context.dialect else {
             return self
                 .forward(inner, parts, RequestBody::Streaming(body), context)

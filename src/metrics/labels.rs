@@ -1,5 +1,6 @@
-//! Label capping: a label value a client chooses (the model name) must not be able to create
-//! series without bound. Model names get their own value up to a budget; the rest are `other`.
+//! Label capping: a label value a client chooses (the model name, a tenant named by a header) must
+//! not be able to create series without bound. Names get their own value up to a budget; the rest
+//! are `other`.
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -24,10 +25,11 @@ pub(super) fn labelled_models(config: &Config) -> Vec<String> {
         .collect()
 }
 
-/// Bounded model label values: configured names, then the first `max_observed` names seen, then
-/// `other`. A client sending 10 000 model names creates at most `configured + max_observed + 2` values.
+/// Bounded label values: configured names, then the first `max_observed` names seen, then
+/// `other` (and `missing` for no name). A client sending 10 000 names creates at most
+/// `configured + max_observed + 2` values.
 #[derive(Debug)]
-pub(super) struct ModelLabels {
+pub struct BoundedLabels {
     /// `metering.models` (and the models with their own prompt prior): replaced on reload.
     fixed: RwLock<Arc<HashMap<String, Arc<str>>>>,
     observed: RwLock<HashMap<String, Arc<str>>>,
@@ -36,14 +38,16 @@ pub(super) struct ModelLabels {
     unknown: Arc<str>,
 }
 
-impl ModelLabels {
-    pub(super) fn new(configured: &[String], max_observed: usize) -> Self {
+impl BoundedLabels {
+    /// `configured` names always get their own value; `other` is the value past the budget,
+    /// `missing` the value of no name.
+    pub fn new(configured: &[String], max_observed: usize, other: &str, missing: &str) -> Self {
         Self {
             fixed: RwLock::new(Arc::new(Self::fixed_map(configured))),
             observed: RwLock::new(HashMap::new()),
             max_observed,
-            other: Arc::from(MODEL_OTHER),
-            unknown: Arc::from(MODEL_UNKNOWN),
+            other: Arc::from(other),
+            unknown: Arc::from(missing),
         }
     }
 
@@ -55,7 +59,7 @@ impl ModelLabels {
     }
 
     /// Replaces the configured names (a reload); names observed so far keep their labels.
-    pub(super) fn set_fixed(&self, configured: &[String]) {
+    pub fn set_fixed(&self, configured: &[String]) {
         *self
             .fixed
             .write()
@@ -63,7 +67,7 @@ impl ModelLabels {
             Arc::new(Self::fixed_map(configured));
     }
 
-    pub(super) fn label(&self, model: Option<&str>) -> Arc<str> {
+    pub fn label(&self, model: Option<&str>) -> Arc<str> {
         let Some(name) = model else {
             return Arc::clone(&self.unknown);
         };

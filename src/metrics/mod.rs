@@ -30,8 +30,8 @@ pub mod protobuf;
 
 use histogram::Histograms;
 pub use histogram::LatencyHistogram;
-use labels::{labelled_models, ModelLabels};
-pub use labels::{MAX_MODEL_LABEL_BYTES, MODEL_OTHER, MODEL_UNKNOWN};
+use labels::labelled_models;
+pub use labels::{BoundedLabels, MAX_MODEL_LABEL_BYTES, MODEL_OTHER, MODEL_UNKNOWN};
 
 /// Label names more than one subsystem's series carry.
 pub const LABEL_MODEL: &str = "gen_ai_request_model";
@@ -49,7 +49,7 @@ pub struct Metrics {
     handle: PrometheusHandle,
     /// Every histogram: fixed buckets on atomics, so a token costs no clock read or allocation.
     histograms: Histograms,
-    models: ModelLabels,
+    models: BoundedLabels,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -79,9 +79,11 @@ impl Metrics {
             recorder,
             handle,
             histograms: Histograms::new(&config.buckets.e2e),
-            models: ModelLabels::new(
+            models: BoundedLabels::new(
                 &labelled_models(config),
                 config.metering.max_observed_models,
+                MODEL_OTHER,
+                MODEL_UNKNOWN,
             ),
         })
     }

@@ -44,6 +44,10 @@ pub enum ProxyError {
     /// `tokenmeter_internal_errors_total{kind="context_missing"}`.
     #[error("tokenmeter lost this request's context (a bug, counted in tokenmeter_internal_errors_total)")]
     ContextLost,
+    /// No tenant named the request and `tenants.anonymous = "refuse"` (see [`crate::tenant`]):
+    /// why, never the key.
+    #[error("{reason}")]
+    Unauthorized { reason: &'static str },
     /// The request head had both `transfer-encoding` and `content-length` (see [`crate::server::smuggling`]).
     #[error("the request has both transfer-encoding and content-length (RFC 9112 section 6.3); refused as possible request smuggling")]
     ConflictingFraming,
@@ -60,6 +64,7 @@ impl ProxyError {
             ProxyError::Connect { .. } | ProxyError::Upstream { .. } => StatusCode::BAD_GATEWAY,
             ProxyError::NoUpstream => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::ContextLost => StatusCode::INTERNAL_SERVER_ERROR,
+            ProxyError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::ClientBody { .. } | ProxyError::ConflictingFraming => {
                 StatusCode::BAD_REQUEST
@@ -78,6 +83,7 @@ impl ProxyError {
             ProxyError::Upstream { .. } => "upstream_error",
             ProxyError::NoUpstream => "no_upstream",
             ProxyError::ContextLost => "internal_error",
+            ProxyError::Unauthorized { .. } => "authentication_error",
             ProxyError::BodyTooLarge { .. }
             | ProxyError::ClientBody { .. }
             | ProxyError::ConflictingFraming => "invalid_request_error",

@@ -31,6 +31,8 @@ use crate::meter::series::MeterSeries;
 use crate::proxy::client::UpstreamClient;
 use crate::proxy::Forward;
 use crate::route::{Dispatch, DispatchLayer, Handoff, HandoffLayer, Plan, PlanLayer, Router};
+use crate::tenant::finish::TenantHook;
+use crate::tenant::{Gate, Tenants};
 use crate::trace::export::Exporter;
 use crate::trace::series::PhaseSeries;
 use crate::trace::{TraceHook, Tracing};
@@ -44,6 +46,8 @@ pub struct Revision {
     pub stack: Stack,
     pub hooks: FinishHooks,
     pub tracing: Option<Arc<Tracing>>,
+    /// Who is calling (`None`: tenants off).
+    pub tenants: Option<Arc<Gate>>,
 }
 
 /// What every revision shares: the server's own subsystems, built once (a reload resizes the
@@ -54,6 +58,8 @@ pub struct Shared<'a> {
     pub limits: &'a Arc<Limits>,
     /// The span exporter of `[tracing]`, when it names an endpoint.
     pub exporter: Option<&'a Arc<Exporter>>,
+    /// The tenant labels, and this revision's identity sources (`None`: tenants off).
+    pub tenants: (&'a Arc<Tenants>, Option<Arc<Gate>>),
 }
 
 /// Builds the revision of `config` over `router`; `extra` hooks (an embedder's, a test's) run
@@ -70,6 +76,7 @@ pub fn build(
         phases,
         limits,
         exporter,
+        tenants: (tenants, gate),
     } = shared;
     let stack = tower::ServiceBuilder::new()
         .layer(AdmissionLayer::new(Arc::clone(limits)))
@@ -91,17 +98,26 @@ pub fn build(
     let tracing =
         exporter.map(|exporter| Arc::new(Tracing::new(&config.tracing, Arc::clone(exporter))));
     let traced: Arc<dyn FinishHook> = Arc::new(TraceHook::new(Arc::clone(phases), tracing.clone()));
+    let tenant_hook = gate.as_ref().map(|_| {
+        Arc::new(TenantHook::new(
+            Arc::clone(meter.metrics()),
+            Arc::clone(tenants),
+            slo,
+        )) as Arc<dyn FinishHook>
+    });
     let hooks = FinishHooks::new(
         [metered, calibration]
             .into_iter()
             .chain(router.handoff_hook())
             .chain([traced])
+            .chain(tenant_hook)
             .chain(extra.iter().cloned()),
     );
     Revision {
         stack,
         hooks,
         tracing,
+        tenants: gate,
     }
 }
 
@@ -174,6 +190,12 @@ impl Service<Request<Incoming>> for ConnectionStack {
             req.headers(),
             revision.hooks.clone(),
         );
+        if let Some(gate) = &revision.tenants {
+            match gate.identify(req.headers()) {
+                Ok(tenant) => context.tenant = Some(tenant),
+                Err(unnamed) => context.tenant_refused = Some(unnamed.message()),
+            }
+        }
         if let Some(tracing) = &revision.tracing {
             let state = tracing.begin(req.method(), req.uri(), req.headers());
             if state.sampled && context.trace.is_none() {

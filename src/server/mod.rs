@@ -38,6 +38,8 @@ use crate::meter::series::MeterSeries;
 use crate::metrics::{Metrics, MetricsError};
 use crate::proxy::client::{self, UpstreamClient};
 use crate::route::{self, RouteError, Router};
+use crate::tenant::keys::KeysError;
+use crate::tenant::{Gate, Tenants};
 use crate::tls::acceptor::{ALPN_ADMIN, ALPN_TRAFFIC};
 use crate::tls::{self, ServerTls};
 use crate::trace::export::Exporter;
@@ -77,6 +79,9 @@ pub enum ServerError {
     /// A listener's TLS files do not load (the error names the key).
     #[error(transparent)]
     Tls(#[from] ConfigError),
+    /// The tenants' keys file does not load (the error names the file and line).
+    #[error(transparent)]
+    Tenants(#[from] KeysError),
 }
 
 /// Binds the traffic and admin listeners from the config.
@@ -102,6 +107,9 @@ pub struct Server {
     /// The span exporter of `[tracing]` (`None`: tracing off); kept by a reload that does not
     /// change its settings.
     exporter: Option<Arc<Exporter>>,
+    /// The tenant labels, shared by every revision, and the current identity sources.
+    tenants: Arc<Tenants>,
+    gate: Option<Arc<Gate>>,
     router: Arc<Router>,
     limits: Arc<Limits>,
     ready: Arc<AtomicBool>,
@@ -131,12 +139,17 @@ impl Server {
         series::register(&metrics, &config);
         let meter = Arc::new(MeterSeries::new(Arc::clone(&metrics), &config));
         let phases = Arc::new(PhaseSeries::new(Arc::clone(&metrics), &config));
+        let tenants = Arc::new(Tenants::new(&metrics, &config));
+        let gate = Gate::load(&config, &tenants)?.map(Arc::new);
+        tenants.reload(&config, gate.as_deref().map(Gate::identity));
         Ok(Self {
             config,
             metrics,
             meter,
             phases,
             exporter: None,
+            tenants,
+            gate,
             router,
             limits,
             ready: Arc::new(AtomicBool::new(true)),
@@ -194,6 +207,9 @@ impl Server {
         reload::keep_restart_only(&self.config, &mut new);
         let router = Arc::new(self.router.reloaded(&new).map_err(|err| err.to_string())?);
         let exporter = self.exporter_for(&new)?;
+        let gate = Gate::load(&new, &self.tenants)
+            .map_err(|err| err.to_string())?
+            .map(Arc::new);
         let prepare =
             |tls: &Option<Arc<ServerTls>>, table: &Option<ServerTlsConfig>| match (tls, table) {
                 (Some(tls), Some(table)) => tls.prepare(table).map(Some),
@@ -214,6 +230,9 @@ impl Server {
         self.meter.reload(&new);
         let client = client.with_connect_timeout(new.upstream.connect_timeout);
         self.exporter = exporter;
+        self.tenants
+            .reload(&new, gate.as_deref().map(Gate::identity));
+        self.gate = gate;
         stack.store(live::build(
             &new,
             self.shared(),
@@ -381,6 +400,7 @@ impl Server {
             phases: &self.phases,
             limits: &self.limits,
             exporter: self.exporter.as_ref(),
+            tenants: (&self.tenants, self.gate.clone()),
         }
     }
 

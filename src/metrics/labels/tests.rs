@@ -2,7 +2,7 @@ use super::*;
 
 #[test]
 fn model_labels_are_bounded() {
-    let labels = ModelLabels::new(&["llama".to_owned()], 2);
+    let labels = BoundedLabels::new(&["llama".to_owned()], 2, MODEL_OTHER, MODEL_UNKNOWN);
     assert_eq!(&*labels.label(Some("llama")), "llama", "configured");
     assert_eq!(&*labels.label(Some("a")), "a", "first observed");
     assert_eq!(&*labels.label(Some("b")), "b", "second observed");
@@ -15,7 +15,7 @@ fn model_labels_are_bounded() {
 
 #[test]
 fn a_reload_replaces_the_configured_names_and_keeps_the_observed_ones() {
-    let labels = ModelLabels::new(&["llama".to_owned()], 1);
+    let labels = BoundedLabels::new(&["llama".to_owned()], 1, MODEL_OTHER, MODEL_UNKNOWN);
     assert_eq!(&*labels.label(Some("seen")), "seen", "observed");
     labels.set_fixed(&["qwen".to_owned()]);
     assert_eq!(&*labels.label(Some("qwen")), "qwen", "newly configured");

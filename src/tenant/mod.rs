@@ -1,0 +1,106 @@
+//! Whose tokens: who is calling ([`identity`], from a header or an API key looked up by its hash
+//! in [`keys`]), and each tenant's requests, tokens and SLO attainment under a bounded `tenant`
+//! label ([`series`], counted at the finish point by [`finish`]).
+//!
+//! The identity is read once, when the request's head is in (where its context starts,
+//! [`crate::server::live`]): the context gets the tenant's bounded label, or the reason it is
+//! refused, which the meter answers with a 401 before reading the body (as it refuses conflicting
+//! framing). Nothing of it runs per chunk. Off by default (`[tenants] sources = []`).
+//!
+//! Budgets, rate limits shared through Redis and usage records (the rest of #26) are not built
+//! yet.
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+
+use http::HeaderMap;
+
+use crate::config::Config;
+use crate::metrics::{BoundedLabels, Metrics};
+
+pub mod finish;
+pub mod identity;
+pub mod keys;
+pub mod series;
+
+use identity::{Identity, Unnamed};
+use keys::KeysError;
+use series::{ANONYMOUS, OTHER};
+
+/// What every stack revision shares: the bounded label values (a tenant keeps its value across
+/// reloads) and the tracked set.
+#[derive(Debug)]
+pub struct Tenants {
+    labels: BoundedLabels,
+    tracked: RwLock<HashSet<String>>,
+}
+
+impl Tenants {
+    pub fn new(metrics: &Metrics, config: &Config) -> Self {
+        series::describe(metrics, config);
+        Self {
+            labels: BoundedLabels::new(
+                &config.tenants.tracked,
+                config.tenants.max_tenant_labels,
+                OTHER,
+                ANONYMOUS,
+            ),
+            tracked: RwLock::new(config.tenants.tracked.iter().cloned().collect()),
+        }
+    }
+
+    /// A reload's tenants: the keys file's and the tracked ones get their own label values.
+    pub fn reload(&self, config: &Config, identity: Option<&Identity>) {
+        let mut fixed: Vec<String> = config.tenants.tracked.clone();
+        if let Some(identity) = identity {
+            fixed.extend(identity.known_tenants().map(str::to_owned));
+        }
+        self.labels.set_fixed(&fixed);
+        *self
+            .tracked
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            config.tenants.tracked.iter().cloned().collect();
+    }
+
+    /// The tenant is tracked (its latencies get histograms of their own).
+    pub fn is_tracked(&self, tenant: &str) -> bool {
+        self.tracked
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains(tenant)
+    }
+
+    fn label(&self, tenant: Option<&str>) -> Arc<str> {
+        self.labels.label(tenant)
+    }
+}
+
+/// One stack revision's identity: its sources and keys, over the shared labels.
+#[derive(Debug)]
+pub struct Gate {
+    identity: Identity,
+    tenants: Arc<Tenants>,
+}
+
+impl Gate {
+    /// The gate of `config` (its keys file read), `None` when tenants are off. Nothing changes
+    /// until [`Tenants::reload`] is given it: a reload commits only once everything loaded.
+    pub fn load(config: &Config, tenants: &Arc<Tenants>) -> Result<Option<Self>, KeysError> {
+        let identity = Identity::from_config(&config.tenants)?;
+        Ok(identity.map(|identity| Self {
+            identity,
+            tenants: Arc::clone(tenants),
+        }))
+    }
+
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The bounded tenant label of the request with these headers, or why it is refused.
+    pub fn identify(&self, headers: &HeaderMap) -> Result<Arc<str>, Unnamed> {
+        self.identity
+            .resolve(headers)
+            .map(|tenant| self.tenants.label(tenant))
+    }
+}

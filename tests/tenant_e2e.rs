@@ -1,0 +1,257 @@
+//! Tenants end to end: who is calling (a header, an API key by its hash), refusals that never
+//! repeat a key, each tenant's exact tokens and requests, a bounded tenant label under 10 000
+//! distinct names, tracked tenants' histograms, and a reload with a bad or a new keys file.
+mod support;
+
+use std::time::Duration;
+
+use support::backend::{replay, Backend};
+use support::client::{open_with, Protocol};
+use support::{config_for, prom, start_proxy};
+use tokenmeter::config::{Anonymous, Config, TenantSource};
+
+const CHAT: &str = "/v1/chat/completions";
+const BODY: &str = r#"{"model":"m1","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+/// `printf %s key-a | sha256sum`, `printf %s key-b | sha256sum`.
+const KEY_A: &str = "key-a";
+const KEY_B: &str = "key-b";
+
+fn digest(key: &str) -> String {
+    tokenmeter::tenant::keys::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn keys_file(dir: &std::path::Path, lines: &[(&str, &str)]) -> std::path::PathBuf {
+    let path = dir.join("keys");
+    let text: String = lines
+        .iter()
+        .map(|(key, tenant)| format!("sha256:{} {tenant}\n", digest(key)))
+        .collect();
+    std::fs::write(&path, text).expect("write keys");
+    path
+}
+
+fn with_keys(upstream: &str, keys: &std::path::Path, anonymous: Anonymous) -> Config {
+    let mut config = config_for(upstream);
+    config.tenants.sources = vec![TenantSource::ApiKey];
+    config.tenants.keys_file = Some(keys.to_owned());
+    config.tenants.anonymous = anonymous;
+    config
+}
+
+async fn send(addr: std::net::SocketAddr, headers: &[(&str, &str)]) -> support::client::Streamed {
+    open_with(addr, Protocol::Http1, "POST", CHAT, BODY, headers)
+        .await
+        .collect()
+        .await
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tokenmeter-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[tokio::test]
+async fn api_keys_name_tenants_and_unknown_ones_are_refused_without_echo() {
+    let dir = temp_dir("tenant-keys");
+    let keys = keys_file(&dir, &[(KEY_A, "team-a"), (KEY_B, "team-b")]);
+    let mut backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    let proxy = start_proxy(with_keys(&backend.url, &keys, Anonymous::Refuse)).await;
+
+    for (key, times) in [(KEY_A, 2), (KEY_B, 1)] {
+        let bearer = format!("Bearer {key}");
+        for _ in 0..times {
+            let streamed = send(proxy.traffic_addr, &[("authorization", &bearer)]).await;
+            assert_eq!(streamed.status, 200);
+            let seen = backend.next_request().await;
+            assert_eq!(
+                seen.header("authorization").as_deref(),
+                Some(bearer.as_str()),
+                "the key passes upstream unchanged"
+            );
+        }
+    }
+    for (headers, reason) in [
+        (vec![("authorization", "Bearer key-zzz")], "unknown API key"),
+        (
+            vec![("authorization", "Basic a2V5LXp6eg==")],
+            "malformed Authorization",
+        ),
+        (vec![], "no tenant"),
+    ] {
+        let refused = send(proxy.traffic_addr, &headers).await;
+        assert_eq!(refused.status, 401, "{headers:?}");
+        let body: serde_json::Value = serde_json::from_slice(&refused.bytes()).expect("JSON");
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains(reason), "{message}");
+        assert_eq!(body["error"]["type"], "authentication_error");
+        assert!(!refused.text().contains("zzz"), "the key is never repeated");
+    }
+    let text = proxy.metrics.render();
+    let tokens = |tenant: &str, kind: &str| {
+        prom::sum(
+            &text,
+            "tokenmeter_tenant_tokens_total",
+            &[("tenant", tenant), ("gen_ai_token_type", kind)],
+        )
+    };
+    assert_eq!(
+        (tokens("team-a", "input"), tokens("team-a", "output")),
+        (24.0, 14.0)
+    );
+    assert_eq!(
+        (tokens("team-b", "input"), tokens("team-b", "output")),
+        (12.0, 7.0)
+    );
+    let requests = |tenant: &str, outcome: &str| {
+        prom::sum(
+            &text,
+            "tokenmeter_tenant_requests_total",
+            &[("tenant", tenant), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(requests("team-a", "ok"), 2.0);
+    assert_eq!(requests("team-b", "ok"), 1.0);
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_requests_total",
+            &[("outcome", "client_error")]
+        ),
+        3.0,
+        "the refusals are counted as client errors"
+    );
+    assert_eq!(
+        prom::sum(&text, "tokenmeter_tenant_requests_total", &[]),
+        3.0,
+        "refused requests have no tenant"
+    );
+    // The sum over tenants is the proxy's own count, to the token.
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_tenant_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+        prom::sum(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+    );
+    proxy.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test]
+async fn ten_thousand_tenant_names_make_a_bounded_label() {
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    let mut config = config_for(&backend.url);
+    config.tenants.sources = vec![TenantSource::Header];
+    config.tenants.max_tenant_labels = 20;
+    config.tenants.tracked = vec!["tracked-1".to_owned()];
+    let proxy = start_proxy(config).await;
+    let addr = proxy.traffic_addr;
+    let mut tasks = tokio::task::JoinSet::new();
+    for worker in 0..16 {
+        tasks.spawn(async move {
+            for i in (worker..10_000).step_by(16) {
+                let name = format!("tenant-{i}");
+                let streamed = send(addr, &[("x-tenant-id", &name)]).await;
+                assert_eq!(streamed.status, 200);
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("worker");
+    }
+    send(addr, &[("x-tenant-id", "tracked-1")]).await;
+    send(addr, &[("x-tenant-id", &"x".repeat(16 * 1024))]).await;
+    send(addr, &[]).await;
+    let text = proxy.metrics.render();
+    let tenants: std::collections::BTreeSet<String> =
+        prom::find(&text, "tokenmeter_tenant_requests_total", &[])
+            .into_iter()
+            .filter_map(|sample| sample.labels.get("tenant").cloned())
+            .collect();
+    assert!(
+        tenants.len() <= 20 + 3,
+        "at most the budget, the tracked one, other and anonymous: {}",
+        tenants.len()
+    );
+    for must in ["other", "anonymous", "tracked-1"] {
+        assert!(tenants.contains(must), "{must} in {tenants:?}");
+    }
+    assert_eq!(
+        prom::sum(&text, "tokenmeter_tenant_requests_total", &[]),
+        10_003.0,
+        "every request counted once"
+    );
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_tenant_time_to_first_token_seconds_count",
+            &[]
+        ),
+        1.0,
+        "a histogram for the tracked tenant only"
+    );
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reload_with_a_bad_keys_file_is_refused_and_a_new_key_applies() {
+    let dir = temp_dir("tenant-reload");
+    let keys = keys_file(&dir, &[(KEY_A, "team-a")]);
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    let config = with_keys(&backend.url, &keys, Anonymous::Refuse);
+    let proxy = start_proxy(config.clone()).await;
+    let bearer_b = format!("Bearer {KEY_B}");
+    assert_eq!(
+        send(proxy.traffic_addr, &[("authorization", &bearer_b)])
+            .await
+            .status,
+        401
+    );
+
+    std::fs::write(&keys, "sha256:nothex team-b\n").expect("write");
+    let refused = proxy
+        .reload(config.clone())
+        .await
+        .expect_err("a bad keys file");
+    assert!(
+        refused.contains(&keys.display().to_string()) && refused.contains("line 1"),
+        "{refused}"
+    );
+    let bearer_a = format!("Bearer {KEY_A}");
+    assert_eq!(
+        send(proxy.traffic_addr, &[("authorization", &bearer_a)])
+            .await
+            .status,
+        200,
+        "the running keys stay"
+    );
+
+    keys_file(&dir, &[(KEY_A, "team-a"), (KEY_B, "team-b")]);
+    proxy.reload(config).await.expect("reload");
+    assert_eq!(
+        send(proxy.traffic_addr, &[("authorization", &bearer_b)])
+            .await
+            .status,
+        200
+    );
+    let text = proxy.metrics.render();
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_tenant_requests_total",
+            &[("tenant", "team-b")]
+        ),
+        1.0
+    );
+    proxy.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
