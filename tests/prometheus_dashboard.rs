@@ -33,6 +33,7 @@ const KNOWN_LABELS: &[&str] = &[
     "kind",
     "phase",
     "stage",
+    "tenant",
     "job",
     "instance",
 ];

@@ -129,6 +129,10 @@ min_prompt_tokens = {HANDOFF_MIN_PROMPT_TOKENS}
 
 [[rules]]
 pool = "decode"
+
+# Tenants on (the load generator names none: all anonymous), so the tenants row has data.
+[tenants]
+sources = ["header"]
 "#
         );
         std::fs::write(&config, toml).expect("write the disaggregated config");
