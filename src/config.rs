@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer};
 
 pub use handoff::{HandoffConfig, HandoffProtocol};
 pub use routing::{Affinity, BalanceLoad, PoolConfig, RoutingConfig, RuleConfig, DEFAULT_POOL};
-pub use tenants::{Anonymous, TenantSource, TenantsConfig, ENV_TENANT_KEYS_FILE};
+pub use tenants::{Anonymous, TenantSource, TenantsConfig, UsageConfig, ENV_TENANT_KEYS_FILE};
 pub use tls::{ServerTlsConfig, UpstreamTlsConfig};
 pub use tracing::{ExportSettings, OtlpProtocol, Sampler, TracingConfig};
 

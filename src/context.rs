@@ -77,6 +77,8 @@ pub struct RequestContext {
     /// The request's tenant: its bounded label (`anonymous` when no source named one), when
     /// tenants are on ([`crate::tenant`]).
     pub tenant: Option<Arc<str>>,
+    /// The tenant's name (cut at 256 bytes), for the usage records; `None` when anonymous.
+    pub tenant_name: Option<Arc<str>>,
     /// Why the request is refused for want of a tenant (`tenants.anonymous = "refuse"`): the
     /// meter answers it 401 before reading its body.
     pub tenant_refused: Option<&'static str>,
@@ -141,6 +143,7 @@ impl RequestContext {
             dialect: None,
             trace: None,
             tenant: None,
+            tenant_name: None,
             tenant_refused: None,
             tracing: None,
             marks: Marks::default(),

@@ -255,3 +255,117 @@ async fn a_reload_with_a_bad_keys_file_is_refused_and_a_new_key_applies() {
     proxy.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn usage_records_sum_to_the_counters_and_the_clients_usage() {
+    let dir = temp_dir("tenant-usage");
+    let keys = keys_file(&dir, &[(KEY_A, "team-a"), (KEY_B, "team-b")]);
+    let records = dir.join("usage.jsonl");
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::from_millis(20))).await;
+    let mut config = with_keys(&backend.url, &keys, Anonymous::Allow);
+    config.tenants.usage.path = records.display().to_string();
+    let proxy = start_proxy(config).await;
+    let body = r#"{"model":"m1","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut client_output = 0u64;
+    for key in [KEY_A, KEY_A, KEY_B] {
+        let bearer = format!("Bearer {key}");
+        let streamed = open_with(
+            proxy.traffic_addr,
+            Protocol::Http1,
+            "POST",
+            CHAT,
+            body,
+            &[("authorization", &bearer)],
+        )
+        .await
+        .collect()
+        .await;
+        let text = streamed.text();
+        let usage = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .filter_map(|data| serde_json::from_str::<serde_json::Value>(data).ok())
+            .find_map(|event| event["usage"]["completion_tokens"].as_u64())
+            .expect("the client asked for usage");
+        client_output += usage;
+    }
+    // A client of team-b that leaves after its first tokens.
+    let bearer_b = format!("Bearer {KEY_B}");
+    let mut open = open_with(
+        proxy.traffic_addr,
+        Protocol::Http1,
+        "POST",
+        CHAT,
+        body,
+        &[("authorization", &bearer_b)],
+    )
+    .await;
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("Hello") {
+        let (_, frame) = open.next_frame().await.expect("a frame").expect("no error");
+        seen.extend_from_slice(&frame);
+    }
+    open.disconnect();
+    support::wait_for_metric(
+        &proxy,
+        "tokenmeter_tenant_requests_total",
+        &[("outcome", "cancelled")],
+        1.0,
+    )
+    .await;
+    let text = proxy.metrics.render();
+    // Shutting down closes the log: every finished request's record is on disk.
+    proxy.shutdown().await;
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&records)
+        .expect("records")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(lines.len(), 4, "one record per request: {lines:#?}");
+    for tenant in ["team-a", "team-b"] {
+        for (field, kind) in [("input_tokens", "input"), ("output_tokens", "output")] {
+            let summed: u64 = lines
+                .iter()
+                .filter(|record| record["tenant"] == tenant)
+                .filter_map(|record| record[field].as_u64())
+                .sum();
+            let counter = prom::sum(
+                &text,
+                "tokenmeter_tenant_tokens_total",
+                &[("tenant", tenant), ("gen_ai_token_type", kind)],
+            );
+            assert_eq!(
+                summed as f64, counter,
+                "{tenant} {kind}: records = counters"
+            );
+        }
+    }
+    let finished_output: u64 = lines
+        .iter()
+        .filter(|record| record["outcome"] == "ok")
+        .filter_map(|record| record["output_tokens"].as_u64())
+        .sum();
+    assert_eq!(
+        finished_output, client_output,
+        "the clients' own usage, to the token"
+    );
+    let cancelled: Vec<_> = lines
+        .iter()
+        .filter(|record| record["outcome"] == "cancelled")
+        .collect();
+    assert_eq!(cancelled.len(), 1);
+    assert_eq!(cancelled[0]["tenant"], "team-b");
+    assert!(
+        cancelled[0]["output_tokens"].as_u64().unwrap_or(0) >= 1,
+        "what it streamed"
+    );
+    for record in &lines {
+        assert!(
+            record["time"].as_str().unwrap_or("").ends_with('Z'),
+            "RFC 3339 UTC"
+        );
+        assert_eq!(record["model"], "m1");
+        assert!(record["e2e_ms"].as_f64().is_some());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -31,6 +31,46 @@ pub struct TenantsConfig {
     pub max_tenant_labels: usize,
     /// Tenants whose TTFT and TPOT are also histograms of their own.
     pub tracked: Vec<String>,
+    /// Usage records: one JSON line per finished request (`[tenants.usage]`).
+    pub usage: UsageConfig,
+}
+
+/// `[tenants.usage]`: where usage records go. Takes effect on restart.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UsageConfig {
+    /// A file (rotated by size), `-` for stdout, or empty: no records.
+    pub path: String,
+    /// A file past this many bytes is rotated: `path` becomes `path.1`, `path.1` becomes
+    /// `path.2`, ...
+    pub max_file_bytes: u64,
+    /// Rotated files kept (`path.1` to `path.N`).
+    pub keep_files: u32,
+    /// Records waiting to be written, at most: past it a record is dropped and counted, never
+    /// waited for.
+    pub queue_records: usize,
+    /// Written records reach the file at least this often (a crash loses at most this much).
+    #[serde(deserialize_with = "super::duration")]
+    pub flush_interval: std::time::Duration,
+}
+
+impl Default for UsageConfig {
+    fn default() -> Self {
+        Self {
+            path: String::new(),
+            max_file_bytes: 100 * 1024 * 1024,
+            keep_files: 5,
+            queue_records: 65_536,
+            flush_interval: std::time::Duration::from_secs(1),
+        }
+    }
+}
+
+impl UsageConfig {
+    /// Records are written.
+    pub fn enabled(&self) -> bool {
+        !self.path.trim().is_empty()
+    }
 }
 
 /// An identity source.
@@ -59,6 +99,7 @@ impl Default for TenantsConfig {
             anonymous: Anonymous::Allow,
             max_tenant_labels: 100,
             tracked: Vec::new(),
+            usage: UsageConfig::default(),
         }
     }
 }
@@ -93,6 +134,16 @@ impl TenantsConfig {
         }
         if self.max_tenant_labels == 0 {
             return Err(invalid("max_tenant_labels", "must be greater than zero"));
+        }
+        let usage = &self.usage;
+        if usage.max_file_bytes < 4096 {
+            return Err(invalid("usage.max_file_bytes", "must be at least 4096"));
+        }
+        if usage.queue_records == 0 {
+            return Err(invalid("usage.queue_records", "must be greater than zero"));
+        }
+        if usage.flush_interval.is_zero() {
+            return Err(invalid("usage.flush_interval", "must be greater than zero"));
         }
         Ok(())
     }

@@ -32,6 +32,7 @@ use crate::proxy::client::UpstreamClient;
 use crate::proxy::Forward;
 use crate::route::{Dispatch, DispatchLayer, Handoff, HandoffLayer, Plan, PlanLayer, Router};
 use crate::tenant::finish::TenantHook;
+use crate::tenant::usage::{UsageHook, UsageLog};
 use crate::tenant::{Gate, Tenants};
 use crate::trace::export::Exporter;
 use crate::trace::series::PhaseSeries;
@@ -60,6 +61,8 @@ pub struct Shared<'a> {
     pub exporter: Option<&'a Arc<Exporter>>,
     /// The tenant labels, and this revision's identity sources (`None`: tenants off).
     pub tenants: (&'a Arc<Tenants>, Option<Arc<Gate>>),
+    /// The usage records' log, when `tenants.usage.path` is set.
+    pub usage: Option<&'a Arc<UsageLog>>,
 }
 
 /// Builds the revision of `config` over `router`; `extra` hooks (an embedder's, a test's) run
@@ -77,6 +80,7 @@ pub fn build(
         limits,
         exporter,
         tenants: (tenants, gate),
+        usage,
     } = shared;
     let stack = tower::ServiceBuilder::new()
         .layer(AdmissionLayer::new(Arc::clone(limits)))
@@ -111,6 +115,9 @@ pub fn build(
             .chain(router.handoff_hook())
             .chain([traced])
             .chain(tenant_hook)
+            .chain(
+                usage.map(|log| Arc::new(UsageHook::new(Arc::clone(log))) as Arc<dyn FinishHook>),
+            )
             .chain(extra.iter().cloned()),
     );
     Revision {
@@ -192,7 +199,10 @@ impl Service<Request<Incoming>> for ConnectionStack {
         );
         if let Some(gate) = &revision.tenants {
             match gate.identify(req.headers()) {
-                Ok(tenant) => context.tenant = Some(tenant),
+                Ok(named) => {
+                    context.tenant = Some(named.label);
+                    context.tenant_name = named.name;
+                }
                 Err(unnamed) => context.tenant_refused = Some(unnamed.message()),
             }
         }

@@ -39,6 +39,7 @@ use crate::metrics::{Metrics, MetricsError};
 use crate::proxy::client::{self, UpstreamClient};
 use crate::route::{self, RouteError, Router};
 use crate::tenant::keys::KeysError;
+use crate::tenant::usage::UsageLog;
 use crate::tenant::{Gate, Tenants};
 use crate::tls::acceptor::{ALPN_ADMIN, ALPN_TRAFFIC};
 use crate::tls::{self, ServerTls};
@@ -82,6 +83,9 @@ pub enum ServerError {
     /// The tenants' keys file does not load (the error names the file and line).
     #[error(transparent)]
     Tenants(#[from] KeysError),
+    /// The usage records' file does not open (the error names the key).
+    #[error("{0}")]
+    Usage(String),
 }
 
 /// Binds the traffic and admin listeners from the config.
@@ -110,6 +114,8 @@ pub struct Server {
     /// The tenant labels, shared by every revision, and the current identity sources.
     tenants: Arc<Tenants>,
     gate: Option<Arc<Gate>>,
+    /// The usage records' log (`tenants.usage.path`; restart-only).
+    usage: Option<Arc<UsageLog>>,
     router: Arc<Router>,
     limits: Arc<Limits>,
     ready: Arc<AtomicBool>,
@@ -142,6 +148,11 @@ impl Server {
         let tenants = Arc::new(Tenants::new(&metrics, &config));
         let gate = Gate::load(&config, &tenants)?.map(Arc::new);
         tenants.reload(&config, gate.as_deref().map(Gate::identity));
+        let usage = if config.tenants.usage.enabled() {
+            Some(UsageLog::start(&config.tenants.usage, &metrics).map_err(ServerError::Usage)?)
+        } else {
+            None
+        };
         Ok(Self {
             config,
             metrics,
@@ -150,6 +161,7 @@ impl Server {
             exporter: None,
             tenants,
             gate,
+            usage,
             router,
             limits,
             ready: Arc::new(AtomicBool::new(true)),
@@ -390,6 +402,10 @@ impl Server {
             // Every request has ended: its spans are queued. Sent now, within a bound.
             exporter.flush(SPAN_FLUSH).await;
         }
+        if let Some(usage) = self.usage.clone() {
+            // Every request has ended: its record is queued. On disk before the process exits.
+            let _ = tokio::task::spawn_blocking(move || usage.close(SPAN_FLUSH)).await;
+        }
         self.metrics.run_upkeep();
     }
 
@@ -401,6 +417,7 @@ impl Server {
             limits: &self.limits,
             exporter: self.exporter.as_ref(),
             tenants: (&self.tenants, self.gate.clone()),
+            usage: self.usage.as_ref(),
         }
     }
 

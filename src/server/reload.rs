@@ -92,6 +92,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         r.http2_max_concurrent_streams != n.http2_max_concurrent_streams,
     );
     check("server.tls", r.tls.is_some() != n.tls.is_some());
+    check("tenants.usage", running.tenants.usage != new.tenants.usage);
     check(
         "server.admin_tls",
         r.admin_tls.is_some() != n.admin_tls.is_some(),
@@ -138,6 +139,7 @@ pub fn keep_restart_only(running: &Config, new: &mut Config) {
         n.admin_tls.clone_from(&r.admin_tls);
     }
     new.buckets = running.buckets.clone();
+    new.tenants.usage = running.tenants.usage.clone();
     new.upstream.pool_idle_timeout = running.upstream.pool_idle_timeout;
     new.upstream.pool_max_idle_per_host = running.upstream.pool_max_idle_per_host;
     new.metering.max_observed_models = running.metering.max_observed_models;

@@ -46,14 +46,7 @@ impl FinishHook for TenantHook {
         if context.upstream_status.is_none() {
             return;
         }
-        // As the meter counts them: usage's prompt tokens, else the estimate of an answered
-        // request; output tokens of a stream that showed them.
-        let answered_ok = context.upstream_status.is_some_and(|s| s.is_success());
-        let input = match (figures.input_tokens, context.estimate) {
-            (Some(actual), _) => Some(actual),
-            (None, Some(estimate)) if answered_ok => Some(estimate.tokens),
-            (None, _) => None,
-        };
+        let (input, output) = counted_tokens(done);
         let token = |kind: &'static str, n: u64| {
             metrics
                 .counter(
@@ -65,8 +58,8 @@ impl FinishHook for TenantHook {
         if let Some(input) = input {
             token("input", input);
         }
-        if context.stream.framed || figures.exact_output {
-            token("output", figures.output_tokens);
+        if let Some(output) = output {
+            token("output", output);
         }
         if let Some(cached) = figures.cached_input_tokens {
             metrics
@@ -94,4 +87,23 @@ impl FinishHook for TenantHook {
             }
         }
     }
+}
+
+/// A finished request's input and output tokens, as the meter counts them: usage's prompt tokens,
+/// else the estimate of an answered request; the output of a stream that showed it. `None`: not
+/// counted (no answer, or nothing to count from).
+pub fn counted_tokens(done: &Finished<'_>) -> (Option<u64>, Option<u64>) {
+    let context = done.context;
+    let figures = &done.figures;
+    if context.upstream_status.is_none() {
+        return (None, None);
+    }
+    let answered_ok = context.upstream_status.is_some_and(|s| s.is_success());
+    let input = match (figures.input_tokens, context.estimate) {
+        (Some(actual), _) => Some(actual),
+        (None, Some(estimate)) if answered_ok => Some(estimate.tokens),
+        (None, _) => None,
+    };
+    let output = (context.stream.framed || figures.exact_output).then_some(figures.output_tokens);
+    (input, output)
 }

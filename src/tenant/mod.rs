@@ -7,8 +7,8 @@
 //! refused, which the meter answers with a 401 before reading the body (as it refuses conflicting
 //! framing). Nothing of it runs per chunk. Off by default (`[tenants] sources = []`).
 //!
-//! Budgets, rate limits shared through Redis and usage records (the rest of #26) are not built
-//! yet.
+//! [`usage`] writes one JSON line per finished request. Budgets and rate limits shared through
+//! Redis (the rest of #26) are not built yet.
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
@@ -21,6 +21,7 @@ pub mod finish;
 pub mod identity;
 pub mod keys;
 pub mod series;
+pub mod usage;
 
 use identity::{Identity, Unnamed};
 use keys::KeysError;
@@ -75,6 +76,30 @@ impl Tenants {
     }
 }
 
+/// A tenant's name in a usage record is cut at this many bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+
+/// A request's tenant.
+#[derive(Debug, Clone)]
+pub struct Named {
+    /// The bounded label value (`anonymous`, `other`, or the name).
+    pub label: Arc<str>,
+    /// The name itself; `None` for an anonymous request.
+    pub name: Option<Arc<str>>,
+}
+
+/// `text` cut at a character boundary at most `max` bytes in.
+fn truncated(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// One stack revision's identity: its sources and keys, over the shared labels.
 #[derive(Debug)]
 pub struct Gate {
@@ -97,10 +122,12 @@ impl Gate {
         &self.identity
     }
 
-    /// The bounded tenant label of the request with these headers, or why it is refused.
-    pub fn identify(&self, headers: &HeaderMap) -> Result<Arc<str>, Unnamed> {
-        self.identity
-            .resolve(headers)
-            .map(|tenant| self.tenants.label(tenant))
+    /// The tenant of the request with these headers, as its bounded label and its name (at
+    /// most [`MAX_NAME_BYTES`], for the usage records), or why it is refused.
+    pub fn identify(&self, headers: &HeaderMap) -> Result<Named, Unnamed> {
+        self.identity.resolve(headers).map(|tenant| Named {
+            label: self.tenants.label(tenant),
+            name: tenant.map(|name| Arc::from(truncated(name, MAX_NAME_BYTES))),
+        })
     }
 }
