@@ -7,7 +7,7 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::backend::{Backend, Script};
+use support::backend::{replay, Backend, Script};
 use support::ports::free_port;
 use support::{client, events_of, fixture};
 
@@ -28,15 +28,7 @@ async fn wait_ready(admin_addr: std::net::SocketAddr) {
 
 #[tokio::test]
 async fn serve_runs_from_env_and_drains_on_sigterm() {
-    let backend = Backend::start(|_| {
-        Script::sse(
-            events_of(&fixture("vllm-chat-usage.sse"))
-                .into_iter()
-                .map(|e| (Duration::from_millis(2), e))
-                .collect(),
-        )
-    })
-    .await;
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::from_millis(2))).await;
     let (traffic, admin) = (free_port(), free_port());
     let child = Command::new(BIN)
         .arg("serve")
@@ -253,15 +245,7 @@ async fn the_file_watch_and_sighup_reload_the_config_file() {
 #[tokio::test]
 async fn the_opentelemetry_variables_turn_tracing_on_and_sigterm_sends_the_last_spans() {
     let receiver = otlp::Receiver::start(otlp::Protocol::Grpc).await;
-    let backend = Backend::start(|_| {
-        Script::sse(
-            events_of(&fixture("vllm-chat-usage.sse"))
-                .into_iter()
-                .map(|e| (Duration::from_millis(2), e))
-                .collect(),
-        )
-    })
-    .await;
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::from_millis(2))).await;
     let (traffic, admin) = (free_port(), free_port());
     let mut child = Command::new(BIN)
         .arg("serve")

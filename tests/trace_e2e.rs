@@ -63,16 +63,10 @@ async fn a_stream_is_a_server_span_with_its_attempt_and_ttft_split() {
     .await;
     let proxy = start_proxy(traced(&backend.url, &receiver)).await;
     let parent = traceparent("01");
-    let streamed = open_with(
+    let streamed = send(
         proxy.traffic_addr,
-        Protocol::Http1,
-        "POST",
-        CHAT,
-        BODY,
         &[("traceparent", &parent), ("tracestate", "vendor=abc")],
     )
-    .await
-    .collect()
     .await;
     assert_eq!(streamed.status, 200);
     assert!(
@@ -370,18 +364,17 @@ async fn a_malformed_or_unsampled_traceparent_passes_unchanged() {
     proxy.shutdown().await;
 }
 
+/// A chat stream with these headers, read to its end.
+async fn send(addr: std::net::SocketAddr, headers: &[(&str, &str)]) -> support::client::Streamed {
+    open_with(addr, Protocol::Http1, "POST", CHAT, BODY, headers)
+        .await
+        .collect()
+        .await
+}
+
+/// A chat stream with this `traceparent`, answered 200.
 async fn post_with(proxy: &tokenmeter::server::ServerHandle, traceparent: &str) {
-    let streamed = open_with(
-        proxy.traffic_addr,
-        Protocol::Http1,
-        "POST",
-        CHAT,
-        BODY,
-        &[("traceparent", traceparent)],
-    )
-    .await
-    .collect()
-    .await;
+    let streamed = send(proxy.traffic_addr, &[("traceparent", traceparent)]).await;
     assert_eq!(streamed.status, 200);
 }
 

@@ -74,6 +74,30 @@ pub struct Finished<'a> {
     pub error: Option<&'a (dyn std::error::Error + 'static)>,
 }
 
+impl Finished<'_> {
+    /// The request's input and output tokens as every series counts them, so that the meter's
+    /// totals, a tenant's and its usage records agree to the token: N_in is usage's prompt tokens,
+    /// else the router's estimate of a request the backend answered (a rejected request processed
+    /// no prompt); N_out is counted for a stream of a known dialect that showed its tokens (or a
+    /// whole answer whose usage gave it). `None`: not counted.
+    pub fn counted_tokens(&self) -> (Option<u64>, Option<u64>) {
+        let context = self.context;
+        let figures = &self.figures;
+        let answered_ok = context.upstream_status.is_some_and(|s| s.is_success());
+        let input = match (figures.input_tokens, context.estimate) {
+            (Some(actual), _) => Some(actual),
+            (None, Some(estimate)) if answered_ok => Some(estimate.tokens),
+            (None, _) => None,
+        };
+        let known = context
+            .dialect
+            .is_some_and(|dialect| dialect != crate::dialect::Dialect::Unknown);
+        let output = (known && (context.stream.framed || figures.exact_output))
+            .then_some(figures.output_tokens);
+        (input, output)
+    }
+}
+
 /// The hooks of one stack revision, in the order they run.
 #[derive(Clone, Default)]
 pub struct FinishHooks(Arc<[Arc<dyn FinishHook>]>);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use super::series::{MeterSeries, RequestLabels, Slo};
 use crate::context::record::SloTargets;
 use crate::context::{FinishHook, Finished, Outcome, RequestContext};
-use crate::dialect::{Dialect, Operation};
+use crate::dialect::Operation;
 
 /// Backend (and pool) label for requests that never reached one.
 pub(super) const NO_BACKEND: &str = "none";
@@ -67,7 +67,7 @@ impl FinishHook for MeterHook {
                 .decrement(1.0);
         }
         match (context.dialect, context.upstream_status) {
-            (Some(dialect), Some(_)) => self.stream_finished(done, dialect, labels),
+            (Some(_), Some(_)) => self.stream_finished(done, labels),
             // Refused, failed before a response head, abandoned before one, or not a generation
             // request (a passthrough): counted by outcome only.
             _ => self.series.request_finished(&labels, done.outcome),
@@ -77,7 +77,7 @@ impl FinishHook for MeterHook {
 
 impl MeterHook {
     /// A generation request whose response head came back: everything its stream yields.
-    fn stream_finished(&self, done: &Finished<'_>, dialect: Dialect, labels: RequestLabels) {
+    fn stream_finished(&self, done: &Finished<'_>, labels: RequestLabels) {
         let Finished {
             context,
             outcome,
@@ -95,24 +95,17 @@ impl MeterHook {
         }
         // Token figures only for a stream of a known dialect (an unknown one is timed only), or for
         // a non-streaming answer whose usage gave N_out: without token events there is no count to
-        // fall back on, and without a framer usage can only have come from the whole body.
-        let tokens_known = dialect != Dialect::Unknown && (record.framed || figures.exact_output);
-        if tokens_known {
+        // fall back on, and without a framer usage can only have come from the whole body. Every
+        // series counts them alike (`Finished::counted_tokens`).
+        let (input, output) = done.counted_tokens();
+        if let Some(output) = output {
             if let Some(tpot) = figures.tpot {
                 handles.tpot.record_traced(tpot.as_secs_f64(), trace);
             }
-            handles.output_tokens.record(figures.output_tokens as f64);
-            handles.output_total.increment(figures.output_tokens);
+            handles.output_tokens.record(output as f64);
+            handles.output_total.increment(output);
             handles.token_count_source(metrics, figures.exact_output);
         }
-        // N_in: usage.prompt_tokens when known, else the router's estimate (a rejected request
-        // processed no prompt).
-        let answered_ok = context.upstream_status.is_some_and(|s| s.is_success());
-        let input = match (figures.input_tokens, context.estimate) {
-            (Some(actual), _) => Some(actual),
-            (None, Some(estimate)) if answered_ok => Some(estimate.tokens),
-            (None, _) => None,
-        };
         if let Some(input) = input {
             handles.input_tokens.record(input as f64);
             handles.input_total.increment(input);

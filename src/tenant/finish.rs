@@ -46,7 +46,7 @@ impl FinishHook for TenantHook {
         if context.upstream_status.is_none() {
             return;
         }
-        let (input, output) = counted_tokens(done);
+        let (input, output) = done.counted_tokens();
         let token = |kind: &'static str, n: u64| {
             metrics
                 .counter(
@@ -87,23 +87,4 @@ impl FinishHook for TenantHook {
             }
         }
     }
-}
-
-/// A finished request's input and output tokens, as the meter counts them: usage's prompt tokens,
-/// else the estimate of an answered request; the output of a stream that showed it. `None`: not
-/// counted (no answer, or nothing to count from).
-pub fn counted_tokens(done: &Finished<'_>) -> (Option<u64>, Option<u64>) {
-    let context = done.context;
-    let figures = &done.figures;
-    if context.upstream_status.is_none() {
-        return (None, None);
-    }
-    let answered_ok = context.upstream_status.is_some_and(|s| s.is_success());
-    let input = match (figures.input_tokens, context.estimate) {
-        (Some(actual), _) => Some(actual),
-        (None, Some(estimate)) if answered_ok => Some(estimate.tokens),
-        (None, _) => None,
-    };
-    let output = (context.stream.framed || figures.exact_output).then_some(figures.output_tokens);
-    (input, output)
 }

@@ -9,8 +9,8 @@
 //! again. At shutdown the server closes the log after every request has ended: every finished
 //! request's record is on disk before the process exits.
 //!
-//! A record's tokens are the ones the tenant counters count ([`super::finish::counted_tokens`]),
-//! so the records of a tenant sum to its counters, to the token.
+//! A record's tokens are the ones every series counts ([`Finished::counted_tokens`]), so the
+//! records of a tenant sum to its counters, to the token.
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -21,7 +21,6 @@ use std::time::{Duration, SystemTime};
 use metrics::{Counter, Label};
 use serde::Serialize;
 
-use super::finish::counted_tokens;
 use crate::config::UsageConfig;
 use crate::context::finish::{FinishHook, Finished};
 use crate::metrics::Metrics;
@@ -56,7 +55,7 @@ impl<'a> UsageRecord<'a> {
     pub fn of(done: &'a Finished<'a>, now: SystemTime) -> Self {
         let context = done.context;
         let figures = &done.figures;
-        let (input, output) = counted_tokens(done);
+        let (input, output) = done.counted_tokens();
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         Self {
             time: humantime::format_rfc3339_millis(now).to_string(),

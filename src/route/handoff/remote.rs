@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request};
+use http::{HeaderMap, Request};
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
@@ -79,18 +79,22 @@ impl Router {
         Ok(pick.backend)
     }
 
-    /// Sends the prefill request (its prompt counted as the backend's queued load meanwhile) and
-    /// returns a successful answer; a failure is reported to the backend's health as a dispatch
-    /// would report it.
+    /// Sends the prefill request (its prompt counted as the backend's queued load meanwhile; its
+    /// span started in `context`'s trace, when traced) and returns a successful answer; a failure
+    /// is reported to the backend's health as a dispatch would report it.
     async fn send_prefill(
         &self,
         handoff: &PoolHandoff,
         backend: &Arc<Backend>,
+        context: &mut RequestContext,
         req: &Request<RequestBody>,
-        traceparent: Option<HeaderValue>,
         body: Bytes,
         uncached: u64,
     ) -> Result<Bytes, HandoffResult> {
+        let traceparent = context
+            .tracing
+            .as_deref_mut()
+            .and_then(TraceState::start_prefill);
         let client = self.client.get().ok_or(HandoffResult::PrefillUnavailable)?;
         let path = req.uri().path_and_query().map_or("/", |path| path.as_str());
         let load = LoadGuard::new(Arc::clone(backend), uncached);
@@ -138,14 +142,7 @@ impl Router {
         let backend = self.pick_prefill(handoff, context, req.headers())?;
         let prefill_body = vllm::prefill_body(body).map_err(|_| HandoffResult::Unsupported)?;
         let answer = self
-            .send_prefill(
-                handoff,
-                &backend,
-                req,
-                traced(context),
-                prefill_body,
-                uncached,
-            )
+            .send_prefill(handoff, &backend, context, req, prefill_body, uncached)
             .await;
         prefilled(context);
         vllm::offered(&answer?).ok_or(HandoffResult::TransferFailed)
@@ -184,14 +181,7 @@ impl Router {
         let prefill_body =
             llamacpp::prefill_body(body, slot.id()).map_err(|_| HandoffResult::Unsupported)?;
         let answer = self
-            .send_prefill(
-                handoff,
-                &backend,
-                req,
-                traced(context),
-                prefill_body,
-                uncached,
-            )
+            .send_prefill(handoff, &backend, context, req, prefill_body, uncached)
             .await;
         prefilled(context);
         answer?;
@@ -243,12 +233,4 @@ fn prefilled(context: &mut RequestContext) {
     if let Some(record) = context.handoff.as_mut() {
         record.prefill_done = Some(Instant::now());
     }
-}
-
-/// The prefill request's `traceparent`, its span started, when the request is traced.
-fn traced(context: &mut RequestContext) -> Option<HeaderValue> {
-    context
-        .tracing
-        .as_deref_mut()
-        .and_then(TraceState::start_prefill)
 }
