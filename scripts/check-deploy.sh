@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Checks deploy/: Kubernetes manifests against the Kubernetes schemas (kubernetes-validate, strict,
 # offline: it bundles the schemas), Prometheus Operator resources against the operator's CRD
-# schemas (scripts/check_crds.py), the PrometheusRule against the plain rule file it mirrors, and
-# every ConfigMap's tokenmeter.toml with `tokenmeter serve --check`.
+# schemas (scripts/check_crds.py), that every ConfigMap and Secret a pod names is shipped beside it
+# (scripts/check_pods.py), the PrometheusRule against the plain rule file it mirrors, and every
+# ConfigMap's tokenmeter.toml with `tokenmeter serve --check`, in the environment its pods give it
+# (a Secret's TOKENMETER_BUDGET_STORE, a mounted keys file). Every *.yaml under deploy/kubernetes/
+# is checked, so a new variant's directory needs no line here.
 #
 #   scripts/check-deploy.sh              check (CI runs this; needs target/debug/tokenmeter)
 #   scripts/check-deploy.sh --regenerate rewrite deploy/kubernetes/prometheusrule.yaml first
@@ -48,6 +51,9 @@ done
 echo "== Prometheus Operator CRD schemas"
 "$PY" scripts/check_crds.py "${MANIFESTS[@]}"
 
+echo "== ConfigMaps and Secrets that pods name are shipped beside them"
+"$PY" scripts/check_pods.py "${MANIFESTS[@]}"
+
 echo "== PrometheusRule mirrors deploy/prometheus/tokenmeter-rules.yaml"
 "$PY" - <<'PY'
 import sys, yaml
@@ -65,22 +71,22 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 status=0
 for file in "${MANIFESTS[@]}"; do
-    "$PY" - "$file" "$TMP/config.toml" <<'PY' || continue
-import sys, yaml
-for doc in yaml.safe_load_all(open(sys.argv[1])):
-    if doc and doc.get("kind") == "ConfigMap" and "tokenmeter.toml" in doc.get("data", {}):
-        open(sys.argv[2], "w").write(doc["data"]["tokenmeter.toml"])
-        sys.exit(0)
-sys.exit(1)
-PY
+    rm -rf "$TMP/pod" && mkdir "$TMP/pod"
+    # The ConfigMap's tokenmeter.toml, and the env of the containers that mount it (NAME=VALUE\0).
+    "$PY" scripts/check_pods.py --config "$file" "$TMP/pod" || continue
+    mapfile -d '' -t pod_env < "$TMP/pod/env"
     pending=no
     for p in "${ROUTING_PENDING_CONFIGS[@]}"; do [[ "$p" == "$file" ]] && pending=yes; done
     if env -u TOKENMETER_LISTEN -u TOKENMETER_ADMIN_LISTEN -u TOKENMETER_UPSTREAM \
-        "$TOKENMETER" serve --check --config "$TMP/config.toml" > "$TMP/out" 2>&1; then
+        -u TOKENMETER_BUDGET_STORE -u TOKENMETER_TENANT_KEYS_FILE "${pod_env[@]}" \
+        "$TOKENMETER" serve --check --config "$TMP/pod/config.toml" > "$TMP/out" 2>&1; then
         if [[ $pending == yes ]]; then
             echo "FAIL: $file now passes: remove it from ROUTING_PENDING_CONFIGS"; status=1
         else
-            echo "ok: $file"
+            # Names only: a value may be a password.
+            names=$(printf '%s\n' "${pod_env[@]}" | cut -d= -f1 | grep '^TOKENMETER_' | paste -sd, - || true)
+            if [[ -n $names ]]; then names=" (env from its pods: $names)"; fi
+            echo "ok: $file$names"
         fi
     elif [[ $pending == yes ]]; then
         echo "pending (needs routing): $file: $(tail -1 "$TMP/out")"

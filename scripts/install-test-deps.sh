@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs beyond Rust: promtool and prometheus (Debian's `prometheus`),
-# curl, nginx, the official OpenAI Python SDK, the manifest validators, and llama.cpp's
+# curl, nginx, redis-server, the official OpenAI Python SDK, the manifest validators, and llama.cpp's
 # llama-server with its random-weight test model (scripts/llama/build.sh; ~10 minutes the first
 # time). Idempotent; needs root for apt-get. scripts/test.sh (README's test command) runs it first.
 set -euo pipefail
@@ -13,11 +13,14 @@ command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # nginx terminates TLS in front of a test backend (tests/tls_upstream.rs).
 [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
+# Redis keeps the tenant budgets every replica shares (tests/budget_redis.rs).
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
-  # The nginx package may start a system service on :80; the tests run their own.
+  # The nginx and redis packages may start system services; the tests run their own.
   systemctl stop nginx >/dev/null 2>&1 || true
+  systemctl stop redis-server >/dev/null 2>&1 || true
 fi
 if ! python3 -c 'import openai' >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check openai

@@ -11,12 +11,17 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+pub use budgets::{BudgetsConfig, Counts, Limits, OnStoreError, StoreUrl, ENV_BUDGET_STORE};
 pub use handoff::{HandoffConfig, HandoffProtocol};
 pub use routing::{Affinity, BalanceLoad, PoolConfig, RoutingConfig, RuleConfig, DEFAULT_POOL};
-pub use tenants::{Anonymous, TenantSource, TenantsConfig, UsageConfig, ENV_TENANT_KEYS_FILE};
+pub use tenants::{
+    Anonymous, CertField, TenantSource, TenantsConfig, UsageConfig, ENV_TENANT_KEYS_FILE,
+    ENV_UPSTREAM_KEY_FILE,
+};
 pub use tls::{ServerTlsConfig, UpstreamTlsConfig};
 pub use tracing::{ExportSettings, OtlpProtocol, Sampler, TracingConfig};
 
+mod budgets;
 mod handoff;
 mod routing;
 mod tenants;
@@ -343,6 +348,20 @@ impl Config {
         self.tracing.apply_env(&lookup)?;
         if let Some(path) = lookup(ENV_TENANT_KEYS_FILE).filter(|path| !path.trim().is_empty()) {
             self.tenants.keys_file = Some(path.trim().into());
+        }
+        self.tenants.apply_env(&lookup);
+        if let Some(store) = lookup(ENV_BUDGET_STORE).filter(|store| !store.trim().is_empty()) {
+            self.tenants.budgets.store = store.trim().to_owned();
+            self.tenants
+                .budgets
+                .validate()
+                .map_err(|err| ConfigError::Env {
+                    var: ENV_BUDGET_STORE,
+                    message: match err {
+                        ConfigError::Invalid { message, .. } => message,
+                        other => other.to_string(),
+                    },
+                })?;
         }
         Ok(())
     }

@@ -9,6 +9,7 @@
 //! | server (the head is in: [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `conflicting_framing`, `dialect`, `trace`, `tracing` (the span ids and the sampling decision), `tenant` or `tenant_refused`, the finish hooks |
 //! | meter, head ([`crate::meter::layer`]) | `marks.admitted`, `marks.body_read`, `generation` (the buffered body and the one walk over it), `model`, `model_label`, `usage_injected`, `active`; `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
 //! | route, plan ([`crate::route::plan`]) | `estimate`, `plan`, `pool` (the first planned pool) |
+//! | tenant, budget ([`crate::tenant::budget`]) | `budget`: the reservation the request holds on its tenant's budget |
 //! | route, dispatch ([`crate::route::dispatch`]) | `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts`, `cached_prompt_bytes`, `route`, `marks.dispatched` |
 //! | route, handoff ([`crate::route::handoff`]) | `handoff`: where the prefill ran and when each phase ended |
 //! | forward ([`crate::proxy::Forward`]) | takes `in_flight` into the response body; `marks` of the attempt (started, connected, written, head); each attempt's span in `tracing`; returns the context in the response's extensions, or in a [`crate::proxy::Failure`] |
@@ -41,12 +42,14 @@ use crate::metrics::exemplar::TraceId;
 use crate::request::Inspection;
 use crate::upstream::{InFlight, Target};
 
+pub mod budget;
 pub mod finish;
 pub mod handoff;
 pub mod phases;
 pub mod record;
 pub mod trace;
 
+pub use budget::BudgetHold;
 use finish::Duty;
 pub use finish::{FinishHook, FinishHooks, Finished, Outcome};
 pub use handoff::{HandoffRecord, HandoffResult};
@@ -118,6 +121,8 @@ pub struct RequestContext {
     pub route: Option<RouteDecision>,
     /// What the handoff phase did, for a request of a pool with a prefill pool.
     pub handoff: Option<HandoffRecord>,
+    /// The request's hold on its tenant's budget, once admitted against it.
+    pub budget: Option<Box<BudgetHold>>,
     /// The status of the backend's response head; `None` while (or if) none came back.
     pub upstream_status: Option<StatusCode>,
     /// The status the client was answered with: the backend's, or the proxy's own error's.
@@ -161,6 +166,7 @@ impl RequestContext {
             cached_prompt_bytes: None,
             route: None,
             handoff: None,
+            budget: None,
             upstream_status: None,
             status: None,
             stream: StreamRecord::new(received),

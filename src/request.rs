@@ -45,6 +45,11 @@ pub struct RequestFacts {
     /// `stream_options.include_usage == true` as sent by the client. When it is false the proxy
     /// injected the usage chunk itself and should keep it from the client.
     pub client_asked_usage: bool,
+    /// The most output the request allows: the largest of the top-level `max_tokens`,
+    /// `max_completion_tokens` (OpenAI chat), `max_output_tokens` (Responses) and `n_predict`
+    /// (llama.cpp) that is a non-negative integer; `None` when none is (a budget then reserves
+    /// its default).
+    pub max_tokens: Option<u64>,
 }
 
 /// What a request's prompt is made of.
@@ -118,6 +123,7 @@ pub fn read_with(body: &[u8], what: Read) -> Option<Inspection> {
                     .last
                     .is_some_and(|raw| raw.get() == "true")
             }),
+        max_tokens: top.max_tokens,
     };
     let prompt = match top.prompt {
         Some(prompt) => prompt,
@@ -209,6 +215,10 @@ enum TopKey {
     System,
     Input,
     Inputs,
+    MaxTokens,
+    MaxCompletionTokens,
+    MaxOutputTokens,
+    NPredict,
     #[serde(other)]
     Other,
 }
@@ -224,6 +234,8 @@ struct Top<'a> {
     prompt: Option<PromptSize>,
     /// The prompt members' last values, in [`PROMPT_MEMBERS`] order, when asked for.
     members: [Option<&'a RawValue>; PROMPT_MEMBERS.len()],
+    /// The largest output limit named (see [`RequestFacts::max_tokens`]).
+    max_tokens: Option<u64>,
 }
 
 struct TopVisitor {
@@ -247,6 +259,16 @@ impl<'de> Visitor<'de> for TopVisitor {
             match key {
                 TopKey::Model => top.model = Some(map.next_value()?),
                 TopKey::Stream => top.stream.note(map.next_value()?),
+                TopKey::MaxTokens
+                | TopKey::MaxCompletionTokens
+                | TopKey::MaxOutputTokens
+                | TopKey::NPredict => {
+                    // Any other value (a float, -1 for "no limit", null) names no limit.
+                    let raw: &RawValue = map.next_value()?;
+                    if let Ok(limit) = raw.get().parse::<u64>() {
+                        top.max_tokens = Some(top.max_tokens.map_or(limit, |seen| seen.max(limit)));
+                    }
+                }
                 TopKey::StreamOptions => top.options.note(map.next_value()?),
                 TopKey::Messages | TopKey::Prompt => {
                     let (shape, member) = match key {

@@ -283,12 +283,14 @@ fn top(module: &Module) -> Option<&str> {
 
 #[test]
 fn the_data_path_is_layered() {
-    // The stack reads admission -> meter -> plan -> dispatch -> forward. `server` composes it and
-    // may use every layer; `meter` and `route` sit side by side and never name each other (the
-    // server wires them; they meet only in the request context and its finish hooks); both use
-    // `proxy`, which uses neither. `trace` and `tenant` hang off the finish point (and the head,
-    // where the server starts a request's context) and use no layer, nor does any layer use them
-    // (they meet the others in the context). The vocabulary under them uses no layer.
+    // The stack reads admission -> meter -> plan -> [budget ->] dispatch -> forward. `server`
+    // composes it and may use every layer; `meter` and `route` sit side by side and never name
+    // each other (the server wires them; they meet only in the request context and its finish
+    // hooks); both use `proxy`, which uses neither. `trace` and `tenant` hang off the finish point
+    // (and the head, where the server starts a request's context) and use no other layer, except
+    // that the tenant's budget phase is a layer of the stack and answers with `proxy`'s error
+    // types, as `meter` and `route` do; no layer uses them (they meet the others in the context).
+    // The vocabulary under them uses no layer.
     let layers = ["server", "meter", "route", "proxy", "trace", "tenant"];
     let allowed = [
         ("server", "meter"),
@@ -298,6 +300,7 @@ fn the_data_path_is_layered() {
         ("server", "tenant"),
         ("meter", "proxy"),
         ("route", "proxy"),
+        ("tenant", "proxy"),
     ];
     let vocabulary = [
         "context", "request", "dialect", "sse", "upstream", "metrics", "config", "tls",

@@ -64,6 +64,7 @@ fn client_overhead_s(q: f64) -> f64 {
 }
 
 struct Sidecar {
+    /// The simulated replicas, and the Redis of sidecar 1's budgets.
     _sims: Vec<Proc>,
     proxy: Proc,
     traffic: SocketAddr,
@@ -85,6 +86,28 @@ fn start_sim(name: &str, dir: &std::path::Path) -> (Proc, SocketAddr) {
         matches!(http::get(addr, "/health"), Some((200, _))).then_some(())
     });
     (sim, addr)
+}
+
+/// Starts Debian's redis-server (no persistence) on a free port and waits for its PONG.
+fn start_redis(dir: &std::path::Path) -> (Proc, SocketAddr) {
+    let addr = free_addr();
+    let mut redis = Command::new("redis-server");
+    redis
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--port")
+        .arg(addr.port().to_string())
+        .arg("--dir")
+        .arg(dir);
+    let redis = Proc::spawn("redis", redis, dir);
+    wait_for("redis-server PONG", Duration::from_secs(20), || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr).ok()?;
+        stream.write_all(b"PING\r\n").ok()?;
+        let mut reply = [0u8; 7];
+        stream.read_exact(&mut reply).ok()?;
+        (&reply == b"+PONG\r\n").then_some(())
+    });
+    (redis, addr)
 }
 
 /// Sidecar 0 fronts one replica (the default pool, from `TOKENMETER_UPSTREAM`). Sidecar 1
@@ -133,10 +156,21 @@ pool = "decode"
 # Tenants on (the load generator names none: all anonymous), so the tenants row has data.
 [tenants]
 sources = ["header"]
+
+# Budgets kept in Redis (TOKENMETER_BUDGET_STORE): the load's anonymous requests stay well inside
+# theirs; the test sends tenant "capped" over its own, so the budget panels and rules have data.
+[tenants.budgets.default]
+tokens_per_day = 1000000000
+
+[tenants.budgets.tenant.capped]
+requests_per_minute = 1
 "#
         );
         std::fs::write(&config, toml).expect("write the disaggregated config");
         serve.arg("--config").arg(&config);
+        let (redis, redis_addr) = start_redis(dir);
+        sims.push(redis);
+        serve.env("TOKENMETER_BUDGET_STORE", format!("redis://{redis_addr}/0"));
     } else {
         serve.env("TOKENMETER_UPSTREAM", format!("http://{decode_addr}"));
     }
@@ -375,6 +409,22 @@ fn real_prometheus_over_two_sidecars_sees_every_expression_and_the_bench_quantil
     });
 
     let reports = drive_load(&sidecars, dir);
+    // Tenant "capped" (one request a minute) on sidecar 1: one admitted, two refused.
+    let capped: Vec<Option<u16>> = (0..3)
+        .map(|_| {
+            http::post(
+                sidecars[1].traffic,
+                "/v1/chat/completions",
+                &[("x-tenant-id", "capped")],
+                r#"{"model":"m","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}"#,
+            )
+        })
+        .collect();
+    assert_eq!(
+        capped,
+        [Some(200), Some(429), Some(429)],
+        "the capped tenant's budget"
+    );
     let ok: u64 = reports
         .iter()
         .map(|r| {

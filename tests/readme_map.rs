@@ -186,6 +186,7 @@ fn the_diagram_shows_the_stack_in_the_order_it_is_built() {
             "admission",
             "meter",
             "plan",
+            "budget",
             "dispatch",
             "handoff",
             "forward"

@@ -5,14 +5,15 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::ConfigError;
+use super::{ConfigError, ServerTlsConfig};
 
 /// The `[tenants]` table.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TenantsConfig {
     /// Where a request's tenant comes from, tried in this order: `header` (the value of
-    /// `tenants.header`), `api_key` (the `Authorization: Bearer` key, looked up in `keys_file`).
+    /// `tenants.header`), `api_key` (the `Authorization: Bearer` key, looked up in `keys_file`),
+    /// `client_cert` (the `cert_field` of the client certificate `[server.tls]` verified).
     /// Empty: tenants are off.
     pub sources: Vec<TenantSource>,
     /// The header that names the tenant, for the `header` source (set by a trusted gateway in
@@ -23,6 +24,13 @@ pub struct TenantsConfig {
     /// `TOKENMETER_TENANT_KEYS_FILE`, so that it can come from a mounted secret. Read at start
     /// and at each reload.
     pub keys_file: Option<PathBuf>,
+    /// Which name of the client certificate names the tenant, for the `client_cert` source.
+    pub cert_field: CertField,
+    /// A file holding the backend's API key: when set, the proxy sends `Authorization: Bearer
+    /// <that key>` upstream in place of the client's header (tenants authenticate to the proxy
+    /// with their own keys; the backend sees only the platform's). Also
+    /// `TOKENMETER_UPSTREAM_KEY_FILE`. Read at start and at each reload.
+    pub upstream_key_file: Option<PathBuf>,
     /// A request no source names: `allow` (counted as tenant `anonymous`) or `refuse` (401, an
     /// OpenAI-style error).
     pub anonymous: Anonymous,
@@ -33,6 +41,8 @@ pub struct TenantsConfig {
     pub tracked: Vec<String>,
     /// Usage records: one JSON line per finished request (`[tenants.usage]`).
     pub usage: UsageConfig,
+    /// Token budgets and rate limits per tenant (`[tenants.budgets]`).
+    pub budgets: super::BudgetsConfig,
 }
 
 /// `[tenants.usage]`: where usage records go. Takes effect on restart.
@@ -79,6 +89,36 @@ impl UsageConfig {
 pub enum TenantSource {
     Header,
     ApiKey,
+    ClientCert,
+}
+
+/// The name of a client certificate that names the tenant (the first of its kind in the
+/// certificate).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CertField {
+    /// The subject's common name (`CN=team-a`).
+    #[default]
+    SubjectCn,
+    /// A DNS name of the subject alternative names (`team-a.clients.example`).
+    SanDns,
+    /// A URI of the subject alternative names (a SPIFFE ID:
+    /// `spiffe://example.org/ns/search/sa/indexer`).
+    SanUri,
+    /// An e-mail address of the subject alternative names.
+    SanEmail,
+}
+
+impl CertField {
+    /// The name as the config spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CertField::SubjectCn => "subject_cn",
+            CertField::SanDns => "san_dns",
+            CertField::SanUri => "san_uri",
+            CertField::SanEmail => "san_email",
+        }
+    }
 }
 
 /// What becomes of a request without a tenant.
@@ -96,10 +136,13 @@ impl Default for TenantsConfig {
             sources: Vec::new(),
             header: "x-tenant-id".to_owned(),
             keys_file: None,
+            cert_field: CertField::SubjectCn,
+            upstream_key_file: None,
             anonymous: Anonymous::Allow,
             max_tenant_labels: 100,
             tracked: Vec::new(),
             usage: UsageConfig::default(),
+            budgets: super::BudgetsConfig::default(),
         }
     }
 }
@@ -107,6 +150,9 @@ impl Default for TenantsConfig {
 /// The environment variable naming the keys file (it wins over the file's key: a secret's mount
 /// path is the deployment's to say).
 pub const ENV_TENANT_KEYS_FILE: &str = "TOKENMETER_TENANT_KEYS_FILE";
+/// The environment variable naming the backend's key file (it wins over the file's key, as
+/// [`ENV_TENANT_KEYS_FILE`] does).
+pub const ENV_UPSTREAM_KEY_FILE: &str = "TOKENMETER_UPSTREAM_KEY_FILE";
 
 impl TenantsConfig {
     /// Tenants are on.
@@ -114,8 +160,16 @@ impl TenantsConfig {
         !self.sources.is_empty()
     }
 
-    /// What serde cannot check, each refusal naming its key.
-    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+    /// The environment's file paths (a mounted Secret's), which win over the file's keys.
+    pub(super) fn apply_env(&mut self, lookup: impl Fn(&'static str) -> Option<String>) {
+        if let Some(path) = lookup(ENV_UPSTREAM_KEY_FILE).filter(|path| !path.trim().is_empty()) {
+            self.upstream_key_file = Some(path.trim().into());
+        }
+    }
+
+    /// What serde cannot check, each refusal naming its key; `server_tls` is the traffic
+    /// listener's `[server.tls]` (the `client_cert` source needs its client certificates).
+    pub(super) fn validate(&self, server_tls: Option<&ServerTlsConfig>) -> Result<(), ConfigError> {
         let invalid = |key: &str, message: &str| ConfigError::Invalid {
             key: format!("tenants.{key}"),
             message: message.to_owned(),
@@ -132,6 +186,26 @@ impl TenantsConfig {
             }
             seen.push(*source);
         }
+        if self.sources.contains(&TenantSource::ClientCert)
+            && !server_tls.is_some_and(|tls| tls.client_ca.is_some())
+        {
+            return Err(invalid(
+                "sources",
+                "client_cert needs [server.tls] with client_ca (client certificates required)",
+            ));
+        }
+        if let Some(path) = &self.upstream_key_file {
+            if path.as_os_str().is_empty() {
+                return Err(invalid("upstream_key_file", "must be a file path"));
+            }
+            if !self.enabled() {
+                return Err(invalid(
+                    "upstream_key_file",
+                    "needs tenants.sources: the backend's key is lent only to callers the proxy \
+                     identifies",
+                ));
+            }
+        }
         if self.max_tenant_labels == 0 {
             return Err(invalid("max_tenant_labels", "must be greater than zero"));
         }
@@ -145,6 +219,6 @@ impl TenantsConfig {
         if usage.flush_interval.is_zero() {
             return Err(invalid("usage.flush_interval", "must be greater than zero"));
         }
-        Ok(())
+        self.budgets.validate()
     }
 }

@@ -407,3 +407,148 @@ fn the_tenants_example_loads() {
     let err = Config::from_toml("[tenants]\nsources = [\"cookie\"]\n").expect_err("unknown");
     assert!(err.to_string().contains("tenants.sources"), "{err}");
 }
+
+#[test]
+fn the_client_cert_source_needs_client_certificates_on_the_traffic_listener() {
+    let tls = |client_ca: &str| {
+        format!("[server.tls]\ncert = \"/tls/tls.crt\"\nkey = \"/tls/tls.key\"\n{client_ca}")
+    };
+    let tenants = "[tenants]\nsources = [\"header\", \"client_cert\"]\n";
+    let message = |text: &str| match Config::from_toml(text) {
+        Err(ConfigError::Invalid { key, message }) => (key, message),
+        other => panic!("expected an Invalid error for {text:?}, got {other:?}"),
+    };
+    let expected = (
+        "tenants.sources".to_owned(),
+        "client_cert needs [server.tls] with client_ca (client certificates required)".to_owned(),
+    );
+    assert_eq!(message(tenants), expected, "no [server.tls]");
+    assert_eq!(
+        message(&format!("{}{tenants}", tls(""))),
+        expected,
+        "TLS without client certificates"
+    );
+    let config = Config::from_toml(&format!(
+        "{}{tenants}cert_field = \"san_uri\"\n",
+        tls("client_ca = \"/tls/ca.crt\"\n")
+    ))
+    .expect("client certificates required: valid");
+    assert_eq!(
+        config.tenants.sources,
+        [TenantSource::Header, TenantSource::ClientCert]
+    );
+    assert_eq!(config.tenants.cert_field, CertField::SanUri);
+    for (text, field) in [
+        ("subject_cn", CertField::SubjectCn),
+        ("san_dns", CertField::SanDns),
+        ("san_uri", CertField::SanUri),
+        ("san_email", CertField::SanEmail),
+    ] {
+        let config = Config::from_toml(&format!("[tenants]\ncert_field = \"{text}\"\n"))
+            .expect("a field name");
+        assert_eq!(config.tenants.cert_field, field, "{text}");
+        assert_eq!(field.as_str(), text, "spelt as the config spells it");
+    }
+    assert_eq!(
+        invalid_key("[tenants]\ncert_field = \"issuer_cn\"\n"),
+        "tenants.cert_field"
+    );
+}
+
+#[test]
+fn the_upstream_key_file_needs_a_source_and_a_path_and_comes_from_the_env_too() {
+    assert_eq!(
+        invalid_key("[tenants]\nupstream_key_file = \"/keys/backend\"\n"),
+        "tenants.upstream_key_file",
+        "tenants off: the key would be lent to anyone"
+    );
+    assert_eq!(
+        invalid_key("[tenants]\nsources = [\"header\"]\nupstream_key_file = \"\"\n"),
+        "tenants.upstream_key_file",
+        "an empty path"
+    );
+    let config = Config::from_toml(
+        "[tenants]\nsources = [\"header\"]\nupstream_key_file = \"/keys/backend\"\n",
+    )
+    .expect("valid");
+    assert_eq!(
+        config.tenants.upstream_key_file.as_deref(),
+        Some(std::path::Path::new("/keys/backend"))
+    );
+    let mut config = Config::default();
+    config
+        .apply_env(|var| (var == ENV_UPSTREAM_KEY_FILE).then(|| " /run/secrets/key ".to_owned()))
+        .expect("valid env");
+    assert_eq!(
+        config.tenants.upstream_key_file.as_deref(),
+        Some(std::path::Path::new("/run/secrets/key")),
+        "the environment's path, trimmed"
+    );
+    assert_eq!(ENV_UPSTREAM_KEY_FILE, "TOKENMETER_UPSTREAM_KEY_FILE");
+}
+
+#[test]
+fn a_budget_store_url_never_shows_its_password() {
+    use super::budgets::redacted;
+    assert_eq!(
+        redacted("redis://default:s3cret@redis:6379/0"),
+        "redis://default:***@redis:6379/0"
+    );
+    assert_eq!(
+        redacted("redis://s3cret@redis:6379"),
+        "redis://***@redis:6379"
+    );
+    assert_eq!(redacted("redis://redis:6379"), "redis://redis:6379");
+    let mut config = Config::default();
+    config.tenants.budgets.store = "redis://u:s3cret@h:1".to_owned();
+    let printed = format!("{config:#?}");
+    assert!(
+        !printed.contains("s3cret") && printed.contains("redis://u:***@h:1"),
+        "serve --check prints the config without the password"
+    );
+}
+
+#[test]
+fn budget_keys_are_checked_and_named() {
+    let refused = |toml: &str| match Config::from_toml(toml) {
+        Err(err) => err.to_string(),
+        Ok(_) => panic!("{toml} was accepted"),
+    };
+    assert!(refused("[tenants.budgets]\nstore = \"http://redis:6379\"")
+        .contains("tenants.budgets.store"));
+    assert!(refused("[tenants.budgets.default]\ntokens_per_minute = 0")
+        .contains("tenants.budgets.default.tokens_per_minute"));
+    assert!(
+        refused("[tenants.budgets.tenant.\"team-a\"]\nconcurrent_streams = 0")
+            .contains("tenants.budgets.tenant.\"team-a\".concurrent_streams")
+    );
+    assert!(refused("[tenants.budgets.default]\ncounts = \"both\"").contains("counts"));
+    assert!(refused("[tenants.budgets.default]\ntokens_per_hour = 5").contains("tokens_per_hour"));
+    let mut config = Config::default();
+    let err = config
+        .apply_env(|var| (var == ENV_BUDGET_STORE).then(|| "http://x".to_owned()))
+        .expect_err("a store URL from the environment is checked too");
+    assert!(err.to_string().contains("TOKENMETER_BUDGET_STORE"), "{err}");
+    let mut config = Config::default();
+    config
+        .apply_env(|var| (var == ENV_BUDGET_STORE).then(|| " redis://h:6379 ".to_owned()))
+        .expect("a redis URL");
+    assert_eq!(
+        config.tenants.budgets.store_url(),
+        StoreUrl::Redis("redis://h:6379".to_owned())
+    );
+    let limits: Config = Config::from_toml(
+        "[tenants.budgets.default]\ntokens_per_day = 5\n[tenants.budgets.tenant.big]\ntokens_per_day = 50",
+    )
+    .expect("valid");
+    let budgets = &limits.tenants.budgets;
+    assert!(budgets.enabled());
+    assert_eq!(
+        budgets.limits_for("big").and_then(|l| l.tokens_per_day),
+        Some(50)
+    );
+    assert_eq!(
+        budgets.limits_for("small").and_then(|l| l.tokens_per_day),
+        Some(5)
+    );
+}

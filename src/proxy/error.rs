@@ -48,6 +48,18 @@ pub enum ProxyError {
     /// why, never the key.
     #[error("{reason}")]
     Unauthorized { reason: &'static str },
+    /// The tenant is over one of its budgets ([`crate::tenant::budget`]): 429, with
+    /// `retry-after` when waiting can help (not for a request larger than the limit itself).
+    #[error("{message}")]
+    OverBudget {
+        /// The limit's name (`tokens_per_minute`, ...).
+        limit: &'static str,
+        message: String,
+        retry_after: Option<std::time::Duration>,
+    },
+    /// The budget store did not answer and `tenants.budgets.on_store_error = "deny"`.
+    #[error("the tenant budget store did not answer in time; the request was refused unchecked (tenants.budgets.on_store_error = \"deny\")")]
+    BudgetStoreUnavailable,
     /// The request head had both `transfer-encoding` and `content-length` (see [`crate::server::smuggling`]).
     #[error("the request has both transfer-encoding and content-length (RFC 9112 section 6.3); refused as possible request smuggling")]
     ConflictingFraming,
@@ -62,7 +74,10 @@ impl ProxyError {
             }
             | ProxyError::ResponseTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::Connect { .. } | ProxyError::Upstream { .. } => StatusCode::BAD_GATEWAY,
-            ProxyError::NoUpstream => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::NoUpstream | ProxyError::BudgetStoreUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ProxyError::OverBudget { .. } => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::ContextLost => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -84,6 +99,8 @@ impl ProxyError {
             ProxyError::NoUpstream => "no_upstream",
             ProxyError::ContextLost => "internal_error",
             ProxyError::Unauthorized { .. } => "authentication_error",
+            ProxyError::OverBudget { .. } => "rate_limit_exceeded",
+            ProxyError::BudgetStoreUnavailable => "service_unavailable",
             ProxyError::BodyTooLarge { .. }
             | ProxyError::ClientBody { .. }
             | ProxyError::ConflictingFraming => "invalid_request_error",
@@ -101,6 +118,10 @@ impl ProxyError {
             }
         ) {
             return Outcome::Cancelled;
+        }
+        if matches!(self, ProxyError::BudgetStoreUnavailable) {
+            // Turned away by tokenmeter itself, never sent upstream.
+            return Outcome::Overloaded;
         }
         match self.status() {
             StatusCode::GATEWAY_TIMEOUT => Outcome::Timeout,
@@ -123,10 +144,24 @@ impl ProxyError {
     /// request starts is in doubt too: that connection is closed (RFC 9112 §6.3 requires it).
     pub fn to_response(&self) -> Response<Full<Bytes>> {
         let mut response = json_error(self.status(), self.kind(), &self.to_string());
+        let retry_after = match self {
+            ProxyError::OverBudget { retry_after, .. } => *retry_after,
+            ProxyError::BudgetStoreUnavailable => Some(std::time::Duration::from_secs(1)),
+            _ => None,
+        };
+        let headers = response.headers_mut();
+        if let Some(wait) = retry_after {
+            // Whole seconds, rounded up (RFC 9110 §10.2.3); the OpenAI SDKs also read the
+            // milliseconds and wait that long before their automatic retry.
+            let millis = wait.as_millis().max(1);
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(millis.div_ceil(1000) as u64),
+            );
+            headers.insert(RETRY_AFTER_MS, HeaderValue::from(millis as u64));
+        }
         if matches!(self, ProxyError::ConflictingFraming) {
-            response
-                .headers_mut()
-                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
     }
@@ -157,6 +192,9 @@ impl Failure {
         }
     }
 }
+
+/// The retry hint in milliseconds that the OpenAI SDKs read before `retry-after`.
+const RETRY_AFTER_MS: http::HeaderName = http::HeaderName::from_static("retry-after-ms");
 
 /// An OpenAI-style JSON error response.
 pub fn json_error(status: StatusCode, kind: &str, message: &str) -> Response<Full<Bytes>> {

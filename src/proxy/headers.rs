@@ -1,5 +1,6 @@
 //! Reverse-proxy header hygiene: hop-by-hop headers stop here, `x-forwarded-*` are added, everything
-//! else (including `authorization`) passes through unchanged.
+//! else (including `authorization`) passes through unchanged, unless the operator swaps the
+//! client's `authorization` for the backend's key ([`authorize_upstream`]).
 use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -33,6 +34,17 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         headers.remove(name);
     }
     headers.remove(header::UPGRADE);
+}
+
+/// Replaces every `authorization` header of the client's with `backend` (`Bearer <the backend's
+/// key>`, already marked sensitive): `tenants.upstream_key_file`.
+///
+/// Done once per request, where its head comes in and after its tenant was read from the
+/// client's key ([`crate::server::live`]), so every upstream request made of it carries the
+/// backend's key: the forward, its retries, and a hand-off's prefill, which copies the request's
+/// headers. Cloning a `HeaderValue` shares its bytes; it allocates nothing.
+pub fn authorize_upstream(headers: &mut HeaderMap, backend: &HeaderValue) {
+    headers.insert(header::AUTHORIZATION, backend.clone());
 }
 
 /// Appends the client address to `x-forwarded-for`, sets `x-forwarded-proto`, and moves the client's

@@ -246,9 +246,37 @@ fn inspect_reads_model_stream_and_usage_request() {
             model: Some("mé".to_owned()),
             stream: true,
             client_asked_usage: true,
+            max_tokens: None,
         }),
         "all facts present, model unescaped"
     );
+}
+
+#[test]
+fn the_largest_output_limit_named_is_read() {
+    let cases = [
+        (r#"{"max_tokens":256}"#, Some(256)),
+        (
+            r#"{"max_completion_tokens":64,"max_tokens":128}"#,
+            Some(128),
+        ),
+        (r#"{"max_output_tokens":4096}"#, Some(4096)),
+        (r#"{"n_predict":32}"#, Some(32)),
+        (r#"{"n_predict":-1}"#, None),
+        (r#"{"max_tokens":null}"#, None),
+        (r#"{"max_tokens":1.5}"#, None),
+        (r#"{"max_tokens":"100"}"#, None),
+        (r#"{"options":{"max_tokens":100}}"#, None),
+        (r#"{"max_tokens":7,"max_tokens":3}"#, Some(7)),
+        (r#"{"model":"m"}"#, None),
+    ];
+    for (body, expected) in cases {
+        assert_eq!(
+            inspect(body.as_bytes()).map(|facts| facts.max_tokens),
+            Some(expected),
+            "{body}: the output limit a budget reserves"
+        );
+    }
 }
 
 #[test]
@@ -291,6 +319,7 @@ fn inspect_missing_or_odd_fields() {
                 model: model.map(str::to_owned),
                 stream,
                 client_asked_usage: asked,
+                max_tokens: None,
             }),
             "{body}"
         );

@@ -25,6 +25,7 @@ use super::sniff;
 use crate::config::ServerConfig;
 use crate::context::{FinishHooks, RequestContext};
 use crate::metrics::Metrics;
+use crate::tenant::certificate::CertificateNames;
 use crate::tls::{self, ServerTls};
 
 /// What every traffic connection of a server run shares.
@@ -70,10 +71,10 @@ impl Traffic {
         let _permit = permit;
         let framing = ConnectionFraming::new();
         let io_framing = Arc::clone(&framing);
-        let service =
-            TowerToHyperService::new(stack.for_connection(peer, self.tls.is_some(), framing));
         let (budgets, abuse) = (self.h2.0, Arc::clone(&self.h2.1));
         let Some(tls) = &self.tls else {
+            let service =
+                TowerToHyperService::new(stack.for_connection(peer, false, None, framing));
             let first = sniff::first_bytes(&stream, self.first_byte_timeout, &mut stopping).await;
             let Some(http1) = first else {
                 tracing::debug!(%peer, "no byte before header_read_timeout or shutdown: closed");
@@ -100,6 +101,11 @@ impl Traffic {
         };
         // ALPN says the protocol; a client that offered none gets the detecting builder.
         let http1 = stream.get_ref().1.alpn_protocol() == Some(b"http/1.1");
+        // The verified client certificate's names, read once for every request of the connection.
+        let certificate = tls::acceptor::client_certificate(&stream)
+            .map(|der| Arc::new(CertificateNames::from_der(der)));
+        let service =
+            TowerToHyperService::new(stack.for_connection(peer, true, certificate, framing));
         let io = GuardedStream::new(stream, io_framing, self.max_head);
         self.builders
             .serve(http1, io, (budgets, abuse), service, watcher, peer)

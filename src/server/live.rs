@@ -1,5 +1,6 @@
-//! The request stack (`admission -> meter -> plan -> dispatch -> [handoff ->] forward`; the
-//! handoff only when a pool has a prefill pool) and the finish hooks
+//! The request stack (`admission -> meter -> plan -> [budget ->] dispatch -> [handoff ->]
+//! forward`; the budget phase only when a tenant has a limit, the handoff only when a pool has a
+//! prefill pool) and the finish hooks
 //! that new requests take, swapped whole by a config reload; and where each request's context
 //! starts.
 //!
@@ -29,8 +30,14 @@ use crate::meter::finish::MeterHook;
 use crate::meter::layer::{Meter, MeterLayer};
 use crate::meter::series::MeterSeries;
 use crate::proxy::client::UpstreamClient;
+use crate::proxy::headers;
 use crate::proxy::Forward;
 use crate::route::{Dispatch, DispatchLayer, Handoff, HandoffLayer, Plan, PlanLayer, Router};
+use crate::tenant::budget::layer::{Budget, BudgetLayer};
+use crate::tenant::budget::series::BudgetSeries;
+use crate::tenant::budget::settle::BudgetHook;
+use crate::tenant::budget::{Budgets, Store};
+use crate::tenant::certificate::CertificateNames;
 use crate::tenant::finish::TenantHook;
 use crate::tenant::usage::{UsageHook, UsageLog};
 use crate::tenant::{Gate, Tenants};
@@ -38,8 +45,11 @@ use crate::trace::export::Exporter;
 use crate::trace::series::PhaseSeries;
 use crate::trace::{TraceHook, Tracing};
 
+/// The stack below the plan (and the budget phase, when on).
+type Dispatched = Dispatch<Either<Handoff<Forward>, Forward>>;
+
 /// One revision's tower stack.
-pub type Stack = Admission<Meter<Plan<Dispatch<Either<Handoff<Forward>, Forward>>>>>;
+pub type Stack = Admission<Meter<Plan<Either<Budget<Dispatched>, Dispatched>>>>;
 
 /// One revision of the request stack: the layers, the hooks that end its requests, and its
 /// tracing (`None`: off).
@@ -63,6 +73,8 @@ pub struct Shared<'a> {
     pub tenants: (&'a Arc<Tenants>, Option<Arc<Gate>>),
     /// The usage records' log, when `tenants.usage.path` is set.
     pub usage: Option<&'a Arc<UsageLog>>,
+    /// The budgets' store (for the process's life) and series.
+    pub budgets: (&'a Arc<Store>, &'a Arc<BudgetSeries>),
 }
 
 /// Builds the revision of `config` over `router`; `extra` hooks (an embedder's, a test's) run
@@ -81,11 +93,18 @@ pub fn build(
         exporter,
         tenants: (tenants, gate),
         usage,
+        budgets: (store, budget_series),
     } = shared;
+    let budgets = Budgets::new(&config.tenants.budgets, store, budget_series).map(Arc::new);
     let stack = tower::ServiceBuilder::new()
         .layer(AdmissionLayer::new(Arc::clone(limits)))
         .layer(MeterLayer::new(config, Arc::clone(meter)))
         .layer(PlanLayer::new(Arc::clone(router)))
+        .option_layer(
+            budgets
+                .as_ref()
+                .map(|budgets| BudgetLayer::new(Arc::clone(budgets))),
+        )
         .layer(DispatchLayer::new(Arc::clone(router)))
         .option_layer(
             router
@@ -114,6 +133,10 @@ pub fn build(
             .into_iter()
             .chain(router.handoff_hook())
             .chain([traced])
+            // Every revision settles (a request admitted before a reload that removed its
+            // limits still holds a reservation); before the tenant counters, so that a request
+            // counted there is settled.
+            .chain([Arc::new(BudgetHook::new(Arc::clone(store))) as Arc<dyn FinishHook>])
             .chain(tenant_hook)
             .chain(
                 usage.map(|log| Arc::new(UsageHook::new(Arc::clone(log))) as Arc<dyn FinishHook>),
@@ -152,16 +175,19 @@ impl LiveStack {
     }
 
     /// The stack as one connection serves it: each request's context starts there.
+    /// `client_certificate`: the names of the client certificate its TLS handshake verified.
     pub fn for_connection(
         &self,
         peer: SocketAddr,
         client_tls: bool,
+        client_certificate: Option<Arc<CertificateNames>>,
         framing: Arc<ConnectionFraming>,
     ) -> ConnectionStack {
         ConnectionStack {
             live: self.clone(),
             peer,
             client_tls,
+            client_certificate,
             framing,
         }
     }
@@ -174,6 +200,8 @@ pub struct ConnectionStack {
     live: LiveStack,
     peer: SocketAddr,
     client_tls: bool,
+    /// Read once, at the handshake; every request of the connection names its tenant by it.
+    client_certificate: Option<Arc<CertificateNames>>,
     framing: Arc<ConnectionFraming>,
 }
 
@@ -198,12 +226,17 @@ impl Service<Request<Incoming>> for ConnectionStack {
             revision.hooks.clone(),
         );
         if let Some(gate) = &revision.tenants {
-            match gate.identify(req.headers()) {
+            match gate.identify(req.headers(), self.client_certificate.as_deref()) {
                 Ok(named) => {
                     context.tenant = Some(named.label);
                     context.tenant_name = named.name;
                 }
                 Err(unnamed) => context.tenant_refused = Some(unnamed.message()),
+            }
+            // After the client's key named the tenant: from here on, and upstream, the request
+            // carries the backend's key.
+            if let Some(backend) = gate.identity().upstream_authorization() {
+                headers::authorize_upstream(req.headers_mut(), backend);
             }
         }
         if let Some(tracing) = &revision.tracing {

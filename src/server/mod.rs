@@ -38,6 +38,8 @@ use crate::meter::series::MeterSeries;
 use crate::metrics::{Metrics, MetricsError};
 use crate::proxy::client::{self, UpstreamClient};
 use crate::route::{self, RouteError, Router};
+use crate::tenant::budget::series::BudgetSeries;
+use crate::tenant::budget::{Store, StoreError};
 use crate::tenant::keys::KeysError;
 use crate::tenant::usage::UsageLog;
 use crate::tenant::{Gate, Tenants};
@@ -86,6 +88,9 @@ pub enum ServerError {
     /// The usage records' file does not open (the error names the key).
     #[error("{0}")]
     Usage(String),
+    /// The budgets' store cannot be used (the error names the key, never the URL).
+    #[error(transparent)]
+    Budgets(#[from] StoreError),
 }
 
 /// Binds the traffic and admin listeners from the config.
@@ -116,6 +121,9 @@ pub struct Server {
     gate: Option<Arc<Gate>>,
     /// The usage records' log (`tenants.usage.path`; restart-only).
     usage: Option<Arc<UsageLog>>,
+    /// Where the budgets are kept (`tenants.budgets.store`; restart-only), and their series.
+    budget_store: Arc<Store>,
+    budget_series: Arc<BudgetSeries>,
     router: Arc<Router>,
     limits: Arc<Limits>,
     ready: Arc<AtomicBool>,
@@ -153,6 +161,15 @@ impl Server {
         } else {
             None
         };
+        let shared_store = config.tenants.budgets.store_url() != crate::config::StoreUrl::Memory;
+        let budget_series = Arc::new(BudgetSeries::new(Arc::clone(&metrics), shared_store));
+        if shared_store && config.tenants.budgets.enabled() {
+            budget_series.prime();
+        }
+        let budget_store = Arc::new(Store::open(
+            &config.tenants.budgets,
+            Arc::clone(&budget_series),
+        )?);
         Ok(Self {
             config,
             metrics,
@@ -162,6 +179,8 @@ impl Server {
             tenants,
             gate,
             usage,
+            budget_store,
+            budget_series,
             router,
             limits,
             ready: Arc::new(AtomicBool::new(true)),
@@ -402,6 +421,10 @@ impl Server {
             // Every request has ended: its spans are queued. Sent now, within a bound.
             exporter.flush(SPAN_FLUSH).await;
         }
+        let unsettled = self.budget_store.flush(SPAN_FLUSH).await;
+        if unsettled > 0 {
+            tracing::warn!(unsettled, "budget settlements not in the store at exit");
+        }
         if let Some(usage) = self.usage.clone() {
             // Every request has ended: its record is queued. On disk before the process exits.
             let _ = tokio::task::spawn_blocking(move || usage.close(SPAN_FLUSH)).await;
@@ -418,6 +441,7 @@ impl Server {
             exporter: self.exporter.as_ref(),
             tenants: (&self.tenants, self.gate.clone()),
             usage: self.usage.as_ref(),
+            budgets: (&self.budget_store, &self.budget_series),
         }
     }
 

@@ -93,6 +93,9 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
     );
     check("server.tls", r.tls.is_some() != n.tls.is_some());
     check("tenants.usage", running.tenants.usage != new.tenants.usage);
+    for key in running.tenants.budgets.store_changes(&new.tenants.budgets) {
+        check(key, true);
+    }
     check(
         "server.admin_tls",
         r.admin_tls.is_some() != n.admin_tls.is_some(),
@@ -140,6 +143,7 @@ pub fn keep_restart_only(running: &Config, new: &mut Config) {
     }
     new.buckets = running.buckets.clone();
     new.tenants.usage = running.tenants.usage.clone();
+    new.tenants.budgets.keep_store(&running.tenants.budgets);
     new.upstream.pool_idle_timeout = running.upstream.pool_idle_timeout;
     new.upstream.pool_max_idle_per_host = running.upstream.pool_max_idle_per_host;
     new.metering.max_observed_models = running.metering.max_observed_models;

@@ -3,18 +3,22 @@
 //! - `header`: the value of `tenants.header`, for a trusted gateway in front that has already
 //!   authenticated the caller (an untrusted client could name any tenant).
 //! - `api_key`: the `Authorization: Bearer <key>` key, hashed and looked up in the keys file
-//!   ([`super::keys`]). The header itself passes upstream unchanged.
+//!   ([`super::keys`]). The header itself passes upstream unchanged, unless
+//!   `tenants.upstream_key_file` swaps it for the backend's key ([`Identity::upstream_authorization`]).
+//! - `client_cert`: the `tenants.cert_field` name of the client certificate the TLS handshake
+//!   verified ([`super::certificate`], read once per connection).
 //!
 //! A request no source names is `anonymous`, or refused (401) when `tenants.anonymous =
 //! "refuse"`; the refusal says why (no key, a key the file does not know, a malformed
-//! `Authorization`), never the key.
+//! `Authorization`, a certificate without the name), never the key.
 use std::path::Path;
 
 use http::header::AUTHORIZATION;
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
+use super::certificate::CertificateNames;
 use super::keys::{KeyTable, KeysError};
-use crate::config::{Anonymous, TenantSource, TenantsConfig};
+use crate::config::{Anonymous, CertField, TenantSource, TenantsConfig};
 
 /// The identity sources of one config.
 #[derive(Debug)]
@@ -22,7 +26,10 @@ pub struct Identity {
     sources: Vec<TenantSource>,
     header: HeaderName,
     keys: KeyTable,
+    cert_field: CertField,
     anonymous: Anonymous,
+    /// `Bearer <the backend's key>`, marked sensitive, when `tenants.upstream_key_file` is set.
+    upstream_authorization: Option<HeaderValue>,
 }
 
 /// Why a request has no tenant.
@@ -34,6 +41,10 @@ pub enum Unnamed {
     UnknownKey,
     /// An `Authorization` header that is not `Bearer <key>`.
     MalformedAuthorization,
+    /// The `client_cert` source, on a connection without a client certificate.
+    NoCertificate,
+    /// The `client_cert` source: the certificate has no name in this field.
+    CertificateUnnamed(CertField),
 }
 
 impl Unnamed {
@@ -45,15 +56,32 @@ impl Unnamed {
             Unnamed::MalformedAuthorization => {
                 "malformed Authorization header (expected: Bearer <key>)"
             }
+            Unnamed::NoCertificate => "no tenant: present a client certificate",
+            Unnamed::CertificateUnnamed(field) => match field {
+                CertField::SubjectCn => "no tenant: the client certificate has no subject CN",
+                CertField::SanDns => "no tenant: the client certificate has no DNS name",
+                CertField::SanUri => "no tenant: the client certificate has no URI name",
+                CertField::SanEmail => "no tenant: the client certificate has no e-mail name",
+            },
         }
     }
 }
 
 impl Identity {
-    /// The identity of `config`, its keys file read; `None` when tenants are off.
+    /// The identity of `config`, its keys file and the backend's key file read; `None` when
+    /// tenants are off.
     pub fn from_config(config: &TenantsConfig) -> Result<Option<Self>, KeysError> {
         if !config.enabled() {
-            return Ok(None);
+            return match &config.upstream_key_file {
+                // Validated with the file's keys; the environment's path comes after that.
+                Some(path) => Err(upstream_key_error(
+                    path,
+                    "needs tenants.sources: the backend's key is lent only to callers the proxy \
+                     identifies"
+                        .to_owned(),
+                )),
+                None => Ok(None),
+            };
         }
         let keys = match (
             &config.keys_file,
@@ -68,12 +96,24 @@ impl Identity {
         // Validated with the config: a valid header name.
         let header = HeaderName::from_bytes(config.header.as_bytes())
             .unwrap_or_else(|_| HeaderName::from_static("x-tenant-id"));
+        let upstream_authorization = match &config.upstream_key_file {
+            Some(path) => Some(upstream_authorization(path)?),
+            None => None,
+        };
         Ok(Some(Self {
             sources: config.sources.clone(),
             header,
             keys,
+            cert_field: config.cert_field,
             anonymous: config.anonymous,
+            upstream_authorization,
         }))
+    }
+
+    /// The `Authorization` value every upstream request carries instead of the client's, when
+    /// `tenants.upstream_key_file` is set.
+    pub fn upstream_authorization(&self) -> Option<&HeaderValue> {
+        self.upstream_authorization.as_ref()
     }
 
     /// The tenants of the keys file.
@@ -81,8 +121,14 @@ impl Identity {
         self.keys.tenants().map(|tenant| &**tenant)
     }
 
-    /// The tenant `headers` name (`Ok(None)`: anonymous), or why the request is refused.
-    pub fn resolve<'a>(&'a self, headers: &'a HeaderMap) -> Result<Option<&'a str>, Unnamed> {
+    /// The tenant a request with `headers`, on a connection with the client certificate
+    /// `certificate` (`None`: no TLS or no certificate), names (`Ok(None)`: anonymous), or why it
+    /// is refused.
+    pub fn resolve<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+        certificate: Option<&'a CertificateNames>,
+    ) -> Result<Option<&'a str>, Unnamed> {
         let mut why = Unnamed::Nobody;
         for source in &self.sources {
             match source {
@@ -104,12 +150,58 @@ impl Identity {
                     Some(Err(())) => why = Unnamed::MalformedAuthorization,
                     None => {}
                 },
+                TenantSource::ClientCert => {
+                    let named = certificate.and_then(|names| names.get(self.cert_field));
+                    if named.is_some() {
+                        return Ok(named);
+                    }
+                    // A key's refusal says more than a missing certificate name.
+                    if why == Unnamed::Nobody {
+                        why = match certificate {
+                            Some(_) => Unnamed::CertificateUnnamed(self.cert_field),
+                            None => Unnamed::NoCertificate,
+                        };
+                    }
+                }
             }
         }
         match self.anonymous {
             Anonymous::Allow => Ok(None),
             Anonymous::Refuse => Err(why),
         }
+    }
+}
+
+/// `Bearer <key>` of the backend's key in the file at `path` (surrounding whitespace trimmed),
+/// marked sensitive (never logged, never indexed by HPACK). An error names the file, never the key.
+fn upstream_authorization(path: &Path) -> Result<HeaderValue, KeysError> {
+    let text = std::fs::read(path).map_err(|err| upstream_key_error(path, err.to_string()))?;
+    let key = text.trim_ascii();
+    if key.is_empty() {
+        return Err(upstream_key_error(path, "is empty".to_owned()));
+    }
+    if !key.iter().all(u8::is_ascii_graphic) {
+        return Err(upstream_key_error(
+            path,
+            "the key must be one word of printable ASCII".to_owned(),
+        ));
+    }
+    let mut value = b"Bearer ".to_vec();
+    value.extend_from_slice(key);
+    let mut value = HeaderValue::from_bytes(&value).map_err(|_| {
+        upstream_key_error(
+            path,
+            "the key must be one word of printable ASCII".to_owned(),
+        )
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+fn upstream_key_error(path: &Path, message: String) -> KeysError {
+    KeysError::UpstreamKey {
+        path: path.display().to_string(),
+        message,
     }
 }
 

@@ -37,6 +37,10 @@ pub enum KeysError {
         "tenants.keys_file: the api_key source needs a keys file (or TOKENMETER_TENANT_KEYS_FILE)"
     )]
     Missing,
+    /// The backend's key file (`tenants.upstream_key_file`, [`super::identity`]); the text never
+    /// holds the key.
+    #[error("tenants.upstream_key_file {path}: {message}")]
+    UpstreamKey { path: String, message: String },
 }
 
 impl KeyTable {

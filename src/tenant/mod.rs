@@ -7,8 +7,8 @@
 //! refused, which the meter answers with a 401 before reading the body (as it refuses conflicting
 //! framing). Nothing of it runs per chunk. Off by default (`[tenants] sources = []`).
 //!
-//! [`usage`] writes one JSON line per finished request. Budgets and rate limits shared through
-//! Redis (the rest of #26) are not built yet.
+//! [`usage`] writes one JSON line per finished request. [`budget`] admits each request against
+//! its tenant's token budgets and rate limits, kept in process or shared through Redis.
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
@@ -17,12 +17,15 @@ use http::HeaderMap;
 use crate::config::Config;
 use crate::metrics::{BoundedLabels, Metrics};
 
+pub mod budget;
+pub mod certificate;
 pub mod finish;
 pub mod identity;
 pub mod keys;
 pub mod series;
 pub mod usage;
 
+use certificate::CertificateNames;
 use identity::{Identity, Unnamed};
 use keys::KeysError;
 use series::{ANONYMOUS, OTHER};
@@ -122,12 +125,19 @@ impl Gate {
         &self.identity
     }
 
-    /// The tenant of the request with these headers, as its bounded label and its name (at
-    /// most [`MAX_NAME_BYTES`], for the usage records), or why it is refused.
-    pub fn identify(&self, headers: &HeaderMap) -> Result<Named, Unnamed> {
-        self.identity.resolve(headers).map(|tenant| Named {
-            label: self.tenants.label(tenant),
-            name: tenant.map(|name| Arc::from(truncated(name, MAX_NAME_BYTES))),
-        })
+    /// The tenant of the request with these headers, on a connection with this client
+    /// certificate, as its bounded label and its name (at most [`MAX_NAME_BYTES`], for the usage
+    /// records), or why it is refused.
+    pub fn identify(
+        &self,
+        headers: &HeaderMap,
+        certificate: Option<&CertificateNames>,
+    ) -> Result<Named, Unnamed> {
+        self.identity
+            .resolve(headers, certificate)
+            .map(|tenant| Named {
+                label: self.tenants.label(tenant),
+                name: tenant.map(|name| Arc::from(truncated(name, MAX_NAME_BYTES))),
+            })
     }
 }

@@ -305,6 +305,16 @@ pub async fn handshake(
     }
 }
 
+/// The leaf certificate the client presented and the verifier of `client_ca` accepted; `None`
+/// without client authentication.
+pub fn client_certificate(stream: &TlsStream<TcpStream>) -> Option<&[u8]> {
+    let (_, connection) = stream.get_ref();
+    connection
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .map(|leaf| leaf.as_ref())
+}
+
 fn classify(err: &std::io::Error) -> HandshakeFailure {
     let Some(tls) = err
         .get_ref()

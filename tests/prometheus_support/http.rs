@@ -31,3 +31,24 @@ pub fn encode(value: &str) -> String {
     }
     out
 }
+
+/// `POST path` on `addr` with a JSON `body` and `headers`; the status, `None` when the connection
+/// fails.
+pub fn post(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &str) -> Option<u16> {
+    let timeout = Duration::from_secs(30);
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
+    let request = format!(
+        "POST {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{extra}\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    text.split_whitespace().nth(1)?.parse().ok()
+}

@@ -9,6 +9,7 @@ pub mod nginx;
 pub mod ports;
 pub mod prom;
 pub mod raw;
+pub mod redis;
 pub mod tls;
 
 use std::time::Duration;

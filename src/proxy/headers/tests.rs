@@ -48,3 +48,38 @@ fn forwarded_headers_are_appended() {
         "host is set by the client from the URI"
     );
 }
+
+#[test]
+fn the_backend_key_replaces_every_client_authorization() {
+    let mut headers = HeaderMap::new();
+    headers.append(
+        header::AUTHORIZATION,
+        HeaderValue::from_static("Bearer client-key"),
+    );
+    headers.append(
+        header::AUTHORIZATION,
+        HeaderValue::from_static("Basic eA=="),
+    );
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let mut backend = HeaderValue::from_static("Bearer backend-key");
+    backend.set_sensitive(true);
+    authorize_upstream(&mut headers, &backend);
+    let sent: Vec<&HeaderValue> = headers.get_all(header::AUTHORIZATION).iter().collect();
+    assert_eq!(sent, vec![&backend], "one authorization: the backend's");
+    assert!(sent[0].is_sensitive(), "still marked sensitive");
+    assert_eq!(
+        headers[header::CONTENT_TYPE],
+        "application/json",
+        "other headers untouched"
+    );
+    let mut without = HeaderMap::new();
+    authorize_upstream(&mut without, &backend);
+    assert_eq!(
+        without.get(header::AUTHORIZATION),
+        Some(&backend),
+        "added when the client sent none"
+    );
+}

@@ -1,0 +1,435 @@
+//! Each tenant's token budgets and rate limits (`[tenants.budgets]`): tokens per minute and per
+//! day (counting input, output or both), requests per minute and streams in flight.
+//!
+//! **Reservation and settlement.** A request is admitted against what it may use: its prompt
+//! (the router's estimate) plus its output limit (`max_tokens`, else
+//! `default_max_tokens`), as the limits' `counts` says. The reservation is charged when it is
+//! admitted ([`layer`], after the plan, so the estimate is known, and before the dispatch, so a
+//! refused request never reaches a backend); at the finish point ([`settle`]) the difference
+//! between the exact usage (as the tenant counters count it) and the reservation is charged to
+//! the same windows, and the stream's slot is freed. A request over a limit is answered 429
+//! with `retry-after` and an OpenAI-style error; a stream already admitted is never cut, so a
+//! tenant can overshoot a token limit by what its requests use beyond their reservations (a
+//! prompt the estimate undercounted; output past `default_max_tokens` when a request named no
+//! limit).
+//!
+//! **Stores.** [`memory`] keeps the counts in this process; [`redis`] shares them between every
+//! replica naming the same Redis (one atomic script per admission and per settlement). When the
+//! store does not answer within `store_timeout`, `on_store_error` decides: `allow` lets the
+//! request through unchecked (its whole usage is settled once the store is back), `deny`
+//! answers 503.
+//!
+//! Budgets apply to generation requests (a request the meter reads a body of); the rest pass
+//! unchecked. The limits follow reloads; the store is kept for the process's life.
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{BudgetsConfig, Counts, Limits, OnStoreError, StoreUrl};
+use crate::context::{BudgetHold, RequestContext};
+use crate::proxy::ProxyError;
+
+pub mod layer;
+pub mod memory;
+pub mod redis;
+pub mod series;
+pub mod settle;
+pub mod window;
+
+#[cfg(test)]
+mod tests;
+
+use series::{BudgetSeries, Op};
+use window::Now;
+
+/// A limit a request can be refused by: the `limit` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    TokensPerMinute,
+    TokensPerDay,
+    RequestsPerMinute,
+    ConcurrentStreams,
+}
+
+impl Limit {
+    pub const ALL: [Limit; 4] = [
+        Limit::TokensPerMinute,
+        Limit::TokensPerDay,
+        Limit::RequestsPerMinute,
+        Limit::ConcurrentStreams,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::TokensPerMinute => "tokens_per_minute",
+            Limit::TokensPerDay => "tokens_per_day",
+            Limit::RequestsPerMinute => "requests_per_minute",
+            Limit::ConcurrentStreams => "concurrent_streams",
+        }
+    }
+
+    fn of(self, limits: &Limits) -> Option<u64> {
+        match self {
+            Limit::TokensPerMinute => limits.tokens_per_minute,
+            Limit::TokensPerDay => limits.tokens_per_day,
+            Limit::RequestsPerMinute => limits.requests_per_minute,
+            Limit::ConcurrentStreams => limits.concurrent_streams,
+        }
+    }
+}
+
+/// What a store had counted for a tenant before a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// Tokens of the previous and the current minute.
+    pub tokens: [u64; 2],
+    /// Requests of the previous and the current minute.
+    pub requests: [u64; 2],
+    /// Tokens of the UTC day.
+    pub day_tokens: u64,
+    /// Streams in flight.
+    pub streams: u64,
+}
+
+impl Counted {
+    /// What the tenant has used of `limit` at `now`.
+    pub fn used(&self, limit: Limit, now: Now) -> u64 {
+        match limit {
+            Limit::TokensPerMinute => window::sliding(self.tokens[0], self.tokens[1], now),
+            Limit::TokensPerDay => self.day_tokens,
+            Limit::RequestsPerMinute => window::sliding(self.requests[0], self.requests[1], now),
+            Limit::ConcurrentStreams => self.streams,
+        }
+    }
+
+    /// What a request takes of `limit`: its reservation of a token limit, or one.
+    fn need(limit: Limit, reserve: u64) -> u64 {
+        match limit {
+            Limit::TokensPerMinute | Limit::TokensPerDay => reserve,
+            Limit::RequestsPerMinute | Limit::ConcurrentStreams => 1,
+        }
+    }
+
+    /// The first limit (streams, requests, tokens per minute, per day: the order `admit.lua`
+    /// checks in) one more request reserving `reserve` tokens would pass.
+    pub fn over(&self, limits: &Limits, reserve: u64, now: Now) -> Option<Limit> {
+        [
+            Limit::ConcurrentStreams,
+            Limit::RequestsPerMinute,
+            Limit::TokensPerMinute,
+            Limit::TokensPerDay,
+        ]
+        .into_iter()
+        .find(|&limit| {
+            limit.of(limits).is_some_and(|cap| {
+                self.used(limit, now)
+                    .saturating_add(Self::need(limit, reserve))
+                    > cap
+            })
+        })
+    }
+
+    /// How long a request refused by `limit` should wait; `None` when waiting cannot help (it
+    /// alone is over the limit).
+    pub fn wait(&self, limit: Limit, limits: &Limits, reserve: u64, now: Now) -> Option<Duration> {
+        let cap = limit.of(limits)?;
+        let need = Self::need(limit, reserve);
+        match limit {
+            Limit::TokensPerMinute => {
+                window::minute_wait(self.tokens[0], self.tokens[1], now, cap, need)
+            }
+            Limit::RequestsPerMinute => {
+                window::minute_wait(self.requests[0], self.requests[1], now, cap, need)
+            }
+            Limit::TokensPerDay => (need <= cap).then(|| window::day_wait(now)),
+            // A slot frees when a stream ends, which nothing here can foresee.
+            Limit::ConcurrentStreams => Some(Duration::from_secs(1)),
+        }
+    }
+}
+
+/// One admission's question to a store.
+#[derive(Debug)]
+pub struct Ask<'a> {
+    /// The tenant's name (or `anonymous`).
+    pub tenant: &'a str,
+    pub limits: &'a Limits,
+    /// Tokens to charge now.
+    pub reserve: u64,
+    /// The request's id (its member in the store's set of streams).
+    pub id: u64,
+    pub now: Now,
+}
+
+/// A store's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Admitted and charged; what was counted before it.
+    Admitted(Counted),
+    /// Refused by the limit; what was counted.
+    Over(Limit, Counted),
+}
+
+/// A finished request's settlement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    pub tenant: Arc<str>,
+    /// The minute and day its tokens were charged to.
+    pub minute: u64,
+    pub day: u64,
+    /// Tokens it used and reserved, as its limits count them.
+    pub used: u64,
+    pub reserved: u64,
+    /// The store admitted it (see [`BudgetHold::in_store`]).
+    pub in_store: bool,
+    pub id: u64,
+}
+
+impl Settlement {
+    /// What it adds to its windows when the store holds its reservation.
+    pub fn difference(&self) -> i64 {
+        let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        clamp(self.used) - clamp(self.reserved)
+    }
+}
+
+/// Why the store did not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the budget store did not answer within tenants.budgets.store_timeout")]
+    Timeout,
+    #[error("the budget store is unavailable: {0}")]
+    Unavailable(String),
+    #[error("the budget store answered unexpectedly: {0}")]
+    Reply(String),
+    /// The store cannot be opened (at start).
+    #[error("tenants.budgets.store: {0}")]
+    Config(String),
+}
+
+impl StoreError {
+    /// The `error` label.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            StoreError::Timeout => "timeout",
+            StoreError::Unavailable(_) | StoreError::Config(_) => "unavailable",
+            StoreError::Reply(_) => "reply",
+        }
+    }
+
+    fn from_redis(err: &::redis::RedisError) -> Self {
+        if err.is_timeout() {
+            StoreError::Timeout
+        } else if err.is_io_error()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+            || err.is_unrecoverable_error()
+        {
+            // The kind, not the message: a message may quote the URL.
+            StoreError::Unavailable(format!("{:?}", err.kind()))
+        } else {
+            StoreError::Reply(format!("{:?}", err.kind()))
+        }
+    }
+}
+
+/// Where the budgets are kept, for the process's life.
+#[derive(Debug)]
+pub enum Store {
+    Memory(memory::MemoryStore),
+    Redis(redis::RedisStore),
+}
+
+impl Store {
+    /// The store `config` names (Redis connects on first use). Call from within the runtime.
+    pub fn open(config: &BudgetsConfig, series: Arc<BudgetSeries>) -> Result<Self, StoreError> {
+        Ok(match config.store_url() {
+            StoreUrl::Memory => Store::Memory(memory::MemoryStore::default()),
+            StoreUrl::Redis(url) => Store::Redis(redis::RedisStore::open(&url, config, series)?),
+        })
+    }
+
+    async fn admit(&self, ask: &Ask<'_>) -> Result<Verdict, StoreError> {
+        match self {
+            Store::Memory(store) => Ok(store.admit(ask)),
+            Store::Redis(store) => store.admit(ask).await,
+        }
+    }
+
+    fn settle(&self, settlement: Settlement) {
+        match self {
+            Store::Memory(store) => store.settle(&settlement, Now::wall()),
+            Store::Redis(store) => store.settle(settlement),
+        }
+    }
+
+    /// At shutdown: waits, at most `within`, for the settlements still queued; returns how many
+    /// were left.
+    pub async fn flush(&self, within: Duration) -> usize {
+        match self {
+            Store::Memory(_) => 0,
+            Store::Redis(store) => store.flush(within).await,
+        }
+    }
+}
+
+/// One stack revision's budgets: its limits over the process's store.
+#[derive(Debug)]
+pub struct Budgets {
+    config: BudgetsConfig,
+    store: Arc<Store>,
+    series: Arc<BudgetSeries>,
+}
+
+/// The budget key of a request without a tenant name.
+const ANONYMOUS: &str = super::series::ANONYMOUS;
+
+impl Budgets {
+    /// The budgets of `config` over `store`; `None` when no tenant has a limit.
+    pub fn new(
+        config: &BudgetsConfig,
+        store: &Arc<Store>,
+        series: &Arc<BudgetSeries>,
+    ) -> Option<Self> {
+        config.enabled().then(|| Self {
+            config: config.clone(),
+            store: Arc::clone(store),
+            series: Arc::clone(series),
+        })
+    }
+
+    /// Admits the request of `context` against its tenant's budget, writing its hold, or says
+    /// why not. A request that is not a generation, or whose tenant has no limit, passes.
+    pub async fn admit(&self, context: &mut RequestContext) -> Result<(), ProxyError> {
+        let Some(generation) = &context.generation else {
+            return Ok(());
+        };
+        let tenant: Arc<str> = context
+            .tenant_name
+            .clone()
+            .unwrap_or_else(|| Arc::from(ANONYMOUS));
+        let Some(limits) = self.config.limits_for(&tenant) else {
+            return Ok(());
+        };
+        let label = context
+            .tenant
+            .clone()
+            .unwrap_or_else(|| Arc::clone(&tenant));
+        let max_tokens = generation
+            .read
+            .as_ref()
+            .and_then(|read| read.facts.max_tokens)
+            .unwrap_or(self.config.default_max_tokens);
+        let prompt = context.estimate.map_or(0, |estimate| estimate.tokens);
+        let reserve = match limits.counts {
+            Counts::Input => prompt,
+            Counts::Output => max_tokens,
+            Counts::Total => prompt.saturating_add(max_tokens),
+        };
+        let now = Now::wall();
+        let ask = Ask {
+            tenant: &tenant,
+            limits,
+            reserve,
+            id: rand::random(),
+            now,
+        };
+        let hold = |in_store: bool| {
+            Box::new(BudgetHold {
+                tenant: Arc::clone(&tenant),
+                counts: limits.counts,
+                reserved: reserve,
+                in_store,
+                minute: now.minute(),
+                day: now.day(),
+                id: ask.id,
+            })
+        };
+        match self.store.admit(&ask).await {
+            Ok(Verdict::Admitted(counted)) => {
+                for limit in Limit::ALL {
+                    if let Some(cap) = limit.of(limits) {
+                        self.series.used(
+                            &label,
+                            limit,
+                            counted.used(limit, now) as f64 / cap as f64,
+                        );
+                    }
+                }
+                context.budget = Some(hold(true));
+                Ok(())
+            }
+            Ok(Verdict::Over(limit, counted)) => {
+                self.series.rejected(&label, limit.as_str());
+                let retry_after = counted.wait(limit, limits, reserve, now);
+                Err(ProxyError::OverBudget {
+                    limit: limit.as_str(),
+                    message: refusal(limit, limits, &counted, reserve, now, retry_after),
+                    retry_after,
+                })
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "budget admission unchecked");
+                self.series.store_error(Op::Admit, err.as_str());
+                match self.config.on_store_error {
+                    OnStoreError::Allow => {
+                        self.series.fallback("allow");
+                        context.budget = Some(hold(false));
+                        Ok(())
+                    }
+                    OnStoreError::Deny => {
+                        self.series.fallback("deny");
+                        self.series.rejected(&label, "store_unavailable");
+                        Err(ProxyError::BudgetStoreUnavailable)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Settles `hold` in `store`, given what the request used.
+pub fn settle_with(store: &Store, hold: &BudgetHold, input: u64, output: u64) {
+    let used = match hold.counts {
+        Counts::Input => input,
+        Counts::Output => output,
+        Counts::Total => input.saturating_add(output),
+    };
+    store.settle(Settlement {
+        tenant: Arc::clone(&hold.tenant),
+        minute: hold.minute,
+        day: hold.day,
+        used,
+        reserved: hold.reserved,
+        in_store: hold.in_store,
+        id: hold.id,
+    });
+}
+
+/// The 429's message: which limit, how much is used, what was asked, when to come back.
+fn refusal(
+    limit: Limit,
+    limits: &Limits,
+    counted: &Counted,
+    reserve: u64,
+    now: Now,
+    retry_after: Option<Duration>,
+) -> String {
+    let cap = limit.of(limits).unwrap_or_default();
+    let used = counted.used(limit, now);
+    let asked = Counted::need(limit, reserve);
+    let unit = match limit {
+        Limit::TokensPerMinute | Limit::TokensPerDay => "tokens",
+        Limit::RequestsPerMinute | Limit::ConcurrentStreams => "requests",
+    };
+    match retry_after {
+        Some(wait) => format!(
+            "tenant budget exceeded: {} limit {cap}, used {used}, this request needs {asked} {unit}; retry in {:.1}s",
+            limit.as_str(),
+            wait.as_secs_f64()
+        ),
+        None => format!(
+            "this request needs {asked} {unit}, more than the tenant's {} limit of {cap}; lower max_tokens or the prompt",
+            limit.as_str()
+        ),
+    }
+}

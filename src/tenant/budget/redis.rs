@@ -1,0 +1,330 @@
+//! The shared store: every replica naming the same Redis enforces one budget per tenant.
+//!
+//! One round trip per admission (`admit.lua`: read the windows, check every limit, charge the
+//! reservation, all atomically, so two replicas cannot both take the last of a budget) and one
+//! per settlement (`settle.lua`), never per chunk. The scripts are sent by their SHA-1
+//! (`EVALSHA`, loaded once). A tenant's keys share the hash tag `{tenant}`, so a Redis Cluster
+//! keeps them in one slot, as a multi-key script needs.
+//!
+//! Settlements leave the finish point through a bounded queue to one task, which retries them
+//! while Redis is away (so the counts reconcile once it is back: a request let through unchecked
+//! is charged its whole usage then) and drops, counted, what does not fit.
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::series::{BudgetSeries, Op};
+use super::window::Now;
+use super::{Ask, Counted, Limit, Settlement, StoreError, Verdict};
+use crate::config::BudgetsConfig;
+
+/// Settlements the task takes from its queue at a time.
+const SETTLE_BATCH: usize = 64;
+/// The settlement task's pause after Redis failed it, doubling up to the maximum.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// The Redis store.
+pub struct RedisStore {
+    connection: ConnectionManager,
+    admit: Script,
+    keys: Keys,
+    lease: Duration,
+    timeout: Duration,
+    settlements: mpsc::Sender<Settlement>,
+    /// Settlements queued or being retried.
+    pending: Arc<AtomicUsize>,
+    series: Arc<BudgetSeries>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the URL: it may carry a password.
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.keys.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A store over the Redis at `url`, connecting on first use (a Redis that is down at start
+    /// is one more store error, decided by the policy, not a failed start). Spawns the
+    /// settlement task: call from within the runtime.
+    pub fn open(
+        url: &str,
+        config: &BudgetsConfig,
+        series: Arc<BudgetSeries>,
+    ) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url)
+            .map_err(|err| StoreError::Config(format!("not a Redis URL ({:?})", err.kind())))?;
+        let timeout = config.store_timeout;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_max_delay(RETRY_MAX)
+            .set_number_of_retries(usize::MAX);
+        let connection =
+            ConnectionManager::new_lazy_with_config(client, manager_config).map_err(|err| {
+                StoreError::Config(format!("cannot use the Redis URL ({:?})", err.kind()))
+            })?;
+        let (settlements, queue) = mpsc::channel(config.settle_queue);
+        let pending = Arc::new(AtomicUsize::new(0));
+        let keys = Keys {
+            prefix: config.key_prefix.clone(),
+        };
+        tokio::spawn(
+            Settler {
+                connection: connection.clone(),
+                script: Script::new(include_str!("settle.lua")),
+                keys: keys.clone(),
+                pending: Arc::clone(&pending),
+                series: Arc::clone(&series),
+            }
+            .run(queue),
+        );
+        Ok(Self {
+            connection,
+            admit: Script::new(include_str!("admit.lua")),
+            keys,
+            lease: config.stream_lease,
+            timeout,
+            settlements,
+            pending,
+            series,
+        })
+    }
+
+    /// One round trip: checks and charges, or says which limit refused (within `store_timeout`).
+    pub async fn admit(&self, ask: &Ask<'_>) -> Result<Verdict, StoreError> {
+        let now = ask.now;
+        let minute = now.minute();
+        let tenant = self.keys.tenant(ask.tenant);
+        let limit =
+            |limit: Option<u64>| limit.map_or(-1, |limit| limit.min(i64::MAX as u64) as i64);
+        let limits = ask.limits;
+        let mut invocation = self.admit.prepare_invoke();
+        invocation
+            .key(tenant.tokens(minute.saturating_sub(1)))
+            .key(tenant.tokens(minute))
+            .key(tenant.requests(minute.saturating_sub(1)))
+            .key(tenant.requests(minute))
+            .key(tenant.day(now.day()))
+            .key(tenant.slots())
+            .arg(now.into_minute())
+            .arg(limit(limits.tokens_per_minute))
+            .arg(limit(limits.tokens_per_day))
+            .arg(limit(limits.requests_per_minute))
+            .arg(limit(limits.concurrent_streams))
+            .arg(ask.reserve)
+            .arg(member(ask.id, ask.reserve))
+            .arg(now.0)
+            .arg(u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX));
+        let mut connection = self.connection.clone();
+        let started = Instant::now();
+        let reply: Vec<i64> = match tokio::time::timeout(
+            self.timeout,
+            invocation.invoke_async(&mut connection),
+        )
+        .await
+        {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(err)) => return Err(StoreError::from_redis(&err)),
+            Err(_elapsed) => return Err(StoreError::Timeout),
+        };
+        self.series.round_trip(Op::Admit, started.elapsed());
+        let count = |at: usize| {
+            reply
+                .get(at)
+                .copied()
+                .and_then(|value| u64::try_from(value).ok())
+                .ok_or_else(|| StoreError::Reply(format!("admit.lua answered {reply:?}")))
+        };
+        let counted = Counted {
+            tokens: [count(1)?, count(2)?],
+            requests: [count(3)?, count(4)?],
+            day_tokens: count(5)?,
+            streams: count(6)?,
+        };
+        Ok(match count(0)? {
+            0 => Verdict::Admitted(counted),
+            1 => Verdict::Over(Limit::TokensPerMinute, counted),
+            2 => Verdict::Over(Limit::TokensPerDay, counted),
+            3 => Verdict::Over(Limit::RequestsPerMinute, counted),
+            4 => Verdict::Over(Limit::ConcurrentStreams, counted),
+            other => {
+                return Err(StoreError::Reply(format!(
+                    "admit.lua answered limit {other}"
+                )))
+            }
+        })
+    }
+
+    /// Queues a settlement for the settlement task; a full queue drops it, counted.
+    pub fn settle(&self, settlement: Settlement) {
+        match self.settlements.try_send(settlement) {
+            Ok(()) => {
+                let pending = self.pending.fetch_add(1, Ordering::Relaxed) + 1;
+                self.series.pending.set(pending as f64);
+            }
+            Err(_full_or_closed) => self.series.dropped.increment(1),
+        }
+    }
+
+    /// Settlements not yet in Redis.
+    pub fn pending(&self) -> usize {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// Waits, at most `within`, for every queued settlement to be in Redis (at shutdown, after the
+    /// drain); returns how many were not.
+    pub async fn flush(&self, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        while self.pending() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.pending()
+    }
+}
+
+/// Names a tenant's keys: `<prefix>:{<tenant>}:<kind>:<window>`.
+#[derive(Debug, Clone)]
+struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    fn tenant(&self, tenant: &str) -> TenantKeys {
+        // The tenant is the hash tag: braces inside it would end the tag early.
+        let mut tagged = String::with_capacity(self.prefix.len() + tenant.len() + 3);
+        tagged.push_str(&self.prefix);
+        tagged.push_str(":{");
+        for c in tenant.chars() {
+            match c {
+                '%' => tagged.push_str("%25"),
+                '{' => tagged.push_str("%7B"),
+                '}' => tagged.push_str("%7D"),
+                c => tagged.push(c),
+            }
+        }
+        tagged.push('}');
+        TenantKeys(tagged)
+    }
+}
+
+struct TenantKeys(String);
+
+impl TenantKeys {
+    fn tokens(&self, minute: u64) -> String {
+        format!("{}:tok:{minute}", self.0)
+    }
+    fn requests(&self, minute: u64) -> String {
+        format!("{}:req:{minute}", self.0)
+    }
+    fn day(&self, day: u64) -> String {
+        format!("{}:day:{day}", self.0)
+    }
+    fn slots(&self) -> String {
+        format!("{}:slots", self.0)
+    }
+    fn settled(&self, id: u64) -> String {
+        format!("{}:settled:{id}", self.0)
+    }
+}
+
+/// A request's member in the set of streams: its id and what it reserved, so that a settlement
+/// can find the reservation even of a request whose admission reply was lost.
+fn member(id: u64, reserved: u64) -> String {
+    format!("{id}:{reserved}")
+}
+
+/// The settlement task.
+struct Settler {
+    connection: ConnectionManager,
+    script: Script,
+    keys: Keys,
+    pending: Arc<AtomicUsize>,
+    series: Arc<BudgetSeries>,
+}
+
+impl Settler {
+    /// Settles what the queue brings, a batch at a time, in order; a batch Redis fails is
+    /// retried (after a pause that doubles) until it is in, so that usage is never lost to an
+    /// outage shorter than the queue.
+    async fn run(self, mut queue: mpsc::Receiver<Settlement>) {
+        let mut batch = Vec::with_capacity(SETTLE_BATCH);
+        let mut pause = RETRY_FIRST;
+        loop {
+            if batch.is_empty() && queue.recv_many(&mut batch, SETTLE_BATCH).await == 0 {
+                return;
+            }
+            let mut done = 0;
+            for settlement in &batch {
+                match self.settle(settlement).await {
+                    Ok(()) => done += 1,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "budget settlement failed; retrying");
+                        self.series.store_error(Op::Settle, err.as_str());
+                        break;
+                    }
+                }
+            }
+            batch.drain(..done);
+            let pending = self.pending.fetch_sub(done, Ordering::Relaxed) - done;
+            self.series.pending.set(pending as f64);
+            if batch.is_empty() {
+                pause = RETRY_FIRST;
+            } else {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RETRY_MAX);
+            }
+        }
+    }
+
+    async fn settle(&self, settlement: &Settlement) -> Result<(), StoreError> {
+        let tenant = self.keys.tenant(&settlement.tenant);
+        let now = Now::wall();
+        let minute_counts = now.minute() <= settlement.minute + 1;
+        let mut invocation = self.script.prepare_invoke();
+        invocation
+            .key(tenant.tokens(settlement.minute))
+            .key(tenant.day(settlement.day))
+            .key(tenant.slots())
+            .key(tenant.settled(settlement.id))
+            .arg(settlement.used)
+            .arg(settlement.reserved)
+            .arg(member(settlement.id, settlement.reserved))
+            .arg(u8::from(settlement.in_store))
+            .arg(u8::from(minute_counts));
+        let mut connection = self.connection.clone();
+        let started = Instant::now();
+        // The connection's own response timeout bounds it.
+        let result: Result<i64, _> = invocation.invoke_async(&mut connection).await;
+        match result {
+            Ok(_) => {
+                self.series.round_trip(Op::Settle, started.elapsed());
+                Ok(())
+            }
+            Err(err) => Err(StoreError::from_redis(&err)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenant_is_the_hash_tag_of_its_keys_whatever_its_name() {
+        let keys = Keys {
+            prefix: "tm".to_owned(),
+        };
+        assert_eq!(keys.tenant("team-a").tokens(7), "tm:{team-a}:tok:7");
+        assert_eq!(keys.tenant("a}b{c%").slots(), "tm:{a%7Db%7Bc%25}:slots");
+        assert_eq!(keys.tenant("x").day(3), "tm:{x}:day:3");
+    }
+}
