@@ -199,6 +199,25 @@ async fn ten_thousand_tenant_names_make_a_bounded_label() {
         1.0,
         "a histogram for the tracked tenant only"
     );
+    // The replayed stream has 7 token events (the role-only first chunk carries no token): 6
+    // gaps, of the tracked tenant's one stream only.
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_tenant_inter_token_latency_seconds_count",
+            &[]
+        ),
+        6.0,
+        "every gap of the tracked tenant's stream, and no other stream's"
+    );
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_tenant_inter_token_latency_seconds_count",
+            &[("tenant", "tracked-1")]
+        ),
+        6.0
+    );
     proxy.shutdown().await;
 }
 

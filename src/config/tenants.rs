@@ -37,7 +37,7 @@ pub struct TenantsConfig {
     /// Tenants that get a label value of their own, at most, besides the tenants of the keys file
     /// and `tracked`; the rest are `other`, so a client cannot create series without bound.
     pub max_tenant_labels: usize,
-    /// Tenants whose TTFT and TPOT are also histograms of their own.
+    /// Tenants whose TTFT, TPOT and inter-token gaps are also histograms of their own.
     pub tracked: Vec<String>,
     /// Usage records: one JSON line per finished request (`[tenants.usage]`).
     pub usage: UsageConfig,

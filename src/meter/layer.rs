@@ -273,8 +273,15 @@ impl Metering {
             parts.headers.append(SERVER_TIMING, timing);
         }
         let labels = labels_of(&context, &self.series, &self.none);
+        let mut handles = self.series.stream(&labels);
+        if context.tenant_tracked {
+            handles.tenant_itl = context
+                .tenant
+                .as_ref()
+                .map(|tenant| self.series.tenant_itl(tenant));
+        }
         let meter = StreamMeter {
-            handles: self.series.stream(&labels),
+            handles,
             dialect,
             framer: format.map(|format| Framer::new(format, self.max_line)),
             stripper: strip.then(UsageStripper::default),

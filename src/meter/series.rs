@@ -31,6 +31,9 @@ pub const E2E: &str = "gen_ai_server_request_duration_seconds";
 pub const TOKEN_USAGE: &str = "gen_ai_client_token_usage";
 /// Every gap between two consecutive token events: one observation per gap.
 pub const ITL: &str = "tokenmeter_inter_token_latency_seconds";
+/// The gaps of the tracked tenants' streams, by `tenant` (`tenants.tracked`): recorded by the
+/// meter, which sees each gap; the tenant's other series are the tenant subsystem's.
+pub const TENANT_ITL: &str = "tokenmeter_tenant_inter_token_latency_seconds";
 /// Time from the request head to the first response body byte.
 pub const TTFB: &str = "tokenmeter_time_to_first_byte_seconds";
 /// Finished requests by `outcome`.
@@ -81,7 +84,7 @@ impl MeterSeries {
         let ttft = with_edge(&b.ttft, config.slo.ttft);
         let tpot = with_edge(&b.tpot, config.slo.tpot);
         let itl = with_edge(&b.itl, config.slo.tpot);
-        let families: [(&'static str, &[f64], bool, &str); 6] = [
+        let families: [(&'static str, &[f64], bool, &str); 7] = [
             (
                 TTFT,
                 &ttft,
@@ -105,6 +108,12 @@ impl MeterSeries {
                 &itl,
                 true,
                 "Every gap between two consecutive token events (one observation per gap).",
+            ),
+            (
+                TENANT_ITL,
+                &itl,
+                false,
+                "Every gap between two consecutive token events of a tracked tenant's streams, by tenant.",
             ),
             (
                 E2E,
@@ -190,6 +199,14 @@ impl MeterSeries {
         handles
     }
 
+    /// The gap histogram of a tracked tenant's streams.
+    pub fn tenant_itl(&self, tenant: &Arc<str>) -> Histogram {
+        self.metrics.histogram(
+            TENANT_ITL,
+            &[crate::metrics::shared_label("tenant", tenant)],
+        )
+    }
+
     fn resolve_stream(&self, labels: RequestLabels) -> StreamMetrics {
         let metrics = &self.metrics;
         let latency = |name: &'static str| metrics.latency(name, &labels.base());
@@ -211,6 +228,7 @@ impl MeterSeries {
             stalls: metrics.counter(STALLS, labels.base()),
             stall_threshold: Duration::from_nanos(self.stall_threshold.load(Ordering::Relaxed)),
             ends: Arc::default(),
+            tenant_itl: None,
             labels,
         }
     }
@@ -292,6 +310,8 @@ pub struct StreamMetrics {
     pub stall_threshold: Duration,
     /// Counters of the stream's end, shared by every stream of the label set.
     pub ends: Arc<EndCounters>,
+    /// The gaps of a tracked tenant's stream (`None` for any other: one branch per gap).
+    pub tenant_itl: Option<Histogram>,
     pub labels: RequestLabels,
 }
 
@@ -300,6 +320,9 @@ impl StreamMetrics {
     /// counting it as a stall when long enough; says whether it was one.
     pub fn record_gap(&self, gap: Duration, trace: Option<&TraceId>) -> bool {
         self.itl.record_traced(gap.as_secs_f64(), trace);
+        if let Some(tenant) = &self.tenant_itl {
+            tenant.record(gap.as_secs_f64());
+        }
         let stall = gap >= self.stall_threshold;
         if stall {
             self.stalls.increment(1);

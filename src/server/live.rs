@@ -230,6 +230,7 @@ impl Service<Request<Incoming>> for ConnectionStack {
                 Ok(named) => {
                     context.tenant = Some(named.label);
                     context.tenant_name = named.name;
+                    context.tenant_tracked = named.tracked;
                 }
                 Err(unnamed) => context.tenant_refused = Some(unnamed.message()),
             }

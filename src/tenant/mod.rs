@@ -1,6 +1,7 @@
-//! Whose tokens: who is calling ([`identity`], from a header or an API key looked up by its hash
-//! in [`keys`]), and each tenant's requests, tokens and SLO attainment under a bounded `tenant`
-//! label ([`series`], counted at the finish point by [`finish`]).
+//! Whose tokens: who is calling ([`identity`]: a header, an API key looked up by its hash in
+//! [`keys`], or the client certificate's name, [`certificate`]), and each tenant's requests,
+//! tokens and SLO attainment under a bounded `tenant` label ([`series`], counted at the finish
+//! point by [`finish`]).
 //!
 //! The identity is read once, when the request's head is in (where its context starts,
 //! [`crate::server::live`]): the context gets the tenant's bounded label, or the reason it is
@@ -89,6 +90,8 @@ pub struct Named {
     pub label: Arc<str>,
     /// The name itself; `None` for an anonymous request.
     pub name: Option<Arc<str>>,
+    /// The tenant is tracked (`tenants.tracked`).
+    pub tracked: bool,
 }
 
 /// `text` cut at a character boundary at most `max` bytes in.
@@ -133,11 +136,13 @@ impl Gate {
         headers: &HeaderMap,
         certificate: Option<&CertificateNames>,
     ) -> Result<Named, Unnamed> {
-        self.identity
-            .resolve(headers, certificate)
-            .map(|tenant| Named {
-                label: self.tenants.label(tenant),
+        self.identity.resolve(headers, certificate).map(|tenant| {
+            let label = self.tenants.label(tenant);
+            Named {
+                tracked: tenant.is_some() && self.tenants.is_tracked(&label),
+                label,
                 name: tenant.map(|name| Arc::from(truncated(name, MAX_NAME_BYTES))),
-            })
+            }
+        })
     }
 }
