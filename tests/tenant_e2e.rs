@@ -90,6 +90,19 @@ async fn api_keys_name_tenants_and_unknown_ones_are_refused_without_echo() {
         assert_eq!(body["error"]["type"], "authentication_error");
         assert!(!refused.text().contains("zzz"), "the key is never repeated");
     }
+    // A key of 64 KiB: one more unknown key (its hash is looked up), never echoed.
+    let huge = format!("Bearer {}", "k".repeat(64 * 1024));
+    let refused = send(proxy.traffic_addr, &[("authorization", &huge)]).await;
+    assert_eq!(refused.status, 401, "a key of 64 KiB is refused");
+    assert!(
+        refused.text().contains("unknown API key"),
+        "{}",
+        refused.text()
+    );
+    assert!(
+        !refused.text().contains("kkkk"),
+        "the key is never repeated"
+    );
     let text = proxy.metrics.render();
     let tokens = |tenant: &str, kind: &str| {
         prom::sum(
@@ -121,7 +134,7 @@ async fn api_keys_name_tenants_and_unknown_ones_are_refused_without_echo() {
             "tokenmeter_requests_total",
             &[("outcome", "client_error")]
         ),
-        3.0,
+        4.0,
         "the refusals are counted as client errors"
     );
     assert_eq!(
