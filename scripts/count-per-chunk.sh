@@ -5,8 +5,12 @@
 # - syscalls (strace -c -f on the running proxy), per chunk at 1 and 64 streams.
 # For tokenmeter metering a chat completion, tokenmeter forwarding an unmetered POST, and nginx
 # (one worker, the harness's proxy settings). docs/performance.md quotes its output.
+# On request, tokenmeter with tenants (#26: the header source, no header sent, so `anonymous`),
+# and with a default budget no request reaches, in memory or in a Redis started here.
 #
 #   scripts/count-per-chunk.sh        # ~4 min; target/count-per-chunk/summary.md
+#   PROXIES="tokenmeter tokenmeter-tenants tokenmeter-budget-memory tokenmeter-budget-redis" \
+#       scripts/count-per-chunk.sh    # ~1 min per proxy
 #
 # Needs valgrind and strace (installed from Debian when missing and root), nginx optional.
 set -euo pipefail
@@ -80,15 +84,44 @@ EOF
     echo "$out/nginx/nginx.conf"
 }
 
+# tenant_config PROXY: the config file of a tenant proxy (none for the others): the header source
+# and, for a budget, every limit set out of reach (as benches/overhead/budgets.rs). Under callgrind
+# a Redis round trip takes milliseconds, hence the long store_timeout: every admission is checked.
+tenant_config() {
+    local file="$out/$1.toml" store
+    case "$1" in
+        tokenmeter-tenants) store= ;;
+        tokenmeter-budget-memory) store=memory ;;
+        tokenmeter-budget-redis) store="redis://127.0.0.1:$redis_port/0" ;;
+        *) return 0 ;;
+    esac
+    printf '[tenants]\nsources = ["header"]\n' > "$file"
+    [ -n "$store" ] && cat >> "$file" <<EOF
+
+[tenants.budgets]
+store = "$store"
+store_timeout = "5s"
+
+[tenants.budgets.default]
+counts = "total"
+tokens_per_minute = 1000000000000
+tokens_per_day = 1000000000000000
+requests_per_minute = 1000000000
+concurrent_streams = 1000000
+EOF
+    echo "$file"
+}
+
 # start PROXY PORT [WRAPPER...]: starts the proxy (under WRAPPER), prints its pid.
 start() {
-    local proxy=$1 port=$2
+    local proxy=$1 port=$2 config
     shift 2
     case "$proxy" in
         tokenmeter*)
+            config=$(tenant_config "$proxy")
             TOKENMETER_LISTEN=127.0.0.1:$port TOKENMETER_ADMIN_LISTEN=127.0.0.1:$(free_port) \
                 TOKENMETER_UPSTREAM=http://$backend RUST_LOG=warn \
-                "$@" "$TM" serve >/dev/null 2>>"$out/proxy.log" &
+                "$@" "$TM" serve ${config:+--config "$config"} >/dev/null 2>>"$out/proxy.log" &
             ;;
         nginx) "$@" "$NGINX" -c "$(nginx_conf "$port")" >/dev/null 2>>"$out/proxy.log" & ;;
     esac
@@ -106,9 +139,21 @@ stop() {
 }
 path_of() { [ "$1" = tokenmeter-unmetered ] && echo /v1/embeddings || echo /v1/chat/completions; }
 
-proxies=(tokenmeter tokenmeter-unmetered)  # PROXIES="a b" to count fewer
+proxies=(tokenmeter tokenmeter-unmetered)  # PROXIES="a b" to count fewer, or the tenant ones
 [ -x "$NGINX" ] && proxies+=(nginx)
 [ -n "${PROXIES:-}" ] && read -r -a proxies <<<"$PROXIES"
+
+# The Redis of tokenmeter-budget-redis: on a free loopback port, nothing persisted.
+redis_port=
+if [[ " ${proxies[*]} " == *" tokenmeter-budget-redis "* ]]; then
+    command -v redis-server >/dev/null || { echo "count-per-chunk: redis-server is needed" >&2; exit 1; }
+    redis_port=$(free_port)
+    mkdir -p "$out/redis"
+    redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+        --dir "$out/redis" >"$out/redis.log" 2>&1 &
+    pids+=($!)
+    wait_port "$redis_port"
+fi
 
 # per PROXY UNIT LOAD-ARGS...: user-space instructions per UNIT (chunks_total or requests) of a
 # 6 s load. The proxy starts under callgrind with instrumentation off (start-up, the clock
@@ -169,15 +214,20 @@ syscalls() {
     echo "nginx runs one worker (under strace at 64 streams it falls behind and reads several chunks"
     echo "per read)."
     echo
-    echo "| proxy | instructions per chunk | instructions per 1-chunk request | syscalls per chunk, 1 stream | syscalls per chunk, 64 streams |"
-    echo "|---|---|---|---|---|"
+    echo "Per further chunk = (64 x per chunk - per 1-chunk request) / 63: a chunk's own, without its"
+    echo "share of the request."
+    echo
+    echo "| proxy | instructions per chunk | instructions per 1-chunk request | instructions per further chunk | syscalls per chunk, 1 stream | syscalls per chunk, 64 streams |"
+    echo "|---|---|---|---|---|---|"
 } > "$out/summary.md"
 for proxy in "${proxies[@]}"; do
     echo "count-per-chunk: $proxy" >&2
     per_chunk=$(per "$proxy" chunks_total --chunks 64 --interval-us 2000)
     per_request=$(per "$proxy" requests --chunks 1 --interval-us 1000)
+    further=$(awk -v c="$per_chunk" -v r="$per_request" \
+        'BEGIN { if (c + 0 > 0 && r + 0 > 0) printf "%.0f", (64 * c - r) / 63; else print "–" }')
     one=$(syscalls "$proxy" 1)
     many=$(syscalls "$proxy" 64)
-    echo "| $proxy | $per_chunk | $per_request | $one | $many |" >> "$out/summary.md"
+    echo "| $proxy | $per_chunk | $per_request | $further | $one | $many |" >> "$out/summary.md"
 done
 cat "$out/summary.md"

@@ -3,8 +3,10 @@
 //! meter), and the same through a bare hyper proxy and the C baselines nginx and haproxy — and the
 //! cost of each proxy: added chunk latency and TTFT, CPU per
 //! million chunks, peak chunks/s, RSS per idle stream. The TLS paths do the same with tokenmeter
-//! and nginx terminating TLS from the client, or speaking TLS to the backend ([`run`] lists them). `scripts/bench-overhead.sh` builds and
-//! runs it; docs/performance.md explains the method and holds the results.
+//! and nginx terminating TLS from the client, or speaking TLS to the backend ([`run`] lists them).
+//! The tenant paths (opt-in) run tokenmeter with a tenant source and a budget in memory or in a
+//! Redis it starts ([`budgets`]). `scripts/bench-overhead.sh` builds and runs it;
+//! docs/performance.md explains the method and holds the results.
 //!
 //! One binary, five roles (each a separate process when the benchmark runs):
 //! - `backend`: the minimal streaming server ([`backend`]), also over TLS with a certificate;
@@ -22,6 +24,7 @@ use clap::{Parser, Subcommand};
 
 mod backend;
 mod bare;
+mod budgets;
 mod client;
 mod nginx;
 mod paths;

@@ -7,6 +7,11 @@
 //! to a TLS deployment, including the TLS work it takes over from the endpoint — the
 //! `-tls-client` proxies decrypt the client's TLS and forward in plain HTTP; the `-tls-upstream`
 //! proxies receive plain HTTP and encrypt to the backend. CPU per chunk is the proxy's alone.
+//!
+//! The tenant paths (#26) are tokenmeter with a tenant source, alone or with a default budget
+//! kept in memory or in Redis. They run only when `--paths` names them
+//! (`scripts/bench-overhead.sh --budgets`), and each brings plain `tokenmeter` along: what they
+//! add is read against it (their `reference`), as well as against direct.
 use super::procs::Error;
 
 /// One path of the benchmark.
@@ -17,6 +22,10 @@ pub struct PathSpec {
     pub baseline: &'static str,
     /// The load client speaks TLS on it.
     pub client_tls: bool,
+    /// Runs only when `--paths` names it.
+    pub opt_in: bool,
+    /// The path its per-request figures are read against (run with it).
+    pub reference: Option<&'static str>,
 }
 
 const fn plain(name: &'static str) -> PathSpec {
@@ -24,6 +33,8 @@ const fn plain(name: &'static str) -> PathSpec {
         name,
         baseline: "direct",
         client_tls: false,
+        opt_in: false,
+        reference: None,
     }
 }
 
@@ -32,11 +43,24 @@ const fn tls(name: &'static str, client_tls: bool) -> PathSpec {
         name,
         baseline: "direct-tls",
         client_tls,
+        opt_in: false,
+        reference: None,
     }
 }
 
+const fn tenant(name: &'static str) -> PathSpec {
+    PathSpec {
+        opt_in: true,
+        reference: Some("tokenmeter"),
+        ..plain(name)
+    }
+}
+
+/// The `--paths` name of the default set (every path that is not opt-in).
+pub const DEFAULT_SET: &str = "default";
+
 /// Every path, in the order the summary lists them.
-pub const PATHS: [PathSpec; 11] = [
+pub const PATHS: [PathSpec; 14] = [
     plain("direct"),
     plain("tokenmeter"),
     plain("tokenmeter-unmetered"),
@@ -51,6 +75,13 @@ pub const PATHS: [PathSpec; 11] = [
     // Client -(plain)-> proxy -(TLS)-> backend.
     tls("tokenmeter-tls-upstream", false),
     tls("nginx-tls-upstream", false),
+    // tokenmeter with `[tenants] sources = ["header"]` and no budget: what naming the tenant
+    // costs (the load sends no header: every request is `anonymous`).
+    tenant("tokenmeter-tenants"),
+    // The same with a default budget no request reaches, every limit set: kept in this process.
+    tenant("tokenmeter-budget-memory"),
+    // ... and in a Redis on loopback (one round trip to admit, one to settle).
+    tenant("tokenmeter-budget-redis"),
 ];
 
 /// The TLS paths (what `--tls-only` runs).
@@ -60,26 +91,31 @@ pub fn is_tls(name: &str) -> bool {
         .any(|p| p.name == name && p.baseline == "direct-tls")
 }
 
-/// The paths `wanted` names (all when empty), with the baselines they are compared against, in
-/// [`PATHS`] order. An unknown name is an error that lists the known ones.
+/// The paths `wanted` names (when empty, every path that is not opt-in; [`DEFAULT_SET`] names
+/// those too), with the baselines they are compared against, in [`PATHS`] order. An unknown name
+/// is an error that lists the known ones.
 pub fn select(wanted: &[String]) -> Result<Vec<&'static PathSpec>, Error> {
     if let Some(unknown) = wanted
         .iter()
-        .find(|w| !PATHS.iter().any(|p| p.name == w.as_str()))
+        .find(|w| *w != DEFAULT_SET && !PATHS.iter().any(|p| p.name == w.as_str()))
     {
         let known: Vec<&str> = PATHS.iter().map(|p| p.name).collect();
         return Err(format!(
-            "unknown path {unknown:?}; the paths are {}",
+            "unknown path {unknown:?}; the paths are {DEFAULT_SET} (all but the opt-in ones), {}",
             known.join(", ")
         )
         .into());
     }
-    let named = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+    let default_set = wanted.is_empty() || wanted.iter().any(|w| w == DEFAULT_SET);
+    let named = |name: &str| {
+        let by_default = default_set && spec(name).is_some_and(|p| !p.opt_in);
+        by_default || wanted.iter().any(|w| w == name)
+    };
     let chosen = |spec: &PathSpec| {
         named(spec.name)
-            || PATHS
-                .iter()
-                .any(|p| named(p.name) && p.baseline == spec.name)
+            || PATHS.iter().any(|p| {
+                named(p.name) && (p.baseline == spec.name || p.reference == Some(spec.name))
+            })
     };
     Ok(PATHS.iter().filter(|p| chosen(p)).collect())
 }

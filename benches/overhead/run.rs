@@ -4,13 +4,16 @@
 //! `/proc/<pid>/stat` around every run, and writes `results.jsonl` (every run) and `summary.md`
 //! (medians over repetitions, added figures paired per repetition against direct, or against
 //! direct-tls for the TLS paths: [`super::paths`]). `--paths` runs a subset (`--tls-only` in
-//! scripts/bench-overhead.sh: the TLS paths and their baseline).
+//! scripts/bench-overhead.sh: the TLS paths and their baseline; `--budgets`: the tenant and
+//! budget paths, [`super::budgets`], with plain tokenmeter and direct).
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use super::budgets::{self, StoreFigures};
 use super::client::{IdleResult, LoadResult, CHAT_PATH};
 use super::nginx::{self, NginxTls};
 use super::paths::{self, PathSpec};
@@ -30,6 +33,10 @@ pub struct RunArgs {
     /// The haproxy binary; the haproxy path is skipped when it is not there.
     #[arg(long, default_value = "/usr/sbin/haproxy")]
     haproxy: PathBuf,
+    /// The redis-server binary (Debian's) of the tokenmeter-budget-redis path; the path is skipped
+    /// when it is not there.
+    #[arg(long, default_value = "/usr/bin/redis-server")]
+    redis_server: PathBuf,
     /// Where results.jsonl, summary.md, configs and logs go.
     #[arg(long, default_value = "target/bench-overhead")]
     out: PathBuf,
@@ -59,11 +66,19 @@ pub struct RunArgs {
     saturation_streams: usize,
     #[arg(long, default_value_t = 8.0)]
     saturation_secs: f64,
+    /// Seconds of the request run (0 = none): `request_streams` streams of 1-chunk requests back
+    /// to back, so that what a proxy does once per request (routing, admission against a budget,
+    /// the finish) is not diluted by the chunks of a long stream. CPU per request comes from it.
+    #[arg(long, default_value_t = 0.0)]
+    request_secs: f64,
+    #[arg(long, default_value_t = 64)]
+    request_streams: usize,
     /// Idle streams for the memory figure (0 = skip).
     #[arg(long, default_value_t = 10_000)]
     idle_streams: usize,
-    /// The paths to run, comma-separated (default: all); their baselines (direct, direct-tls)
-    /// are added. Names: see `paths.rs` (e.g. nginx-tls-client).
+    /// The paths to run, comma-separated (default: all but the opt-in tenant paths; `default`
+    /// names that set); their baselines (direct, direct-tls, tokenmeter for the tenant paths)
+    /// are added. Names: see `paths.rs` (e.g. nginx-tls-client, tokenmeter-budget-redis).
     #[arg(long, value_delimiter = ',')]
     paths: Vec<String>,
 }
@@ -88,6 +103,19 @@ fn start_backend(
     Ok((proc, plain, tls))
 }
 
+/// One run's load: `streams` streams of `chunks`-chunk requests, `interval_us` between chunks (0:
+/// back to back), for `secs`.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    streams: usize,
+    chunks: u64,
+    interval_us: u64,
+    secs: f64,
+}
+
+/// How long a run on the Redis budget path may leave settlements to do: past it the run fails.
+const DRAIN_WITHIN: Duration = Duration::from_secs(120);
+
 /// A POST tokenmeter forwards but does not meter (not a generation API): its response streams
 /// through with routing, admission and the request count, but no event is framed or classified.
 const UNMETERED_PATH: &str = "/v1/embeddings";
@@ -104,30 +132,33 @@ fn start_bare(out: &Path, backend: SocketAddr) -> Result<(Proc, SocketAddr, Vec<
     Ok((proc, addrs[0], vec![pid]))
 }
 
-/// Where tokenmeter speaks TLS; the rest of its configuration is the shipped defaults.
-enum TokenmeterTls<'a> {
-    None,
+/// What tokenmeter's configuration sets; the rest of it is the shipped defaults.
+enum TokenmeterConfig<'a> {
+    Defaults,
     /// `[server.tls]` with the benchmark's certificate (ALPN h2 + http/1.1 offered; the client
     /// asks for http/1.1). Reloading stays at its default (the files are read every 10 s).
     Client(&'a Pki),
     /// An `https://` upstream with `[upstream.tls]`: the benchmark's CA, the name `localhost`
     /// (SNI and verification, as nginx's `proxy_ssl_name`).
     Upstream(&'a Pki),
+    /// `[tenants]` with the header source, and a budget in `store` when there is one
+    /// ([`budgets::tenants_toml`]).
+    Tenants(Option<budgets::Store>),
 }
 
 /// tokenmeter as path `name` (its config in `<out>/<name>.toml`, its log in `<out>/<name>.log`),
-/// forwarding to `backend` (`http://` or `https://` as `tls` says).
+/// forwarding to `backend` (`http://` or `https://` as `config` says), its admin port on `admin`.
 fn start_tokenmeter(
     args: &RunArgs,
     name: &'static str,
     backend: SocketAddr,
-    tls: TokenmeterTls<'_>,
+    config: TokenmeterConfig<'_>,
+    admin: SocketAddr,
 ) -> Result<(Proc, SocketAddr, Vec<u32>), Error> {
     let listen = free_port()?;
-    let admin = free_port()?;
-    let (scheme, toml) = match tls {
-        TokenmeterTls::None => ("http", String::new()),
-        TokenmeterTls::Client(pki) => (
+    let (scheme, toml) = match config {
+        TokenmeterConfig::Defaults => ("http", String::new()),
+        TokenmeterConfig::Client(pki) => (
             "http",
             format!(
                 "[server.tls]\ncert = {:?}\nkey = {:?}\n",
@@ -135,19 +166,20 @@ fn start_tokenmeter(
                 pki.key.display().to_string()
             ),
         ),
-        TokenmeterTls::Upstream(pki) => (
+        TokenmeterConfig::Upstream(pki) => (
             "https",
             format!(
                 "[upstream.tls]\nca = {:?}\nserver_name = {SERVER_NAME:?}\n",
                 pki.ca.display().to_string()
             ),
         ),
+        TokenmeterConfig::Tenants(store) => ("http", budgets::tenants_toml(store)),
     };
     let mut command = Command::new(&args.tokenmeter);
     command.arg("serve");
     if !toml.is_empty() {
         let config = args.out.join(format!("{name}.toml"));
-        // The shipped defaults but for the TLS table; listen and upstream come from the env.
+        // The shipped defaults but for these tables; listen and upstream come from the env.
         std::fs::write(
             &config,
             format!("# {name}: written by benches/overhead/run.rs\n{toml}"),
@@ -159,6 +191,8 @@ fn start_tokenmeter(
         .env("TOKENMETER_ADMIN_LISTEN", admin.to_string())
         .env("TOKENMETER_UPSTREAM", format!("{scheme}://{backend}"))
         .env("RUST_LOG", "warn")
+        // It would win over the file's budget store.
+        .env_remove("TOKENMETER_BUDGET_STORE")
         .stdout(Stdio::null())
         .stderr(log_file(&args.out, &format!("{name}.log"))?)
         .spawn()?;
@@ -247,6 +281,10 @@ struct PathUnderTest {
     request_path: &'static str,
     /// The proxy's processes (empty for direct).
     pids: Vec<u32>,
+    /// A tenant path's admin port and, with a Redis store, Redis's address and pid: what the store
+    /// did in each run is read from them around it ([`StoreFigures`]), Redis's CPU from its pid.
+    admin: Option<SocketAddr>,
+    redis: Option<(SocketAddr, u32)>,
 }
 
 fn cpu(pids: &[u32]) -> f64 {
@@ -289,23 +327,30 @@ impl Ctx<'_> {
         Ok(vec!["--tls-ca".into(), pki.ca.display().to_string()])
     }
 
+    /// One run of the load client against `path`.
     fn load(
         &mut self,
         kind: &str,
         rep: usize,
         path: &PathUnderTest,
-        streams: usize,
-        interval_us: u64,
-        secs: f64,
+        shape: Shape,
     ) -> Result<(), Error> {
+        let Shape {
+            streams,
+            chunks,
+            interval_us,
+            secs,
+        } = shape;
         let warmup = self.args.warmup.min(secs / 2.0);
-        let chunks = if interval_us == 0 {
-            self.args.chunks * 16
-        } else {
-            self.args.chunks
-        };
+        let redis_addr = path.redis.map(|(addr, _)| addr);
+        let redis_pid: Vec<u32> = path.redis.iter().map(|&(_, pid)| pid).collect();
+        let store0 = path
+            .admin
+            .map(|admin| StoreFigures::read(admin, redis_addr))
+            .transpose()?;
         let cpu0 = cpu(&path.pids);
         let backend0 = cpu(&[self.backend_pid]);
+        let redis0 = cpu(&redis_pid);
         let mut client_args = vec![
             "load".into(),
             "--addr".into(),
@@ -325,18 +370,34 @@ impl Ctx<'_> {
         ];
         client_args.extend(self.tls_args(path)?);
         let json = client(&client_args)?;
+        // The settlements the run left queued are its own: their CPU too.
+        let drain = redis_addr
+            .map(|redis| budgets::drain(redis, DRAIN_WITHIN))
+            .transpose()?;
+        let proxy_cpu_s = cpu(&path.pids) - cpu0;
+        let backend_cpu_s = cpu(&[self.backend_pid]) - backend0;
+        let store_cpu_s = path.redis.map(|_| cpu(&redis_pid) - redis0);
         let result: LoadResult = serde_json::from_str(&json)?;
+        let store = match (path.admin, store0) {
+            (Some(admin), Some(before)) => {
+                Some(StoreFigures::read(admin, redis_addr)?.since(&before))
+            }
+            _ => None,
+        };
         let record = Record {
             kind: kind.to_owned(),
             rep,
             path: path.name.to_owned(),
             streams,
             interval_us,
-            proxy_cpu_s: cpu(&path.pids) - cpu0,
-            backend_cpu_s: cpu(&[self.backend_pid]) - backend0,
+            proxy_cpu_s,
+            backend_cpu_s,
+            store_cpu_s,
+            drain_s: drain.map(|d| d.as_secs_f64()),
             loadavg: loadavg(),
             load: Some(result),
             idle: None,
+            store,
         };
         self.push(record)
     }
@@ -368,9 +429,12 @@ impl Ctx<'_> {
             interval_us: 0,
             proxy_cpu_s: 0.0,
             backend_cpu_s: 0.0,
+            store_cpu_s: None,
+            drain_s: None,
             loadavg: loadavg(),
             load: None,
             idle: Some(result),
+            store: None,
         };
         self.push(record)
     }
@@ -409,8 +473,15 @@ pub fn run(args: RunArgs, _runtime: &tokio::runtime::Runtime) -> Result<(), Erro
         pki,
     };
     // Warm every path (pools, allocator arenas, page cache) before anything is measured.
+    let chunks = args.chunks;
     for path in &paths {
-        ctx.load("warm", 0, path, 8, 1_000, 1.0)?;
+        let shape = Shape {
+            streams: 8,
+            chunks,
+            interval_us: 1_000,
+            secs: 1.0,
+        };
+        ctx.load("warm", 0, path, shape)?;
     }
     for rep in 0..args.reps {
         for &streams in &args.concurrency {
@@ -419,13 +490,42 @@ pub fn run(args: RunArgs, _runtime: &tokio::runtime::Runtime) -> Result<(), Erro
                 .max(streams as u64 * 1_000_000 / args.max_rate.max(1));
             for k in 0..paths.len() {
                 let path = &paths[(k + rep) % paths.len()];
-                ctx.load("latency", rep, path, streams, interval, args.secs)?;
+                let shape = Shape {
+                    streams,
+                    chunks,
+                    interval_us: interval,
+                    secs: args.secs,
+                };
+                ctx.load("latency", rep, path, shape)?;
             }
         }
         for k in 0..paths.len() {
             let path = &paths[(k + rep) % paths.len()];
-            let (streams, secs) = (args.saturation_streams, args.saturation_secs);
-            ctx.load("saturation", rep, path, streams, 0, secs)?;
+            let shape = Shape {
+                streams: args.saturation_streams,
+                chunks: chunks * 16,
+                interval_us: 0,
+                secs: args.saturation_secs,
+            };
+            ctx.load("saturation", rep, path, shape)?;
+        }
+        if args.request_secs > 0.0 {
+            for k in 0..paths.len() {
+                let path = &paths[(k + rep) % paths.len()];
+                let shape = Shape {
+                    streams: args.request_streams,
+                    chunks: 1,
+                    interval_us: 0,
+                    secs: args.request_secs,
+                };
+                ctx.load("requests", rep, path, shape)?;
+            }
+        }
+    }
+    for path in &paths {
+        if let Some(admin) = path.admin {
+            let redis = path.redis.map(|(addr, _)| addr);
+            budgets::save_final(&args.out, path.name, admin, redis)?;
         }
     }
     if args.idle_streams > 0 {
@@ -464,13 +564,16 @@ fn start_paths(
     let mut procs = Vec::new();
     // name -> (address, pids) of each started proxy; tokenmeter's serves two paths.
     let mut started: BTreeMap<&str, (SocketAddr, Vec<u32>)> = BTreeMap::new();
+    // The tenant paths' admin ports, by name.
+    let mut admins: BTreeMap<&str, SocketAddr> = BTreeMap::new();
     let mut keep =
         |procs: &mut Vec<Proc>, name, (proc, addr, pids): (Proc, SocketAddr, Vec<u32>)| {
             procs.push(proc);
             started.insert(name, (addr, pids));
         };
     if wants("tokenmeter") || wants("tokenmeter-unmetered") {
-        let tm = start_tokenmeter(args, "tokenmeter", backends.plain, TokenmeterTls::None)?;
+        let config = TokenmeterConfig::Defaults;
+        let tm = start_tokenmeter(args, "tokenmeter", backends.plain, config, free_port()?)?;
         keep(&mut procs, "tokenmeter", tm);
     }
     if wants("hyper-bare") {
@@ -497,13 +600,20 @@ fn start_paths(
         }
     }
     if wants("tokenmeter-tls-client") {
-        let tls = TokenmeterTls::Client(need_pki()?);
-        let tm = start_tokenmeter(args, "tokenmeter-tls-client", backends.plain, tls)?;
+        let tls = TokenmeterConfig::Client(need_pki()?);
+        let tm = start_tokenmeter(
+            args,
+            "tokenmeter-tls-client",
+            backends.plain,
+            tls,
+            free_port()?,
+        )?;
         keep(&mut procs, "tokenmeter-tls-client", tm);
     }
     if wants("tokenmeter-tls-upstream") {
-        let tls = TokenmeterTls::Upstream(need_pki()?);
-        let tm = start_tokenmeter(args, "tokenmeter-tls-upstream", need_tls_backend()?, tls)?;
+        let tls = TokenmeterConfig::Upstream(need_pki()?);
+        let backend = need_tls_backend()?;
+        let tm = start_tokenmeter(args, "tokenmeter-tls-upstream", backend, tls, free_port()?)?;
         keep(&mut procs, "tokenmeter-tls-upstream", tm);
     }
     if wants("nginx-tls-client") {
@@ -525,6 +635,31 @@ fn start_paths(
             keep(&mut procs, "nginx-tls-upstream", n);
         }
     }
+    // The tenant paths, a tokenmeter each; the Redis of the last one stops after it (the procs
+    // stop in order), so that its settlements are not refused on the way out.
+    let mut tenant_paths = vec![
+        ("tokenmeter-tenants", None),
+        ("tokenmeter-budget-memory", Some(budgets::Store::Memory)),
+    ];
+    let (mut redis, mut redis_server) = (None, None);
+    if wants("tokenmeter-budget-redis") {
+        if let Some((server, addr)) = budgets::start_redis(&args.redis_server, &args.out)? {
+            redis = Some((addr, server.child.id()));
+            redis_server = Some(server);
+            tenant_paths.push(("tokenmeter-budget-redis", Some(budgets::Store::Redis(addr))));
+        }
+    }
+    for (name, store) in tenant_paths {
+        if !wants(name) {
+            continue;
+        }
+        let admin = free_port()?;
+        let config = TokenmeterConfig::Tenants(store);
+        let tm = start_tokenmeter(args, name, backends.plain, config, admin)?;
+        keep(&mut procs, name, tm);
+        admins.insert(name, admin);
+    }
+    procs.extend(redis_server);
     let mut paths = Vec::new();
     for spec in selected {
         let (addr, pids, request_path) = match spec.name {
@@ -545,6 +680,8 @@ fn start_paths(
             client_tls: spec.client_tls,
             request_path,
             pids,
+            admin: admins.get(spec.name).copied(),
+            redis: redis.filter(|_| spec.name == "tokenmeter-budget-redis"),
         });
     }
     Ok((procs, paths))

@@ -262,6 +262,15 @@ impl Store {
         }
     }
 
+    /// Takes back the reservation of a request refused after its admission failed, should the
+    /// admission have reached the store after all (only a shared store can fail).
+    fn withdraw(&self, settlement: Settlement) {
+        match self {
+            Store::Memory(_) => {}
+            Store::Redis(store) => store.settle(settlement),
+        }
+    }
+
     /// At shutdown: waits, at most `within`, for the settlements still queued; returns how many
     /// were left.
     pub async fn flush(&self, within: Duration) -> usize {
@@ -379,6 +388,17 @@ impl Budgets {
                     OnStoreError::Deny => {
                         self.series.fallback("deny");
                         self.series.rejected(&label, "store_unavailable");
+                        // The admission may have reached the store with only its answer lost:
+                        // take back the reservation if it is there (a no-op if it is not).
+                        self.store.withdraw(Settlement {
+                            tenant: Arc::clone(&tenant),
+                            minute: now.minute(),
+                            day: now.day(),
+                            used: 0,
+                            reserved: reserve,
+                            in_store: true,
+                            id: ask.id,
+                        });
                         Err(ProxyError::BudgetStoreUnavailable)
                     }
                 }

@@ -6,8 +6,8 @@
 //! (`EVALSHA`, loaded once). A tenant's keys share the hash tag `{tenant}`, so a Redis Cluster
 //! keeps them in one slot, as a multi-key script needs.
 //!
-//! Settlements leave the finish point through a bounded queue to one task, which retries them
-//! while Redis is away (so the counts reconcile once it is back: a request let through unchecked
+//! Settlements leave the finish point through a bounded queue to one task, which sends them in
+//! pipelined batches (one round trip for up to 64) and retries them while Redis is away (so the counts reconcile once it is back: a request let through unchecked
 //! is charged its whole usage then) and drops, counted, what does not fit.
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -252,9 +252,10 @@ struct Settler {
 }
 
 impl Settler {
-    /// Settles what the queue brings, a batch at a time, in order; a batch Redis fails is
-    /// retried (after a pause that doubles) until it is in, so that usage is never lost to an
-    /// outage shorter than the queue.
+    /// Settles what the queue brings, a batch at a time in one pipelined round trip; a batch
+    /// Redis fails is retried whole (after a pause that doubles) until it is in, so that usage is
+    /// never lost to an outage shorter than the queue. Retrying whole is safe: each settlement
+    /// applies once however often it is sent (`settle.lua`).
     async fn run(self, mut queue: mpsc::Receiver<Settlement>) {
         let mut batch = Vec::with_capacity(SETTLE_BATCH);
         let mut pause = RETRY_FIRST;
@@ -262,48 +263,43 @@ impl Settler {
             if batch.is_empty() && queue.recv_many(&mut batch, SETTLE_BATCH).await == 0 {
                 return;
             }
-            let mut done = 0;
-            for settlement in &batch {
-                match self.settle(settlement).await {
-                    Ok(()) => done += 1,
-                    Err(err) => {
-                        tracing::warn!(error = %err, "budget settlement failed; retrying");
-                        self.series.store_error(Op::Settle, err.as_str());
-                        break;
-                    }
+            match self.settle(&batch).await {
+                Ok(()) => {
+                    let done = batch.len();
+                    batch.clear();
+                    let pending = self.pending.fetch_sub(done, Ordering::Relaxed) - done;
+                    self.series.pending.set(pending as f64);
+                    pause = RETRY_FIRST;
                 }
-            }
-            batch.drain(..done);
-            let pending = self.pending.fetch_sub(done, Ordering::Relaxed) - done;
-            self.series.pending.set(pending as f64);
-            if batch.is_empty() {
-                pause = RETRY_FIRST;
-            } else {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(RETRY_MAX);
+                Err(err) => {
+                    tracing::warn!(error = %err, settlements = batch.len(), "budget settlement failed; retrying");
+                    self.series.store_error(Op::Settle, err.as_str());
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RETRY_MAX);
+                }
             }
         }
     }
 
-    async fn settle(&self, settlement: &Settlement) -> Result<(), StoreError> {
-        let tenant = self.keys.tenant(&settlement.tenant);
+    /// One round trip for the batch: `EVALSHA settle.lua` per settlement, pipelined; a Redis that
+    /// lost its scripts (restarted) is given it again and asked once more.
+    async fn settle(&self, batch: &[Settlement]) -> Result<(), StoreError> {
         let now = Now::wall();
-        let minute_counts = now.minute() <= settlement.minute + 1;
-        let mut invocation = self.script.prepare_invoke();
-        invocation
-            .key(tenant.tokens(settlement.minute))
-            .key(tenant.day(settlement.day))
-            .key(tenant.slots())
-            .key(tenant.settled(settlement.id))
-            .arg(settlement.used)
-            .arg(settlement.reserved)
-            .arg(member(settlement.id, settlement.reserved))
-            .arg(u8::from(settlement.in_store))
-            .arg(u8::from(minute_counts));
+        let mut pipe = redis::pipe();
+        for settlement in batch {
+            pipe.add_command(self.command(settlement, now));
+        }
         let mut connection = self.connection.clone();
         let started = Instant::now();
-        // The connection's own response timeout bounds it.
-        let result: Result<i64, _> = invocation.invoke_async(&mut connection).await;
+        let mut result: redis::RedisResult<Vec<i64>> = pipe.query_async(&mut connection).await;
+        if matches!(&result, Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+        {
+            self.script
+                .load_async(&mut connection)
+                .await
+                .map_err(|err| StoreError::from_redis(&err))?;
+            result = pipe.query_async(&mut connection).await;
+        }
         match result {
             Ok(_) => {
                 self.series.round_trip(Op::Settle, started.elapsed());
@@ -311,6 +307,26 @@ impl Settler {
             }
             Err(err) => Err(StoreError::from_redis(&err)),
         }
+    }
+
+    /// `EVALSHA settle.lua` for one settlement.
+    fn command(&self, settlement: &Settlement, now: Now) -> redis::Cmd {
+        let tenant = self.keys.tenant(&settlement.tenant);
+        let minute_counts = now.minute() <= settlement.minute + 1;
+        let mut command = redis::cmd("EVALSHA");
+        command
+            .arg(self.script.get_hash())
+            .arg(4)
+            .arg(tenant.tokens(settlement.minute))
+            .arg(tenant.day(settlement.day))
+            .arg(tenant.slots())
+            .arg(tenant.settled(settlement.id))
+            .arg(settlement.used)
+            .arg(settlement.reserved)
+            .arg(member(settlement.id, settlement.reserved))
+            .arg(u8::from(settlement.in_store))
+            .arg(u8::from(minute_counts));
+        command
     }
 }
 

@@ -1,6 +1,7 @@
 //! The budget subsystem's series: what each tenant was refused and how much of its limits it has
 //! used, and how the store answers.
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Label};
@@ -57,7 +58,13 @@ pub struct BudgetSeries {
     settle_seconds: Histogram,
     pub pending: Gauge,
     pub dropped: Counter,
+    /// Each tenant label's used-ratio gauges, by [`Limit::ALL`] order, made on first use: an
+    /// admission sets up to four, which a registry lookup each would make the larger part of
+    /// its cost. Bounded as the label is.
+    used: RwLock<HashMap<Arc<str>, Arc<UsedGauges>>>,
 }
+
+type UsedGauges = [OnceLock<Gauge>; 4];
 
 impl BudgetSeries {
     /// The series; the store's own (round trip, settlements) exist only with a shared store
@@ -99,6 +106,7 @@ impl BudgetSeries {
                 settle_seconds: Histogram::noop(),
                 pending: Gauge::noop(),
                 dropped: Counter::noop(),
+                used: RwLock::default(),
                 metrics,
             };
         }
@@ -107,6 +115,7 @@ impl BudgetSeries {
             settle_seconds: metrics.histogram(STORE_SECONDS, &op(Op::Settle)),
             pending: metrics.gauge(SETTLEMENTS_PENDING, Vec::new()),
             dropped: metrics.counter(SETTLEMENTS_DROPPED, Vec::new()),
+            used: RwLock::default(),
             metrics,
         }
     }
@@ -162,8 +171,30 @@ impl BudgetSeries {
     }
 
     pub fn used(&self, tenant: &Arc<str>, limit: Limit, ratio: f64) {
-        self.metrics
-            .gauge(USED_RATIO, labels(tenant, &[("limit", limit.as_str())]))
+        let known = self
+            .used
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(tenant)
+            .cloned();
+        let gauges = known.unwrap_or_else(|| {
+            Arc::clone(
+                self.used
+                    .write()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .entry(Arc::clone(tenant))
+                    .or_default(),
+            )
+        });
+        let slot = Limit::ALL
+            .iter()
+            .position(|&each| each == limit)
+            .unwrap_or_default();
+        gauges[slot]
+            .get_or_init(|| {
+                self.metrics
+                    .gauge(USED_RATIO, labels(tenant, &[("limit", limit.as_str())]))
+            })
             .set(ratio);
     }
 }
