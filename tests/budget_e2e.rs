@@ -314,3 +314,42 @@ async fn without_a_tenant_source_every_request_shares_the_default_budget() {
         1.0
     );
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_stream_frees_its_slot() {
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::from_millis(150))).await;
+    let limits = Limits {
+        concurrent_streams: Some(1),
+        ..Limits::default()
+    };
+    let proxy = start_proxy(with_budget(&backend.url, limits)).await;
+    let request = body(Some(10));
+    let mut first = open_with(
+        proxy.traffic_addr,
+        Protocol::Http1,
+        "POST",
+        CHAT,
+        &request,
+        &[("x-tenant-id", "team-a")],
+    )
+    .await;
+    assert_eq!(first.status, 200);
+    first
+        .next_frame()
+        .await
+        .expect("a frame")
+        .expect("no error");
+    first.disconnect();
+    wait_for_metric(
+        &proxy,
+        "tokenmeter_tenant_requests_total",
+        &[("tenant", "team-a"), ("outcome", "cancelled")],
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        send(proxy.traffic_addr, "team-a", &request).await.status,
+        200,
+        "the cancelled stream was settled and its slot freed"
+    );
+}

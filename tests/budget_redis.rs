@@ -89,6 +89,22 @@ fn day_tokens(redis: &Redis) -> i64 {
         .sum()
 }
 
+/// A Redis, a backend, and a proxy in front of it whose team-a has a budget it will not reach,
+/// for the outage tests.
+async fn outage_setup(policy: OnStoreError) -> (Redis, Backend, ServerHandle) {
+    let redis = Redis::start();
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    let config = shared(
+        &backend.url,
+        &redis,
+        output_per_day(1_000_000),
+        policy,
+        OUTAGE_TIMEOUT,
+    );
+    let proxy = start_proxy(config).await;
+    (redis, backend, proxy)
+}
+
 async fn settled(proxy: &ServerHandle) {
     wait_for_metric(proxy, "tokenmeter_budget_settlements_pending", &[], 0.0).await;
 }
@@ -192,16 +208,7 @@ async fn two_replicas_in_front_of_one_redis_enforce_one_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_allow_a_dead_redis_lets_requests_through_and_their_usage_lands_when_it_returns() {
-    let mut redis = Redis::start();
-    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
-    let proxy = start_proxy(shared(
-        &backend.url,
-        &redis,
-        output_per_day(1_000_000),
-        OnStoreError::Allow,
-        OUTAGE_TIMEOUT,
-    ))
-    .await;
+    let (mut redis, _backend, proxy) = outage_setup(OnStoreError::Allow).await;
     let addr = proxy.traffic_addr;
     let mut served = 0;
     for _ in 0..5 {
@@ -293,16 +300,7 @@ async fn with_allow_a_dead_redis_lets_requests_through_and_their_usage_lands_whe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_deny_a_dead_redis_answers_503_until_it_returns() {
-    let mut redis = Redis::start();
-    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
-    let proxy = start_proxy(shared(
-        &backend.url,
-        &redis,
-        output_per_day(1_000_000),
-        OnStoreError::Deny,
-        OUTAGE_TIMEOUT,
-    ))
-    .await;
+    let (mut redis, _backend, proxy) = outage_setup(OnStoreError::Deny).await;
     let addr = proxy.traffic_addr;
     assert_eq!(send(addr).await.status, 200);
 

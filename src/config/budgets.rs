@@ -203,34 +203,6 @@ impl BudgetsConfig {
         limits.any().then_some(limits)
     }
 
-    /// The keys that take effect on restart (the store's), named, with whether `new` changes them.
-    pub fn store_changes(&self, new: &Self) -> Vec<&'static str> {
-        let mut changed = Vec::new();
-        let mut check = |key, differs: bool| {
-            if differs {
-                changed.push(key);
-            }
-        };
-        check("tenants.budgets.store", self.store != new.store);
-        check(
-            "tenants.budgets.store_timeout",
-            self.store_timeout != new.store_timeout,
-        );
-        check(
-            "tenants.budgets.key_prefix",
-            self.key_prefix != new.key_prefix,
-        );
-        check(
-            "tenants.budgets.stream_lease",
-            self.stream_lease != new.stream_lease,
-        );
-        check(
-            "tenants.budgets.settle_queue",
-            self.settle_queue != new.settle_queue,
-        );
-        changed
-    }
-
     /// Copies the restart-only keys of `running` into `self`.
     pub fn keep_store(&mut self, running: &Self) {
         self.store.clone_from(&running.store);

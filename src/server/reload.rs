@@ -93,9 +93,21 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
     );
     check("server.tls", r.tls.is_some() != n.tls.is_some());
     check("tenants.usage", running.tenants.usage != new.tenants.usage);
-    for key in running.tenants.budgets.store_changes(&new.tenants.budgets) {
-        check(key, true);
-    }
+    let (rb, nb) = (&running.tenants.budgets, &new.tenants.budgets);
+    check("tenants.budgets.store", rb.store != nb.store);
+    check(
+        "tenants.budgets.store_timeout",
+        rb.store_timeout != nb.store_timeout,
+    );
+    check("tenants.budgets.key_prefix", rb.key_prefix != nb.key_prefix);
+    check(
+        "tenants.budgets.stream_lease",
+        rb.stream_lease != nb.stream_lease,
+    );
+    check(
+        "tenants.budgets.settle_queue",
+        rb.settle_queue != nb.settle_queue,
+    );
     check(
         "server.admin_tls",
         r.admin_tls.is_some() != n.admin_tls.is_some(),

@@ -14,7 +14,8 @@
 //! limit).
 //!
 //! **Stores.** [`memory`] keeps the counts in this process; [`redis`] shares them between every
-//! replica naming the same Redis (one atomic script per admission and per settlement). When the
+//! replica naming the same Redis (one atomic script per admission; settlements pipelined in
+//! batches). When the
 //! store does not answer within `store_timeout`, `on_store_error` decides: `allow` lets the
 //! request through unchecked (its whole usage is settled once the store is back), `deny`
 //! answers 503.

@@ -1,14 +1,15 @@
 //! The shared store: every replica naming the same Redis enforces one budget per tenant.
 //!
 //! One round trip per admission (`admit.lua`: read the windows, check every limit, charge the
-//! reservation, all atomically, so two replicas cannot both take the last of a budget) and one
-//! per settlement (`settle.lua`), never per chunk. The scripts are sent by their SHA-1
-//! (`EVALSHA`, loaded once). A tenant's keys share the hash tag `{tenant}`, so a Redis Cluster
-//! keeps them in one slot, as a multi-key script needs.
+//! reservation, all atomically, so two replicas cannot both take the last of a budget); the
+//! settlements (`settle.lua`) share round trips, never one per chunk. The scripts are sent by
+//! their SHA-1 (`EVALSHA`, loaded once). A tenant's keys share the hash tag `{tenant}`, so a
+//! Redis Cluster keeps them in one slot, as a multi-key script needs.
 //!
 //! Settlements leave the finish point through a bounded queue to one task, which sends them in
-//! pipelined batches (one round trip for up to 64) and retries them while Redis is away (so the counts reconcile once it is back: a request let through unchecked
-//! is charged its whole usage then) and drops, counted, what does not fit.
+//! pipelined batches (one round trip for up to 64) and retries them while Redis is away (so the
+//! counts reconcile once it is back: a request let through unchecked is charged its whole usage
+//! then), and drops, counted, what does not fit.
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
