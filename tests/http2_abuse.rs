@@ -630,7 +630,9 @@ async fn well_behaved_h2_clients_never_trip_a_budget() {
         sent[usize::from(HEADERS)],
         sent[usize::from(CONTINUATION)],
     );
-    // A margin of 4x under each base budget, before what the downloads earn.
+    // A margin of 2x under each base budget, before what the downloads earn. The counts follow
+    // the machine's speed: a fast one sends ~130 WINDOW_UPDATEs here, a slow CI runner sent 253
+    // (hyper's adaptive window grows less when reads come in smaller pieces).
     for (kind, budget) in [
         (SETTINGS, SETTINGS_PER_WINDOW),
         (PING, PINGS_PER_WINDOW),
@@ -638,8 +640,8 @@ async fn well_behaved_h2_clients_never_trip_a_budget() {
         (RST_STREAM, RESETS_PER_WINDOW),
     ] {
         assert!(
-            4 * sent[usize::from(kind)] <= budget as usize,
-            "frame type {kind}: {} sent, within a quarter of {budget}",
+            2 * sent[usize::from(kind)] <= budget as usize,
+            "frame type {kind}: {} sent, within half of {budget}",
             sent[usize::from(kind)]
         );
     }
