@@ -3,8 +3,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    Arrival, BenchError, Dist, Endpoint, LoadMode, LoadSpec, SessionSpec, SessionWorkload, Slo,
-    Stop, Workload, WorkloadError,
+    Arrival, BenchError, Dist, Endpoint, LoadMode, LoadSpec, MixedSpec, SessionSpec,
+    SessionWorkload, Slo, Stop, Workload, WorkloadError,
 };
 
 /// How `--arrival` names the arrival processes.
@@ -19,7 +19,9 @@ const WORKLOAD_HELP: &str = "\
 Request classes with prompt and output length distributions.
 DIST: fixed:N (or N) | uniform:A-B (inclusive) | lognormal:MEDIAN,SIGMA[,MAX] (clamped to 1..=MAX, \
 default MAX = MEDIAN*e^(3*SIGMA)).
-CLASS: NAME:WEIGHT:prompt=DIST:output=DIST. Classes are separated by ';' or ','; weights are relative.
+CLASS: NAME:WEIGHT:prompt=DIST:output=DIST[:header=NAME=VALUE]. Classes are separated by ';' or ','; \
+weights are relative. header= adds one request header to the class's requests (e.g. a tenant: \
+header=x-tenant-id=acme; the VALUE without ':', ';', ',' or spaces).
 Example: \"chat:0.9:prompt=uniform:200-600:output=uniform:64-256,document:0.1:prompt=uniform:6000-10000:output=fixed:128\"
 Prompts are N words (one token each on the simulated replica); outputs are max_tokens with ignore_eos.";
 
@@ -34,7 +36,10 @@ user message (--endpoint completions: the same texts joined by newlines), after 
 The report adds one row per turn (turns 8 and later share a row): TTFT, mean prompt tokens and the \
 share of prompt tokens the server served from its prefix cache \
 (usage.prompt_tokens_details.cached_tokens, or llama.cpp's timings.cache_n; \"-\" when not reported).
-Example: --session-rate 0.5 --sessions 40 --turns uniform:3-6 --think-time 2s --session-header x-session-id";
+Example: --session-rate 0.5 --sessions 40 --turns uniform:3-6 --think-time 2s --session-header x-session-id
+With --rate R and --workload W as well (one rate, and --duration), a mixed run: requests of W arrive at R \
+per second while the sessions run, until the last session has ended; the report has a row per class of \
+W and one for \"session\" (--output-tokens is then the sessions'; W's classes give their own).";
 
 /// Command-line arguments of `tokenmeter bench`.
 #[derive(clap::Args, Debug)]
@@ -71,14 +76,14 @@ pub struct BenchArgs {
     pub duration: Option<Duration>,
     /// A mix of request classes, e.g. "chat:0.9:prompt=uniform:200-600:output=64;doc:0.1:prompt=8000:output=128" (--help: syntax).
     #[arg(long, value_parser = parse_workload, long_help = WORKLOAD_HELP,
-          conflicts_with_all = ["prompt_tokens", "output_tokens"])]
+          conflicts_with = "prompt_tokens")]
     pub workload: Option<Workload>,
     /// Prompt length DIST of a single-class workload (words = tokens on the simulated replica).
     #[arg(long, value_parser = parse_dist, default_value = "128")]
     pub prompt_tokens: Dist,
-    /// Output length DIST of a single-class workload (max_tokens, with ignore_eos).
-    #[arg(long, value_parser = parse_dist, default_value = "128")]
-    pub output_tokens: Dist,
+    /// Output length DIST of a single-class workload or of each session turn (max_tokens, with ignore_eos) [default: 128].
+    #[arg(long, value_parser = parse_dist)]
+    pub output_tokens: Option<Dist>,
     /// TTFT target for goodput.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "800ms")]
     pub slo_ttft: Duration,
@@ -97,9 +102,9 @@ pub struct BenchArgs {
     /// Draw p50/p99 TTFT and ITL against concurrency or rate into an SVG file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
-    /// Multi-turn sessions arriving at R per second (open loop), instead of single requests (--help: details).
+    /// Multi-turn sessions arriving at R per second (open loop), instead of single requests or with --rate and --workload (--help: details).
     #[arg(long, value_name = "R", help_heading = "Multi-turn sessions", long_help = SESSIONS_HELP,
-          conflicts_with_all = ["concurrency", "rate", "requests", "workload", "prompt_tokens", "plot"])]
+          conflicts_with_all = ["concurrency", "requests", "prompt_tokens", "plot"])]
     pub session_rate: Option<f64>,
     /// Sessions to start [default: 20 unless --duration].
     #[arg(
@@ -153,6 +158,9 @@ fn parse_dist(s: &str) -> Result<Dist, WorkloadError> {
     s.parse()
 }
 
+/// `--output-tokens` when not given.
+const DEFAULT_OUTPUT_TOKENS: Dist = Dist::Fixed(128);
+
 impl BenchArgs {
     /// The open-loop arrival process of `--arrival` and `--burstiness`.
     fn arrival(&self) -> Result<Arrival, BenchError> {
@@ -190,10 +198,17 @@ impl BenchArgs {
             (_, Some(d)) => Stop::Duration(d),
             (n, None) => Stop::Requests(n.unwrap_or(100)),
         };
-        let workload = self
-            .workload
-            .clone()
-            .unwrap_or_else(|| Workload::single(self.prompt_tokens, self.output_tokens));
+        let workload = match (&self.workload, self.output_tokens) {
+            (Some(_), Some(_)) if self.session_rate.is_none() => {
+                return Err(BenchError::Spec(
+                    "--output-tokens with --workload: give each class its output=DIST".into(),
+                ))
+            }
+            (Some(workload), _) => workload.clone(),
+            (None, output) => {
+                Workload::single(self.prompt_tokens, output.unwrap_or(DEFAULT_OUTPUT_TOKENS))
+            }
+        };
         let spec = LoadSpec {
             url: self.url.clone(),
             endpoint: self.endpoint,
@@ -220,8 +235,45 @@ impl BenchArgs {
 }
 
 impl BenchArgs {
-    /// The session run these arguments describe, if `--session-rate` asks for one.
+    /// The session run these arguments describe, if `--session-rate` asks for one without
+    /// `--rate` (with it, see [`to_mixed_spec`](Self::to_mixed_spec)).
     pub fn to_session_spec(&self) -> Result<Option<SessionSpec>, BenchError> {
+        if self.session_rate.is_some() && !self.rate.is_empty() {
+            return Err(BenchError::Spec(
+                "--session-rate with --rate is a mixed run (to_mixed_spec)".into(),
+            ));
+        }
+        self.session_part()
+    }
+
+    /// The mixed run these arguments describe, if both `--rate` and `--session-rate` are given:
+    /// one rate, a `--workload` (so `--output-tokens` is the sessions' alone) and a
+    /// `--duration`.
+    pub fn to_mixed_spec(&self) -> Result<Option<MixedSpec>, BenchError> {
+        if self.session_rate.is_none() || self.rate.is_empty() {
+            return Ok(None);
+        }
+        let refuse = |why: &str| Err(BenchError::Spec(format!("a mixed run {why}")));
+        if self.rate.len() > 1 {
+            return refuse("takes one --rate, not a sweep");
+        }
+        if self.workload.is_none() {
+            return refuse("needs --workload for its requests (--output-tokens is the sessions')");
+        }
+        if self.duration.is_none() {
+            return refuse("stops after a --duration");
+        }
+        let (requests, _) = self.to_specs()?;
+        let Some(sessions) = self.session_part()? else {
+            return Ok(None);
+        };
+        let spec = MixedSpec { requests, sessions };
+        spec.validate()?;
+        Ok(Some(spec))
+    }
+
+    /// The session spec of `--session-rate` and the session flags.
+    fn session_part(&self) -> Result<Option<SessionSpec>, BenchError> {
         let Some(rate) = self.session_rate else {
             return Ok(None);
         };
@@ -242,7 +294,7 @@ impl BenchArgs {
                 system_tokens: self.system_tokens,
                 turns: self.turns,
                 user_tokens: self.user_tokens,
-                output_tokens: self.output_tokens,
+                output_tokens: self.output_tokens.unwrap_or(DEFAULT_OUTPUT_TOKENS),
                 think_time: self.think_time,
             },
             session_header: self.session_header.clone(),

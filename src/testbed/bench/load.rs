@@ -9,6 +9,7 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Exp, Gamma};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::client::{BenchClient, Destination, PlannedRequest, Prompt, RequestRecord};
 use super::{Arrival, BenchError, LoadMode, LoadSpec, PointReport, Stop};
@@ -97,6 +98,17 @@ pub async fn run_point_with(
     spec: &LoadSpec,
     progress: &Arc<Progress>,
 ) -> Result<PointReport, BenchError> {
+    run_point_until(client, spec, progress, None).await
+}
+
+/// [`run_point_with`], where an open loop stopped by a duration keeps sending past it until
+/// `extend` is cancelled (a mixed run's requests last as long as its sessions).
+pub(crate) async fn run_point_until(
+    client: &BenchClient,
+    spec: &LoadSpec,
+    progress: &Arc<Progress>,
+    extend: Option<CancellationToken>,
+) -> Result<PointReport, BenchError> {
     spec.validate()?;
     let model = client
         .model_or_first(spec.model.as_deref(), &spec.url)
@@ -113,10 +125,10 @@ pub async fn run_point_with(
         }
         LoadMode::Open { rate, arrival } => {
             let arrivals = ArrivalProcess::new(arrival, rate, spec.seed)?;
-            open_loop(client, spec, &target, arrivals, start, progress).await?
+            open_loop(client, spec, &target, arrivals, start, progress, extend).await?
         }
-        // Refused by `validate` already; sessions have their own driver.
-        LoadMode::Sessions { .. } => Vec::new(),
+        // Refused by `validate` already; sessions and mixed loads have their own drivers.
+        LoadMode::Sessions { .. } | LoadMode::Mixed { .. } => Vec::new(),
     };
     let wall_s = start.elapsed().as_secs_f64();
     records.sort_by_key(|r| r.index);
@@ -141,17 +153,9 @@ impl Shared {
 
     /// The request `index`, its clock started at `t0` (see [`BenchClient::send_from`]).
     async fn send_from(&self, index: u64, t0: Instant) -> RequestRecord {
-        let s = self.spec.workload.sample_request(self.spec.seed, index);
-        let plan = PlannedRequest {
-            index,
-            class: s.class,
-            prompt_words: s.prompt_tokens,
-            max_tokens: s.output_tokens,
-            prompt: Prompt::Words,
-            header: None,
-        };
+        let plan = plan(&self.spec, index);
         self.progress.sent.fetch_add(1, Ordering::Relaxed);
-        let class = self.names.get(s.class).map_or("default", String::as_str);
+        let class = self.names.get(plan.class).map_or("default", String::as_str);
         let rec = self
             .client
             .send_from(
@@ -165,6 +169,23 @@ impl Shared {
             .await;
         self.progress.record(&rec);
         rec
+    }
+}
+
+/// Request `index` of a run: its workload draw, and its class's header if it has one.
+pub(crate) fn plan(spec: &LoadSpec, index: u64) -> PlannedRequest {
+    let s = spec.workload.sample_request(spec.seed, index);
+    PlannedRequest {
+        index,
+        class: s.class,
+        prompt_words: s.prompt_tokens,
+        max_tokens: s.output_tokens,
+        prompt: Prompt::Words,
+        header: spec
+            .workload
+            .classes()
+            .get(s.class)
+            .and_then(|c| c.header.clone()),
     }
 }
 
@@ -235,7 +256,8 @@ async fn closed_loop(
 }
 
 /// One task per arrival, on an absolute schedule (sleeping until `start + sum of gaps`), so
-/// slow spawning does not lower the rate.
+/// slow spawning does not lower the rate. Past a [`Stop::Duration`], arrivals go on until
+/// `extend` is cancelled, if there is one.
 async fn open_loop(
     client: &BenchClient,
     spec: &LoadSpec,
@@ -243,6 +265,7 @@ async fn open_loop(
     mut arrivals: ArrivalProcess,
     start: Instant,
     progress: &Arc<Progress>,
+    extend: Option<CancellationToken>,
 ) -> Result<Vec<RequestRecord>, BenchError> {
     let sh = shared(client, spec, target, start, progress);
     let mut set = JoinSet::new();
@@ -250,16 +273,27 @@ async fn open_loop(
     let mut offset = Duration::ZERO;
     let mut index = 0u64;
     // Bounded by the request count or the deadline (validation rejects an infinite rate
-    // with a deadline).
+    // with a deadline), then by `extend`, which its owner cancels when its own load ends.
     loop {
-        match spec.stop {
+        let extending = match spec.stop {
             Stop::Requests(n) if index >= n => break,
-            Stop::Duration(d) if offset >= d => break,
+            Stop::Duration(d) if offset >= d => match &extend {
+                Some(token) if !token.is_cancelled() => Some(token),
+                _ => break,
+            },
             // Refused by `validate`: no session count in a request load.
             Stop::Sessions(_) => break,
-            _ => {}
+            _ => None,
+        };
+        let next = tokio::time::sleep_until(start + offset);
+        match extending {
+            // Not one arrival after the extension ends: it would only lengthen the wall time.
+            Some(token) => tokio::select! {
+                () = next => {}
+                () = token.cancelled() => break,
+            },
+            None => next.await,
         }
-        tokio::time::sleep_until(start + offset).await;
         let sh = sh.clone();
         set.spawn(async move { sh.send(index).await });
         index += 1;

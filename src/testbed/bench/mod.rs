@@ -15,7 +15,8 @@
 //! - [`stats`]: numpy-compatible percentiles, per-class summaries, goodput;
 //! - [`report`] and [`plot`]: the table, the JSON file, the SVG;
 //! - [`session`]: multi-turn session workloads ([`run_sessions`]), their description in
-//!   [`workload::session`] and their per-turn rows in [`session_stats`].
+//!   [`workload::session`] and their per-turn rows in [`session_stats`];
+//! - [`mixed`]: requests and sessions at once ([`run_mixed`]), one report with a row for each.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), tokenmeter::testbed::bench::BenchError> {
@@ -37,6 +38,7 @@ pub mod client;
 mod error;
 mod events;
 pub mod load;
+pub mod mixed;
 pub mod plot;
 mod record;
 pub mod report;
@@ -50,6 +52,7 @@ pub use args::{ArrivalKind, BenchArgs};
 pub use client::{BenchClient, Ending, RequestRecord};
 pub use error::BenchError;
 pub use load::{run_point, run_point_with, ArrivalProcess, Progress};
+pub use mixed::{run_mixed, run_mixed_with, MixedSpec};
 pub use plot::write_plot;
 pub use report::{BenchReport, PointReport};
 pub use session::{run_sessions, run_sessions_with, SessionReport, SessionSpec};
@@ -62,6 +65,9 @@ pub use workload::{Class, Dist, Workload, WorkloadError};
 /// Runs the load described by the arguments and reports: a table per point on stdout, a
 /// progress line on stderr (terminals only), then the JSON and SVG files if asked.
 pub async fn run(args: BenchArgs) -> Result<(), crate::BoxError> {
+    if let Some(spec) = args.to_mixed_spec()? {
+        return run_mixed_load(spec, args.json.as_deref(), args.raw).await;
+    }
     if let Some(spec) = args.to_session_spec()? {
         return run_session_load(spec, args.json.as_deref(), args.raw).await;
     }
@@ -141,6 +147,39 @@ async fn run_session_load(
     }
     if ok == 0 {
         return Err(format!("no request succeeded (is {} serving?)", spec.url).into());
+    }
+    Ok(())
+}
+
+/// A mixed run from the command line: the progress line, the table, the JSON file.
+async fn run_mixed_load(
+    spec: MixedSpec,
+    json: Option<&std::path::Path>,
+    raw: bool,
+) -> Result<(), crate::BoxError> {
+    let client = BenchClient::new();
+    let progress = Arc::new(Progress::default());
+    let ticker = std::io::stderr().is_terminal().then(|| {
+        spawn_progress_line(
+            spec.mode().label(),
+            spec.requests.stop,
+            Arc::clone(&progress),
+        )
+    });
+    let result = run_mixed_with(&client, &spec, &progress).await;
+    if let Some((stop_tx, handle)) = ticker {
+        let _ = stop_tx.send(());
+        let _ = handle.await;
+    }
+    let report = result?;
+    println!("{}", report.render_table());
+    let ok = report.point.all().map_or(0, |c| c.ok);
+    if let Some(path) = json {
+        spec.bench_report(report, raw).write_json(path)?;
+        eprintln!("results written to {}", path.display());
+    }
+    if ok == 0 {
+        return Err(format!("no request succeeded (is {} serving?)", spec.requests.url).into());
     }
     Ok(())
 }

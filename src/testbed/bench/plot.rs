@@ -24,7 +24,7 @@ pub fn write_plot(points: &[PointReport], path: &Path) -> Result<(), BenchError>
         return Err(fail("no point with a finite concurrency or rate".into()));
     }
     let x_label = match points.first().map(|p| p.mode) {
-        Some(LoadMode::Open { .. }) => "request rate (req/s)",
+        Some(LoadMode::Open { .. } | LoadMode::Mixed { .. }) => "request rate (req/s)",
         Some(LoadMode::Sessions { .. }) => "session rate (sessions/s)",
         _ => "concurrency",
     };

@@ -42,6 +42,7 @@ pub mod conversation;
 mod run;
 
 pub use conversation::Conversation;
+pub(crate) use run::{drive, CLASS};
 pub use run::{run_sessions, run_sessions_with};
 
 /// Everything a session run needs.

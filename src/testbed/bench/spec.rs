@@ -63,6 +63,16 @@ pub enum LoadMode {
         rate: f64,
         arrival: Arrival,
     },
+    /// Open-loop requests at `rate` per second and sessions at `session_rate` per second
+    /// against the same server at once, both with the same arrival process (independent
+    /// draws); run by [`run_mixed`](super::run_mixed).
+    Mixed {
+        #[serde(with = "inf_as_null")]
+        rate: f64,
+        #[serde(with = "inf_as_null")]
+        session_rate: f64,
+        arrival: Arrival,
+    },
 }
 
 impl LoadMode {
@@ -70,12 +80,14 @@ impl LoadMode {
     pub fn x(&self) -> f64 {
         match *self {
             LoadMode::Closed { concurrency } => concurrency as f64,
-            LoadMode::Open { rate, .. } | LoadMode::Sessions { rate, .. } => rate,
+            LoadMode::Open { rate, .. }
+            | LoadMode::Sessions { rate, .. }
+            | LoadMode::Mixed { rate, .. } => rate,
         }
     }
 
-    /// A short label such as `concurrency=4`, `rate=2 (poisson)` or
-    /// `sessions rate=0.5 (poisson)`.
+    /// A short label such as `concurrency=4`, `rate=2 (poisson)`, `sessions rate=0.5 (poisson)`
+    /// or `rate=12 + sessions rate=0.6 (poisson)`.
     pub fn label(&self) -> String {
         let arrival_label = |arrival| match arrival {
             Arrival::Poisson => "poisson".to_string(),
@@ -88,6 +100,14 @@ impl LoadMode {
             LoadMode::Sessions { rate, arrival } => {
                 format!("sessions rate={rate} ({})", arrival_label(arrival))
             }
+            LoadMode::Mixed {
+                rate,
+                session_rate,
+                arrival,
+            } => format!(
+                "rate={rate} + sessions rate={session_rate} ({})",
+                arrival_label(arrival)
+            ),
         }
     }
 }
@@ -171,6 +191,11 @@ impl LoadSpec {
             LoadMode::Sessions { .. } => {
                 return Err(BenchError::Spec(
                     "a session load runs with run_sessions and a SessionSpec".into(),
+                ))
+            }
+            LoadMode::Mixed { .. } => {
+                return Err(BenchError::Spec(
+                    "a mixed load runs with run_mixed and a MixedSpec".into(),
                 ))
             }
             LoadMode::Closed { .. } => {}

@@ -4,7 +4,9 @@
 //! - a length distribution `DIST` is `fixed:N` (or just `N`), `uniform:A-B` (inclusive), or
 //!   `lognormal:MEDIAN,SIGMA[,MAX]` (rounded and clamped to `1..=MAX`; MAX defaults to
 //!   `MEDIAN * e^(3 SIGMA)`, the 99.9th percentile, so one sample cannot stall a whole run);
-//! - a class is `NAME:WEIGHT:prompt=DIST:output=DIST`;
+//! - a class is `NAME:WEIGHT:prompt=DIST:output=DIST`, optionally with `:header=NAME=VALUE`: one
+//!   request header its requests carry (a tenant, a priority), the VALUE without `:`, `;`, `,`
+//!   or spaces;
 //! - a mix is classes separated by `;` or `,` (a `,` only separates when a `NAME:` follows, so
 //!   `lognormal:500,1.0` stays one distribution). Weights are relative.
 //!
@@ -15,6 +17,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use http::header::{HeaderName, HeaderValue};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, LogNormal};
@@ -161,6 +164,8 @@ pub struct Class {
     pub prompt: Dist,
     /// Output length, sent as `max_tokens` with `ignore_eos`.
     pub output: Dist,
+    /// A header every request of the class carries, e.g. `x-tenant-id: acme` for a tenant.
+    pub header: Option<(HeaderName, HeaderValue)>,
 }
 
 impl fmt::Display for Class {
@@ -169,7 +174,12 @@ impl fmt::Display for Class {
             f,
             "{}:{}:prompt={}:output={}",
             self.name, self.weight, self.prompt, self.output
-        )
+        )?;
+        if let Some((name, value)) = &self.header {
+            // Parsing admitted only visible ASCII, so the text is the value.
+            write!(f, ":header={name}={}", value.to_str().unwrap_or_default())?;
+        }
+        Ok(())
     }
 }
 
@@ -197,6 +207,7 @@ impl Workload {
                 weight: 1.0,
                 prompt,
                 output,
+                header: None,
             }],
         }
     }
@@ -330,12 +341,18 @@ fn parse_class(text: &str) -> Result<Class, WorkloadError> {
         .parse()
         .map_err(|_| bad(t, format!("weight {weight:?} is not a number")))?;
     // Keys start a segment with `key=`; the other `:`-segments belong to the previous value.
-    let (mut prompt, mut output) = (None, None);
+    let (mut prompt, mut output, mut header) = (None, None, None);
     let mut current: Option<(&str, String)> = None;
     let mut flush = |cur: Option<(&str, String)>| -> Result<(), WorkloadError> {
         let Some((key, value)) = cur else {
             return Ok(());
         };
+        if key == "header" {
+            if header.replace(parse_header(t, &value)?).is_some() {
+                return Err(bad(t, "header= given twice"));
+            }
+            return Ok(());
+        }
         let dist: Dist = value.parse().map_err(|e: WorkloadError| WorkloadError {
             part: format!("{t}: {key}={}", e.part),
             reason: e.reason,
@@ -343,7 +360,12 @@ fn parse_class(text: &str) -> Result<Class, WorkloadError> {
         let slot = match key {
             "prompt" => &mut prompt,
             "output" => &mut output,
-            other => return Err(bad(t, format!("unknown key {other:?} (prompt, output)"))),
+            other => {
+                return Err(bad(
+                    t,
+                    format!("unknown key {other:?} (prompt, output, header)"),
+                ))
+            }
         };
         if slot.replace(dist).is_some() {
             return Err(bad(t, format!("{key}= given twice")));
@@ -373,7 +395,38 @@ fn parse_class(text: &str) -> Result<Class, WorkloadError> {
         weight,
         prompt,
         output,
+        header,
     })
+}
+
+/// A class's `header=NAME=VALUE`. The value may not hold what separates keys and classes (`:`,
+/// `;`, `,`), nor spaces, so that the class prints back as it was written.
+fn parse_header(class: &str, text: &str) -> Result<(HeaderName, HeaderValue), WorkloadError> {
+    let (name, value) = text.split_once('=').ok_or_else(|| {
+        bad(
+            class,
+            format!("header={text:?}: expected header=NAME=VALUE"),
+        )
+    })?;
+    let name = HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| bad(class, format!("header {name:?} is not a header name")))?;
+    if value.is_empty()
+        || !value
+            .chars()
+            .all(|c| c.is_ascii_graphic() && !":;,".contains(c))
+    {
+        return Err(bad(
+            class,
+            format!("header value {value:?}: visible ASCII without ':', ';' or ','"),
+        ));
+    }
+    let value = HeaderValue::from_str(value).map_err(|_| {
+        bad(
+            class,
+            format!("header value {value:?} is not a header value"),
+        )
+    })?;
+    Ok((name, value))
 }
 
 impl FromStr for Workload {

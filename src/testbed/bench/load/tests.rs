@@ -55,3 +55,25 @@ fn infinite_rate_sends_at_once_and_bad_rates_are_refused() {
         "burstiness 0 is refused"
     );
 }
+
+#[test]
+fn a_class_header_goes_on_its_requests_only() {
+    let mut spec = LoadSpec::new("http://127.0.0.1:1");
+    spec.workload = "a:1:prompt=3:output=2:header=x-tenant-id=acme,b:1:prompt=4:output=2"
+        .parse()
+        .expect("a mix with a header parses");
+    let plans: Vec<PlannedRequest> = (0..200).map(|i| plan(&spec, i)).collect();
+    assert!(
+        plans.iter().any(|p| p.class == 0) && plans.iter().any(|p| p.class == 1),
+        "200 draws hit both classes"
+    );
+    for p in &plans {
+        let header = p.header.as_ref().map(|(n, v)| (n.as_str(), v.as_bytes()));
+        let expected = (p.class == 0).then_some(("x-tenant-id", &b"acme"[..]));
+        assert_eq!(
+            header, expected,
+            "request {} of class {} carries its class's header only",
+            p.index, p.class
+        );
+    }
+}

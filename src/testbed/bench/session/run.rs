@@ -16,8 +16,8 @@ use crate::testbed::bench::stats::ClassStats;
 use crate::testbed::bench::workload::session::user_text;
 use crate::testbed::bench::{BenchError, Stop};
 
-/// The class name session requests carry in their records.
-const CLASS: &str = "session";
+/// The class name session requests carry in their records (a mixed run's row of them).
+pub(crate) const CLASS: &str = "session";
 
 /// Runs a session load with a fresh client: resolves the model, drives the sessions,
 /// summarises.
@@ -32,10 +32,21 @@ pub async fn run_sessions_with(
     progress: &Arc<Progress>,
 ) -> Result<SessionReport, BenchError> {
     spec.validate()?;
+    let arrivals = ArrivalProcess::new(spec.arrival, spec.rate, spec.seed)?;
+    drive(client, spec, arrivals, progress).await
+}
+
+/// Runs the sessions of a valid `spec`, starting them at the gaps `arrivals` draws (a mixed
+/// run draws them from a stream of their own, not the requests').
+pub(crate) async fn drive(
+    client: &BenchClient,
+    spec: &SessionSpec,
+    mut arrivals: ArrivalProcess,
+    progress: &Arc<Progress>,
+) -> Result<SessionReport, BenchError> {
     let model = client
         .model_or_first(spec.model.as_deref(), &spec.url)
         .await;
-    let mut arrivals = ArrivalProcess::new(spec.arrival, spec.rate, spec.seed)?;
     let start = Instant::now();
     let shared = Arc::new(Shared {
         client: client.clone(),

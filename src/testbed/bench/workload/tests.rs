@@ -83,6 +83,57 @@ fn lognormal_commas_do_not_split_classes() {
 }
 
 #[test]
+fn a_class_may_carry_one_header() {
+    let w: Workload =
+        "a:1:prompt=10:output=5:header=X-Tenant-Id=acme,b:3:header=x-tenant-id=b.2:prompt=1:output=1;c:1:prompt=1:output=1"
+            .parse()
+            .expect("classes with headers parse");
+    let headers: Vec<Option<(&str, &str)>> = w
+        .classes()
+        .iter()
+        .map(|c| {
+            c.header
+                .as_ref()
+                .map(|(n, v)| (n.as_str(), v.to_str().unwrap_or("?")))
+        })
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            Some(("x-tenant-id", "acme")),
+            Some(("x-tenant-id", "b.2")),
+            None
+        ],
+        "names are lower-cased, values kept; the key may come anywhere; a class without one has none"
+    );
+    assert_eq!(
+        w.classes()[0].output,
+        Dist::Fixed(5),
+        "the header does not swallow the output before it"
+    );
+    let again: Workload = w.to_string().parse().expect("Display output parses");
+    assert_eq!(again, w, "Display round-trips the headers");
+    for (text, reason) in [
+        ("a:1:prompt=1:output=1:header=x-t", "NAME=VALUE"),
+        (
+            "a:1:prompt=1:output=1:header=bad name=v",
+            "not a header name",
+        ),
+        ("a:1:prompt=1:output=1:header=x-t=", "visible ASCII"),
+        ("a:1:prompt=1:output=1:header=x-t=a b", "visible ASCII"),
+        ("a:1:prompt=1:output=1:header=x-t=a:b", "visible ASCII"),
+        ("a:1:prompt=1:output=1:header=x-t=a:header=x-u=b", "twice"),
+    ] {
+        let err = text.parse::<Workload>().expect_err(text);
+        assert!(
+            err.reason.contains(reason),
+            "{text}: reason {:?} should say {reason:?}",
+            err.reason
+        );
+    }
+}
+
+#[test]
 fn errors_name_the_bad_part() {
     let cases = [
         (
