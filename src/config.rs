@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer};
 
 pub use budgets::{BudgetsConfig, Counts, Limits, OnStoreError, StoreUrl, ENV_BUDGET_STORE};
 pub use handoff::{HandoffConfig, HandoffProtocol};
+pub use queue::{OnDeadline, QueueConfig};
 pub use routing::{Affinity, BalanceLoad, PoolConfig, RoutingConfig, RuleConfig, DEFAULT_POOL};
 pub use tenants::{
     Anonymous, CertField, TenantSource, TenantsConfig, UsageConfig, ENV_TENANT_KEYS_FILE,
@@ -23,6 +24,7 @@ pub use tracing::{ExportSettings, OtlpProtocol, Sampler, TracingConfig};
 
 mod budgets;
 mod handoff;
+mod queue;
 mod routing;
 mod tenants;
 pub mod tls;

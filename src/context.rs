@@ -10,7 +10,7 @@
 //! | meter, head ([`crate::meter::layer`]) | `marks.admitted`, `marks.body_read`, `generation` (the buffered body and the one walk over it), `model`, `model_label`, `usage_injected`, `active`; `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
 //! | route, plan ([`crate::route::plan`]) | `estimate`, `plan`, `pool` (the first planned pool) |
 //! | tenant, budget ([`crate::tenant::budget`]) | `budget`: the reservation the request holds on its tenant's budget |
-//! | route, dispatch ([`crate::route::dispatch`]) | `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts`, `cached_prompt_bytes`, `route`, `marks.dispatched` |
+//! | route, dispatch ([`crate::route::dispatch`]) | `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts`, `cached_prompt_bytes`, `route`, `prediction` (`balance = "slo"`), `marks.dispatched` |
 //! | route, handoff ([`crate::route::handoff`]) | `handoff`: where the prefill ran and when each phase ended |
 //! | forward ([`crate::proxy::Forward`]) | takes `in_flight` into the response body; `marks` of the attempt (started, connected, written, head); each attempt's span in `tracing`; returns the context in the response's extensions, or in a [`crate::proxy::Failure`] |
 //! | meter, body ([`crate::meter::body`]) | `stream`: what the body showed (first byte, tokens, usage); `marks.first_token_sent` |
@@ -46,6 +46,7 @@ pub mod budget;
 pub mod finish;
 pub mod handoff;
 pub mod phases;
+pub mod prediction;
 pub mod record;
 pub mod trace;
 
@@ -53,6 +54,7 @@ pub use budget::BudgetHold;
 use finish::Duty;
 pub use finish::{FinishHook, FinishHooks, Finished, Outcome};
 pub use handoff::{HandoffRecord, HandoffResult};
+pub use prediction::Prediction;
 use record::StreamRecord;
 use trace::{Marks, TraceParent, TraceState};
 
@@ -121,6 +123,8 @@ pub struct RequestContext {
     pub cached_prompt_bytes: Option<u64>,
     /// Why the dispatch chose the pool and backend of the current (or last) attempt.
     pub route: Option<RouteDecision>,
+    /// What a latency-predicting placement predicted for the current (or last) attempt's backend.
+    pub prediction: Option<Prediction>,
     /// What the handoff phase did, for a request of a pool with a prefill pool.
     pub handoff: Option<HandoffRecord>,
     /// The request's hold on its tenant's budget, once admitted against it.
@@ -168,6 +172,7 @@ impl RequestContext {
             in_flight: None,
             cached_prompt_bytes: None,
             route: None,
+            prediction: None,
             handoff: None,
             budget: None,
             upstream_status: None,

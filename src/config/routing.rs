@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::{duration, HandoffConfig, UpstreamTlsConfig};
+use super::{duration, HandoffConfig, QueueConfig, UpstreamTlsConfig};
 
 /// Name of the implicit pool formed by `upstream.urls` when no `[[pools]]` are configured.
 pub const DEFAULT_POOL: &str = "default";
@@ -55,6 +55,10 @@ pub struct RoutingConfig {
     /// A text prompt (no chat roles) is known by its first this-many blocks: the key its home
     /// backend is hashed from (a chat is known by its messages up to the first user message).
     pub prefix_key_blocks: usize,
+    /// The latency models' memory (`balance = "slo"`), in finished requests: each weighs
+    /// `1/prediction_memory` against the history, so a backend that changed is seen as it is now
+    /// within a few times this many of its requests.
+    pub prediction_memory: u32,
 }
 
 /// How a pool chooses among its healthy backends (power of two choices on a load).
@@ -69,6 +73,10 @@ pub enum BalanceLoad {
     PromptTokens,
     /// Plain round-robin (a baseline for benchmarks).
     RoundRobin,
+    /// Latency-predicting placement: each request goes where its predicted TTFT has the most
+    /// headroom under the `[slo]` target without pushing the backend's streams past the TPOT
+    /// target, from each backend's latency model learned online (see `route::slo`).
+    Slo,
 }
 
 /// One named pool of interchangeable backends.
@@ -109,6 +117,8 @@ pub struct PoolConfig {
     /// Prefill/decode disaggregation: this pool decodes, and its requests' prefills may run on
     /// another pool, the KV cache moved between them (see [`HandoffConfig`]).
     pub handoff: Option<HandoffConfig>,
+    /// The gateway queue of a `balance = "slo"` pool (see [`QueueConfig`]); none by default.
+    pub queue: Option<QueueConfig>,
 }
 
 /// Which backend of a pool a request prefers, before the pool's balancing.
@@ -185,6 +195,7 @@ impl Default for PoolConfig {
             affinity_index_blocks: 65_536,
             tls: None,
             handoff: None,
+            queue: None,
         }
     }
 }
@@ -197,6 +208,7 @@ impl Default for RoutingConfig {
             tokenize: true,
             tokenize_timeout: Duration::from_millis(250),
             calibration_window: 100,
+            prediction_memory: 200,
             fallback: true,
             retries: 2,
             eject_after_failures: 3,

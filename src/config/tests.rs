@@ -552,3 +552,50 @@ fn budget_keys_are_checked_and_named() {
         Some(5)
     );
 }
+
+#[test]
+fn slo_balancing_and_its_memory_parse_and_a_memory_under_two_is_named() {
+    let config = Config::from_toml(
+        "[routing]\nprediction_memory = 50\n[[pools]]\nname = \"p\"\nurls = [\"http://127.0.0.1:1\"]\nbalance = \"slo\"\n",
+    )
+    .expect("parses");
+    assert_eq!(config.routing.prediction_memory, 50);
+    assert_eq!(config.pools[0].balance, BalanceLoad::Slo);
+    assert_eq!(
+        invalid_key("[routing]\nprediction_memory = 1\n"),
+        "routing.prediction_memory"
+    );
+}
+
+#[test]
+fn a_pool_queue_parses_and_needs_slo_balancing_and_room() {
+    let pool = "[[pools]]\nname = \"p\"\nurls = [\"http://127.0.0.1:1\"]\n";
+    let config = Config::from_toml(&format!(
+        "{pool}balance = \"slo\"\n[pools.queue]\ncapacity = 8\non_deadline = \"send\"\npriority_header = \"X-Priority\"\n"
+    ))
+    .expect("parses");
+    let queue = config.pools[0].queue.as_ref().expect("a queue");
+    assert_eq!(queue.capacity, 8);
+    assert_eq!(queue.on_deadline, crate::config::OnDeadline::Send);
+    assert_eq!(
+        queue.priority_header.as_ref().map(http::HeaderName::as_str),
+        Some("x-priority")
+    );
+    assert_eq!(queue.tenant_header, None);
+    assert_eq!(
+        invalid_key(&format!("{pool}[pools.queue]\n")),
+        "pools[0].queue"
+    );
+    assert_eq!(
+        invalid_key(&format!(
+            "{pool}balance = \"slo\"\n[pools.queue]\ncapacity = 0\n"
+        )),
+        "pools[0].queue.capacity"
+    );
+    let bad_header = Config::from_toml(&format!(
+        "{pool}balance = \"slo\"\n[pools.queue]\ntenant_header = \"a b\"\n"
+    ))
+    .expect_err("not a header name")
+    .to_string();
+    assert!(bad_header.contains("tenant_header"), "{bad_header}");
+}

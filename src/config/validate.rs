@@ -1,5 +1,5 @@
 //! What serde cannot check: value ranges and cross-field rules, each refusal naming its key.
-use super::{Config, ConfigError, HandoffProtocol, MIN_HEADER_BYTES};
+use super::{BalanceLoad, Config, ConfigError, HandoffProtocol, MIN_HEADER_BYTES};
 
 impl Config {
     /// Checks what serde cannot: value ranges and cross-field rules.
@@ -148,6 +148,12 @@ impl Config {
                 "must be at least 1",
             ));
         }
+        if r.prediction_memory < 2 {
+            return Err(invalid(
+                "routing.prediction_memory".into(),
+                "must be at least 2",
+            ));
+        }
         if r.eject_after_failures == 0 {
             return Err(invalid(
                 "routing.eject_after_failures".into(),
@@ -226,6 +232,20 @@ impl Config {
                     format!("pools[{i}].affinity_index_blocks"),
                     "must be at least 64",
                 ));
+            }
+            if let Some(queue) = &pool.queue {
+                if pool.balance != BalanceLoad::Slo {
+                    return Err(invalid(
+                        format!("pools[{i}].queue"),
+                        "needs balance = \"slo\" (the queue holds requests no backend is predicted to serve in time)",
+                    ));
+                }
+                if queue.capacity == 0 {
+                    return Err(invalid(
+                        format!("pools[{i}].queue.capacity"),
+                        "must be at least 1",
+                    ));
+                }
             }
         }
         let known = |name: &str| pools.iter().any(|p| p.name == name);

@@ -57,6 +57,10 @@ pub enum ProxyError {
         message: String,
         retry_after: Option<std::time::Duration>,
     },
+    /// The pool's gateway queue shed the request (`[pools.queue]`): its TTFT target could no
+    /// longer be met (`deadline`), or the queue was full (`full`). 429 with `retry-after`.
+    #[error("pool {pool:?} cannot serve this request within its TTFT target now (gateway queue: {why}); retry later")]
+    Shed { pool: Arc<str>, why: &'static str },
     /// The budget store did not answer and `tenants.budgets.on_store_error = "deny"`.
     #[error("the tenant budget store did not answer in time; the request was refused unchecked (tenants.budgets.on_store_error = \"deny\")")]
     BudgetStoreUnavailable,
@@ -77,7 +81,9 @@ impl ProxyError {
             ProxyError::NoUpstream | ProxyError::BudgetStoreUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            ProxyError::OverBudget { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::OverBudget { .. } | ProxyError::Shed { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ProxyError::ContextLost => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -99,7 +105,7 @@ impl ProxyError {
             ProxyError::NoUpstream => "no_upstream",
             ProxyError::ContextLost => "internal_error",
             ProxyError::Unauthorized { .. } => "authentication_error",
-            ProxyError::OverBudget { .. } => "rate_limit_exceeded",
+            ProxyError::OverBudget { .. } | ProxyError::Shed { .. } => "rate_limit_exceeded",
             ProxyError::BudgetStoreUnavailable => "service_unavailable",
             ProxyError::BodyTooLarge { .. }
             | ProxyError::ClientBody { .. }
@@ -119,7 +125,10 @@ impl ProxyError {
         ) {
             return Outcome::Cancelled;
         }
-        if matches!(self, ProxyError::BudgetStoreUnavailable) {
+        if matches!(
+            self,
+            ProxyError::BudgetStoreUnavailable | ProxyError::Shed { .. }
+        ) {
             // Turned away by tokenmeter itself, never sent upstream.
             return Outcome::Overloaded;
         }
@@ -146,7 +155,9 @@ impl ProxyError {
         let mut response = json_error(self.status(), self.kind(), &self.to_string());
         let retry_after = match self {
             ProxyError::OverBudget { retry_after, .. } => *retry_after,
-            ProxyError::BudgetStoreUnavailable => Some(std::time::Duration::from_secs(1)),
+            ProxyError::BudgetStoreUnavailable | ProxyError::Shed { .. } => {
+                Some(std::time::Duration::from_secs(1))
+            }
             _ => None,
         };
         let headers = response.headers_mut();

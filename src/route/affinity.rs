@@ -71,7 +71,7 @@ impl Decision {
 }
 
 /// What a request offers affinity: its prompt's blocks and the affinity headers' values.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct AffinityKeys {
     /// A generation request (only those are counted).
     pub generation: bool,
@@ -93,6 +93,28 @@ impl AffinityKeys {
             .iter()
             .find(|(known, _)| known == name)
             .and_then(|(_, key)| *key)
+    }
+}
+
+/// A leading run of a prompt's blocks that one backend holds ([`PoolAffinity::cached_run`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CachedRun {
+    pub owner: Owner,
+    /// Bytes of the prompt's text in the run.
+    pub bytes: u64,
+    /// Bytes of the whole prompt's text.
+    pub prompt_bytes: u64,
+}
+
+impl CachedRun {
+    /// The run's share of a prompt of `prompt_tokens` tokens.
+    pub fn tokens_of(self, prompt_tokens: u64) -> u64 {
+        if self.prompt_bytes == 0 {
+            return 0;
+        }
+        let tokens =
+            u128::from(prompt_tokens) * u128::from(self.bytes) / u128::from(self.prompt_bytes);
+        u64::try_from(tokens).unwrap_or(u64::MAX).min(prompt_tokens)
     }
 }
 
@@ -220,6 +242,27 @@ impl PoolAffinity {
             .take_while(|&&name| index.peek(name) == Some(owner))
             .count();
         Some((held as u64 * prefix.block_bytes).min(prefix.bytes))
+    }
+
+    /// The one backend that can hold a leading run of the prompt's blocks in its prompt cache (the
+    /// owner of its first block, as the index says now) and that run's length: the cached share a
+    /// latency prediction subtracts. Reads without refreshing or evicting anything.
+    pub fn cached_run(&self, keys: &AffinityKeys) -> Option<CachedRun> {
+        let (Affinity::Prefix, Some(prefix)) = (&self.mode, &keys.prefix) else {
+            return None;
+        };
+        let index = self.lock();
+        let owner = index.peek(*prefix.blocks.first()?)?;
+        let held = prefix
+            .blocks
+            .iter()
+            .take_while(|&&name| index.peek(name) == Some(owner))
+            .count();
+        Some(CachedRun {
+            owner,
+            bytes: (held as u64 * prefix.block_bytes).min(prefix.bytes),
+            prompt_bytes: prefix.bytes,
+        })
     }
 
     /// Counts a decision.

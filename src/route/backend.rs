@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::health::{EjectPolicy, Fault, Health, Verdict};
+use super::predict::{Ask, LatencyModel, Load, Outcome, Predicted};
 use super::series::BackendMetrics;
 use crate::config::BalanceLoad;
 use crate::metrics::Metrics;
@@ -44,6 +45,8 @@ pub struct Backend {
     checking: AtomicBool,
     /// The backend answered `/tokenize` with "no such endpoint": never asked again.
     no_tokenize: AtomicBool,
+    /// Its latency model, once a request placed by prediction finished on it (`balance = "slo"`).
+    latency: Mutex<Option<LatencyModel>>,
     metrics: Option<BackendMetrics>,
 }
 
@@ -65,6 +68,7 @@ impl Backend {
             kv_usage: AtomicU64::new(0f64.to_bits()),
             checking: AtomicBool::new(false),
             no_tokenize: AtomicBool::new(false),
+            latency: Mutex::new(None),
             metrics,
         }
     }
@@ -99,11 +103,46 @@ impl Backend {
     pub fn score(&self, kind: BalanceLoad) -> f64 {
         let load = match kind {
             BalanceLoad::PromptTokens => self.queued_tokens() as f64,
-            BalanceLoad::Streams | BalanceLoad::RoundRobin => self.streams() as f64,
+            BalanceLoad::Streams | BalanceLoad::RoundRobin | BalanceLoad::Slo => {
+                self.streams() as f64
+            }
         };
         let waiting = self.waiting.load(Ordering::Relaxed) as f64;
         let kv = f64::from_bits(self.kv_usage.load(Ordering::Relaxed));
         (load + 1.0) * (1.0 + waiting) * (1.0 + kv)
+    }
+
+    /// What a request asking `ask` of this backend under `load` is predicted to see: its latency
+    /// model's prediction, or the priors' before it has one.
+    pub fn predict(&self, load: Load, ask: Ask) -> Predicted {
+        match self.lock_latency().as_ref() {
+            Some(model) => model.predict(load, ask),
+            None => LatencyModel::new(2).predict(load, ask),
+        }
+    }
+
+    /// Requests its latency model learned from.
+    pub fn learned(&self) -> u64 {
+        self.lock_latency()
+            .as_ref()
+            .map_or(0, LatencyModel::samples)
+    }
+
+    /// Learns what a request placed on it with `load` and `ask` took; a model of another
+    /// `memory` (a reload changed it) starts again from the priors.
+    pub fn learn(&self, memory: u32, load: Load, ask: Ask, outcome: Outcome) {
+        let mut latency = self.lock_latency();
+        let model = match latency.as_mut() {
+            Some(model) if model.memory() == memory => model,
+            _ => latency.insert(LatencyModel::new(memory)),
+        };
+        model.learn(load, ask, outcome);
+    }
+
+    fn lock_latency(&self) -> std::sync::MutexGuard<'_, Option<LatencyModel>> {
+        self.latency
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Records scraped gauges.

@@ -1,6 +1,7 @@
 //! The dispatch: a tower service between the plan ([`super::plan`]) and forwarding.
 //!
-//! Per attempt: pick a backend of the planned pools by power of two choices ([`Router::pick`]),
+//! In a pool with a gateway queue ([`super::slo::gate`]), a request first waits there until a
+//! backend is predicted to meet its targets, or is shed. Then per attempt: pick a backend of the planned pools by power of two choices ([`Router::pick`]),
 //! write it and a [`LoadGuard`] into the request's context for [`crate::proxy::Forward`], and
 //! forward. A failure before any response byte (connect refused or timed out, a connection that
 //! broke before the head) is retried on another backend, of the same pool first, up to
@@ -22,6 +23,8 @@ use tower::{Layer, Service, ServiceExt};
 
 use super::backend::{Backend, LoadGuard};
 use super::health::Fault;
+use super::slo::gate::Admission;
+use super::slo::Demand;
 use super::Router;
 use crate::context::{RequestContext, RouteDecision};
 use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
@@ -51,10 +54,32 @@ impl Router {
         let mut tried: Vec<Arc<Backend>> = Vec::new();
         let mut last_pool = None;
         let mut last_error = None;
+        let mut admitted = None;
+        if let (Some(gate), Some(head)) = (self.gate(&context.plan), pending.as_ref()) {
+            match gate.enter(&context, keys.clone(), head.headers()).await {
+                Admission::Placed { placed, guard } => {
+                    admitted = self
+                        .admitted(&keys, placed, gate.pool())
+                        .map(|pick| (pick, guard));
+                }
+                Admission::Late => {}
+                Admission::Shed(why) => {
+                    let pool = Arc::clone(gate.pool_name());
+                    return Err(Failure::new(ProxyError::Shed { pool, why }, context));
+                }
+            }
+        }
         for _attempt in 0..=self.retries {
             let now = Instant::now();
-            let Some(pick) = self.pick(&context.plan, &keys, &tried, now) else {
-                break;
+            let (pick, guard) = match admitted.take() {
+                Some(admitted) => admitted,
+                None => {
+                    let demand = Demand::of(&context, now);
+                    match self.pick(&context.plan, &keys, demand, &tried, now) {
+                        Some(pick) => (pick, None),
+                        None => break,
+                    }
+                }
             };
             context.marks.dispatched.get_or_insert(now);
             let (index, backend, reason) = (pick.pool, pick.backend, pick.reason);
@@ -74,15 +99,15 @@ impl Router {
             // The context goes down with the attempt and comes back with its answer or failure.
             context.pool = Some(Arc::clone(&self.pools[index].name));
             context.backend = Some(backend.target.clone());
-            context.in_flight = Some(InFlight(Arc::new(LoadGuard::new(
-                Arc::clone(&backend),
-                estimated,
-            ))));
+            // A gate counted the load on its backend already, when it released the request.
+            let guard = guard.unwrap_or_else(|| LoadGuard::new(Arc::clone(&backend), estimated));
+            context.in_flight = Some(InFlight(Arc::new(guard)));
             context.cached_prompt_bytes = pick.cached_bytes;
             context.route = Some(RouteDecision {
                 reason: pick.reason,
                 affinity: pick.affinity,
             });
+            context.prediction = pick.prediction;
             context.attempts += 1;
             context.put(request.extensions_mut());
             let result = match inner.ready().await {

@@ -51,10 +51,13 @@ pub mod handoff;
 pub mod health;
 pub mod plan;
 pub mod pools;
+pub mod predict;
 pub mod probe;
+pub mod queue;
 mod router;
 pub mod rules;
 pub mod series;
+pub mod slo;
 pub mod tokenize;
 
 pub use dispatch::{Dispatch, DispatchLayer};

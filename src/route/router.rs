@@ -20,9 +20,12 @@ use super::handoff::PoolHandoff;
 use super::health::{EjectPolicy, Fault, Verdict};
 use super::pools::Pool;
 use super::rules::Rules;
+use super::slo::gate::Gate;
+use super::slo::hook::SloHook;
+use super::slo::{self, Decision as SloDecision, Demand, Placed, PoolSlo};
 use super::{balance, probe, series, RouteError};
-use crate::config::{Affinity, Config, PoolConfig};
-use crate::context::{RequestContext, RoutePlan};
+use crate::config::{Affinity, BalanceLoad, Config, PoolConfig};
+use crate::context::{Prediction, RequestContext, RoutePlan};
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
 use crate::request::prefix;
@@ -41,14 +44,17 @@ pub struct Pick {
     pub cached_bytes: Option<u64>,
     /// The pool's affinity decision (`hit`, `miss`, `overloaded`), in a pool with one.
     pub affinity: Option<&'static str>,
+    /// What the latency model predicted there, in a `balance = "slo"` pool.
+    pub prediction: Option<Prediction>,
 }
 
-/// A backend chosen within a pool, and what its affinity said.
+/// A backend chosen within a pool, and what its affinity and latency model said.
 #[derive(Debug)]
 struct Chosen {
     backend: Arc<Backend>,
     cached_bytes: Option<u64>,
     affinity: Option<&'static str>,
+    prediction: Option<Prediction>,
 }
 
 /// The pools, rules, calibration and health policy, shared by every request.
@@ -62,6 +68,12 @@ pub struct Router {
     pub(super) handoffs: Vec<Option<Arc<PoolHandoff>>>,
     /// Counts what the handoffs did, at the finish point; `None` when no pool hands off.
     handoff_hook: Option<Arc<HandoffHook>>,
+    /// Each pool's latency-predicting placement (`None`: not `balance = "slo"`), in pool order.
+    slo: Vec<Option<Arc<PoolSlo>>>,
+    /// Each `balance = "slo"` pool's gateway queue (`[pools.queue]`), in pool order.
+    gates: Vec<Option<Arc<Gate>>>,
+    /// Teaches the latency models at the finish point; `None` when no pool places by them.
+    slo_hook: Option<Arc<SloHook>>,
     /// The slots of llama.cpp servers the handoffs reserve, kept across reloads.
     pub(super) slot_tables: Arc<SlotTables>,
     pub(crate) rules: Rules,
@@ -155,7 +167,7 @@ impl Router {
             p.prefix_block_bytes == config.routing.prefix_block_bytes
                 && p.prefix_key_blocks == config.routing.prefix_key_blocks
         });
-        let affinities = effective
+        let affinities: Vec<Option<Arc<PoolAffinity>>> = effective
             .iter()
             .map(|pool| {
                 let kept = before(&pool.name).and_then(|(i, p)| {
@@ -181,6 +193,35 @@ impl Router {
                     })
             })
             .collect::<Result<Vec<_>, RouteError>>()?;
+        let slo: Vec<Option<Arc<PoolSlo>>> = effective
+            .iter()
+            .enumerate()
+            .map(|(index, pool)| {
+                (pool.balance == BalanceLoad::Slo)
+                    .then(|| Arc::new(PoolSlo::new(index, &pool.name, config, Some(&metrics))))
+            })
+            .collect();
+        let gates = effective
+            .iter()
+            .zip(&slo)
+            .enumerate()
+            .map(|(index, (pool, placement))| {
+                let (Some(queue), Some(placement)) = (&pool.queue, placement) else {
+                    return None;
+                };
+                Some(Arc::new(Gate::new(
+                    Arc::clone(&pools[index]),
+                    Arc::clone(placement),
+                    affinities[index].clone(),
+                    queue.clone(),
+                    Some(&metrics),
+                )))
+            })
+            .collect();
+        let slo_hook = slo
+            .iter()
+            .any(Option::is_some)
+            .then(|| Arc::new(SloHook::new(pools.clone(), slo.clone())));
         let handoff_hook = handoffs
             .iter()
             .any(Option::is_some)
@@ -214,6 +255,9 @@ impl Router {
             affinities,
             handoffs,
             handoff_hook,
+            slo,
+            gates,
+            slo_hook,
             slot_tables,
             rules,
             calibrator,
@@ -260,6 +304,14 @@ impl Router {
             .map(|hook| Arc::clone(hook) as Arc<dyn crate::context::FinishHook>)
     }
 
+    /// The finish hook that teaches the latency models; `None` when no pool has
+    /// `balance = "slo"`.
+    pub fn slo_hook(&self) -> Option<Arc<dyn crate::context::FinishHook>> {
+        self.slo_hook
+            .as_ref()
+            .map(|hook| Arc::clone(hook) as Arc<dyn crate::context::FinishHook>)
+    }
+
     /// The backend to try next, and why its pool: `rule`, `spill`, `fallback`, or `panic` when
     /// every backend the plan allows is ejected (then the first pool's backends are balanced over
     /// whatever their health; see [`balance::choose_ignoring_health`]).
@@ -270,6 +322,7 @@ impl Router {
         &self,
         plan: &RoutePlan,
         keys: &AffinityKeys,
+        demand: Demand,
         tried: &[Arc<Backend>],
         now: Instant,
     ) -> Option<Pick> {
@@ -289,13 +342,14 @@ impl Router {
                 reason = "spill";
                 continue;
             }
-            if let Some(chosen) = self.choose_in(index, keys, tried, now, &mut rng) {
+            if let Some(chosen) = self.choose_in(index, keys, demand, tried, now, &mut rng) {
                 return Some(Pick {
                     pool: index,
                     backend: chosen.backend,
                     reason,
                     cached_bytes: chosen.cached_bytes,
                     affinity: chosen.affinity,
+                    prediction: chosen.prediction,
                 });
             }
             reason = "fallback";
@@ -307,6 +361,7 @@ impl Router {
             reason: "panic",
             cached_bytes: None,
             affinity: None,
+            prediction: None,
         })
     }
 
@@ -317,16 +372,21 @@ impl Router {
         &self,
         index: usize,
         keys: &AffinityKeys,
+        demand: Demand,
         tried: &[Arc<Backend>],
         now: Instant,
         rng: &mut impl rand::Rng,
     ) -> Option<Chosen> {
         let pool = &self.pools[index];
+        if let Some(slo) = &self.slo[index] {
+            return self.place(index, slo, keys, demand, tried, now, rng);
+        }
         let Some(affinity) = &self.affinities[index] else {
             return balance::choose(pool, now, tried, rng).map(|backend| Chosen {
                 backend,
                 cached_bytes: None,
                 affinity: None,
+                prediction: None,
             });
         };
         let backends = pool.backends();
@@ -347,6 +407,109 @@ impl Router {
             backend: chosen,
             cached_bytes,
             affinity: decision.map(Decision::as_str),
+            prediction: None,
+        })
+    }
+
+    /// A backend of `balance = "slo"` pool `index` by predicted latency ([`slo::choose`]); with
+    /// prefix affinity, the prompt tokens each backend's cache holds shorten its prediction, and
+    /// the decision is a `hit` when the chosen backend held some.
+    #[allow(clippy::too_many_arguments)]
+    fn place(
+        &self,
+        index: usize,
+        slo: &PoolSlo,
+        keys: &AffinityKeys,
+        demand: Demand,
+        tried: &[Arc<Backend>],
+        now: Instant,
+        rng: &mut impl rand::Rng,
+    ) -> Option<Chosen> {
+        let affinity = self.affinities[index].as_ref();
+        let run = affinity.and_then(|affinity| affinity.cached_run(keys));
+        let cached_tokens = |backend: &Backend| match run {
+            Some(run) if backend.owner() == run.owner => run.tokens_of(demand.prompt_tokens),
+            _ => 0,
+        };
+        let placed = slo::choose(
+            &self.pools[index],
+            slo,
+            demand,
+            now,
+            tried,
+            cached_tokens,
+            rng,
+        )?;
+        Some(self.adopt(index, slo, keys, placed, tried.is_empty()))
+    }
+
+    /// Takes `placed` as pool `index`'s choice: counts the decision (on a request's first attempt
+    /// only), and tells the pool's affinity the backend now holds the prompt.
+    fn adopt(
+        &self,
+        index: usize,
+        slo: &PoolSlo,
+        keys: &AffinityKeys,
+        placed: Placed,
+        first: bool,
+    ) -> Chosen {
+        let affinity = self.affinities[index].as_ref();
+        // Only a handoff weighs the cached bytes, as in other pools.
+        let cached_bytes = self.handoffs[index]
+            .is_some()
+            .then(|| affinity?.cached_run(keys))
+            .flatten()
+            .filter(|run| placed.backend.owner() == run.owner)
+            .map(|run| run.bytes);
+        if first {
+            slo.decided(if placed.met {
+                SloDecision::Met
+            } else {
+                SloDecision::Missed
+            });
+        }
+        let decision = affinity.map(|affinity| {
+            affinity.remember(keys, &placed.backend);
+            let decision = if placed.prediction.cached_tokens > 0 {
+                Decision::Hit
+            } else {
+                Decision::Miss
+            };
+            if first && keys.generation {
+                affinity.count(decision);
+            }
+            decision
+        });
+        Chosen {
+            backend: placed.backend,
+            cached_bytes,
+            affinity: decision.map(Decision::as_str),
+            prediction: Some(placed.prediction),
+        }
+    }
+
+    /// The gateway queue of the plan's first pool, when it has one: a request waits there for a
+    /// backend predicted to meet its targets (see [`slo::gate`]).
+    pub(crate) fn gate(&self, plan: &RoutePlan) -> Option<&Arc<Gate>> {
+        self.gates[*plan.pools.first()?].as_ref()
+    }
+
+    /// The pick of a request its pool's gate placed, counted as [`Router::pick`] counts one.
+    pub(crate) fn admitted(
+        &self,
+        keys: &AffinityKeys,
+        placed: Placed,
+        pool: usize,
+    ) -> Option<Pick> {
+        let slo = self.slo[pool].as_ref()?;
+        let chosen = self.adopt(pool, slo, keys, placed, true);
+        Some(Pick {
+            pool,
+            backend: chosen.backend,
+            reason: "rule",
+            cached_bytes: chosen.cached_bytes,
+            affinity: chosen.affinity,
+            prediction: chosen.prediction,
         })
     }
 

@@ -34,10 +34,35 @@ pub const PROMPT_TOKENS_PER_BYTE: &str = "tokenmeter_prompt_tokens_per_byte";
 /// request's pool depended on the count; `background`: a calibration sample) and `result` (`ok`,
 /// `unsupported`, `error`, `timeout`).
 pub const PROMPT_TOKENIZE: &str = "tokenmeter_prompt_tokenize_total";
+/// predicted / measured latency of requests placed by `balance = "slo"`, by `pool` and `kind`
+/// (`ttft`: from the dispatch to the first token; `tpot`: the mean gap between tokens).
+pub const PREDICTION_ERROR: &str = "tokenmeter_prediction_error_ratio";
+/// Placements of `balance = "slo"` pools, by `pool` and `decision` (`met`: predicted to meet both
+/// targets; `missed`: no backend was, the request went where it misses them least).
+pub const SLO_DECISIONS: &str = "tokenmeter_slo_decisions_total";
+/// Requests waiting in a pool's gateway queue, by `pool`.
+pub const QUEUE_DEPTH: &str = "tokenmeter_queue_depth";
+/// Time from joining a pool's gateway queue to leaving it (placed, late or shed), by `pool`.
+pub const QUEUE_WAIT: &str = "tokenmeter_queue_wait_seconds";
+/// Requests through a pool's gateway queue, by `pool` and how they left it (`exit`): `direct`
+/// (nothing waiting and a backend had room: never queued), `placed` (after waiting), `late` (sent
+/// after its deadline could no longer be met, `on_deadline = "send"`), `shed_deadline`,
+/// `shed_full`, `cancelled` (the client left while it waited).
+pub const QUEUE_EXITS: &str = "tokenmeter_queue_exits_total";
 
 /// Relative error edges of the prompt estimate: symmetric around 0, finer near it.
 const ESTIMATE_ERROR_BUCKETS: [f64; 13] = [
     -0.5, -0.25, -0.1, -0.05, -0.02, -0.01, 0.0, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
+];
+
+/// Ratio edges of predicted / measured latency: symmetric around 1 in log scale, finer near it.
+const PREDICTION_ERROR_BUCKETS: [f64; 15] = [
+    0.25, 0.5, 0.67, 0.77, 0.83, 0.91, 0.95, 1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 2.0, 4.0,
+];
+
+/// Edges of the queue wait, in seconds: a TTFT target's worth, finer at the start.
+const QUEUE_WAIT_BUCKETS: [f64; 11] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
 /// Defines the estimate-error histogram and describes every series of the router; the router
@@ -48,12 +73,24 @@ pub fn describe(metrics: &Metrics) {
         PROMPT_ESTIMATE_ERROR,
         "(estimated - actual) / actual prompt tokens of the router's estimate, per response with usage.",
     );
+    metrics.define_histogram(QUEUE_WAIT, &QUEUE_WAIT_BUCKETS, false);
+    metrics.describe_histogram(
+        QUEUE_WAIT,
+        "Time requests spent in a pool's gateway queue before they were placed, sent late or shed.",
+    );
+    metrics.define_histogram(PREDICTION_ERROR, &PREDICTION_ERROR_BUCKETS, false);
+    metrics.describe_histogram(
+        PREDICTION_ERROR,
+        "predicted / measured latency of requests placed by balance = \"slo\", by kind: ttft (dispatch to first token) and tpot (mean gap between tokens).",
+    );
     let counters = [
         (ROUTE_DECISIONS, "Routing decisions by pool and reason (rule, fallback, spill)."),
         (AFFINITY_DECISIONS, "Affinity decisions by pool and result: hit (the backend known to hold the conversation, or the session key's home), miss (nothing known: the conversation's home), overloaded (the preferred backend was over the load bound; balancing chose)."),
         (ROUTE_RETRIES, "Requests retried elsewhere after this backend failed before any response byte."),
         (BACKEND_EJECTIONS, "Times a backend was ejected by health checking."),
         (BACKEND_CONFIRMATIONS, "Health checks asked for by a run of answer failures, by result (ejected, kept, unavailable)."),
+        (SLO_DECISIONS, "Placements of balance = \"slo\" pools by decision: met (the backend chosen is predicted to meet both SLO targets), missed (none was; the one missing them least)."),
+        (QUEUE_EXITS, "Requests through a pool's gateway queue by exit: direct (never waited), placed (after waiting), late (sent past hope, on_deadline = send), shed_deadline, shed_full, cancelled (the client left)."),
         (PROMPT_TOKENIZE, "Calls to a backend's /tokenize for an untrusted model's prompt, by mode (wait, background) and result (ok, unsupported, error, timeout)."),
     ];
     for (name, help) in counters {
@@ -72,6 +109,7 @@ pub fn describe(metrics: &Metrics) {
             PROMPT_TOKENS_PER_BYTE,
             "Calibrated tokens per byte of prompt text, by model.",
         ),
+        (QUEUE_DEPTH, "Requests waiting in the pool's gateway queue."),
         (
             AFFINITY_INDEX_BLOCKS,
             "Prompt blocks the pool's prefix index holds (bounded by affinity_index_blocks).",
@@ -138,6 +176,76 @@ impl AffinityMetrics {
                 AFFINITY_INDEX_BLOCKS,
                 vec![Label::new(LABEL_POOL, pool.clone())],
             ),
+        }
+    }
+}
+
+/// A `balance = "slo"` pool's handles.
+#[derive(Debug, Clone)]
+pub struct SloMetrics {
+    /// [`SLO_DECISIONS`] by decision: met, missed.
+    pub decisions: [Counter; 2],
+    pub ttft_error: Histogram,
+    pub tpot_error: Histogram,
+}
+
+impl SloMetrics {
+    pub fn new(metrics: &Metrics, pool: &str) -> Self {
+        let pool = SharedString::from(pool.to_owned());
+        let labels = |name: &'static str, value: &'static str| {
+            vec![
+                Label::new(LABEL_POOL, pool.clone()),
+                Label::new(name, value),
+            ]
+        };
+        metrics.define_histogram(PREDICTION_ERROR, &PREDICTION_ERROR_BUCKETS, false);
+        Self {
+            decisions: ["met", "missed"]
+                .map(|decision| metrics.counter(SLO_DECISIONS, labels("decision", decision))),
+            ttft_error: metrics.histogram(PREDICTION_ERROR, &labels("kind", "ttft")),
+            tpot_error: metrics.histogram(PREDICTION_ERROR, &labels("kind", "tpot")),
+        }
+    }
+}
+
+/// A gated pool's queue handles.
+#[derive(Debug, Clone)]
+pub struct QueueMetrics {
+    pub depth: Gauge,
+    pub wait: Histogram,
+    /// [`QUEUE_EXITS`] by exit, in [`QueueMetrics::EXITS`] order.
+    exits: [Counter; 6],
+}
+
+impl QueueMetrics {
+    pub const EXITS: [&'static str; 6] = [
+        "direct",
+        "placed",
+        "late",
+        "shed_deadline",
+        "shed_full",
+        "cancelled",
+    ];
+
+    pub fn new(metrics: &Metrics, pool: &str) -> Self {
+        let pool = SharedString::from(pool.to_owned());
+        let set = || vec![Label::new(LABEL_POOL, pool.clone())];
+        metrics.define_histogram(QUEUE_WAIT, &QUEUE_WAIT_BUCKETS, false);
+        Self {
+            depth: metrics.gauge(QUEUE_DEPTH, set()),
+            wait: metrics.histogram(QUEUE_WAIT, &set()),
+            exits: Self::EXITS.map(|exit| {
+                let mut labels = set();
+                labels.push(Label::new("exit", exit));
+                metrics.counter(QUEUE_EXITS, labels)
+            }),
+        }
+    }
+
+    /// Counts a request leaving by `exit` (one of [`Self::EXITS`]).
+    pub fn exit(&self, exit: &str) {
+        if let Some(i) = Self::EXITS.iter().position(|known| *known == exit) {
+            self.exits[i].increment(1);
         }
     }
 }

@@ -132,6 +132,7 @@ pub fn build(
         [metered, calibration]
             .into_iter()
             .chain(router.handoff_hook())
+            .chain(router.slo_hook())
             .chain([traced])
             // Every revision settles (a request admitted before a reload that removed its
             // limits still holds a reservation); before the tenant counters, so that a request

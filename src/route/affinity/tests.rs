@@ -13,6 +13,7 @@ use crate::route::health::{EjectPolicy, Fault};
 use crate::route::Router;
 
 use super::*;
+use crate::route::slo::Demand;
 
 const BACKENDS: usize = 4;
 
@@ -84,7 +85,7 @@ fn route_at(
     let context = context(body);
     let keys = router.affinity_keys(&context, headers);
     router
-        .pick(&context.plan, &keys, &[], now)
+        .pick(&context.plan, &keys, Demand::default(), &[], now)
         .expect("a backend")
         .backend
 }
@@ -378,7 +379,7 @@ fn requests_that_are_not_generations_are_balanced_and_not_counted() {
     let keys = router.affinity_keys(&context, &http::HeaderMap::new());
     assert!(
         router
-            .pick(&context.plan, &keys, &[], Instant::now())
+            .pick(&context.plan, &keys, Demand::default(), &[], Instant::now())
             .is_some(),
         "balanced"
     );
@@ -448,7 +449,7 @@ fn length_rules_pick_the_pool_and_affinity_acts_inside_it() {
         });
         let keys = router.affinity_keys(&context, &none);
         let pick = router
-            .pick(&context.plan, &keys, &[], Instant::now())
+            .pick(&context.plan, &keys, Demand::default(), &[], Instant::now())
             .expect("a backend");
         (
             router.pools()[pick.pool].name.to_string(),

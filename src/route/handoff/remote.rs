@@ -16,6 +16,7 @@ use crate::context::{HandoffResult, RequestContext, RoutePlan};
 use crate::proxy::RequestBody;
 use crate::route::backend::{Backend, LoadGuard};
 use crate::route::health::Fault;
+use crate::route::slo::Demand;
 use crate::route::Router;
 
 impl Router {
@@ -69,8 +70,9 @@ impl Router {
             spill_queue_tokens: None,
         };
         let keys = self.affinity_keys_in(context, headers, &plan.pools);
+        let now = Instant::now();
         let pick = self
-            .pick(&plan, &keys, &[], Instant::now())
+            .pick(&plan, &keys, Demand::of(context, now), &[], now)
             .filter(|pick| pick.reason != "panic")
             .ok_or(HandoffResult::PrefillUnavailable)?;
         if let Some(record) = context.handoff.as_mut() {

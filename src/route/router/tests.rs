@@ -51,7 +51,13 @@ fn long_plan(router: &Router) -> RoutePlan {
 
 fn picked(router: &Router, plan: &RoutePlan) -> Option<(String, &'static str)> {
     router
-        .pick(plan, &Default::default(), &[], Instant::now())
+        .pick(
+            plan,
+            &Default::default(),
+            Default::default(),
+            &[],
+            Instant::now(),
+        )
         .map(|pick| (router.pools[pick.pool].name.to_string(), pick.reason))
 }
 

@@ -1,0 +1,180 @@
+//! The latency model of one backend, learned online from the requests it served.
+//!
+//! What a request placed on backend `b` will feel depends on the work `b` already has, and on how
+//! fast `b` does it — which differs per backend (a slower GPU, a smaller batch budget, a noisy
+//! neighbour) and per moment. tokenmeter sees both without any engine metric: the load it put on
+//! each backend (prompt tokens sent and not yet past their first response byte, streams in
+//! flight), the share of the prompt the backend's prompt cache holds (the pool's prefix index),
+//! and, at the finish point, the request's measured TTFT and TPOT. Two linear models per backend
+//! relate them, each fitted by recursive least squares with forgetting ([`rls`]):
+//!
+//! - **TTFT** (from the dispatch to the first token) `= a₀ + a₁·W + a₂·S`, where `W` is the
+//!   prefill work ahead of the request's first token in thousands of tokens (the prompt tokens
+//!   queued on `b` plus the request's own, less what the cache serves) and `S` the streams in
+//!   flight on `b`: `1/a₁` is the backend's prefill rate, `a₂` what its decoding streams cost each
+//!   prefill step.
+//! - **TPOT** (the mean gap between the request's tokens) `= c₀ + c₁·(S + 1) + c₂·W`: the decode
+//!   step grows with the batch and with the prefill chunks mixed into it. The same model says what
+//!   the request's prefill does to the streams already on `b`: each of them decodes beside it.
+//!
+//! The slopes are used as at least zero: more queued work never makes a backend faster, and a fit
+//! over a quiet stretch may say otherwise for a while. Until a backend has finished requests of
+//! its own the priors speak (an 8B model on one GPU, roughly), and they are the same for every
+//! backend, so a cold pool is balanced by its load alone.
+use std::time::Duration;
+
+pub mod rls;
+
+use rls::Rls;
+
+/// Prior TTFT coefficients: 20 ms, 50 ms per 1 000 prompt tokens (20 000 tokens/s of prefill),
+/// 1 ms per stream decoding.
+const TTFT_PRIOR: [f64; 3] = [0.020, 0.050, 0.001];
+/// Prior TPOT coefficients: 8 ms, 0.3 ms per stream in the batch, 1 ms per 1 000 tokens of
+/// prefill mixed in.
+const TPOT_PRIOR: [f64; 3] = [0.008, 0.0003, 0.001];
+/// How far the first samples may move each coefficient (its prior variance, in seconds²).
+const VARIANCE: [f64; 3] = [1.0, 1.0, 1.0];
+
+/// A backend's load when a request is placed on it, not counting that request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Load {
+    /// Prompt tokens sent to it and not yet past their first response byte.
+    pub queued_tokens: u64,
+    /// Requests whose response stream has not ended.
+    pub streams: u64,
+}
+
+/// What a request asks of a backend: its prompt, and how much of it the backend's prompt cache
+/// holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ask {
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+}
+
+impl Ask {
+    /// The prompt tokens the backend must prefill.
+    pub fn uncached(self) -> u64 {
+        self.prompt_tokens.saturating_sub(self.cached_tokens)
+    }
+}
+
+/// What a request placed with `load` and `ask` turned out to take.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outcome {
+    /// From the dispatch to the first token.
+    pub ttft: Duration,
+    /// The mean gap between its tokens; `None` with fewer than two.
+    pub tpot: Option<Duration>,
+}
+
+/// What a backend's model predicts for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Predicted {
+    /// From the dispatch to the first token, under the backend's load.
+    pub ttft: Duration,
+    /// The mean gap between tokens of the streams there once the request joins them.
+    pub tpot: Duration,
+    /// The first token on the backend with nothing else to do: the request's own prefill, what
+    /// no placement can beat.
+    pub alone: Duration,
+}
+
+/// One backend's TTFT and TPOT models.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyModel {
+    ttft: Rls<3>,
+    tpot: Rls<3>,
+    memory: u32,
+}
+
+impl LatencyModel {
+    /// A model at the priors that remembers about `memory` requests (`routing.prediction_memory`).
+    pub fn new(memory: u32) -> Self {
+        let lambda = 1.0 - 1.0 / f64::from(memory.max(2));
+        Self {
+            ttft: Rls::new(TTFT_PRIOR, VARIANCE, lambda),
+            tpot: Rls::new(TPOT_PRIOR, VARIANCE, lambda),
+            memory,
+        }
+    }
+
+    /// The memory it was made with.
+    pub fn memory(&self) -> u32 {
+        self.memory
+    }
+
+    /// What a request asking `ask` of a backend with `load` is predicted to see.
+    pub fn predict(&self, load: Load, ask: Ask) -> Predicted {
+        Predicted {
+            ttft: self.ttft(load, ask),
+            tpot: self.tpot(load, ask),
+            alone: self.ttft(Load::default(), ask),
+        }
+    }
+
+    /// Predicted time from the dispatch to the first token of a request asking `ask` of a backend
+    /// with `load`.
+    pub fn ttft(&self, load: Load, ask: Ask) -> Duration {
+        seconds(clamped(&self.ttft, &ttft_features(load, ask)))
+    }
+
+    /// Predicted mean gap between tokens of the streams on a backend with `load` once a request
+    /// asking `ask` joins them (its own included).
+    pub fn tpot(&self, load: Load, ask: Ask) -> Duration {
+        seconds(clamped(&self.tpot, &tpot_features(load, ask)))
+    }
+
+    /// Learns from a request placed with `load` and `ask` that took `outcome`.
+    pub fn learn(&mut self, load: Load, ask: Ask, outcome: Outcome) {
+        self.ttft
+            .update(&ttft_features(load, ask), outcome.ttft.as_secs_f64());
+        if let Some(tpot) = outcome.tpot {
+            self.tpot
+                .update(&tpot_features(load, ask), tpot.as_secs_f64());
+        }
+    }
+
+    /// Requests learned from (each teaches TTFT; those with two tokens or more, TPOT too).
+    pub fn samples(&self) -> u64 {
+        self.ttft.samples()
+    }
+
+    /// The TTFT coefficients `[a₀, a₁, a₂]` (seconds; per 1 000 tokens; per stream).
+    pub fn ttft_coefficients(&self) -> [f64; 3] {
+        *self.ttft.theta()
+    }
+
+    /// The TPOT coefficients `[c₀, c₁, c₂]` (seconds; per stream; per 1 000 tokens).
+    pub fn tpot_coefficients(&self) -> [f64; 3] {
+        *self.tpot.theta()
+    }
+}
+
+/// Prefill work ahead of the first token, in thousands of tokens.
+fn work(load: Load, ask: Ask) -> f64 {
+    (load.queued_tokens + ask.uncached()) as f64 / 1000.0
+}
+
+fn ttft_features(load: Load, ask: Ask) -> [f64; 3] {
+    [1.0, work(load, ask), load.streams as f64]
+}
+
+fn tpot_features(load: Load, ask: Ask) -> [f64; 3] {
+    [1.0, (load.streams + 1) as f64, work(load, ask)]
+}
+
+/// The model's value with its slopes taken as at least zero, and never below zero.
+fn clamped(model: &Rls<3>, x: &[f64; 3]) -> f64 {
+    let theta = model.theta();
+    let value = theta[0] + theta[1].max(0.0) * x[1] + theta[2].max(0.0) * x[2];
+    value.max(0.0)
+}
+
+fn seconds(value: f64) -> Duration {
+    Duration::try_from_secs_f64(value).unwrap_or(Duration::MAX)
+}
+
+#[cfg(test)]
+mod tests;

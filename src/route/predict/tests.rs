@@ -1,0 +1,216 @@
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::rls::Rls;
+use super::{Ask, LatencyModel, Load, Outcome};
+
+/// A synthetic backend: TTFT = base + work / rate + per_stream x streams, TPOT likewise, each with
+/// multiplicative noise of up to ±`noise`.
+#[derive(Debug, Clone, Copy)]
+struct Synthetic {
+    ttft: [f64; 3],
+    tpot: [f64; 3],
+    noise: f64,
+}
+
+impl Synthetic {
+    fn ttft(&self, load: Load, ask: Ask) -> f64 {
+        let work = (load.queued_tokens + ask.uncached()) as f64 / 1000.0;
+        self.ttft[0] + self.ttft[1] * work + self.ttft[2] * load.streams as f64
+    }
+
+    fn tpot(&self, load: Load, ask: Ask) -> f64 {
+        let work = (load.queued_tokens + ask.uncached()) as f64 / 1000.0;
+        self.tpot[0] + self.tpot[1] * (load.streams + 1) as f64 + self.tpot[2] * work
+    }
+
+    /// A random request on a random load, and what it took.
+    fn sample(&self, rng: &mut StdRng) -> (Load, Ask, Outcome) {
+        let load = Load {
+            queued_tokens: rng.gen_range(0..20_000),
+            streams: rng.gen_range(0..64),
+        };
+        let prompt_tokens = rng.gen_range(100..8_000);
+        let ask = Ask {
+            prompt_tokens,
+            cached_tokens: rng.gen_range(0..=prompt_tokens / 2),
+        };
+        let mut noisy = |v: f64| v * (1.0 + rng.gen_range(-self.noise..=self.noise));
+        let outcome = Outcome {
+            ttft: Duration::from_secs_f64(noisy(self.ttft(load, ask))),
+            tpot: Some(Duration::from_secs_f64(noisy(self.tpot(load, ask)))),
+        };
+        (load, ask, outcome)
+    }
+}
+
+/// An 8B replica on a fast GPU: 10 000 prefill tokens/s, 20 ms base, 2 ms per stream.
+const FAST: Synthetic = Synthetic {
+    ttft: [0.020, 0.100, 0.002],
+    tpot: [0.007, 0.0004, 0.002],
+    noise: 0.1,
+};
+
+/// The same replica at half speed.
+const SLOW: Synthetic = Synthetic {
+    ttft: [0.040, 0.200, 0.004],
+    tpot: [0.014, 0.0008, 0.004],
+    noise: 0.1,
+};
+
+/// The median absolute relative error of `model` on `n` fresh samples of `backend`.
+fn median_error(model: &LatencyModel, backend: &Synthetic, rng: &mut StdRng, n: usize) -> f64 {
+    let mut errors: Vec<f64> = (0..n)
+        .map(|_| {
+            let (load, ask, _) = backend.sample(rng);
+            let truth = backend.ttft(load, ask);
+            (model.ttft(load, ask).as_secs_f64() - truth).abs() / truth
+        })
+        .collect();
+    errors.sort_by(f64::total_cmp);
+    errors[n / 2]
+}
+
+#[test]
+fn converges_on_a_synthetic_backend() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut model = LatencyModel::new(200);
+    let before = median_error(&model, &FAST, &mut rng, 201);
+    for _ in 0..300 {
+        let (load, ask, outcome) = FAST.sample(&mut rng);
+        model.learn(load, ask, outcome);
+    }
+    let after = median_error(&model, &FAST, &mut rng, 201);
+    assert!(before > 0.3, "the priors are not this backend: {before}");
+    assert!(after < 0.03, "within 3 % after 300 requests: {after}");
+    let [a0, a1, a2] = model.ttft_coefficients();
+    assert!(
+        (a1 - 0.100).abs() < 0.005,
+        "prefill 10 000 tokens/s learned: {a1}"
+    );
+    assert!(
+        (a0 - 0.020).abs() < 0.02 && (a2 - 0.002).abs() < 0.0005,
+        "{a0} {a2}"
+    );
+    let [_, c1, c2] = model.tpot_coefficients();
+    assert!(
+        (c1 - 0.0004).abs() < 0.0001,
+        "the per-stream decode cost: {c1}"
+    );
+    assert!((c2 - 0.002).abs() < 0.0005, "the prefill mixed in: {c2}");
+    assert_eq!(model.samples(), 300, "every request taught it");
+}
+
+#[test]
+fn forgets_a_backend_that_changed() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut model = LatencyModel::new(100);
+    for _ in 0..500 {
+        let (load, ask, outcome) = FAST.sample(&mut rng);
+        model.learn(load, ask, outcome);
+    }
+    let load = Load {
+        queued_tokens: 4_000,
+        streams: 16,
+    };
+    let ask = Ask {
+        prompt_tokens: 2_000,
+        cached_tokens: 0,
+    };
+    let fast = model.ttft(load, ask).as_secs_f64();
+    assert!((fast / FAST.ttft(load, ask) - 1.0).abs() < 0.03, "{fast}");
+    // The backend halves its speed (a noisy neighbour); three memories later the model says so.
+    for _ in 0..300 {
+        let (load, ask, outcome) = SLOW.sample(&mut rng);
+        model.learn(load, ask, outcome);
+    }
+    let slow = model.ttft(load, ask).as_secs_f64();
+    assert!(
+        (slow / SLOW.ttft(load, ask) - 1.0).abs() < 0.05,
+        "the slower backend is seen as it is now: {slow} against {}",
+        SLOW.ttft(load, ask)
+    );
+    assert!(median_error(&model, &SLOW, &mut rng, 201) < 0.05);
+}
+
+#[test]
+fn a_cached_prefix_shortens_the_predicted_prefill() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let mut model = LatencyModel::new(200);
+    for _ in 0..300 {
+        let (load, ask, outcome) = FAST.sample(&mut rng);
+        model.learn(load, ask, outcome);
+    }
+    let load = Load::default();
+    let cold = Ask {
+        prompt_tokens: 6_000,
+        cached_tokens: 0,
+    };
+    let warm = Ask {
+        cached_tokens: 5_000,
+        ..cold
+    };
+    let saved = model.ttft(load, cold).as_secs_f64() - model.ttft(load, warm).as_secs_f64();
+    assert!(
+        (saved - 0.5).abs() < 0.03,
+        "5 000 cached tokens save half a second at 10 000 tokens/s: {saved}"
+    );
+}
+
+#[test]
+fn slopes_are_never_negative_and_predictions_never_below_zero() {
+    let mut model = LatencyModel::new(50);
+    // A backend whose TTFT falls as its queue grows (not a physical one): the fit's slope goes
+    // negative, the prediction treats it as flat.
+    for i in 0..200u64 {
+        let load = Load {
+            queued_tokens: i * 100,
+            streams: 0,
+        };
+        let ttft = Duration::from_secs_f64(1.0 - i as f64 * 0.004);
+        model.learn(load, Ask::default(), Outcome { ttft, tpot: None });
+    }
+    assert!(
+        model.ttft_coefficients()[1] < 0.0,
+        "the fit itself is negative"
+    );
+    let empty = model.ttft(Load::default(), Ask::default());
+    let full = model.ttft(
+        Load {
+            queued_tokens: 1_000_000,
+            streams: 0,
+        },
+        Ask::default(),
+    );
+    assert_eq!(empty, full, "a longer queue is never predicted faster");
+}
+
+#[test]
+fn a_constant_input_does_not_wind_the_covariance_up() {
+    let mut rls = Rls::new([0.0, 0.0], [1.0, 1.0], 0.9);
+    for _ in 0..10_000 {
+        rls.update(&[1.0, 0.0], 0.5);
+    }
+    // The second feature was never excited: with an unbounded P, this one sample would swing it
+    // by orders of magnitude.
+    rls.update(&[1.0, 1.0], 0.6);
+    let [intercept, slope] = *rls.theta();
+    assert!((intercept - 0.5).abs() < 0.05, "{intercept}");
+    assert!(slope.abs() < 0.5, "a bounded step: {slope}");
+    assert!(
+        (rls.predict(&[1.0, 1.0]) - 0.6).abs() < 0.1,
+        "{}",
+        rls.predict(&[1.0, 1.0])
+    );
+}
+
+#[test]
+fn samples_that_are_not_finite_are_ignored() {
+    let mut rls = Rls::new([1.0], [1.0], 0.99);
+    rls.update(&[1.0], f64::NAN);
+    rls.update(&[f64::INFINITY], 1.0);
+    assert_eq!(rls.samples(), 0);
+    assert_eq!(rls.theta(), &[1.0]);
+}

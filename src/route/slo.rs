@@ -1,0 +1,306 @@
+//! `balance = "slo"`: latency-predicting placement.
+//!
+//! Power of two choices on streams in flight treats every backend as equally fast and every
+//! request as equally heavy; length rules treat every prefill pool as free. Neither sees that a
+//! backend is slow today, that a document queued on it will hold back the next chat's first token
+//! for half a second, or that its prompt cache already holds most of this conversation. A pool
+//! with `balance = "slo"` asks each healthy backend's latency model ([`super::predict`]) instead:
+//!
+//! - its predicted TTFT for this request: the time the request has already spent in the proxy,
+//!   plus the prefill work queued on the backend and the request's own, less what the backend's
+//!   prompt cache is known to hold (the pool's prefix index, with `affinity = "prefix"`: affinity
+//!   is a term of the prediction here, not a preference), at the backend's measured rate;
+//! - its predicted TPOT there, which is also what the streams already on the backend will see
+//!   once its prefill joins their batch.
+//!
+//! A backend **fits** when its predicted TPOT is within the `[slo]` tpot target: the request
+//! would not push the streams there past it. Among the backends that fit, the request goes to the
+//! one with the most TTFT **headroom**, `1 - TTFT / ttft target`; it is `met` when that is not
+//! negative. When none fits, it goes to the backend whose worse margin (TTFT or TPOT) is the
+//! least bad, and is `missed`, as it is when its best TTFT misses. The search starts at a random backend, so equal predictions (a cold pool)
+//! spread.
+//!
+//! A request whose own prefill misses the TTFT target even on the fastest idle backend (a long
+//! document) is held to [`LONG_PROMPT_SLACK`] times that instead ([`Targets::for_prompt`]).
+//!
+//! A backend the pool has not learned yet (fewer than [`EXPLORE`] requests: new, or just joined
+//! from DNS) speaks with the priors, which may be slower than a learned backend's measurements
+//! and would then never be tried while the pool is quiet. So an idle, unlearned backend that the
+//! priors say meets the targets is chosen first: the cost is a few requests on a backend with
+//! nothing else to do.
+//!
+//! Every backend is scored — a handful of multiplications and a lock each — as a pool has a few
+//! to a few dozen backends; power of two choices samples two because its load signal is noisy,
+//! while the prediction already weighs what the noise hid.
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::backend::Backend;
+use super::pools::Pool;
+use super::predict::{Ask, Load, Predicted};
+use super::series::SloMetrics;
+use crate::config::Config;
+use crate::context::{Prediction, RequestContext};
+use crate::metrics::Metrics;
+
+pub mod gate;
+pub mod hook;
+
+/// The targets a pool places against (`[slo]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Targets {
+    pub ttft: Duration,
+    pub tpot: Duration,
+}
+
+/// How much longer than its own prefill a request whose prompt alone misses the TTFT target may
+/// take to its first token ([`Targets::for_prompt`]).
+pub const LONG_PROMPT_SLACK: f64 = 1.5;
+
+impl Targets {
+    /// The targets a request is held to when its first token, on the fastest idle backend, would
+    /// come `alone` after its dispatch. A prompt so long that
+    /// its own prefill misses the TTFT target (a document) cannot meet it anywhere; held to it,
+    /// every placement would look equally bad and a gateway queue would shed every document. It is
+    /// held instead to [`LONG_PROMPT_SLACK`] times that: it may wait behind some work, not behind
+    /// any.
+    pub fn for_prompt(self, alone: Duration) -> Self {
+        Self {
+            ttft: self.ttft.max(alone.mul_f64(LONG_PROMPT_SLACK)),
+            tpot: self.tpot,
+        }
+    }
+}
+
+/// What the placement needs to know of a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Demand {
+    /// Its estimated prompt tokens.
+    pub prompt_tokens: u64,
+    /// Time it has spent in the proxy so far: part of its TTFT already.
+    pub waited: Duration,
+}
+
+impl Demand {
+    /// The demand of the request in `context` at `now`.
+    pub fn of(context: &RequestContext, now: Instant) -> Self {
+        Self {
+            prompt_tokens: context.estimate.map_or(0, |estimate| estimate.tokens),
+            waited: now.saturating_duration_since(context.received),
+        }
+    }
+}
+
+/// The backend a request is placed on, and what was predicted for it there.
+#[derive(Debug, Clone)]
+pub struct Placed {
+    pub backend: Arc<Backend>,
+    pub prediction: Prediction,
+    /// Predicted to meet both targets.
+    pub met: bool,
+    /// Some backend is predicted to give it its first token in time (fitting the TPOT target or
+    /// not): when none is, waiting cannot help it.
+    pub reachable: bool,
+    /// The TTFT it is held to ([`Targets::for_prompt`]).
+    pub ttft_target: Duration,
+}
+
+/// Requests a backend's model must have learned from before its predictions alone decide.
+pub const EXPLORE: u64 = 8;
+
+/// A pool's placement: its index, targets and series.
+#[derive(Debug)]
+pub struct PoolSlo {
+    /// Index of the pool in its router.
+    pub index: usize,
+    pub targets: Targets,
+    /// The latency models' memory, in requests (`routing.prediction_memory`).
+    pub memory: u32,
+    metrics: Option<SloMetrics>,
+}
+
+impl PoolSlo {
+    pub fn new(index: usize, pool: &str, config: &Config, metrics: Option<&Metrics>) -> Self {
+        Self {
+            index,
+            targets: Targets {
+                ttft: config.slo.ttft,
+                tpot: config.slo.tpot,
+            },
+            memory: config.routing.prediction_memory,
+            metrics: metrics.map(|m| SloMetrics::new(m, pool)),
+        }
+    }
+
+    /// Counts a placement's decision.
+    pub fn decided(&self, decision: Decision) {
+        if let Some(m) = &self.metrics {
+            m.decisions[decision as usize].increment(1);
+        }
+    }
+
+    /// Records predicted / measured TTFT (and TPOT, where measured) of a finished request.
+    pub fn observed(&self, prediction: &Prediction, ttft: Duration, tpot: Option<Duration>) {
+        let Some(m) = &self.metrics else {
+            return;
+        };
+        if let Some(ratio) = ratio(prediction.ttft, ttft) {
+            m.ttft_error.record(ratio);
+        }
+        if let Some(ratio) = tpot.and_then(|tpot| ratio(prediction.tpot, tpot)) {
+            m.tpot_error.record(ratio);
+        }
+    }
+}
+
+/// predicted / measured, when the measurement is above zero.
+fn ratio(predicted: Duration, measured: Duration) -> Option<f64> {
+    (!measured.is_zero()).then(|| predicted.as_secs_f64() / measured.as_secs_f64())
+}
+
+/// How a placement went: the `decision` label of `tokenmeter_slo_decisions_total`, in
+/// [`SloMetrics::decisions`] order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// The chosen backend is predicted to meet both targets.
+    Met = 0,
+    /// No backend is: the request went where it misses them least.
+    Missed = 1,
+}
+
+impl Decision {
+    pub const ALL: [Decision; 2] = [Decision::Met, Decision::Missed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Met => "met",
+            Decision::Missed => "missed",
+        }
+    }
+}
+
+/// Places a request of `demand` on a healthy backend of `pool`, not one of `exclude`;
+/// `cached_tokens` says how many of its prompt tokens a backend's prompt cache holds. `None` when
+/// no backend is left.
+pub fn choose(
+    pool: &Pool,
+    slo: &PoolSlo,
+    demand: Demand,
+    now: Instant,
+    exclude: &[Arc<Backend>],
+    cached_tokens: impl Fn(&Backend) -> u64,
+    rng: &mut impl Rng,
+) -> Option<Placed> {
+    let backends = pool.backends();
+    let n = backends.len();
+    if n == 0 {
+        return None;
+    }
+    let start = rng.gen_range(0..n);
+    let candidates: Vec<Candidate<'_>> = (0..n)
+        .map(|k| &backends[(start + k) % n])
+        .filter(|backend| {
+            backend.available(now) && !exclude.iter().any(|x| Arc::ptr_eq(x, backend))
+        })
+        .map(|backend| {
+            let load = Load {
+                queued_tokens: backend.queued_tokens(),
+                streams: backend.streams(),
+            };
+            let ask = Ask {
+                prompt_tokens: demand.prompt_tokens,
+                cached_tokens: cached_tokens(backend).min(demand.prompt_tokens),
+            };
+            let predicted = backend.predict(load, ask);
+            Candidate {
+                backend,
+                load,
+                ask,
+                predicted,
+            }
+        })
+        .collect();
+    let alone = candidates.iter().map(|c| c.predicted.alone).min()?;
+    let targets = slo.targets.for_prompt(alone);
+    let mut best: Option<(Score, &Candidate<'_>)> = None;
+    let mut reachable = false;
+    for candidate in &candidates {
+        let Predicted { ttft, tpot, .. } = candidate.predicted;
+        let score = Score::of(targets, demand.waited + ttft, tpot);
+        reachable |= demand.waited + ttft <= targets.ttft;
+        let explore = score.met()
+            && candidate.load == Load::default()
+            && candidate.backend.learned() < EXPLORE;
+        if explore {
+            return Some(candidate.placed(slo, targets, score, true));
+        }
+        if best.as_ref().map_or(true, |(most, _)| score > *most) {
+            best = Some((score, candidate));
+        }
+    }
+    best.map(|(score, candidate)| candidate.placed(slo, targets, score, reachable))
+}
+
+/// A backend scored for a request.
+struct Candidate<'a> {
+    backend: &'a Arc<Backend>,
+    load: Load,
+    ask: Ask,
+    predicted: Predicted,
+}
+
+impl Candidate<'_> {
+    fn placed(&self, slo: &PoolSlo, targets: Targets, score: Score, reachable: bool) -> Placed {
+        Placed {
+            backend: Arc::clone(self.backend),
+            prediction: Prediction {
+                pool: slo.index,
+                queued_tokens: self.load.queued_tokens,
+                streams: self.load.streams,
+                prompt_tokens: self.ask.prompt_tokens,
+                cached_tokens: self.ask.cached_tokens,
+                ttft: self.predicted.ttft,
+                tpot: self.predicted.tpot,
+            },
+            met: score.met(),
+            reachable,
+            ttft_target: targets.ttft,
+        }
+    }
+}
+
+/// How well a backend serves a request: whether it fits (its TPOT within target), then its
+/// margin. Ordered: every backend that fits beats every one that does not.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Score {
+    /// The predicted TPOT is within the target.
+    pub fits: bool,
+    /// If it fits, the TTFT headroom `1 - TTFT / target`; if not, the worse of the TTFT and TPOT
+    /// margins (both negative when missed).
+    pub margin: f64,
+}
+
+impl Score {
+    pub fn of(targets: Targets, ttft: Duration, tpot: Duration) -> Self {
+        let margin = |value: Duration, target: Duration| {
+            1.0 - value.as_secs_f64() / target.as_secs_f64().max(f64::MIN_POSITIVE)
+        };
+        let (ttft, tpot) = (margin(ttft, targets.ttft), margin(tpot, targets.tpot));
+        let fits = tpot >= 0.0;
+        Self {
+            fits,
+            margin: if fits { ttft } else { ttft.min(tpot) },
+        }
+    }
+
+    /// Predicted to meet both targets.
+    pub fn met(self) -> bool {
+        self.fits && self.margin >= 0.0
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,384 @@
+//! The gateway queue of a `balance = "slo"` pool (`[pools.queue]`): where a request waits while no
+//! backend is predicted to meet its targets, instead of joining a backend's queue and missing
+//! them there along with the requests behind it.
+//!
+//! A request enters ([`Gate::enter`]) after the plan:
+//! - nothing is waiting and a backend is predicted to meet both targets: it goes there at once;
+//! - no backend can give it its first token in time any more, whatever it waits for (even the
+//!   best prediction misses the TTFT target): its deadline has passed, see below;
+//! - otherwise (backends would meet its TTFT but not without pushing their streams past the TPOT
+//!   target, or others are waiting before it) it waits in a [`FairQueue`]: its tenant's fair
+//!   share, then its priority, then its deadline (`received` + the TTFT target) order it.
+//!
+//! One task per gated pool releases the queue ([`Gate::release`]): whenever something was pushed,
+//! and every [`TICK`] while anything waits (streams end and prefills finish without telling the
+//! queue; a tick costs one prediction per backend). The next entry in fair order is placed as a
+//! dispatch would place it, and released only when it is predicted to meet both targets: its
+//! backend's load is counted at once, so the next entry is predicted against it. An entry is
+//! never overtaken within its pool; a large one at the head waits until a backend has room for it.
+//!
+//! An entry whose deadline can no longer be met — even an idle backend's fastest first token
+//! would come after it — leaves as `[pools.queue] on_deadline` says: shed (429 with
+//! `retry-after`) or sent to the backend that misses least. A client that leaves takes its entry
+//! out. The queue is bounded (`capacity`); a request arriving to a full one is shed.
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use super::{choose, Demand, Placed, PoolSlo};
+use crate::config::{OnDeadline, QueueConfig};
+use crate::context::RequestContext;
+use crate::metrics::Metrics;
+use crate::route::affinity::{AffinityKeys, PoolAffinity};
+use crate::route::backend::{Backend, LoadGuard};
+use crate::route::pools::Pool;
+use crate::route::predict::{Ask, Load};
+use crate::route::queue::{Entry, FairQueue, Key};
+use crate::route::series::QueueMetrics;
+
+/// How often the release task looks again while entries wait.
+pub const TICK: Duration = Duration::from_millis(5);
+/// How long the release task sleeps when nothing waits before it checks that its pool still
+/// exists (a reload replaces the gate).
+const IDLE: Duration = Duration::from_secs(1);
+/// Output tokens a request that names no limit is charged against its tenant's share.
+const DEFAULT_OUTPUT_TOKENS: u64 = 256;
+
+/// How a request leaves the gate.
+#[derive(Debug)]
+pub enum Admission {
+    /// Placed on a backend predicted to meet both targets; `guard` already counts its load there.
+    Placed {
+        placed: Placed,
+        guard: Option<LoadGuard>,
+    },
+    /// Its deadline can no longer be met, and `on_deadline = "send"`: placed as well as it can be.
+    Late,
+    /// Shed (429): `full` (the queue was) or `deadline`.
+    Shed(&'static str),
+}
+
+/// What a waiting request needs to be placed.
+#[derive(Debug)]
+struct Waiter {
+    keys: AffinityKeys,
+    prompt_tokens: u64,
+    received: Instant,
+    queued: Instant,
+    answer: oneshot::Sender<Admission>,
+}
+
+/// One pool's gateway queue.
+#[derive(Debug)]
+pub struct Gate {
+    pool: Arc<Pool>,
+    slo: Arc<PoolSlo>,
+    affinity: Option<Arc<PoolAffinity>>,
+    config: QueueConfig,
+    queue: Mutex<FairQueue<Waiter>>,
+    /// Wakes the release task; its own `Arc` so the task can wait on it without holding the
+    /// gate alive.
+    wake: Arc<Notify>,
+    running: AtomicBool,
+    metrics: Option<QueueMetrics>,
+}
+
+impl Gate {
+    pub fn new(
+        pool: Arc<Pool>,
+        slo: Arc<PoolSlo>,
+        affinity: Option<Arc<PoolAffinity>>,
+        config: QueueConfig,
+        metrics: Option<&Metrics>,
+    ) -> Self {
+        let metrics = metrics.map(|m| QueueMetrics::new(m, &pool.name));
+        Self {
+            queue: Mutex::new(FairQueue::new(config.capacity)),
+            pool,
+            slo,
+            affinity,
+            config,
+            wake: Arc::new(Notify::new()),
+            running: AtomicBool::new(false),
+            metrics,
+        }
+    }
+
+    /// The index of the gate's pool in its router.
+    pub fn pool(&self) -> usize {
+        self.slo.index
+    }
+
+    /// The gate's pool's name.
+    pub fn pool_name(&self) -> &Arc<str> {
+        &self.pool.name
+    }
+
+    /// Admits the request of `context` (its prompt prefix in `keys`, its head's `headers`):
+    /// placed at once, after a wait, or shed (see the module docs).
+    pub async fn enter(
+        self: &Arc<Self>,
+        context: &RequestContext,
+        keys: AffinityKeys,
+        headers: &http::HeaderMap,
+    ) -> Admission {
+        self.start();
+        let now = Instant::now();
+        let demand = Demand::of(context, now);
+        let (rx, key) = {
+            let mut queue = self.lock();
+            let Some(placed) = self.place(&keys, demand, now) else {
+                // No backend is available: the dispatch's own pick decides (its panic mode).
+                drop(queue);
+                return Admission::Late;
+            };
+            if queue.is_empty() && placed.met {
+                drop(queue);
+                self.exit("direct");
+                return Admission::Placed {
+                    placed,
+                    guard: None,
+                };
+            }
+            if !placed.reachable {
+                drop(queue);
+                return self.late();
+            }
+            let (tx, rx) = oneshot::channel();
+            let entry = Entry {
+                tenant: self.tenant(context, headers),
+                priority: self.priority(headers),
+                deadline: context.received + placed.ttft_target,
+                cost: demand.prompt_tokens.saturating_add(
+                    context
+                        .generation
+                        .as_ref()
+                        .and_then(|generation| generation.read.as_ref())
+                        .and_then(|read| read.facts.max_tokens)
+                        .unwrap_or(DEFAULT_OUTPUT_TOKENS),
+                ),
+                payload: Waiter {
+                    keys,
+                    prompt_tokens: demand.prompt_tokens,
+                    received: context.received,
+                    queued: now,
+                    answer: tx,
+                },
+            };
+            match queue.push(entry) {
+                Ok(key) => {
+                    self.depth(queue.len());
+                    (rx, key)
+                }
+                Err(_) => {
+                    drop(queue);
+                    self.exit("shed_full");
+                    return Admission::Shed("full");
+                }
+            }
+        };
+        self.wake.notify_one();
+        let mut waiting = Waiting {
+            gate: self,
+            key: Some(key),
+        };
+        let admission = rx.await.unwrap_or(Admission::Shed("deadline"));
+        waiting.key = None;
+        admission
+    }
+
+    /// Releases what can go now: entries whose deadline passed leave as `on_deadline` says; then
+    /// entries in fair order while the next one is predicted to meet its targets. Returns whether
+    /// anything is still waiting.
+    pub fn release(&self, now: Instant) -> bool {
+        let mut queue = self.lock();
+        let fastest = self.fastest_first_token(now);
+        while let Some((_, entry)) = queue.pop_expired(now + fastest) {
+            self.answer(entry.payload, self.late(), now);
+        }
+        while let Some(next) = queue.peek() {
+            let waiter = &next.payload;
+            let demand = Demand {
+                prompt_tokens: waiter.prompt_tokens,
+                waited: now.saturating_duration_since(waiter.received),
+            };
+            match self.place(&waiter.keys, demand, now) {
+                Some(placed) if placed.met => {
+                    let Some((_, entry)) = queue.pop() else {
+                        break;
+                    };
+                    let guard = LoadGuard::new(Arc::clone(&placed.backend), demand.prompt_tokens);
+                    self.exit("placed");
+                    let admission = Admission::Placed {
+                        placed,
+                        guard: Some(guard),
+                    };
+                    self.answer(entry.payload, admission, now);
+                }
+                Some(placed) if !placed.reachable => {
+                    let Some((_, entry)) = queue.pop() else {
+                        break;
+                    };
+                    self.answer(entry.payload, self.late(), now);
+                }
+                _ => break,
+            }
+        }
+        self.depth(queue.len());
+        !queue.is_empty()
+    }
+
+    /// Starts the release task on the first request (there is a runtime then).
+    fn start(self: &Arc<Self>) {
+        if !self.running.swap(true, Ordering::AcqRel) {
+            tokio::spawn(run(Arc::downgrade(self)));
+        }
+    }
+
+    /// The placement a dispatch would make now for a request of `demand`.
+    fn place(&self, keys: &AffinityKeys, demand: Demand, now: Instant) -> Option<Placed> {
+        let run = self
+            .affinity
+            .as_ref()
+            .and_then(|affinity| affinity.cached_run(keys));
+        let cached_tokens = |backend: &Backend| match run {
+            Some(run) if backend.owner() == run.owner => run.tokens_of(demand.prompt_tokens),
+            _ => 0,
+        };
+        choose(
+            &self.pool,
+            &self.slo,
+            demand,
+            now,
+            &[],
+            cached_tokens,
+            &mut rand::thread_rng(),
+        )
+    }
+
+    /// The soonest any available backend gives a first token: what is left of a deadline that
+    /// can still be met.
+    fn fastest_first_token(&self, now: Instant) -> Duration {
+        self.pool
+            .backends()
+            .iter()
+            .filter(|backend| backend.available(now))
+            .map(|backend| backend.predict(Load::default(), Ask::default()).alone)
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    /// What a request whose deadline can no longer be met gets.
+    fn late(&self) -> Admission {
+        match self.config.on_deadline {
+            OnDeadline::Shed => {
+                self.exit("shed_deadline");
+                Admission::Shed("deadline")
+            }
+            OnDeadline::Send => {
+                self.exit("late");
+                Admission::Late
+            }
+        }
+    }
+
+    fn answer(&self, waiter: Waiter, admission: Admission, now: Instant) {
+        if let Some(m) = &self.metrics {
+            m.wait
+                .record(now.saturating_duration_since(waiter.queued).as_secs_f64());
+        }
+        // A client that left meanwhile drops the answer, and with it any load guard.
+        let _ = waiter.answer.send(admission);
+    }
+
+    /// The request's tenant for its fair share: the one `[tenants]` named (its name, not its
+    /// bounded label: tenants past the label cap still get a share each), else the
+    /// `tenant_header`'s value (cut at 256 bytes), else one shared by all.
+    fn tenant(&self, context: &RequestContext, headers: &http::HeaderMap) -> Arc<str> {
+        if let Some(tenant) = &context.tenant_name {
+            return Arc::clone(tenant);
+        }
+        self.config
+            .tenant_header
+            .as_ref()
+            .and_then(|name| headers.get(name))
+            .and_then(|value| value.to_str().ok())
+            .map_or_else(
+                || Arc::from("anonymous"),
+                |value| Arc::from(value.get(..256).unwrap_or(value)),
+            )
+    }
+
+    fn priority(&self, headers: &http::HeaderMap) -> u8 {
+        self.config
+            .priority_header
+            .as_ref()
+            .and_then(|name| headers.get(name))
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn exit(&self, how: &'static str) {
+        if let Some(m) = &self.metrics {
+            m.exit(how);
+        }
+    }
+
+    fn depth(&self, depth: usize) {
+        if let Some(m) = &self.metrics {
+            m.depth.set(depth as f64);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, FairQueue<Waiter>> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A request's place in the queue while it waits: dropped before its answer (the client left),
+/// it takes the entry out.
+struct Waiting<'a> {
+    gate: &'a Gate,
+    key: Option<Key>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let Some(key) = self.key else {
+            return;
+        };
+        let mut queue = self.gate.lock();
+        if queue.remove(key).is_some() {
+            self.gate.depth(queue.len());
+            drop(queue);
+            self.gate.exit("cancelled");
+        }
+    }
+}
+
+/// The release task of one gate, until the gate is gone (its router was replaced and every request
+/// that held it has left).
+async fn run(gate: Weak<Gate>) {
+    loop {
+        let Some(strong) = gate.upgrade() else {
+            return;
+        };
+        let waiting = strong.release(Instant::now());
+        let wake = Arc::clone(&strong.wake);
+        drop(strong);
+        let pause = if waiting { TICK } else { IDLE };
+        tokio::select! {
+            () = wake.notified() => {}
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,347 @@
+use std::time::Duration;
+
+use http::HeaderMap;
+
+use super::*;
+use crate::config::{BalanceLoad, Config, PoolConfig};
+use crate::context::Estimate;
+use crate::request::PromptSize;
+use crate::route::predict::Outcome;
+
+/// How long a test waits for the release task before it calls a wait lost.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+struct Fixture {
+    gate: Arc<Gate>,
+    pool: Arc<Pool>,
+    metrics: Metrics,
+}
+
+/// A gate over one backend taught to prefill 10 000 tokens/s after 20 ms, and to decode at
+/// `10 ms + 2 ms` per stream in its batch (so 12 streams meet a 35 ms TPOT target and 13 miss).
+fn fixture(ttft_target: Duration, queue: QueueConfig) -> Fixture {
+    let pool_config = PoolConfig {
+        name: "p".to_owned(),
+        urls: vec!["http://127.0.0.1:9".to_owned()],
+        balance: BalanceLoad::Slo,
+        ..PoolConfig::default()
+    };
+    let pool = Arc::new(Pool::new(&pool_config, None, None).expect("valid pool"));
+    let mut config = Config::default();
+    config.slo.ttft = ttft_target;
+    config.slo.tpot = Duration::from_millis(35);
+    let metrics = Metrics::new(&config).expect("default buckets");
+    let slo = Arc::new(PoolSlo::new(0, "p", &config, None));
+    let backend = &pool.backends()[0];
+    for i in 0..400u64 {
+        let load = Load {
+            queued_tokens: (i * 37) % 9_000,
+            streams: i % 13,
+        };
+        let ask = Ask {
+            prompt_tokens: 200 + (i * 91) % 4_000,
+            cached_tokens: 0,
+        };
+        let work = (load.queued_tokens + ask.uncached()) as f64;
+        let outcome = Outcome {
+            ttft: Duration::from_secs_f64(0.020 + work / 10_000.0),
+            tpot: Some(Duration::from_secs_f64(
+                0.010 + 0.002 * (load.streams + 1) as f64,
+            )),
+        };
+        backend.learn(200, load, ask, outcome);
+    }
+    let gate = Arc::new(Gate::new(
+        Arc::clone(&pool),
+        slo,
+        None,
+        queue,
+        Some(&metrics),
+    ));
+    Fixture {
+        gate,
+        pool,
+        metrics,
+    }
+}
+
+impl Fixture {
+    /// `n` streams on the backend, each with `prompt_tokens` not yet prefilled.
+    fn load(&self, n: usize, prompt_tokens: u64) -> Vec<LoadGuard> {
+        let backend = &self.pool.backends()[0];
+        (0..n)
+            .map(|_| LoadGuard::new(Arc::clone(backend), prompt_tokens))
+            .collect()
+    }
+
+    /// `tokenmeter_queue_exits_total{exit}` of the pool.
+    fn exits(&self, exit: &str) -> u64 {
+        let text = self.metrics.render();
+        let wanted = format!("exit=\"{exit}\"");
+        text.lines()
+            .filter(|line| {
+                line.starts_with("tokenmeter_queue_exits_total") && line.contains(&wanted)
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    fn depth(&self) -> usize {
+        self.gate.lock().len()
+    }
+}
+
+fn request(prompt_tokens: u64) -> RequestContext {
+    let mut context = RequestContext::new(Instant::now(), None);
+    context.estimate = Some(Estimate {
+        size: PromptSize::default(),
+        tokens: prompt_tokens,
+    });
+    context
+}
+
+fn enter(
+    gate: &Arc<Gate>,
+    prompt_tokens: u64,
+    headers: HeaderMap,
+) -> tokio::task::JoinHandle<Admission> {
+    let gate = Arc::clone(gate);
+    tokio::spawn(async move {
+        let context = request(prompt_tokens);
+        gate.enter(&context, AffinityKeys::default(), &headers)
+            .await
+    })
+}
+
+/// Waits until `n` entries wait in the gate.
+async fn queued(fixture: &Fixture, n: usize) {
+    let deadline = Instant::now() + PATIENCE;
+    while fixture.depth() != n {
+        assert!(
+            Instant::now() < deadline,
+            "{} queued, not {n}",
+            fixture.depth()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_request_that_can_meet_its_targets_goes_at_once() {
+    let fixture = fixture(Duration::from_millis(800), QueueConfig::default());
+    let _streams = fixture.load(5, 0);
+    let admission = enter(&fixture.gate, 1_000, HeaderMap::new())
+        .await
+        .expect("no panic");
+    let Admission::Placed { placed, guard } = admission else {
+        panic!("not placed: {admission:?}");
+    };
+    assert!(placed.met);
+    assert!(
+        guard.is_none(),
+        "the dispatch counts a direct request's load"
+    );
+    // 20 ms + 1 000 tokens at 10 000/s.
+    let ttft = placed.prediction.ttft.as_secs_f64();
+    assert!((ttft - 0.120).abs() < 0.005, "predicted {ttft}");
+    assert_eq!(fixture.exits("direct"), 1);
+    assert_eq!(fixture.depth(), 0);
+}
+
+#[tokio::test]
+async fn a_request_waits_while_the_streams_there_would_miss_then_goes_when_they_end() {
+    let fixture = fixture(Duration::from_secs(5), QueueConfig::default());
+    let mut streams = fixture.load(13, 0);
+    let waiting = enter(&fixture.gate, 500, HeaderMap::new());
+    queued(&fixture, 1).await;
+    // Still waiting a few ticks later: a 14th stream would decode at 38 ms.
+    tokio::time::sleep(TICK * 4).await;
+    assert!(!waiting.is_finished());
+    streams.truncate(11);
+    let admission = tokio::time::timeout(PATIENCE, waiting)
+        .await
+        .expect("released")
+        .expect("no panic");
+    let Admission::Placed { placed, guard } = admission else {
+        panic!("not placed: {admission:?}");
+    };
+    assert!(placed.met);
+    assert_eq!(placed.prediction.streams, 11);
+    let backend = &fixture.pool.backends()[0];
+    assert!(
+        guard.is_some(),
+        "the gate counted its load when it released it"
+    );
+    assert_eq!(backend.streams(), 12);
+    assert_eq!(backend.queued_tokens(), 500);
+    drop(guard);
+    assert_eq!(backend.streams(), 11);
+    assert_eq!(fixture.exits("placed"), 1);
+    assert_eq!(fixture.depth(), 0);
+}
+
+#[tokio::test]
+async fn a_request_no_backend_can_serve_in_time_is_shed_or_sent() {
+    for (on_deadline, expected) in [
+        (OnDeadline::Shed, "shed_deadline"),
+        (OnDeadline::Send, "late"),
+    ] {
+        let queue = QueueConfig {
+            on_deadline,
+            ..QueueConfig::default()
+        };
+        let fixture = fixture(Duration::from_millis(800), queue);
+        // 9 000 tokens queued ahead: 20 ms + 0.95 s to a 500-token prompt's first token.
+        let _streams = fixture.load(1, 9_000);
+        let admission = enter(&fixture.gate, 500, HeaderMap::new())
+            .await
+            .expect("no panic");
+        match on_deadline {
+            OnDeadline::Shed => assert!(matches!(admission, Admission::Shed("deadline"))),
+            OnDeadline::Send => assert!(matches!(admission, Admission::Late)),
+        }
+        assert_eq!(fixture.exits(expected), 1);
+        assert_eq!(fixture.depth(), 0);
+    }
+}
+
+#[tokio::test]
+async fn a_long_prompt_is_held_to_its_own_prefill_not_shed() {
+    let fixture = fixture(Duration::from_millis(800), QueueConfig::default());
+    // 12 000 tokens take 1.22 s alone: held to 1.83 s, which 4 000 queued tokens (1.62 s) meet.
+    let _streams = fixture.load(1, 4_000);
+    let admission = enter(&fixture.gate, 12_000, HeaderMap::new())
+        .await
+        .expect("no panic");
+    let Admission::Placed { placed, .. } = admission else {
+        panic!("not placed: {admission:?}");
+    };
+    assert!(placed.met);
+    let target = placed.ttft_target.as_secs_f64();
+    assert!((target - 1.83).abs() < 0.01, "held to {target}");
+}
+
+#[tokio::test]
+async fn a_waiting_request_whose_deadline_passes_is_shed() {
+    let fixture = fixture(Duration::from_millis(200), QueueConfig::default());
+    let _streams = fixture.load(13, 0);
+    let started = Instant::now();
+    let admission = tokio::time::timeout(PATIENCE, enter(&fixture.gate, 500, HeaderMap::new()))
+        .await
+        .expect("answered")
+        .expect("no panic");
+    assert!(
+        matches!(admission, Admission::Shed("deadline")),
+        "{admission:?}"
+    );
+    // It leaves once its own first token (20 ms + 50 ms for its 500 tokens) could no longer come
+    // by its 200 ms deadline: after about 130 ms of waiting, not before, and not at 200 ms.
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(120) && waited < Duration::from_millis(190),
+        "waited {waited:?}"
+    );
+    assert_eq!(fixture.exits("shed_deadline"), 1);
+    assert_eq!(fixture.depth(), 0);
+}
+
+#[tokio::test]
+async fn a_full_queue_sheds_the_next_request() {
+    let queue = QueueConfig {
+        capacity: 2,
+        ..QueueConfig::default()
+    };
+    let fixture = fixture(Duration::from_secs(5), queue);
+    let _streams = fixture.load(13, 0);
+    let first = enter(&fixture.gate, 100, HeaderMap::new());
+    let second = enter(&fixture.gate, 100, HeaderMap::new());
+    queued(&fixture, 2).await;
+    let third = enter(&fixture.gate, 100, HeaderMap::new())
+        .await
+        .expect("no panic");
+    assert!(matches!(third, Admission::Shed("full")), "{third:?}");
+    assert_eq!(fixture.exits("shed_full"), 1);
+    first.abort();
+    second.abort();
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_takes_its_entry_out() {
+    let fixture = fixture(Duration::from_secs(5), QueueConfig::default());
+    let mut streams = fixture.load(13, 0);
+    let leaving = enter(&fixture.gate, 100, HeaderMap::new());
+    queued(&fixture, 1).await;
+    leaving.abort();
+    assert!(leaving.await.is_err_and(|e| e.is_cancelled()));
+    assert_eq!(fixture.depth(), 0);
+    assert_eq!(fixture.exits("cancelled"), 1);
+    // The capacity it held is not given to anyone: the next request goes alone.
+    streams.truncate(11);
+    let next = enter(&fixture.gate, 100, HeaderMap::new())
+        .await
+        .expect("no panic");
+    assert!(matches!(next, Admission::Placed { guard: None, .. }));
+    assert_eq!(fixture.pool.backends()[0].streams(), 11);
+}
+
+#[tokio::test]
+async fn the_queue_releases_by_priority_and_only_as_capacity_frees() {
+    let queue = QueueConfig {
+        priority_header: Some(http::HeaderName::from_static("x-priority")),
+        ..QueueConfig::default()
+    };
+    let fixture = fixture(Duration::from_secs(5), queue);
+    let mut streams = fixture.load(13, 0);
+    let with_priority = |p: &str| {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-priority", p.parse().expect("a header value"));
+        headers
+    };
+    let low = enter(&fixture.gate, 100, with_priority("1"));
+    queued(&fixture, 1).await;
+    let high = enter(&fixture.gate, 100, with_priority("9"));
+    queued(&fixture, 2).await;
+    // Room for one: the later, higher-priority request goes; the other waits on.
+    streams.truncate(11);
+    let admission = tokio::time::timeout(PATIENCE, high)
+        .await
+        .expect("released")
+        .expect("no panic");
+    assert!(matches!(
+        admission,
+        Admission::Placed { guard: Some(_), .. }
+    ));
+    tokio::time::sleep(TICK * 4).await;
+    assert!(!low.is_finished());
+    assert_eq!(fixture.depth(), 1);
+    drop(admission);
+    let admission = tokio::time::timeout(PATIENCE, low)
+        .await
+        .expect("released")
+        .expect("no panic");
+    assert!(matches!(
+        admission,
+        Admission::Placed { guard: Some(_), .. }
+    ));
+}
+
+#[test]
+fn the_tenant_is_the_named_one_else_the_header_else_shared() {
+    let queue = QueueConfig {
+        tenant_header: Some(http::HeaderName::from_static("x-team")),
+        ..QueueConfig::default()
+    };
+    let fixture = fixture(Duration::from_secs(1), queue);
+    let mut headers = HeaderMap::new();
+    let mut context = request(10);
+    assert_eq!(&*fixture.gate.tenant(&context, &headers), "anonymous");
+    headers.insert("x-team", "search".parse().expect("a header value"));
+    assert_eq!(&*fixture.gate.tenant(&context, &headers), "search");
+    context.tenant = Some(Arc::from("other"));
+    context.tenant_name = Some(Arc::from("tenant-9999"));
+    assert_eq!(&*fixture.gate.tenant(&context, &headers), "tenant-9999");
+    let long = "x".repeat(1_000);
+    headers.insert("x-team", long.parse().expect("a header value"));
+    context.tenant_name = None;
+    assert_eq!(fixture.gate.tenant(&context, &headers).len(), 256);
+}

@@ -1,0 +1,90 @@
+//! Where the latency models learn: the finish point of every request a `balance = "slo"` pool
+//! placed.
+//!
+//! A request teaches its backend's model when it measured what the model predicts: it streamed
+//! (a whole body at once has no first token of its own), ended well, reached a first token, and
+//! went to one backend once (a retried request's dispatch instant belongs to another backend).
+//! Its TTFT is taken from the dispatch, as the model predicts it (time spent in the proxy before
+//! is the request's, not the backend's), and its prompt and cached tokens from the backend's own
+//! usage where it reports them. Predicted / measured is counted for the same requests.
+use std::sync::Arc;
+
+use super::PoolSlo;
+use crate::context::{FinishHook, Finished, Outcome};
+use crate::route::backend::Backend;
+use crate::route::pools::Pool;
+use crate::route::predict::{self, Ask, Load};
+
+/// The finish hook of a router with `balance = "slo"` pools.
+#[derive(Debug)]
+pub struct SloHook {
+    pools: Vec<Arc<Pool>>,
+    /// Each pool's placement (`None`: not `slo`), in pool order.
+    slo: Vec<Option<Arc<PoolSlo>>>,
+}
+
+impl SloHook {
+    pub fn new(pools: Vec<Arc<Pool>>, slo: Vec<Option<Arc<PoolSlo>>>) -> Self {
+        Self { pools, slo }
+    }
+
+    /// The backend of pool `index` whose target the request went to.
+    fn backend(&self, index: usize, label: &Arc<str>) -> Option<Arc<Backend>> {
+        let backends = self.pools.get(index)?.backends();
+        let found = backends
+            .iter()
+            .find(|b| Arc::ptr_eq(&b.target.label, label) || b.target.label == *label)
+            .map(Arc::clone);
+        found
+    }
+}
+
+impl FinishHook for SloHook {
+    fn finished(&self, request: &Finished<'_>) {
+        let context = request.context;
+        let Some(prediction) = context.prediction else {
+            return;
+        };
+        let stream = &context.stream;
+        let learnable = request.outcome == Outcome::Ok
+            && stream.framed
+            && context.attempts == 1
+            && context.handoff.is_none();
+        let (Some(dispatched), Some(first_token), true) =
+            (context.marks.dispatched, stream.first_token, learnable)
+        else {
+            return;
+        };
+        let Some(slo) = self.slo.get(prediction.pool).and_then(Option::as_ref) else {
+            return;
+        };
+        let ttft = first_token.saturating_duration_since(dispatched);
+        let tpot = request.figures.tpot;
+        slo.observed(&prediction, ttft, tpot);
+        let backend = context
+            .backend
+            .as_ref()
+            .and_then(|target| self.backend(prediction.pool, &target.label));
+        if let Some(backend) = backend {
+            let load = Load {
+                queued_tokens: prediction.queued_tokens,
+                streams: prediction.streams,
+            };
+            // What the backend did, where it said: the model learns the backend, the estimates'
+            // own errors show in the ratio above.
+            let prompt_tokens = request
+                .figures
+                .input_tokens
+                .unwrap_or(prediction.prompt_tokens);
+            let ask = Ask {
+                prompt_tokens,
+                cached_tokens: request
+                    .figures
+                    .cached_input_tokens
+                    .unwrap_or(prediction.cached_tokens)
+                    .min(prompt_tokens),
+            };
+            backend.learn(slo.memory, load, ask, predict::Outcome { ttft, tpot });
+        }
+    }
+}

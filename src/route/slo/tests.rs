@@ -1,0 +1,294 @@
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use super::*;
+use crate::config::{BalanceLoad, PoolConfig};
+use crate::route::backend::LoadGuard;
+use crate::route::health::{EjectPolicy, Fault};
+use crate::route::predict::Outcome;
+
+fn pool(n: usize) -> Pool {
+    let config = PoolConfig {
+        name: "p".to_owned(),
+        urls: (0..n)
+            .map(|i| format!("http://127.0.0.1:{}", 9000 + i))
+            .collect(),
+        balance: BalanceLoad::Slo,
+        ..PoolConfig::default()
+    };
+    Pool::new(&config, None, None).expect("valid pool")
+}
+
+fn slo() -> PoolSlo {
+    let mut config = Config::default();
+    config.slo.ttft = Duration::from_millis(800);
+    config.slo.tpot = Duration::from_millis(35);
+    PoolSlo::new(0, "p", &config, None)
+}
+
+/// Teaches `backend` that it prefills `rate` tokens per second, after a `base` and with no other
+/// cost; decoding at `tpot` a token.
+fn teach(backend: &Backend, rate: f64, base: f64, tpot: f64) {
+    for i in 0..400u64 {
+        let load = Load {
+            queued_tokens: (i * 37) % 9_000,
+            streams: i % 13,
+        };
+        let ask = Ask {
+            prompt_tokens: 200 + (i * 91) % 4_000,
+            cached_tokens: 0,
+        };
+        let work = (load.queued_tokens + ask.uncached()) as f64;
+        let outcome = Outcome {
+            ttft: Duration::from_secs_f64(base + work / rate),
+            tpot: Some(Duration::from_secs_f64(tpot)),
+        };
+        backend.learn(200, load, ask, outcome);
+    }
+}
+
+fn demand(prompt_tokens: u64) -> Demand {
+    Demand {
+        prompt_tokens,
+        waited: Duration::ZERO,
+    }
+}
+
+fn label(placed: &Placed) -> &str {
+    &placed.backend.target.label
+}
+
+#[test]
+fn a_cold_pool_goes_by_queued_work() {
+    let pool = pool(3);
+    let backends = pool.backends();
+    let _a = LoadGuard::new(Arc::clone(&backends[0]), 4_000);
+    let _b = LoadGuard::new(Arc::clone(&backends[2]), 1_000);
+    let mut rng = StdRng::seed_from_u64(1);
+    for _ in 0..20 {
+        let placed = choose(
+            &pool,
+            &slo(),
+            demand(500),
+            Instant::now(),
+            &[],
+            |_| 0,
+            &mut rng,
+        )
+        .expect("three backends");
+        assert_eq!(
+            label(&placed),
+            "127.0.0.1:9001",
+            "the idle one, by the priors"
+        );
+        assert!(placed.met, "an idle backend meets 800 ms with 500 tokens");
+        assert_eq!(placed.prediction.queued_tokens, 0);
+        assert_eq!(placed.prediction.prompt_tokens, 500);
+    }
+}
+
+#[test]
+fn a_slower_backend_is_used_only_when_it_has_more_headroom() {
+    let pool = pool(2);
+    let backends = pool.backends();
+    teach(&backends[0], 10_000.0, 0.02, 0.010);
+    teach(&backends[1], 2_500.0, 0.02, 0.010);
+    let slo = slo();
+    let mut rng = StdRng::seed_from_u64(2);
+    let place = |rng: &mut StdRng| {
+        choose(&pool, &slo, demand(1_000), Instant::now(), &[], |_| 0, rng).expect("placed")
+    };
+    // Both idle: the fast one (0.12 s against 0.42 s).
+    let placed = place(&mut rng);
+    assert_eq!(label(&placed), "127.0.0.1:9000");
+    let predicted = placed.prediction.ttft.as_secs_f64();
+    assert!((predicted - 0.12).abs() < 0.01, "learned: {predicted}");
+    // 4 000 tokens queued on the fast one: 0.52 s there, 0.42 s on the slow one.
+    let _queued = LoadGuard::new(Arc::clone(&backends[0]), 4_000);
+    let placed = place(&mut rng);
+    assert_eq!(
+        label(&placed),
+        "127.0.0.1:9001",
+        "the slow one has more headroom now"
+    );
+    assert!(placed.met);
+    // A request that waited 500 ms in the proxy meets 800 ms nowhere: it goes where it misses
+    // least.
+    let late = Demand {
+        prompt_tokens: 1_000,
+        waited: Duration::from_millis(500),
+    };
+    let placed = choose(&pool, &slo, late, Instant::now(), &[], |_| 0, &mut rng).expect("placed");
+    assert!(!placed.met, "0.92 s at best");
+    assert_eq!(label(&placed), "127.0.0.1:9001");
+}
+
+#[test]
+fn a_cached_prefix_is_a_term_not_a_preference() {
+    let pool = pool(2);
+    let backends = pool.backends();
+    teach(&backends[0], 10_000.0, 0.02, 0.010);
+    teach(&backends[1], 10_000.0, 0.02, 0.010);
+    let slo = slo();
+    let mut rng = StdRng::seed_from_u64(3);
+    let holder = |backend: &Backend| {
+        if &*backend.target.label == "127.0.0.1:9000" {
+            5_000
+        } else {
+            0
+        }
+    };
+    // 6 000-token prompt, 5 000 cached on 9000, which has 3 000 queued: 0.42 s against 0.62 s.
+    let queued = LoadGuard::new(Arc::clone(&backends[0]), 3_000);
+    let placed = choose(
+        &pool,
+        &slo,
+        demand(6_000),
+        Instant::now(),
+        &[],
+        holder,
+        &mut rng,
+    )
+    .expect("placed");
+    assert_eq!(
+        label(&placed),
+        "127.0.0.1:9000",
+        "the cache outweighs its queue"
+    );
+    assert_eq!(placed.prediction.cached_tokens, 5_000);
+    // With 8 000 queued there (0.92 s) the other backend wins, cache or not.
+    let _more = LoadGuard::new(Arc::clone(&backends[0]), 5_000);
+    let placed = choose(
+        &pool,
+        &slo,
+        demand(6_000),
+        Instant::now(),
+        &[],
+        holder,
+        &mut rng,
+    )
+    .expect("placed");
+    assert_eq!(label(&placed), "127.0.0.1:9001");
+    assert_eq!(placed.prediction.cached_tokens, 0);
+    drop(queued);
+}
+
+#[test]
+fn streams_past_the_tpot_target_count_against_a_backend() {
+    let pool = pool(2);
+    let backends = pool.backends();
+    // 9001 decodes at 30 ms a token plus 1 ms per stream: 10 streams put it past 35 ms.
+    for backend in backends.iter() {
+        for i in 0..400u64 {
+            let load = Load {
+                queued_tokens: 0,
+                streams: i % 20,
+            };
+            let outcome = Outcome {
+                ttft: Duration::from_millis(50),
+                tpot: Some(Duration::from_secs_f64(
+                    0.020 + 0.001 * (load.streams + 1) as f64,
+                )),
+            };
+            backend.learn(200, load, Ask::default(), outcome);
+        }
+    }
+    let _guards: Vec<LoadGuard> = (0..16)
+        .map(|_| LoadGuard::new(Arc::clone(&backends[0]), 0))
+        .collect();
+    let mut rng = StdRng::seed_from_u64(4);
+    let placed = choose(
+        &pool,
+        &slo(),
+        demand(100),
+        Instant::now(),
+        &[],
+        |_| 0,
+        &mut rng,
+    )
+    .expect("placed");
+    assert_eq!(
+        label(&placed),
+        "127.0.0.1:9001",
+        "17 streams would decode at 37 ms"
+    );
+    let tpot = placed.prediction.tpot.as_secs_f64();
+    assert!((tpot - 0.021).abs() < 0.002, "{tpot}");
+}
+
+#[test]
+fn never_an_ejected_or_excluded_backend() {
+    let pool = pool(3);
+    let backends = pool.backends();
+    let policy = EjectPolicy {
+        after: 1,
+        base: Duration::from_secs(10),
+        max: Duration::from_secs(10),
+    };
+    let now = Instant::now();
+    backends[1].on_failure(now, &policy, Fault::Connection);
+    let excluded = [Arc::clone(&backends[2])];
+    let mut rng = StdRng::seed_from_u64(5);
+    for _ in 0..50 {
+        let placed =
+            choose(&pool, &slo(), demand(100), now, &excluded, |_| 0, &mut rng).expect("one left");
+        assert_eq!(label(&placed), "127.0.0.1:9000");
+    }
+    let all = [Arc::clone(&backends[0]), Arc::clone(&backends[2])];
+    assert!(choose(&pool, &slo(), demand(100), now, &all, |_| 0, &mut rng).is_none());
+}
+
+#[test]
+fn equal_predictions_spread_over_the_backends() {
+    let pool = pool(4);
+    let mut rng = StdRng::seed_from_u64(6);
+    let mut counts = std::collections::HashMap::new();
+    for _ in 0..400 {
+        let placed = choose(
+            &pool,
+            &slo(),
+            demand(100),
+            Instant::now(),
+            &[],
+            |_| 0,
+            &mut rng,
+        )
+        .expect("placed");
+        *counts.entry(label(&placed).to_owned()).or_insert(0) += 1;
+    }
+    assert_eq!(counts.len(), 4, "every backend is chosen: {counts:?}");
+    assert!(counts.values().all(|&n| n > 60), "{counts:?}");
+}
+
+#[test]
+fn a_backend_that_fits_the_tpot_target_beats_any_that_does_not() {
+    let targets = Targets {
+        ttft: Duration::from_millis(800),
+        tpot: Duration::from_millis(40),
+    };
+    let ms = Duration::from_millis;
+    let close = Score::of(targets, ms(400), ms(39));
+    assert_eq!(
+        close,
+        Score {
+            fits: true,
+            margin: 0.5
+        },
+        "TTFT headroom alone"
+    );
+    assert!(close.met());
+    let late = Score::of(targets, ms(1_000), ms(10));
+    assert!(
+        late.fits && !late.met() && (late.margin + 0.25).abs() < 1e-9,
+        "{late:?}"
+    );
+    let crowded = Score::of(targets, ms(100), ms(50));
+    assert!(
+        !crowded.fits && (crowded.margin + 0.25).abs() < 1e-9,
+        "{crowded:?}"
+    );
+    assert!(late > crowded, "fitting the TPOT target comes first");
+    assert!(close > late);
+}
