@@ -1,5 +1,6 @@
 //! Micro benchmarks of the token path (criterion): SSE scan + meter per chunk, request prompt
-//! extraction and estimate per KiB, metric recording per token.
+//! extraction and estimate per KiB, metric recording per token, a `balance = "slo"` placement per
+//! pool size.
 //!
 //! `cargo bench --bench micro` runs them. `micro callgrind <n>` instead streams `n` chunks
 //! through the real `MeteredBody` and exits, for `valgrind --tool=callgrind` (deterministic
@@ -130,6 +131,73 @@ fn per_request(c: &mut Criterion) {
     group.finish();
 }
 
+/// `balance = "slo"`: one placement in a pool of `n` learned backends with streams and queued
+/// prompts on each (the decision #27 keeps under 10 µs at 16 backends).
+fn placement(c: &mut Criterion) {
+    use tokenmeter::config::{BalanceLoad, Config};
+    use tokenmeter::route::backend::LoadGuard;
+    use tokenmeter::route::predict::{Ask, Load, Outcome};
+    use tokenmeter::route::slo::{choose, Demand, PoolSlo};
+
+    let mut group = c.benchmark_group("route");
+    for n in [4usize, 16, 64] {
+        let config = PoolConfig {
+            name: "replicas".to_owned(),
+            urls: (0..n)
+                .map(|i| format!("http://127.0.0.1:{}", 9100 + i))
+                .collect(),
+            balance: BalanceLoad::Slo,
+            ..PoolConfig::default()
+        };
+        let pool = Pool::new(&config, None, None).expect("a pool");
+        let slo = PoolSlo::new(0, "replicas", &Config::default(), None);
+        let mut guards = Vec::new();
+        for (i, backend) in pool.backends().iter().enumerate() {
+            for k in 0..64u64 {
+                let load = Load {
+                    queued_tokens: (k * 311) % 8_000,
+                    streams: k % 24,
+                };
+                let ask = Ask {
+                    prompt_tokens: 200 + (k * 97) % 3_000,
+                    cached_tokens: 0,
+                };
+                let work = (load.queued_tokens + ask.prompt_tokens) as f64 / 1_000.0;
+                let outcome = Outcome {
+                    ttft: Duration::from_secs_f64(0.02 + 0.05 * work * (1.0 + i as f64 / 8.0)),
+                    tpot: Some(Duration::from_secs_f64(0.01 + 0.0005 * load.streams as f64)),
+                };
+                backend.learn(200, load, ask, outcome);
+            }
+            for k in 0..(i % 5) {
+                guards.push(LoadGuard::new(
+                    std::sync::Arc::clone(backend),
+                    300 * k as u64,
+                ));
+            }
+        }
+        let demand = Demand {
+            prompt_tokens: 1_000,
+            waited: Duration::from_millis(2),
+        };
+        let mut rng = rand::thread_rng();
+        group.bench_function(format!("slo_place_{n}_backends"), |b| {
+            b.iter(|| {
+                choose(
+                    &pool,
+                    &slo,
+                    black_box(demand),
+                    tokio::time::Instant::now(),
+                    &[],
+                    |_| 0,
+                    &mut rng,
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
 fn affinity_pool() -> (Pool, PoolAffinity) {
     let config = PoolConfig {
         name: "chat".to_owned(),
@@ -173,7 +241,7 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = per_chunk, per_request, per_token
+    targets = per_chunk, per_request, per_token, placement
 }
 
 /// `micro callgrind [body|classify|parsed|read|read_spans|prefix] [N]`: N chunks through the

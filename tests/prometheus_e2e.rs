@@ -110,10 +110,11 @@ fn start_redis(dir: &std::path::Path) -> (Proc, SocketAddr) {
     (redis, addr)
 }
 
-/// Sidecar 0 fronts one replica (the default pool, from `TOKENMETER_UPSTREAM`). Sidecar 1
-/// disaggregates: prompts of [`HANDOFF_MIN_PROMPT_TOKENS`] or more are prefilled on a second
-/// replica and decoded on the first (vLLM's protocol, which the simulator speaks), the rest
-/// prefill where they decode: the disaggregation panels and rules get both kinds of result.
+/// Sidecar 0 fronts one replica (a pool named `default`, placing by predicted latency behind a
+/// gateway queue). Sidecar 1 disaggregates: prompts of [`HANDOFF_MIN_PROMPT_TOKENS`] or more are
+/// prefilled on a second replica and decoded on the first (vLLM's protocol, which the simulator
+/// speaks), the rest prefill where they decode: the disaggregation panels and rules get both kinds
+/// of result.
 fn start_sidecar(index: usize, dir: &std::path::Path) -> Sidecar {
     let (decode_sim, decode_addr) = start_sim(&format!("sim-{index}"), dir);
     let traffic = free_addr();
@@ -172,7 +173,22 @@ requests_per_minute = 1
         sims.push(redis);
         serve.env("TOKENMETER_BUDGET_STORE", format!("redis://{redis_addr}/0"));
     } else {
-        serve.env("TOKENMETER_UPSTREAM", format!("http://{decode_addr}"));
+        // Placement by predicted latency, gated (the placement and queue series exist); a request
+        // that cannot meet its TTFT target is sent late, never shed, so every bench request is
+        // served.
+        let config = dir.join(format!("tokenmeter-{index}.toml"));
+        let toml = format!(
+            r#"[[pools]]
+name = "default"
+urls = ["http://{decode_addr}"]
+balance = "slo"
+
+[pools.queue]
+on_deadline = "send"
+"#
+        );
+        std::fs::write(&config, toml).expect("write the gated config");
+        serve.arg("--config").arg(&config);
     }
     let proxy = Proc::spawn(&format!("tokenmeter-{index}"), serve, dir);
     wait_for("tokenmeter /readyz", Duration::from_secs(20), || {

@@ -55,7 +55,11 @@ impl Router {
         let mut last_pool = None;
         let mut last_error = None;
         let mut admitted = None;
-        if let (Some(gate), Some(head)) = (self.gate(&context.plan), pending.as_ref()) {
+        // Only generation requests wait: a model list or a health probe costs a backend nothing.
+        let gate = self
+            .gate(&context.plan)
+            .filter(|_| context.generation.is_some());
+        if let (Some(gate), Some(head)) = (gate, pending.as_ref()) {
             match gate.enter(&context, keys.clone(), head.headers()).await {
                 Admission::Placed { placed, guard } => {
                     admitted = self

@@ -101,9 +101,9 @@ pub struct Placed {
     pub prediction: Prediction,
     /// Predicted to meet both targets.
     pub met: bool,
-    /// Some backend is predicted to give it its first token in time (fitting the TPOT target or
-    /// not): when none is, waiting cannot help it.
-    pub reachable: bool,
+    /// Its first token on the fastest backend with nothing else to do: a request that waits
+    /// must be sent by `ttft_target - alone` after it was received, or miss.
+    pub alone: Duration,
     /// The TTFT it is held to ([`Targets::for_prompt`]).
     pub ttft_target: Duration,
 }
@@ -226,22 +226,20 @@ pub fn choose(
     let alone = candidates.iter().map(|c| c.predicted.alone).min()?;
     let targets = slo.targets.for_prompt(alone);
     let mut best: Option<(Score, &Candidate<'_>)> = None;
-    let mut reachable = false;
     for candidate in &candidates {
         let Predicted { ttft, tpot, .. } = candidate.predicted;
         let score = Score::of(targets, demand.waited + ttft, tpot);
-        reachable |= demand.waited + ttft <= targets.ttft;
         let explore = score.met()
             && candidate.load == Load::default()
             && candidate.backend.learned() < EXPLORE;
         if explore {
-            return Some(candidate.placed(slo, targets, score, true));
+            return Some(candidate.placed(slo, targets, score, alone));
         }
         if best.as_ref().map_or(true, |(most, _)| score > *most) {
             best = Some((score, candidate));
         }
     }
-    best.map(|(score, candidate)| candidate.placed(slo, targets, score, reachable))
+    best.map(|(score, candidate)| candidate.placed(slo, targets, score, alone))
 }
 
 /// A backend scored for a request.
@@ -253,7 +251,7 @@ struct Candidate<'a> {
 }
 
 impl Candidate<'_> {
-    fn placed(&self, slo: &PoolSlo, targets: Targets, score: Score, reachable: bool) -> Placed {
+    fn placed(&self, slo: &PoolSlo, targets: Targets, score: Score, alone: Duration) -> Placed {
         Placed {
             backend: Arc::clone(self.backend),
             prediction: Prediction {
@@ -266,7 +264,7 @@ impl Candidate<'_> {
                 tpot: self.predicted.tpot,
             },
             met: score.met(),
-            reachable,
+            alone,
             ttft_target: targets.ttft,
         }
     }

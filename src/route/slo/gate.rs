@@ -4,23 +4,30 @@
 //!
 //! A request enters ([`Gate::enter`]) after the plan:
 //! - nothing is waiting and a backend is predicted to meet both targets: it goes there at once;
-//! - no backend can give it its first token in time any more, whatever it waits for (even the
-//!   best prediction misses the TTFT target): its deadline has passed, see below;
-//! - otherwise (backends would meet its TTFT but not without pushing their streams past the TPOT
-//!   target, or others are waiting before it) it waits in a [`FairQueue`]: its tenant's fair
-//!   share, then its priority, then its deadline (`received` + the TTFT target) order it.
+//! - even a backend with nothing else to do could not give it its first token in time any more:
+//!   it leaves at once, see below;
+//! - otherwise it waits in a [`FairQueue`], ordered by its tenant's fair share, then its priority,
+//!   then the latest moment it can still be sent: `received` + its TTFT target − its first token
+//!   on the fastest idle backend.
+//!
+//! A request is not shed on arrival merely because the backends are busy now. Their queues are
+//! full of work the gate released up to its deadlines; the backends drain, and the next request in
+//! fair order takes the next room. Shedding whoever arrives while they are full would shed a
+//! quiet tenant's requests as readily as a flooding one's, and fairness would only order what is
+//! left.
 //!
 //! One task per gated pool releases the queue ([`Gate::release`]): whenever something was pushed,
 //! and every [`TICK`] while anything waits (streams end and prefills finish without telling the
 //! queue; a tick costs one prediction per backend). The next entry in fair order is placed as a
-//! dispatch would place it, and released only when it is predicted to meet both targets: its
-//! backend's load is counted at once, so the next entry is predicted against it. An entry is
+//! dispatch would place it, and released when a backend has room for it: it is predicted to meet
+//! both targets there from its release (what it already waited is not held against it again; its
+//! deadline is). Its backend's load is counted at once, so the next entry is predicted against it. An entry is
 //! never overtaken within its pool; a large one at the head waits until a backend has room for it.
 //!
-//! An entry whose deadline can no longer be met — even an idle backend's fastest first token
-//! would come after it — leaves as `[pools.queue] on_deadline` says: shed (429 with
-//! `retry-after`) or sent to the backend that misses least. A client that leaves takes its entry
-//! out. The queue is bounded (`capacity`); a request arriving to a full one is shed.
+//! An entry still waiting at the latest moment it could be sent leaves as
+//! `[pools.queue] on_deadline` says: shed (429 with `retry-after`) or sent to the backend that
+//! misses least. A client that leaves takes its entry out. The queue is bounded (`capacity`); a
+//! request arriving to a full one is shed.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -35,7 +42,6 @@ use crate::metrics::Metrics;
 use crate::route::affinity::{AffinityKeys, PoolAffinity};
 use crate::route::backend::{Backend, LoadGuard};
 use crate::route::pools::Pool;
-use crate::route::predict::{Ask, Load};
 use crate::route::queue::{Entry, FairQueue, Key};
 use crate::route::series::QueueMetrics;
 
@@ -66,7 +72,6 @@ pub enum Admission {
 struct Waiter {
     keys: AffinityKeys,
     prompt_tokens: u64,
-    received: Instant,
     queued: Instant,
     answer: oneshot::Sender<Admission>,
 }
@@ -143,7 +148,11 @@ impl Gate {
                     guard: None,
                 };
             }
-            if !placed.reachable {
+            // The latest it can be sent and still get its first token in time, were a backend
+            // idle: ordering within its tenant, and when it leaves unserved.
+            let deadline = context.received + placed.ttft_target;
+            let latest = deadline.checked_sub(placed.alone).unwrap_or(deadline);
+            if latest <= now {
                 drop(queue);
                 return self.late();
             }
@@ -151,7 +160,7 @@ impl Gate {
             let entry = Entry {
                 tenant: self.tenant(context, headers),
                 priority: self.priority(headers),
-                deadline: context.received + placed.ttft_target,
+                deadline: latest,
                 cost: demand.prompt_tokens.saturating_add(
                     context
                         .generation
@@ -163,7 +172,6 @@ impl Gate {
                 payload: Waiter {
                     keys,
                     prompt_tokens: demand.prompt_tokens,
-                    received: context.received,
                     queued: now,
                     answer: tx,
                 },
@@ -195,37 +203,32 @@ impl Gate {
     /// anything is still waiting.
     pub fn release(&self, now: Instant) -> bool {
         let mut queue = self.lock();
-        let fastest = self.fastest_first_token(now);
-        while let Some((_, entry)) = queue.pop_expired(now + fastest) {
+        while let Some((_, entry)) = queue.pop_expired(now) {
             self.answer(entry.payload, self.late(), now);
         }
         while let Some(next) = queue.peek() {
+            // Released when a backend has room for it, as for a request that had not waited:
+            // what it waited is spent whatever it waits for now, and it leaves at its deadline.
+            // Held to its own wait too, a request would wait while backends have room, its
+            // chance shrinking with every tick, and the queue would serve only its newest.
             let waiter = &next.payload;
             let demand = Demand {
                 prompt_tokens: waiter.prompt_tokens,
-                waited: now.saturating_duration_since(waiter.received),
+                waited: Duration::ZERO,
             };
-            match self.place(&waiter.keys, demand, now) {
-                Some(placed) if placed.met => {
-                    let Some((_, entry)) = queue.pop() else {
-                        break;
-                    };
-                    let guard = LoadGuard::new(Arc::clone(&placed.backend), demand.prompt_tokens);
-                    self.exit("placed");
-                    let admission = Admission::Placed {
-                        placed,
-                        guard: Some(guard),
-                    };
-                    self.answer(entry.payload, admission, now);
-                }
-                Some(placed) if !placed.reachable => {
-                    let Some((_, entry)) = queue.pop() else {
-                        break;
-                    };
-                    self.answer(entry.payload, self.late(), now);
-                }
-                _ => break,
-            }
+            let Some(placed) = self.place(&waiter.keys, demand, now).filter(|p| p.met) else {
+                break;
+            };
+            let Some((_, entry)) = queue.pop() else {
+                break;
+            };
+            let guard = LoadGuard::new(Arc::clone(&placed.backend), demand.prompt_tokens);
+            self.exit("placed");
+            let admission = Admission::Placed {
+                placed,
+                guard: Some(guard),
+            };
+            self.answer(entry.payload, admission, now);
         }
         self.depth(queue.len());
         !queue.is_empty()
@@ -257,18 +260,6 @@ impl Gate {
             cached_tokens,
             &mut rand::thread_rng(),
         )
-    }
-
-    /// The soonest any available backend gives a first token: what is left of a deadline that
-    /// can still be met.
-    fn fastest_first_token(&self, now: Instant) -> Duration {
-        self.pool
-            .backends()
-            .iter()
-            .filter(|backend| backend.available(now))
-            .map(|backend| backend.predict(Load::default(), Ask::default()).alone)
-            .min()
-            .unwrap_or(Duration::ZERO)
     }
 
     /// What a request whose deadline can no longer be met gets.

@@ -6,7 +6,7 @@ use super::*;
 use crate::config::{BalanceLoad, Config, PoolConfig};
 use crate::context::Estimate;
 use crate::request::PromptSize;
-use crate::route::predict::Outcome;
+use crate::route::predict::{Ask, Load, Outcome};
 
 /// How long a test waits for the release task before it calls a wait lost.
 const PATIENCE: Duration = Duration::from_secs(5);
@@ -181,7 +181,7 @@ async fn a_request_waits_while_the_streams_there_would_miss_then_goes_when_they_
 }
 
 #[tokio::test]
-async fn a_request_no_backend_can_serve_in_time_is_shed_or_sent() {
+async fn a_request_no_backend_serves_in_time_waits_until_it_cannot_then_is_shed_or_sent() {
     for (on_deadline, expected) in [
         (OnDeadline::Shed, "shed_deadline"),
         (OnDeadline::Send, "late"),
@@ -190,12 +190,16 @@ async fn a_request_no_backend_can_serve_in_time_is_shed_or_sent() {
             on_deadline,
             ..QueueConfig::default()
         };
-        let fixture = fixture(Duration::from_millis(800), queue);
-        // 9 000 tokens queued ahead: 20 ms + 0.95 s to a 500-token prompt's first token.
+        let fixture = fixture(Duration::from_millis(300), queue);
+        // 9 000 tokens queued ahead: 20 ms + 0.95 s to a 500-token prompt's first token, which
+        // alone would take 70 ms. It waits for the backend to drain until 300 - 70 ms, not less.
         let _streams = fixture.load(1, 9_000);
+        let started = Instant::now();
         let admission = enter(&fixture.gate, 500, HeaderMap::new())
             .await
             .expect("no panic");
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(220), "waited {waited:?}");
         match on_deadline {
             OnDeadline::Shed => assert!(matches!(admission, Admission::Shed("deadline"))),
             OnDeadline::Send => assert!(matches!(admission, Admission::Late)),
@@ -344,4 +348,42 @@ fn the_tenant_is_the_named_one_else_the_header_else_shared() {
     headers.insert("x-team", long.parse().expect("a header value"));
     context.tenant_name = None;
     assert_eq!(fixture.gate.tenant(&context, &headers).len(), 256);
+}
+
+#[tokio::test]
+async fn a_tenant_that_floods_does_not_go_before_a_quiet_one() {
+    let queue = QueueConfig {
+        tenant_header: Some(http::HeaderName::from_static("x-team")),
+        ..QueueConfig::default()
+    };
+    let fixture = fixture(Duration::from_secs(5), queue);
+    let mut streams = fixture.load(13, 0);
+    let team = |name: &str| {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-team", name.parse().expect("a header value"));
+        headers
+    };
+    let flood: Vec<_> = (0..6)
+        .map(|_| enter(&fixture.gate, 200, team("flood")))
+        .collect();
+    queued(&fixture, 6).await;
+    let quiet = enter(&fixture.gate, 200, team("quiet"));
+    queued(&fixture, 7).await;
+    // Room for two: one of each tenant, though six of the flood's arrived first.
+    streams.truncate(10);
+    let admission = tokio::time::timeout(PATIENCE, quiet)
+        .await
+        .expect("released")
+        .expect("no panic");
+    assert!(matches!(
+        admission,
+        Admission::Placed { guard: Some(_), .. }
+    ));
+    queued(&fixture, 5).await;
+    tokio::time::sleep(TICK * 4).await;
+    assert_eq!(fixture.depth(), 5, "no room for a third");
+    assert_eq!(flood.iter().filter(|task| task.is_finished()).count(), 1);
+    for task in flood {
+        task.abort();
+    }
 }
