@@ -13,7 +13,6 @@ use crate::route::health::{EjectPolicy, Fault};
 use crate::route::Router;
 
 use super::*;
-use crate::route::slo::Demand;
 
 const BACKENDS: usize = 4;
 
@@ -85,7 +84,7 @@ fn route_at(
     let context = context(body);
     let keys = router.affinity_keys(&context, headers);
     router
-        .pick(&context.plan, &keys, Demand::default(), &[], now)
+        .pick(&context.plan, &keys, Default::default(), &[], now)
         .expect("a backend")
         .backend
 }
@@ -379,7 +378,13 @@ fn requests_that_are_not_generations_are_balanced_and_not_counted() {
     let keys = router.affinity_keys(&context, &http::HeaderMap::new());
     assert!(
         router
-            .pick(&context.plan, &keys, Demand::default(), &[], Instant::now())
+            .pick(
+                &context.plan,
+                &keys,
+                Default::default(),
+                &[],
+                Instant::now()
+            )
             .is_some(),
         "balanced"
     );
@@ -449,7 +454,13 @@ fn length_rules_pick_the_pool_and_affinity_acts_inside_it() {
         });
         let keys = router.affinity_keys(&context, &none);
         let pick = router
-            .pick(&context.plan, &keys, Demand::default(), &[], Instant::now())
+            .pick(
+                &context.plan,
+                &keys,
+                Default::default(),
+                &[],
+                Instant::now(),
+            )
             .expect("a backend");
         (
             router.pools()[pick.pool].name.to_string(),
