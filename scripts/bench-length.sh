@@ -36,12 +36,6 @@ else
 cargo build --release --quiet
 tmp=$(mktemp -d)
 
-urls() {
-    local out="" port
-    for port in "$@"; do out="$out\"http://127.0.0.1:$port\", "; done
-    echo "[${out%, }]"
-}
-
 # config SETUP: the proxy config of a set-up; budgets SETUP: each replica's token budget.
 config() {
     case $1 in

@@ -99,12 +99,6 @@ else
 cargo build --release --quiet
 tmp=$(mktemp -d)
 
-urls() {
-    local out="" port
-    for port in "$@"; do out="$out\"http://127.0.0.1:$port\", "; done
-    echo "[${out%, }]"
-}
-
 # config SETUP: the proxy config of a set-up (the flood experiment adds the tenants).
 config() {
     case $1 in

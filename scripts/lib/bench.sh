@@ -18,6 +18,13 @@ wait_http() {
     exit 1
 }
 
+# urls PORT...: a TOML array of the loopback URLs of PORT... (a pool's `urls`).
+urls() {
+    local out="" port
+    for port in "$@"; do out="$out\"http://127.0.0.1:$port\", "; done
+    echo "[${out%, }]"
+}
+
 # write_block MARK TEXT [FILE]: replaces what stands between `<!-- MARK:begin -->` and
 # `<!-- MARK:end -->` in FILE (default docs/routing.md) with TEXT.
 write_block() {
