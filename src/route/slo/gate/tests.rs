@@ -100,6 +100,21 @@ fn request(prompt_tokens: u64) -> RequestContext {
     context
 }
 
+/// The admission of a request that entered, within [`PATIENCE`].
+async fn answer(entered: tokio::task::JoinHandle<Admission>) -> Admission {
+    tokio::time::timeout(PATIENCE, entered)
+        .await
+        .expect("answered")
+        .expect("no panic")
+}
+
+/// A request head with one header.
+fn header(name: &'static str, value: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(name, value.parse().expect("a header value"));
+    headers
+}
+
 fn enter(
     gate: &Arc<Gate>,
     prompt_tokens: u64,
@@ -158,10 +173,7 @@ async fn a_request_waits_while_the_streams_there_would_miss_then_goes_when_they_
     tokio::time::sleep(TICK * 4).await;
     assert!(!waiting.is_finished());
     streams.truncate(11);
-    let admission = tokio::time::timeout(PATIENCE, waiting)
-        .await
-        .expect("released")
-        .expect("no panic");
+    let admission = answer(waiting).await;
     let Admission::Placed { placed, guard } = admission else {
         panic!("not placed: {admission:?}");
     };
@@ -230,10 +242,7 @@ async fn a_waiting_request_whose_deadline_passes_is_shed() {
     let fixture = fixture(Duration::from_millis(200), QueueConfig::default());
     let _streams = fixture.load(13, 0);
     let started = Instant::now();
-    let admission = tokio::time::timeout(PATIENCE, enter(&fixture.gate, 500, HeaderMap::new()))
-        .await
-        .expect("answered")
-        .expect("no panic");
+    let admission = answer(enter(&fixture.gate, 500, HeaderMap::new())).await;
     assert!(
         matches!(admission, Admission::Shed("deadline")),
         "{admission:?}"
@@ -296,21 +305,14 @@ async fn the_queue_releases_by_priority_and_only_as_capacity_frees() {
     };
     let fixture = fixture(Duration::from_secs(5), queue);
     let mut streams = fixture.load(13, 0);
-    let with_priority = |p: &str| {
-        let mut headers = HeaderMap::new();
-        headers.insert("x-priority", p.parse().expect("a header value"));
-        headers
-    };
+    let with_priority = |p: &str| header("x-priority", p);
     let low = enter(&fixture.gate, 100, with_priority("1"));
     queued(&fixture, 1).await;
     let high = enter(&fixture.gate, 100, with_priority("9"));
     queued(&fixture, 2).await;
     // Room for one: the later, higher-priority request goes; the other waits on.
     streams.truncate(11);
-    let admission = tokio::time::timeout(PATIENCE, high)
-        .await
-        .expect("released")
-        .expect("no panic");
+    let admission = answer(high).await;
     assert!(matches!(
         admission,
         Admission::Placed { guard: Some(_), .. }
@@ -319,10 +321,7 @@ async fn the_queue_releases_by_priority_and_only_as_capacity_frees() {
     assert!(!low.is_finished());
     assert_eq!(fixture.depth(), 1);
     drop(admission);
-    let admission = tokio::time::timeout(PATIENCE, low)
-        .await
-        .expect("released")
-        .expect("no panic");
+    let admission = answer(low).await;
     assert!(matches!(
         admission,
         Admission::Placed { guard: Some(_), .. }
@@ -358,11 +357,7 @@ async fn a_tenant_that_floods_does_not_go_before_a_quiet_one() {
     };
     let fixture = fixture(Duration::from_secs(5), queue);
     let mut streams = fixture.load(13, 0);
-    let team = |name: &str| {
-        let mut headers = HeaderMap::new();
-        headers.insert("x-team", name.parse().expect("a header value"));
-        headers
-    };
+    let team = |name: &str| header("x-team", name);
     let flood: Vec<_> = (0..6)
         .map(|_| enter(&fixture.gate, 200, team("flood")))
         .collect();
@@ -371,10 +366,7 @@ async fn a_tenant_that_floods_does_not_go_before_a_quiet_one() {
     queued(&fixture, 7).await;
     // Room for two: one of each tenant, though six of the flood's arrived first.
     streams.truncate(10);
-    let admission = tokio::time::timeout(PATIENCE, quiet)
-        .await
-        .expect("released")
-        .expect("no panic");
+    let admission = answer(quiet).await;
     assert!(matches!(
         admission,
         Admission::Placed { guard: Some(_), .. }
