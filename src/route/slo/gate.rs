@@ -133,13 +133,20 @@ impl Gate {
         self.start();
         let now = Instant::now();
         let demand = Demand::of(context, now);
+        // Predicted outside the lock: the release task and other arrivals need it meanwhile.
+        let Some(placed) = self.place(&keys, demand, now) else {
+            // No backend is available: the dispatch's own pick decides (its panic mode).
+            return Admission::Late;
+        };
+        // The latest it can be sent and still get its first token in time, were a backend idle:
+        // ordering within its tenant, and when it leaves unserved.
+        let deadline = context.received + placed.ttft_target;
+        let latest = deadline.checked_sub(placed.alone).unwrap_or(deadline);
+        if latest <= now {
+            return self.late();
+        }
         let (rx, key) = {
             let mut queue = self.lock();
-            let Some(placed) = self.place(&keys, demand, now) else {
-                // No backend is available: the dispatch's own pick decides (its panic mode).
-                drop(queue);
-                return Admission::Late;
-            };
             if queue.is_empty() && placed.met {
                 drop(queue);
                 self.exit("direct");
@@ -147,14 +154,6 @@ impl Gate {
                     placed,
                     guard: None,
                 };
-            }
-            // The latest it can be sent and still get its first token in time, were a backend
-            // idle: ordering within its tenant, and when it leaves unserved.
-            let deadline = context.received + placed.ttft_target;
-            let latest = deadline.checked_sub(placed.alone).unwrap_or(deadline);
-            if latest <= now {
-                drop(queue);
-                return self.late();
             }
             let (tx, rx) = oneshot::channel();
             let entry = Entry {
