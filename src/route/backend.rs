@@ -47,6 +47,12 @@ pub struct Backend {
     no_tokenize: AtomicBool,
     /// Its latency model, once a request placed by prediction finished on it (`balance = "slo"`).
     latency: Mutex<Option<LatencyModel>>,
+    /// Until when a long prefill placed on it stalls its streams, in nanoseconds after `born`
+    /// (`balance = "slo"`; 0: never).
+    stalls_until: AtomicU64,
+    /// When its latency model last learned, in nanoseconds after `born` (0: never).
+    taught_at: AtomicU64,
+    born: Instant,
     metrics: Option<BackendMetrics>,
 }
 
@@ -69,6 +75,9 @@ impl Backend {
             checking: AtomicBool::new(false),
             no_tokenize: AtomicBool::new(false),
             latency: Mutex::new(None),
+            stalls_until: AtomicU64::new(0),
+            taught_at: AtomicU64::new(0),
+            born: Instant::now(),
             metrics,
         }
     }
@@ -117,8 +126,13 @@ impl Backend {
     pub fn predict(&self, load: Load, ask: Ask) -> Predicted {
         match self.lock_latency().as_ref() {
             Some(model) => model.predict(load, ask),
-            None => LatencyModel::new(2).predict(load, ask),
+            None => Self::predict_by_priors(load, ask),
         }
+    }
+
+    /// What the priors predict, whatever the backend's model learned ([`LatencyModel::new`]).
+    pub fn predict_by_priors(load: Load, ask: Ask) -> Predicted {
+        LatencyModel::new(2).predict(load, ask)
     }
 
     /// Requests its latency model learned from.
@@ -137,6 +151,33 @@ impl Backend {
             _ => latency.insert(LatencyModel::new(memory)),
         };
         model.learn(load, ask, outcome);
+        drop(latency);
+        self.taught_at
+            .store(self.nanos(Instant::now()), Ordering::Relaxed);
+    }
+
+    /// How long ago its latency model last learned at `now`; `None` before it ever did.
+    pub fn taught_ago(&self, now: Instant) -> Option<Duration> {
+        let at = self.taught_at.load(Ordering::Relaxed);
+        (at != 0).then(|| Duration::from_nanos(self.nanos(now).saturating_sub(at)))
+    }
+
+    /// `at` in nanoseconds after `born`, at least 1 (0 means never).
+    fn nanos(&self, at: Instant) -> u64 {
+        let nanos = at.saturating_duration_since(self.born).as_nanos();
+        u64::try_from(nanos).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// Says that a prefill placed on it stalls the streams beside it until `until`.
+    pub fn stall_until(&self, until: Instant) {
+        self.stalls_until
+            .fetch_max(self.nanos(until), Ordering::Relaxed);
+    }
+
+    /// Whether a long prefill placed on it may still stall a stream that starts at `now`.
+    pub fn stalling(&self, now: Instant) -> bool {
+        let until = self.stalls_until.load(Ordering::Relaxed);
+        until != 0 && until > self.nanos(now)
     }
 
     fn lock_latency(&self) -> std::sync::MutexGuard<'_, Option<LatencyModel>> {

@@ -79,6 +79,11 @@ pub struct Predicted {
     /// The first token on the backend with nothing else to do: the request's own prefill, what
     /// no placement can beat.
     pub alone: Duration,
+    /// What the request's prefill adds to the decode step it joins: the gap every stream already
+    /// on the backend sees once (`a₁` times its uncached prompt, as one step; a step budget
+    /// smaller than the prompt spreads it over several steps, each still as long as the budget
+    /// allows).
+    pub stall: Duration,
 }
 
 /// One backend's TTFT and TPOT models.
@@ -111,6 +116,7 @@ impl LatencyModel {
             ttft: self.ttft(load, ask),
             tpot: self.tpot(load, ask),
             alone: self.ttft(Load::default(), ask),
+            stall: self.stall(ask),
         }
     }
 
@@ -118,6 +124,13 @@ impl LatencyModel {
     /// with `load`.
     pub fn ttft(&self, load: Load, ask: Ask) -> Duration {
         seconds(clamped(&self.ttft, &ttft_features(load, ask)))
+    }
+
+    /// What the prefill of a request asking `ask` adds to the decode step it joins: its
+    /// uncached tokens at the backend's learned prefill rate.
+    pub fn stall(&self, ask: Ask) -> Duration {
+        let rate = self.ttft.theta()[1].max(0.0);
+        seconds(rate * ask.uncached() as f64 / 1000.0)
     }
 
     /// Predicted mean gap between tokens of the streams on a backend with `load` once a request

@@ -443,8 +443,9 @@ impl Router {
         Some(self.adopt(index, slo, keys, placed, tried.is_empty()))
     }
 
-    /// Takes `placed` as pool `index`'s choice: counts the decision (on a request's first attempt
-    /// only), and tells the pool's affinity the backend now holds the prompt.
+    /// Takes `placed` as pool `index`'s choice: marks the backend stalling when the request's
+    /// prefill will stall it, counts the decision (on a request's first attempt only), and tells
+    /// the pool's affinity the backend now holds the prompt.
     fn adopt(
         &self,
         index: usize,
@@ -461,6 +462,9 @@ impl Router {
             .flatten()
             .filter(|run| placed.backend.owner() == run.owner)
             .map(|run| run.bytes);
+        if let Some(until) = placed.stalls_until {
+            placed.backend.stall_until(until);
+        }
         if first {
             slo.decided(if placed.met {
                 SloDecision::Met

@@ -23,11 +23,26 @@
 //! A request whose own prefill misses the TTFT target even on the fastest idle backend (a long
 //! document) is held to [`LONG_PROMPT_SLACK`] times that instead ([`Targets::for_prompt`]).
 //!
+//! **Stalls.** TPOT is a mean: it does not see that a document's prefill, joining a decode step,
+//! makes that one gap as long as the prefill — 400 ms where the target is 35 — in every stream on
+//! the backend. A request whose predicted prefill there ([`Predicted::stall`]) exceeds
+//! [`STALL_TARGETS`] TPOT targets *stalls* that backend. Among the backends predicted to meet
+//! its targets, such a request goes to the one with the fewest streams to stall, and the backend
+//! is marked as stalling until [`STALL_LINGER`] after its predicted first token. A request that
+//! does not stall prefers, among the backends that meet its targets, one not marked: a chat
+//! started beside the documents would be stalled by the next one. The two preferences feed each
+//! other: the backends that take documents lose their chats, and so have the fewest streams when
+//! the next document comes. Long prefills gather on a few backends while they meet their target,
+//! as a prefill pool would, without a fixed split; headroom decides only between equals.
+//!
 //! A backend the pool has not learned yet (fewer than [`EXPLORE`] requests: new, or just joined
 //! from DNS) speaks with the priors, which may be slower than a learned backend's measurements
 //! and would then never be tried while the pool is quiet. So an idle, unlearned backend that the
 //! priors say meets the targets is chosen first: the cost is a few requests on a backend with
-//! nothing else to do.
+//! nothing else to do. The same goes for an idle backend whose model has not learned for
+//! [`RELEARN_AFTER`]: a model that learned a bad moment (a burst, a few requests during a cold
+//! start) predicts misses, so the backend is never chosen and its model never corrected — seen
+//! under overload as a replica left idle while the others shed.
 //!
 //! Every backend is scored — a handful of multiplications and a lock each — as a pool has a few
 //! to a few dozen backends; power of two choices samples two because its load signal is noisy,
@@ -106,10 +121,27 @@ pub struct Placed {
     pub alone: Duration,
     /// The TTFT it is held to ([`Targets::for_prompt`]).
     pub ttft_target: Duration,
+    /// Its prefill stalls the streams on the backend: the backend is marked stalling until then
+    /// once the request is sent there ([`Backend::stall_until`]).
+    pub stalls_until: Option<Instant>,
 }
+
+/// A prefill longer than this many TPOT targets stalls the streams beside it: one gap that long
+/// is one a user sees, and a stream of a hundred tokens with one such gap has spent its mean's
+/// margin.
+pub const STALL_TARGETS: f64 = 4.0;
+
+/// How long a backend stays marked as stalling after a stalling prefill's predicted first token:
+/// about a chat's life (150 tokens at 15 ms), so that a chat does not start where the next
+/// document is likely to go.
+pub const STALL_LINGER: Duration = Duration::from_secs(2);
 
 /// Requests a backend's model must have learned from before its predictions alone decide.
 pub const EXPLORE: u64 = 8;
+
+/// How long an idle backend's model may go without learning before the priors speak for it
+/// again, once (see the module docs).
+pub const RELEARN_AFTER: Duration = Duration::from_secs(10);
 
 /// A pool's placement: its index, targets and series.
 #[derive(Debug)]
@@ -220,26 +252,35 @@ pub fn choose(
                 load,
                 ask,
                 predicted,
+                stalling: backend.stalling(now),
             }
         })
         .collect();
     let alone = candidates.iter().map(|c| c.predicted.alone).min()?;
     let targets = slo.targets.for_prompt(alone);
-    let mut best: Option<(Score, &Candidate<'_>)> = None;
+    let stall = slo.targets.tpot.mul_f64(STALL_TARGETS);
+    let mut best: Option<Ranked<'_>> = None;
     for candidate in &candidates {
         let Predicted { ttft, tpot, .. } = candidate.predicted;
         let score = Score::of(targets, demand.waited + ttft, tpot);
-        let explore = score.met()
-            && candidate.load == Load::default()
-            && candidate.backend.learned() < EXPLORE;
-        if explore {
-            return Some(candidate.placed(slo, targets, score, alone));
+        let ranked = Ranked {
+            candidate,
+            score,
+            harm: candidate.harm(stall),
+        };
+        if candidate.load == Load::default() && candidate.unproven(now) {
+            let priors = Backend::predict_by_priors(candidate.load, candidate.ask);
+            let score = Score::of(targets, demand.waited + priors.ttft, priors.tpot);
+            if score.met() {
+                let explored = Ranked { score, ..ranked };
+                return Some(explored.placed(slo, targets, alone, stall, now));
+            }
         }
-        if best.as_ref().map_or(true, |(most, _)| score > *most) {
-            best = Some((score, candidate));
+        if best.as_ref().map_or(true, |most| ranked.beats(most)) {
+            best = Some(ranked);
         }
     }
-    best.map(|(score, candidate)| candidate.placed(slo, targets, score, alone))
+    best.map(|ranked| ranked.placed(slo, targets, alone, stall, now))
 }
 
 /// A backend scored for a request.
@@ -248,24 +289,77 @@ struct Candidate<'a> {
     load: Load,
     ask: Ask,
     predicted: Predicted,
+    /// The backend is marked as stalling ([`Backend::stalling`]).
+    stalling: bool,
 }
 
 impl Candidate<'_> {
-    fn placed(&self, slo: &PoolSlo, targets: Targets, score: Score, alone: Duration) -> Placed {
+    /// Its model has too few requests to go by, or has not learned for [`RELEARN_AFTER`].
+    fn unproven(&self, now: Instant) -> bool {
+        self.backend.learned() < EXPLORE
+            || self
+                .backend
+                .taught_ago(now)
+                .map_or(true, |ago| ago > RELEARN_AFTER)
+    }
+
+    /// What placing the request here costs the streams' gaps, fewer first: the streams its
+    /// prefill would stall (when it is longer than `stall`), then whether it would itself start
+    /// beside a stalling prefill.
+    fn harm(&self, stall: Duration) -> (u64, bool) {
+        if self.predicted.stall > stall {
+            (self.load.streams, false)
+        } else {
+            (0, self.stalling)
+        }
+    }
+}
+
+/// A candidate with its score and harm.
+struct Ranked<'a> {
+    candidate: &'a Candidate<'a>,
+    score: Score,
+    harm: (u64, bool),
+}
+
+impl Ranked<'_> {
+    /// Whether this is a better place than `other`: one predicted to meet the targets beats one
+    /// that is not; between two that meet, the lesser harm, then the larger headroom; between two
+    /// that miss, the lesser miss.
+    fn beats(&self, other: &Ranked<'_>) -> bool {
+        match (self.score.met(), other.score.met()) {
+            (true, false) => true,
+            (false, true) => false,
+            (true, true) if self.harm != other.harm => self.harm < other.harm,
+            _ => self.score > other.score,
+        }
+    }
+
+    fn placed(
+        &self,
+        slo: &PoolSlo,
+        targets: Targets,
+        alone: Duration,
+        stall: Duration,
+        now: Instant,
+    ) -> Placed {
+        let candidate = self.candidate;
+        let predicted = candidate.predicted;
         Placed {
-            backend: Arc::clone(self.backend),
+            backend: Arc::clone(candidate.backend),
             prediction: Prediction {
                 pool: slo.index,
-                queued_tokens: self.load.queued_tokens,
-                streams: self.load.streams,
-                prompt_tokens: self.ask.prompt_tokens,
-                cached_tokens: self.ask.cached_tokens,
-                ttft: self.predicted.ttft,
-                tpot: self.predicted.tpot,
+                queued_tokens: candidate.load.queued_tokens,
+                streams: candidate.load.streams,
+                prompt_tokens: candidate.ask.prompt_tokens,
+                cached_tokens: candidate.ask.cached_tokens,
+                ttft: predicted.ttft,
+                tpot: predicted.tpot,
             },
-            met: score.met(),
+            met: self.score.met(),
             alone,
             ttft_target: targets.ttft,
+            stalls_until: (predicted.stall > stall).then(|| now + predicted.ttft + STALL_LINGER),
         }
     }
 }

@@ -160,6 +160,28 @@ fn a_cached_prefix_shortens_the_predicted_prefill() {
 }
 
 #[test]
+fn the_stall_is_the_uncached_prefill_at_the_learned_rate() {
+    let mut rng = StdRng::seed_from_u64(4);
+    let mut model = LatencyModel::new(200);
+    for _ in 0..300 {
+        let (load, ask, outcome) = SLOW.sample(&mut rng);
+        model.learn(load, ask, outcome);
+    }
+    let document = Ask {
+        prompt_tokens: 8_000,
+        cached_tokens: 2_000,
+    };
+    let stall = model.stall(document).as_secs_f64();
+    assert!(
+        (stall - 1.2).abs() < 0.06,
+        "6 000 uncached tokens at 5 000 tokens/s: {stall}"
+    );
+    let predicted = model.predict(Load::default(), document);
+    assert_eq!(predicted.stall, model.stall(document));
+    assert_eq!(model.stall(Ask::default()), Duration::ZERO);
+}
+
+#[test]
 fn slopes_are_never_negative_and_predictions_never_below_zero() {
     let mut model = LatencyModel::new(50);
     // A backend whose TTFT falls as its queue grows (not a physical one): the fit's slope goes

@@ -292,3 +292,95 @@ fn a_backend_that_fits_the_tpot_target_beats_any_that_does_not() {
     assert!(late > crowded, "fitting the TPOT target comes first");
     assert!(close > late);
 }
+
+#[test]
+fn a_long_prefill_goes_where_it_stalls_the_fewest_streams() {
+    let pool = pool(2);
+    let backends = pool.backends();
+    teach(&backends[0], 10_000.0, 0.02, 0.010);
+    teach(&backends[1], 10_000.0, 0.02, 0.010);
+    // 9000: six streams decoding, nothing queued. 9001: two streams and 1 000 tokens queued, so
+    // less headroom, but a 6 000-token prefill (0.6 s, a stall past 4 x 35 ms) meets its target
+    // there too (0.72 s against max(0.8 s, 1.5 x 0.62 s)).
+    let _many: Vec<LoadGuard> = (0..6)
+        .map(|_| LoadGuard::new(Arc::clone(&backends[0]), 0))
+        .collect();
+    let _few = [
+        LoadGuard::new(Arc::clone(&backends[1]), 1_000),
+        LoadGuard::new(Arc::clone(&backends[1]), 0),
+    ];
+    let now = Instant::now();
+    let mut rng = StdRng::seed_from_u64(7);
+    for _ in 0..10 {
+        let placed =
+            choose(&pool, &slo(), demand(6_000), now, &[], |_| 0, &mut rng).expect("placed");
+        assert_eq!(label(&placed), "127.0.0.1:9001", "two streams stalled, not six");
+        assert!(placed.met);
+        let until = placed.stalls_until.expect("a stalling prefill marks its backend");
+        let after = until - now;
+        let expected = placed.prediction.ttft + STALL_LINGER;
+        assert!(
+            after.abs_diff(expected) < Duration::from_millis(1),
+            "{after:?} against {expected:?}"
+        );
+    }
+    // A chat stalls nobody: most headroom wins, and it marks nothing.
+    let placed = choose(&pool, &slo(), demand(500), now, &[], |_| 0, &mut rng).expect("placed");
+    assert_eq!(label(&placed), "127.0.0.1:9000");
+    assert_eq!(placed.stalls_until, None);
+}
+
+#[test]
+fn a_chat_avoids_a_stalling_backend_while_another_meets_its_targets() {
+    let pool = pool(2);
+    let backends = pool.backends();
+    teach(&backends[0], 10_000.0, 0.02, 0.010);
+    teach(&backends[1], 10_000.0, 0.02, 0.010);
+    let now = Instant::now();
+    backends[0].stall_until(now + Duration::from_secs(1));
+    // 9001 has 3 000 tokens queued (0.37 s for a chat, against 0.07 s on 9000): it still meets.
+    let queued = LoadGuard::new(Arc::clone(&backends[1]), 3_000);
+    let mut rng = StdRng::seed_from_u64(8);
+    let place = |now: Instant, rng: &mut StdRng| {
+        choose(&pool, &slo(), demand(500), now, &[], |_| 0, rng).expect("placed")
+    };
+    for _ in 0..10 {
+        let placed = place(now, &mut rng);
+        assert_eq!(label(&placed), "127.0.0.1:9001", "away from the stall");
+        assert!(placed.met);
+    }
+    // Once the mark has passed, headroom decides again.
+    let later = now + Duration::from_millis(1_001);
+    assert_eq!(label(&place(later, &mut rng)), "127.0.0.1:9000");
+    // With 9 000 tokens queued, 9001 misses (0.97 s): a stalling backend that meets is better.
+    let _more = LoadGuard::new(Arc::clone(&backends[1]), 6_000);
+    assert_eq!(label(&place(now, &mut rng)), "127.0.0.1:9000");
+    drop(queued);
+}
+
+#[test]
+fn an_idle_backend_whose_model_went_stale_is_tried_again() {
+    let pool = pool(2);
+    let backends = pool.backends();
+    teach(&backends[0], 10_000.0, 0.02, 0.010);
+    // 9001 learned a bad moment: 300 ms before any prefill, 1 000 tokens/s after.
+    teach(&backends[1], 1_000.0, 0.3, 0.010);
+    let _busy = LoadGuard::new(Arc::clone(&backends[0]), 0);
+    let slo = slo();
+    let mut rng = StdRng::seed_from_u64(9);
+    let now = Instant::now();
+    let place = |now: Instant, rng: &mut StdRng| {
+        choose(&pool, &slo, demand(500), now, &[], |_| 0, rng).expect("placed")
+    };
+    // 0.07 s on 9000 with its one stream, 0.8 s on 9001: its model rules it out.
+    assert_eq!(label(&place(now, &mut rng)), "127.0.0.1:9000");
+    // Ten seconds without a lesson: idle, so the priors speak for it once more.
+    let placed = place(now + RELEARN_AFTER + Duration::from_millis(1), &mut rng);
+    assert_eq!(label(&placed), "127.0.0.1:9001", "explored again");
+    assert!(placed.met, "by the priors");
+    let predicted = placed.prediction.ttft.as_secs_f64();
+    assert!(
+        (predicted - 0.8).abs() < 0.02,
+        "the prediction recorded is its own model's, to be judged: {predicted}"
+    );
+}
