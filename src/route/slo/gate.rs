@@ -7,8 +7,17 @@
 //! - even a backend with nothing else to do could not give it its first token in time any more:
 //!   it leaves at once, see below;
 //! - otherwise it waits in a [`FairQueue`], ordered by its tenant's fair share, then its priority,
-//!   then the latest moment it can still be sent: `received` + its TTFT target − its first token
-//!   on the fastest idle backend.
+//!   then its deadline.
+//!
+//! **Half the slack each.** A request's slack is its TTFT target less its first token on the
+//! fastest idle backend (`alone`, its own prefill): what waiting, here and in a backend's queue
+//! together, may take. The gate gives each half. A request waits here at most `(target − alone)
+//! / 2` (its deadline), and is released only onto a backend where its first token is predicted
+//! within `(target + alone) / 2` of its release. So whatever it waited, what it is released to
+//! meets its target. Held to the target less what it already waited instead, a request's chance
+//! shrinks with every tick, the head blocks the queue, and the queue serves only its newest;
+//! released into room for a fresh request, one that waited gets its wait plus the target, and
+//! misses.
 //!
 //! A request is not shed on arrival merely because the backends are busy now. Their queues are
 //! full of work the gate released up to its deadlines; the backends drain, and the next request in
@@ -19,12 +28,12 @@
 //! One task per gated pool releases the queue ([`Gate::release`]): whenever something was pushed,
 //! and every [`TICK`] while anything waits (streams end and prefills finish without telling the
 //! queue; a tick costs one prediction per backend). The next entry in fair order is placed as a
-//! dispatch would place it, and released when a backend has room for it: it is predicted to meet
-//! both targets there from its release (what it already waited is not held against it again; its
-//! deadline is). Its backend's load is counted at once, so the next entry is predicted against it. An entry is
-//! never overtaken within its pool; a large one at the head waits until a backend has room for it.
+//! dispatch would place it, and released when a backend has room for it: its first token within
+//! half its slack, its TPOT within target. Its backend's load is counted at once, so the next
+//! entry is predicted against it. An entry is never overtaken within its pool; a large one at the
+//! head waits until a backend has room for it, or its deadline.
 //!
-//! An entry still waiting at the latest moment it could be sent leaves as
+//! An entry still waiting at its deadline leaves as
 //! `[pools.queue] on_deadline` says: shed (429 with `retry-after`) or sent to the backend that
 //! misses least. A client that leaves takes its entry out. The queue is bounded (`capacity`); a
 //! request arriving to a full one is shed.
@@ -72,6 +81,9 @@ pub enum Admission {
 struct Waiter {
     keys: AffinityKeys,
     prompt_tokens: u64,
+    /// Half its slack, `(target − alone) / 2`: what it may wait here, and so what is held against
+    /// the backend it is released to.
+    budget: Duration,
     queued: Instant,
     answer: oneshot::Sender<Admission>,
 }
@@ -138,10 +150,10 @@ impl Gate {
             // No backend is available: the dispatch's own pick decides (its panic mode).
             return Admission::Late;
         };
-        // The latest it can be sent and still get its first token in time, were a backend idle:
-        // ordering within its tenant, and when it leaves unserved.
-        let deadline = context.received + placed.ttft_target;
-        let latest = deadline.checked_sub(placed.alone).unwrap_or(deadline);
+        // Half its slack to wait here, half for the backend's queue: ordering within its
+        // tenant, and when it leaves unserved.
+        let budget = placed.ttft_target.saturating_sub(placed.alone) / 2;
+        let latest = context.received + budget;
         if latest <= now {
             return self.late();
         }
@@ -171,6 +183,7 @@ impl Gate {
                 payload: Waiter {
                     keys,
                     prompt_tokens: demand.prompt_tokens,
+                    budget,
                     queued: now,
                     answer: tx,
                 },
@@ -206,14 +219,12 @@ impl Gate {
             self.answer(entry.payload, self.late(), now);
         }
         while let Some(next) = queue.peek() {
-            // Released when a backend has room for it, as for a request that had not waited:
-            // what it waited is spent whatever it waits for now, and it leaves at its deadline.
-            // Held to its own wait too, a request would wait while backends have room, its
-            // chance shrinking with every tick, and the queue would serve only its newest.
+            // Released when a backend has room for it after its whole waiting budget, spent or
+            // not: its first token within `(target + alone) / 2` (see the module docs).
             let waiter = &next.payload;
             let demand = Demand {
                 prompt_tokens: waiter.prompt_tokens,
-                waited: Duration::ZERO,
+                waited: waiter.budget,
             };
             let Some(placed) = self.place(&waiter.keys, demand, now).filter(|p| p.met) else {
                 break;
