@@ -30,6 +30,11 @@ pub struct QueueConfig {
     /// `[tenants]` names none; without either, every request shares one.
     #[serde(deserialize_with = "header_name")]
     pub tenant_header: Option<http::HeaderName>,
+    /// Holds a tenant to an equal part of the streams the gate let through, among the tenants
+    /// with streams: past it, its requests go only to a backend close to idle, else wait behind
+    /// the others' (src/route/slo/share.rs). Off where tenants' demands differ by design and
+    /// idle room should go to whoever asks.
+    pub equal_shares: bool,
 }
 
 impl Default for QueueConfig {
@@ -39,6 +44,7 @@ impl Default for QueueConfig {
             on_deadline: OnDeadline::Shed,
             priority_header: None,
             tenant_header: None,
+            equal_shares: true,
         }
     }
 }

@@ -24,6 +24,7 @@ use tower::{Layer, Service, ServiceExt};
 use super::backend::{Backend, LoadGuard};
 use super::health::Fault;
 use super::slo::gate::Admission;
+use super::slo::share::Held;
 use super::slo::Demand;
 use super::Router;
 use crate::context::{RequestContext, RouteDecision};
@@ -61,10 +62,14 @@ impl Router {
             .filter(|_| context.generation.is_some());
         if let (Some(gate), Some(head)) = (gate, pending.as_ref()) {
             match gate.enter(&context, keys.clone(), head.headers()).await {
-                Admission::Placed { placed, guard } => {
+                Admission::Placed {
+                    placed,
+                    guard,
+                    slot,
+                } => {
                     admitted = self
                         .admitted(&keys, placed, gate.pool())
-                        .map(|pick| (pick, guard));
+                        .map(|pick| (pick, guard, slot));
                 }
                 Admission::Late => {}
                 Admission::Shed(why) => {
@@ -75,12 +80,12 @@ impl Router {
         }
         for _attempt in 0..=self.retries {
             let now = Instant::now();
-            let (pick, guard) = match admitted.take() {
+            let (pick, guard, slot) = match admitted.take() {
                 Some(admitted) => admitted,
                 None => {
                     let demand = Demand::of(&context, now);
                     match self.pick(&context.plan, &keys, demand, &tried, now) {
-                        Some(pick) => (pick, None),
+                        Some(pick) => (pick, None, None),
                         None => break,
                     }
                 }
@@ -104,8 +109,12 @@ impl Router {
             context.pool = Some(Arc::clone(&self.pools[index].name));
             context.backend = Some(backend.target.clone());
             // A gate counted the load on its backend already, when it released the request.
-            let guard = guard.unwrap_or_else(|| LoadGuard::new(Arc::clone(&backend), estimated));
-            context.in_flight = Some(InFlight(Arc::new(guard)));
+            let load = guard.unwrap_or_else(|| LoadGuard::new(Arc::clone(&backend), estimated));
+            // A gate's share slot ends with the stream, as the load does.
+            context.in_flight = Some(InFlight(match slot {
+                Some(slot) => Arc::new(Held { load, slot }),
+                None => Arc::new(load),
+            }));
             context.cached_prompt_bytes = pick.cached_bytes;
             context.route = Some(RouteDecision {
                 reason: pick.reason,

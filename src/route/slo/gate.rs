@@ -33,6 +33,14 @@
 //! entry is predicted against it. An entry is never overtaken within its pool; a large one at the
 //! head waits until a backend has room for it, or its deadline.
 //!
+//! **Shares** (`equal_shares`, on by default). The gate also counts each tenant's streams until
+//! they end ([`super::share`]). A tenant
+//! whose next stream would put it over an equal part of them goes at once, or is released, only
+//! into ample room: its first token within a quarter of its slack, `alone + (target − alone) / 4`
+//! (a backend close to idle). Otherwise it waits behind the other tenants, and leaves at its
+//! deadline like any other. A flood is then served from the room the others leave idle, not from
+//! the room that would keep their latency where it was.
+//!
 //! An entry still waiting at its deadline leaves as
 //! `[pools.queue] on_deadline` says: shed (429 with `retry-after`) or sent to the backend that
 //! misses least. A client that leaves takes its entry out. The queue is bounded (`capacity`); a
@@ -44,6 +52,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
+use super::share::{ShareSlot, Shares};
 use super::{choose, Demand, Placed, PoolSlo};
 use crate::config::{OnDeadline, QueueConfig};
 use crate::context::RequestContext;
@@ -65,10 +74,12 @@ const DEFAULT_OUTPUT_TOKENS: u64 = 256;
 /// How a request leaves the gate.
 #[derive(Debug)]
 pub enum Admission {
-    /// Placed on a backend predicted to meet both targets; `guard` already counts its load there.
+    /// Placed on a backend predicted to meet both targets; `guard` already counts its load there,
+    /// `slot` its stream in its tenant's share (to be held until the stream ends).
     Placed {
         placed: Placed,
         guard: Option<LoadGuard>,
+        slot: Option<ShareSlot>,
     },
     /// Its deadline can no longer be met, and `on_deadline = "send"`: placed as well as it can be.
     Late,
@@ -100,6 +111,8 @@ pub struct Gate {
     /// gate alive.
     wake: Arc<Notify>,
     running: AtomicBool,
+    /// Each tenant's streams let through and not ended.
+    shares: Arc<Shares>,
     metrics: Option<QueueMetrics>,
 }
 
@@ -120,6 +133,7 @@ impl Gate {
             config,
             wake: Arc::new(Notify::new()),
             running: AtomicBool::new(false),
+            shares: Arc::new(Shares::default()),
             metrics,
         }
     }
@@ -157,19 +171,24 @@ impl Gate {
         if latest <= now {
             return self.late();
         }
+        let tenant = self.tenant(context, headers);
+        let room = placed.met
+            && (!self.over_share(&tenant)
+                || demand.waited + placed.prediction.ttft <= ample(&placed));
         let (rx, key) = {
             let mut queue = self.lock();
-            if queue.is_empty() && placed.met {
+            if queue.is_empty() && room {
                 drop(queue);
                 self.exit("direct");
                 return Admission::Placed {
                     placed,
                     guard: None,
+                    slot: Some(self.shares.take(tenant)),
                 };
             }
             let (tx, rx) = oneshot::channel();
             let entry = Entry {
-                tenant: self.tenant(context, headers),
+                tenant,
                 priority: self.priority(headers),
                 deadline: latest,
                 cost: demand.prompt_tokens.saturating_add(
@@ -221,10 +240,16 @@ impl Gate {
         while let Some(next) = queue.peek() {
             // Released when a backend has room for it after its whole waiting budget, spent or
             // not: its first token within `(target + alone) / 2` (see the module docs).
+            // Over its tenant's share, into ample room only: three quarters of the slack spent.
             let waiter = &next.payload;
+            let over = self.over_share(&next.tenant);
             let demand = Demand {
                 prompt_tokens: waiter.prompt_tokens,
-                waited: waiter.budget,
+                waited: if over {
+                    waiter.budget.mul_f64(1.5)
+                } else {
+                    waiter.budget
+                },
             };
             let Some(placed) = self.place(&waiter.keys, demand, now).filter(|p| p.met) else {
                 break;
@@ -233,10 +258,12 @@ impl Gate {
                 break;
             };
             let guard = LoadGuard::new(Arc::clone(&placed.backend), demand.prompt_tokens);
+            let slot = self.shares.take(Arc::clone(&entry.tenant));
             self.exit("placed");
             let admission = Admission::Placed {
                 placed,
                 guard: Some(guard),
+                slot: Some(slot),
             };
             self.answer(entry.payload, admission, now);
         }
@@ -270,6 +297,12 @@ impl Gate {
             cached_tokens,
             &mut rand::thread_rng(),
         )
+    }
+
+    /// Whether one more stream would put `tenant` over its share, when shares are held
+    /// (`equal_shares`).
+    fn over_share(&self, tenant: &str) -> bool {
+        self.config.equal_shares && self.shares.over(tenant)
     }
 
     /// What a request whose deadline can no longer be met gets.
@@ -361,6 +394,12 @@ impl Drop for Waiting<'_> {
             self.gate.exit("cancelled");
         }
     }
+}
+
+/// The latest first token, from its arrival, of a request of a tenant over its share: a quarter
+/// of its slack, `alone + (target − alone) / 4`.
+fn ample(placed: &Placed) -> Duration {
+    placed.alone + placed.ttft_target.saturating_sub(placed.alone) / 4
 }
 
 /// The release task of one gate, until the gate is gone (its router was replaced and every request

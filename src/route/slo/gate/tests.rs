@@ -148,7 +148,7 @@ async fn a_request_that_can_meet_its_targets_goes_at_once() {
     let admission = enter(&fixture.gate, 1_000, HeaderMap::new())
         .await
         .expect("no panic");
-    let Admission::Placed { placed, guard } = admission else {
+    let Admission::Placed { placed, guard, .. } = admission else {
         panic!("not placed: {admission:?}");
     };
     assert!(placed.met);
@@ -174,7 +174,7 @@ async fn a_request_waits_while_the_streams_there_would_miss_then_goes_when_they_
     assert!(!waiting.is_finished());
     streams.truncate(11);
     let admission = answer(waiting).await;
-    let Admission::Placed { placed, guard } = admission else {
+    let Admission::Placed { placed, guard, .. } = admission else {
         panic!("not placed: {admission:?}");
     };
     assert!(placed.met);
@@ -235,7 +235,10 @@ async fn a_waiting_request_is_released_only_into_half_its_slack() {
     // to its first token). A waiting one is held to (0.8 + 0.07) / 2 = 0.435 s: it waits on.
     streams.truncate(9);
     tokio::time::sleep(TICK * 4).await;
-    assert!(!waiting.is_finished(), "released into room for a fresh request");
+    assert!(
+        !waiting.is_finished(),
+        "released into room for a fresh request"
+    );
     // The prefills finish (0.07 s): released, and whatever it waited (at most (0.8 - 0.07) / 2)
     // it is predicted to meet its target.
     drop(prefilling);
@@ -412,4 +415,56 @@ async fn a_tenant_that_floods_does_not_go_before_a_quiet_one() {
     for task in flood {
         task.abort();
     }
+}
+
+#[tokio::test]
+async fn a_tenant_over_its_share_goes_only_into_ample_room() {
+    let queue = QueueConfig {
+        tenant_header: Some(http::HeaderName::from_static("x-team")),
+        ..QueueConfig::default()
+    };
+    let fixture = fixture(Duration::from_millis(800), queue);
+    // 3 000 tokens to prefill: a 200-token request's first token in 0.34 s, within 800 ms.
+    let prefill = fixture.load(1, 3_000);
+    let team = |name: &str| header("x-team", name);
+    let mut held = Vec::new();
+    for tenant in ["quiet", "flood", "flood"] {
+        let admission = answer(enter(&fixture.gate, 200, team(tenant))).await;
+        let Admission::Placed { slot, .. } = admission else {
+            panic!("{tenant} not placed: {admission:?}");
+        };
+        held.push(slot.expect("a share slot"));
+    }
+    assert_eq!(fixture.gate.shares.of("flood"), 2);
+    assert_eq!(fixture.gate.shares.of("quiet"), 1);
+    // A third for the flood would hold 3 of 4 streams between two tenants: over its share (2), it
+    // goes only where its first token comes within 0.04 + (0.8 - 0.04) / 4 = 0.23 s.
+    let waiting = enter(&fixture.gate, 200, team("flood"));
+    queued(&fixture, 1).await;
+    tokio::time::sleep(TICK * 4).await;
+    assert!(!waiting.is_finished(), "0.34 s is room, not ample room");
+    // The prefill ends: 0.04 s.
+    drop(prefill);
+    let admission = answer(waiting).await;
+    assert!(
+        matches!(
+            admission,
+            Admission::Placed {
+                guard: Some(_),
+                slot: Some(_),
+                ..
+            }
+        ),
+        "{admission:?}"
+    );
+    assert_eq!(fixture.gate.shares.of("flood"), 3);
+    assert_eq!(fixture.exits("direct"), 3);
+    assert_eq!(fixture.exits("placed"), 1);
+    drop(admission);
+    drop(held);
+    assert_eq!(
+        fixture.gate.shares.of("flood"),
+        0,
+        "slots end with the streams"
+    );
 }
