@@ -16,9 +16,10 @@
 //! A backend **fits** when its predicted TPOT is within the `[slo]` tpot target: the request
 //! would not push the streams there past it. Among the backends that fit, the request goes to the
 //! one with the most TTFT **headroom**, `1 - TTFT / ttft target`; it is `met` when that is not
-//! negative. When none fits, it goes to the backend whose worse margin (TTFT or TPOT) is the
-//! least bad, and is `missed`, as it is when its best TTFT misses. The search starts at a random backend, so equal predictions (a cold pool)
-//! spread.
+//! negative. When none meets both targets, it goes to the backend whose worse margin (TTFT or
+//! TPOT) is the least bad, and is `missed`: a backend within the TPOT target behind seconds of
+//! queued prefill does not beat one a little past it. The search starts at a random backend, so
+//! equal predictions (a cold pool) spread.
 //!
 //! A request whose own prefill misses the TTFT target even on the fastest idle backend (a long
 //! document) is held to [`LONG_PROMPT_SLACK`] times that instead ([`Targets::for_prompt`]).
@@ -63,6 +64,7 @@ use crate::metrics::Metrics;
 
 pub mod gate;
 pub mod hook;
+pub mod share;
 
 /// The targets a pool places against (`[slo]`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -325,13 +327,14 @@ struct Ranked<'a> {
 impl Ranked<'_> {
     /// Whether this is a better place than `other`: one predicted to meet the targets beats one
     /// that is not; between two that meet, the lesser harm, then the larger headroom; between two
-    /// that miss, the lesser miss.
+    /// that miss, the lesser of their worse misses.
     fn beats(&self, other: &Ranked<'_>) -> bool {
         match (self.score.met(), other.score.met()) {
             (true, false) => true,
             (false, true) => false,
             (true, true) if self.harm != other.harm => self.harm < other.harm,
-            _ => self.score > other.score,
+            (true, true) => self.score > other.score,
+            (false, false) => self.score.worst > other.score.worst,
         }
     }
 
@@ -373,6 +376,8 @@ pub struct Score {
     /// If it fits, the TTFT headroom `1 - TTFT / target`; if not, the worse of the TTFT and TPOT
     /// margins (both negative when missed).
     pub margin: f64,
+    /// The worse of the TTFT and TPOT margins, whether it fits or not: what a miss is ranked by.
+    pub worst: f64,
 }
 
 impl Score {
@@ -385,6 +390,7 @@ impl Score {
         Self {
             fits,
             margin: if fits { ttft } else { ttft.min(tpot) },
+            worst: ttft.min(tpot),
         }
     }
 

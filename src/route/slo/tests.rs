@@ -270,14 +270,11 @@ fn a_backend_that_fits_the_tpot_target_beats_any_that_does_not() {
     };
     let ms = Duration::from_millis;
     let close = Score::of(targets, ms(400), ms(39));
-    assert_eq!(
-        close,
-        Score {
-            fits: true,
-            margin: 0.5
-        },
-        "TTFT headroom alone"
+    assert!(
+        close.fits && (close.margin - 0.5).abs() < 1e-9,
+        "TTFT headroom alone: {close:?}"
     );
+    assert!((close.worst - 0.025).abs() < 1e-9, "{close:?}");
     assert!(close.met());
     let late = Score::of(targets, ms(1_000), ms(10));
     assert!(
@@ -291,6 +288,57 @@ fn a_backend_that_fits_the_tpot_target_beats_any_that_does_not() {
     );
     assert!(late > crowded, "fitting the TPOT target comes first");
     assert!(close > late);
+}
+
+#[test]
+fn between_misses_the_lesser_worse_miss_wins_whether_it_fits_or_not() {
+    let pool = pool(2);
+    let backends = pool.backends();
+    // Both decode at 20 ms + 1 ms per stream (16 streams: 37 ms, past 35) and prefill 10 000
+    // tokens/s.
+    for backend in backends.iter() {
+        for i in 0..400u64 {
+            let load = Load {
+                queued_tokens: (i * 37) % 9_000,
+                streams: i % 20,
+            };
+            let ask = Ask {
+                prompt_tokens: 200 + (i * 91) % 4_000,
+                cached_tokens: 0,
+            };
+            let work = (load.queued_tokens + ask.uncached()) as f64;
+            let outcome = Outcome {
+                ttft: Duration::from_secs_f64(0.02 + work / 10_000.0),
+                tpot: Some(Duration::from_secs_f64(
+                    0.020 + 0.001 * (load.streams + 1) as f64,
+                )),
+            };
+            backend.learn(200, load, ask, outcome);
+        }
+    }
+    // 9000: 16 streams, nothing queued: 37 ms a token (a 6 % miss), first token in 0.07 s.
+    // 9001: one stream, 30 000 tokens queued: within the TPOT target, first token in 3.07 s.
+    let _crowded: Vec<LoadGuard> = (0..16)
+        .map(|_| LoadGuard::new(Arc::clone(&backends[0]), 0))
+        .collect();
+    let _queued = LoadGuard::new(Arc::clone(&backends[1]), 30_000);
+    let mut rng = StdRng::seed_from_u64(10);
+    let placed = choose(
+        &pool,
+        &slo(),
+        demand(500),
+        Instant::now(),
+        &[],
+        |_| 0,
+        &mut rng,
+    )
+    .expect("placed");
+    assert!(!placed.met);
+    assert_eq!(
+        label(&placed),
+        "127.0.0.1:9000",
+        "a TPOT a little past its target, not three seconds of queue"
+    );
 }
 
 #[test]
@@ -314,9 +362,15 @@ fn a_long_prefill_goes_where_it_stalls_the_fewest_streams() {
     for _ in 0..10 {
         let placed =
             choose(&pool, &slo(), demand(6_000), now, &[], |_| 0, &mut rng).expect("placed");
-        assert_eq!(label(&placed), "127.0.0.1:9001", "two streams stalled, not six");
+        assert_eq!(
+            label(&placed),
+            "127.0.0.1:9001",
+            "two streams stalled, not six"
+        );
         assert!(placed.met);
-        let until = placed.stalls_until.expect("a stalling prefill marks its backend");
+        let until = placed
+            .stalls_until
+            .expect("a stalling prefill marks its backend");
         let after = until - now;
         let expected = placed.prediction.ttft + STALL_LINGER;
         assert!(
