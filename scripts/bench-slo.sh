@@ -224,6 +224,37 @@ prom_median() {
             printf "%.4f\n", lo }'
 }
 
+# prom_abs_error FILE METRIC SELECTOR: the median absolute relative error of the predictions in a
+# histogram of predicted / measured ratios (samples whose labels contain SELECTOR, summed over the
+# other labels): the smallest e with half the samples' ratios within [1 - e, 1 + e], the cumulative
+# count interpolated linearly between bucket bounds (from 0 at 0; nothing is placed past the last
+# finite bound); null without samples.
+prom_abs_error() {
+    { grep "^$2_bucket{.*$3" "$1" || true; } | awk '
+        { match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5)
+          cum[le] += $NF; if (le != "+Inf") bounds[le] = le + 0 }
+        function at(x,   i, lo, below, hi, c) {
+            lo = 0; below = 0
+            for (i = 1; i <= n; i++) {
+                hi = bounds[order[i]]; c = cum[order[i]]
+                if (x <= hi) return below + (c - below) * (x - lo) / (hi - lo)
+                lo = hi; below = c
+            }
+            return below
+        }
+        END {
+            if (!("+Inf" in cum) || cum["+Inf"] == 0) { print "null"; exit }
+            n = 0; for (le in bounds) order[++n] = le
+            for (i = 2; i <= n; i++) for (j = i; j > 1 && bounds[order[j]] < bounds[order[j-1]]; j--) {
+                t = order[j]; order[j] = order[j-1]; order[j-1] = t }
+            half = cum["+Inf"] / 2
+            for (e = 0; e <= 4; e += 0.001) {
+                low = 1 - e; if (low < 0) low = 0
+                if (at(1 + e) - at(low) >= half) { printf "%.4f\n", e; exit }
+            }
+            print "null" }'
+}
+
 # metrics_of RUN: what the proxy counted in a run, as JSON.
 metrics_of() {
     local prom="$tmp/$1.prom" per_backend='[]' port
@@ -236,9 +267,12 @@ metrics_of() {
         --argjson queue "$(prom_labelled "$prom" tokenmeter_queue_exits_total exit)" \
         --argjson ttft "$(prom_median "$prom" tokenmeter_prediction_error_ratio 'kind="ttft"')" \
         --argjson tpot "$(prom_median "$prom" tokenmeter_prediction_error_ratio 'kind="tpot"')" \
+        --argjson ttft_abs "$(prom_abs_error "$prom" tokenmeter_prediction_error_ratio 'kind="ttft"')" \
+        --argjson tpot_abs "$(prom_abs_error "$prom" tokenmeter_prediction_error_ratio 'kind="tpot"')" \
         --argjson per_backend "$per_backend" \
         '{requests_per_backend: $per_backend, route_decisions: $route, slo_decisions: $slo, queue_exits: $queue,
-          prediction_error_ttft_p50: $ttft, prediction_error_tpot_p50: $tpot}'
+          prediction_error_ttft_p50: $ttft, prediction_error_tpot_p50: $tpot,
+          prediction_abs_error_ttft_p50: $ttft_abs, prediction_abs_error_tpot_p50: $tpot_abs}'
 }
 
 [ -f "$OUT" ] || echo '{}' >"$OUT"
@@ -313,9 +347,9 @@ else
       def r: if . == null then "-" else (. * 10 | round) / 10 end;
       def spread: (add) as $t | if $t > 0 then map(. / $t * 100 | round | tostring + " %") | join(" / ") else "-" end;
       def counts: to_entries | map("\(.key) \(.value)") | join(", ") | if . == "" then "-" else . end;
-      "| rate (req/s + sessions/s) | set-up | requests (errors) | chat ITL p50 / p99 / max (ms) | chat TTFT p50 / p99 (ms) | document TTFT p50 / p99 (ms) | session TTFT p99 (ms) | SLOs met | goodput (req/s) | requests per replica (fast, fast, slow, slow) | route decisions | slo decisions | queue exits | TTFT predicted / measured, p50 |",
-      "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|",
-      (.mixed.results[] | "| \(.rate) + \(.session_rate) | \(.setup) | \(.requests) (\(.errors)) | \(.chat_itl_p50_ms | r) / \(.chat_itl_p99_ms | r) / \(.chat_itl_max_ms | r) | \(.chat_ttft_p50_ms | r) / \(.chat_ttft_p99_ms | r) | \(.document_ttft_p50_ms | r) / \(.document_ttft_p99_ms | r) | \(.session_ttft_p99_ms | r) | \(.slo_met_pct | r) % | \(.goodput_rps | r) | \(.requests_per_backend | spread) | \(.route_decisions | counts) | \(.slo_decisions | counts) | \(.queue_exits | counts) | \(.prediction_error_ttft_p50 // "-") |")
+      "| rate (req/s + sessions/s) | set-up | requests (errors) | chat ITL p50 / p99 / max (ms) | chat TTFT p50 / p99 (ms) | document TTFT p50 / p99 (ms) | session TTFT p99 (ms) | SLOs met | goodput (req/s) | requests per replica (fast, fast, slow, slow) | route decisions | slo decisions | queue exits | TTFT predicted / measured, p50 | TTFT prediction, median absolute error |",
+      "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|",
+      (.mixed.results[] | "| \(.rate) + \(.session_rate) | \(.setup) | \(.requests) (\(.errors)) | \(.chat_itl_p50_ms | r) / \(.chat_itl_p99_ms | r) / \(.chat_itl_max_ms | r) | \(.chat_ttft_p50_ms | r) / \(.chat_ttft_p99_ms | r) | \(.document_ttft_p50_ms | r) / \(.document_ttft_p99_ms | r) | \(.session_ttft_p99_ms | r) | \(.slo_met_pct | r) % | \(.goodput_rps | r) | \(.requests_per_backend | spread) | \(.route_decisions | counts) | \(.slo_decisions | counts) | \(.queue_exits | counts) | \(.prediction_error_ttft_p50 // "-") | \(.prediction_abs_error_ttft_p50 | if . == null then "-" else "\(. * 100 | round) %" end) |")
     ' "$OUT")
 fi
 echo "$table"
