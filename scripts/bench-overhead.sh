@@ -14,6 +14,9 @@
 #                                        # memory, a budget in Redis (+ direct), plus 1-chunk
 #                                        # requests for the CPU per request, no idle streams
 #                                        # (~10 min on 2 cores); target/bench-overhead-budgets/
+#   scripts/bench-overhead.sh --slo      # the same runs with tokenmeter against itself placing by
+#                                        # predicted latency over 16 backends (balance = "slo",
+#                                        # a gateway queue; #27); target/bench-overhead-slo/
 #   scripts/bench-overhead.sh --smoke    # a few seconds per path, debug build: that it runs (CI;
 #                                        # every path, the tenant ones included)
 #   scripts/bench-overhead.sh -- --reps 5 --concurrency 1,64   # extra flags for `overhead run`
@@ -24,12 +27,14 @@ cd "$(dirname "$0")/.."
 smoke=0
 tls_only=0
 budgets=0
+slo=0
 extra=()
 for arg in "$@"; do
     case "$arg" in
         --smoke) smoke=1 ;;
         --tls-only) tls_only=1 ;;
         --budgets) budgets=1 ;;
+        --slo) budgets=1; slo=1 ;;
         --) ;;
         *) extra+=("$arg") ;;
     esac
@@ -55,7 +60,7 @@ fi
 # The Redis a budget path keeps its budget in (the harness starts its own on a loopback port);
 # without it that path is skipped.
 redis=/usr/bin/redis-server
-if [ "$tls_only" = 0 ] && { [ "$budgets" = 1 ] || [ "$smoke" = 1 ]; }; then
+if [ "$tls_only" = 0 ] && [ "$slo" = 0 ] && { [ "$budgets" = 1 ] || [ "$smoke" = 1 ]; }; then
     install_service redis-server "$redis"
 fi
 
@@ -79,8 +84,10 @@ fi
 mode_dir=$([ "$smoke" = 1 ] && echo debug || echo release)
 tls_paths=(direct-tls tokenmeter-tls-client nginx-tls-client tokenmeter-tls-upstream nginx-tls-upstream)
 tenant_paths=(tokenmeter-tenants tokenmeter-budget-memory tokenmeter-budget-redis)
+# --slo runs as --budgets does, its own path in place of the tenant ones.
+[ "$slo" = 1 ] && tenant_paths=(tokenmeter-slo)
 if [ "$budgets" = 1 ]; then
-    out="$out-budgets"
+    out="$out-$([ "$slo" = 1 ] && echo slo || echo budgets)"
     # Five paths, 3 repetitions of 1, 64 and 1024 paced streams x 8 s (the first 2 s not
     # measured), saturation x 6 s and 64 streams of 1-chunk requests x 8 s: ~10 min. No idle
     # streams (~2 min per proxy): a budget keeps a small hold per request, not a buffer.
@@ -99,7 +106,7 @@ elif [ "$tls_only" = 1 ]; then
     [ "$smoke" = 1 ] || run_args+=(--secs 5 --warmup 1.5 --saturation-secs 4)
 elif [ "$smoke" = 1 ]; then
     # The smoke run also checks the opt-in tenant paths, and the request runs.
-    run_args+=(--paths "default,$(IFS=,; echo "${tenant_paths[*]}")" --request-secs 1)
+    run_args+=(--paths "default,$(IFS=,; echo "${tenant_paths[*]}"),tokenmeter-slo" --request-secs 1)
 fi
 
 cargo build -q "${profile_args[@]}" --bin tokenmeter
@@ -135,7 +142,7 @@ if [ "$smoke" = 1 ]; then
         [ -x /usr/sbin/nginx ] && expected+=(nginx-tls-client nginx-tls-upstream)
     fi
     if [ "$tls_only" = 0 ]; then
-        expected+=(direct tokenmeter tokenmeter-tenants tokenmeter-budget-memory)
+        expected+=(direct tokenmeter tokenmeter-tenants tokenmeter-budget-memory tokenmeter-slo)
         if [ -x "$redis" ]; then
             expected+=(tokenmeter-budget-redis)
         else
@@ -163,7 +170,7 @@ if [ "$smoke" = 1 ]; then
     fi
     for path in "${expected[@]}"; do
         case "$path" in
-            tokenmeter-tenants|tokenmeter-budget-*)
+            tokenmeter-tenants|tokenmeter-budget-*|tokenmeter-slo)
                 if grep -E "\"path\":\"$path\".*\"errors\":[1-9]" "$out/results.jsonl" >/dev/null; then
                     echo "bench-overhead smoke: a request on $path failed (refused by its budget?)" >&2; exit 1
                 fi ;;

@@ -48,7 +48,7 @@ const fn tls(name: &'static str, client_tls: bool) -> PathSpec {
     }
 }
 
-const fn tenant(name: &'static str) -> PathSpec {
+const fn against_tokenmeter(name: &'static str) -> PathSpec {
     PathSpec {
         opt_in: true,
         reference: Some("tokenmeter"),
@@ -60,7 +60,7 @@ const fn tenant(name: &'static str) -> PathSpec {
 pub const DEFAULT_SET: &str = "default";
 
 /// Every path, in the order the summary lists them.
-pub const PATHS: [PathSpec; 14] = [
+pub const PATHS: [PathSpec; 15] = [
     plain("direct"),
     plain("tokenmeter"),
     plain("tokenmeter-unmetered"),
@@ -77,11 +77,16 @@ pub const PATHS: [PathSpec; 14] = [
     tls("nginx-tls-upstream", false),
     // tokenmeter with `[tenants] sources = ["header"]` and no budget: what naming the tenant
     // costs (the load sends no header: every request is `anonymous`).
-    tenant("tokenmeter-tenants"),
+    against_tokenmeter("tokenmeter-tenants"),
     // The same with a default budget no request reaches, every limit set: kept in this process.
-    tenant("tokenmeter-budget-memory"),
+    against_tokenmeter("tokenmeter-budget-memory"),
     // ... and in a Redis on loopback (one round trip to admit, one to settle).
-    tenant("tokenmeter-budget-redis"),
+    against_tokenmeter("tokenmeter-budget-redis"),
+    // One pool of 16 backends (the one backend, 16 times) with `balance = "slo"` and a gateway
+    // queue: a placement by predicted latency over 16 latency models per request, the gate's
+    // direct path, and a lesson at each finish. The targets are loose, so every request goes at
+    // once: the cost of deciding, not of waiting.
+    against_tokenmeter("tokenmeter-slo"),
 ];
 
 /// The TLS paths (what `--tls-only` runs).

@@ -144,6 +144,20 @@ enum TokenmeterConfig<'a> {
     /// `[tenants]` with the header source, and a budget in `store` when there is one
     /// ([`budgets::tenants_toml`]).
     Tenants(Option<budgets::Store>),
+    /// One `balance = "slo"` pool of [`SLO_BACKENDS`] backends, all the one backend, with a
+    /// gateway queue; targets no request misses.
+    Slo,
+}
+
+/// Backends in the `tokenmeter-slo` path's pool: the placement scores each.
+const SLO_BACKENDS: usize = 16;
+
+/// The `tokenmeter-slo` path's configuration over `backend`.
+fn slo_toml(backend: SocketAddr) -> String {
+    let urls = vec![format!("\"http://{backend}\""); SLO_BACKENDS].join(", ");
+    format!(
+        "[slo]\nttft = \"60s\"\ntpot = \"10s\"\n\n[[pools]]\nname = \"replicas\"\nurls = [{urls}]\nbalance = \"slo\"\n\n[pools.queue]\ncapacity = 100000\n"
+    )
 }
 
 /// tokenmeter as path `name` (its config in `<out>/<name>.toml`, its log in `<out>/<name>.log`),
@@ -174,6 +188,7 @@ fn start_tokenmeter(
             ),
         ),
         TokenmeterConfig::Tenants(store) => ("http", budgets::tenants_toml(store)),
+        TokenmeterConfig::Slo => ("http", slo_toml(backend)),
     };
     let mut command = Command::new(&args.tokenmeter);
     command.arg("serve");
@@ -658,6 +673,17 @@ fn start_paths(
         let tm = start_tokenmeter(args, name, backends.plain, config, admin)?;
         keep(&mut procs, name, tm);
         admins.insert(name, admin);
+    }
+    if wants("tokenmeter-slo") {
+        // No budget store to read: its admin port is not one the runs read.
+        let tm = start_tokenmeter(
+            args,
+            "tokenmeter-slo",
+            backends.plain,
+            TokenmeterConfig::Slo,
+            free_port()?,
+        )?;
+        keep(&mut procs, "tokenmeter-slo", tm);
     }
     procs.extend(redis_server);
     let mut paths = Vec::new();
