@@ -577,7 +577,7 @@ fn a_pool_queue_parses_and_needs_slo_balancing_and_room() {
     let queue = config.pools[0].queue.as_ref().expect("a queue");
     assert_eq!(queue.capacity, 8);
     assert_eq!(queue.on_deadline, crate::config::OnDeadline::Send);
-    assert!(queue.equal_shares, "on by default");
+    assert!(!queue.equal_shares, "off by default");
     assert_eq!(
         queue.priority_header.as_ref().map(http::HeaderName::as_str),
         Some("x-priority")

@@ -33,7 +33,7 @@
 //! entry is predicted against it. An entry is never overtaken within its pool; a large one at the
 //! head waits until a backend has room for it, or its deadline.
 //!
-//! **Shares** (`equal_shares`, on by default). The gate also counts each tenant's streams until
+//! **Shares** (`equal_shares`, off by default). The gate also counts each tenant's streams until
 //! they end ([`super::share`]). A tenant
 //! whose next stream would put it over an equal part of them goes at once, or is released, only
 //! into ample room: its first token within a quarter of its slack, `alone + (target − alone) / 4`

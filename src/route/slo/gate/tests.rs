@@ -421,6 +421,7 @@ async fn a_tenant_that_floods_does_not_go_before_a_quiet_one() {
 async fn a_tenant_over_its_share_goes_only_into_ample_room() {
     let queue = QueueConfig {
         tenant_header: Some(http::HeaderName::from_static("x-team")),
+        equal_shares: true,
         ..QueueConfig::default()
     };
     let fixture = fixture(Duration::from_millis(800), queue);
