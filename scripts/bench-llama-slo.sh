@@ -34,36 +34,6 @@ BIN=target/release/tokenmeter
 export TOKENMETER_LISTEN=127.0.0.1:${PROXY_PORT:-18000}
 export TOKENMETER_ADMIN_LISTEN=127.0.0.1:${ADMIN_PORT:-19464}
 
-# prom_ratio FILE SELECTOR MODE: from the tokenmeter_prediction_error_ratio buckets whose labels
-# contain SELECTOR, the median ratio (MODE = median) or the median absolute error (MODE = abs),
-# interpolated linearly between bucket bounds; null without samples.
-prom_ratio() {
-    { grep "^tokenmeter_prediction_error_ratio_bucket{.*$2" "$1" || true; } | awk -v mode="$3" '
-        { match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5)
-          cum[le] += $NF; if (le != "+Inf") bounds[le] = le + 0 }
-        function at(x,   i, lo, below, hi, c) {
-            lo = 0; below = 0
-            for (i = 1; i <= n; i++) {
-                hi = bounds[order[i]]; c = cum[order[i]]
-                if (x <= hi) return below + (c - below) * (x - lo) / (hi - lo)
-                lo = hi; below = c
-            }
-            return below
-        }
-        END {
-            if (!("+Inf" in cum) || cum["+Inf"] == 0) { print "null"; exit }
-            n = 0; for (le in bounds) order[++n] = le
-            for (i = 2; i <= n; i++) for (j = i; j > 1 && bounds[order[j]] < bounds[order[j-1]]; j--) {
-                t = order[j]; order[j] = order[j-1]; order[j-1] = t }
-            half = cum["+Inf"] / 2
-            for (e = 0; e <= 4; e += 0.001) {
-                if (mode == "median") { if (at(e) >= half) { printf "%.4f\n", e; exit } }
-                else { low = 1 - e; if (low < 0) low = 0
-                       if (at(1 + e) - at(low) >= half) { printf "%.4f\n", e; exit } }
-            }
-            print "null" }'
-}
-
 if [ "${1:-}" = "--summarize" ]; then
     tmp=$2
 else
@@ -136,8 +106,8 @@ for f in "$tmp"/*-[0-9].json; do
     base=$(basename "$f" .json)
     prom="$tmp/$base.prom"
     results=$(jq --arg setup "${base%-*}" --arg run "${base##*-}" --argjson s "$(jq "$summary" "$f")" \
-        --argjson ratio "$(prom_ratio "$prom" 'kind="ttft"' median)" \
-        --argjson abs "$(prom_ratio "$prom" 'kind="ttft"' abs)" \
+        --argjson ratio "$(prom_median "$prom" tokenmeter_prediction_error_ratio 'kind="ttft"')" \
+        --argjson abs "$(prom_abs_error "$prom" tokenmeter_prediction_error_ratio 'kind="ttft"')" \
         '. + [{setup: $setup, run: ($run | tonumber)} + $s
               + {prediction_error_ttft_p50: $ratio, prediction_abs_error_ttft_p50: $abs}]' <<<"$results")
 done

@@ -201,59 +201,7 @@ prom_labelled() {
               print "}" }' | jq -S .
 }
 
-# prom_median FILE METRIC SELECTOR: the median of a histogram's samples whose labels contain
-# SELECTOR (e.g. kind="ttft"), summed over the other labels, interpolated linearly inside the
-# bucket that holds it (as PromQL's histogram_quantile: the first bucket from 0, the +Inf bucket
-# answers its lower bound); null without samples.
-prom_median() {
-    { grep "^$2_bucket{.*$3" "$1" || true; } | awk '
-        { match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5)
-          cum[le] += $NF; if (le != "+Inf") bounds[le] = le + 0 }
-        END {
-            if (!("+Inf" in cum) || cum["+Inf"] == 0) { print "null"; exit }
-            n = 0; for (le in bounds) order[++n] = le
-            for (i = 2; i <= n; i++) for (j = i; j > 1 && bounds[order[j]] < bounds[order[j-1]]; j--) {
-                t = order[j]; order[j] = order[j-1]; order[j-1] = t }
-            rank = cum["+Inf"] / 2; lo = 0; below = 0
-            for (i = 1; i <= n; i++) {
-                hi = bounds[order[i]]; c = cum[order[i]]
-                if (c >= rank) {
-                    printf "%.4f\n", (c > below) ? lo + (hi - lo) * (rank - below) / (c - below) : hi; exit }
-                lo = hi; below = c
-            }
-            printf "%.4f\n", lo }'
-}
 
-# prom_abs_error FILE METRIC SELECTOR: the median absolute relative error of the predictions in a
-# histogram of predicted / measured ratios (samples whose labels contain SELECTOR, summed over the
-# other labels): the smallest e with half the samples' ratios within [1 - e, 1 + e], the cumulative
-# count interpolated linearly between bucket bounds (from 0 at 0; nothing is placed past the last
-# finite bound); null without samples.
-prom_abs_error() {
-    { grep "^$2_bucket{.*$3" "$1" || true; } | awk '
-        { match($0, /le="[^"]*"/); le = substr($0, RSTART + 4, RLENGTH - 5)
-          cum[le] += $NF; if (le != "+Inf") bounds[le] = le + 0 }
-        function at(x,   i, lo, below, hi, c) {
-            lo = 0; below = 0
-            for (i = 1; i <= n; i++) {
-                hi = bounds[order[i]]; c = cum[order[i]]
-                if (x <= hi) return below + (c - below) * (x - lo) / (hi - lo)
-                lo = hi; below = c
-            }
-            return below
-        }
-        END {
-            if (!("+Inf" in cum) || cum["+Inf"] == 0) { print "null"; exit }
-            n = 0; for (le in bounds) order[++n] = le
-            for (i = 2; i <= n; i++) for (j = i; j > 1 && bounds[order[j]] < bounds[order[j-1]]; j--) {
-                t = order[j]; order[j] = order[j-1]; order[j-1] = t }
-            half = cum["+Inf"] / 2
-            for (e = 0; e <= 4; e += 0.001) {
-                low = 1 - e; if (low < 0) low = 0
-                if (at(1 + e) - at(low) >= half) { printf "%.4f\n", e; exit }
-            }
-            print "null" }'
-}
 
 # metrics_of RUN: what the proxy counted in a run, as JSON.
 metrics_of() {
