@@ -172,7 +172,11 @@ if [ "$smoke" = 1 ]; then
         case "$path" in
             tokenmeter-tenants|tokenmeter-budget-*|tokenmeter-slo)
                 if grep -E "\"path\":\"$path\".*\"errors\":[1-9]" "$out/results.jsonl" >/dev/null; then
-                    echo "bench-overhead smoke: a request on $path failed (refused by its budget?)" >&2; exit 1
+                    echo "bench-overhead smoke: a request on $path failed; the runs, why, and its log:" >&2
+                    grep -E "\"path\":\"$path\".*\"errors\":[1-9]" "$out/results.jsonl" \
+                        | grep -oE '"kind":"[a-z]*"|"streams":[0-9]*,"interval_us":[0-9]*|"error_kinds":\{[^}]*\}' >&2 || true
+                    tail -n 20 "$out/$path.log" >&2 || true
+                    exit 1
                 fi ;;
         esac
         case "$path" in

@@ -14,7 +14,7 @@
 //! rustls ([`super::tls::client_config`]), and the result names what was negotiated — on the
 //! client's own connection, and on the connection into the backend when the backend serves TLS
 //! (its [`BACKEND_TLS_HEADER`]).
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -64,6 +64,10 @@ pub struct LoadResult {
     /// the backend was reached in plain HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_tls: Option<String>,
+    /// Why the requests counted in `errors` failed, and how many each (`connect`, `status 429`,
+    /// `send: ...`, `body: ...`): what a smoke run that saw errors prints.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub error_kinds: BTreeMap<String, u64>,
 }
 
 /// Parameters of one load run.
@@ -151,8 +155,17 @@ struct StreamSamples {
     chunks_total: u64,
     requests: u64,
     errors: u64,
+    error_kinds: BTreeMap<String, u64>,
     tls: BTreeSet<String>,
     backend_tls: BTreeSet<String>,
+}
+
+impl StreamSamples {
+    /// Counts a failed request, and why (one allocation per distinct reason).
+    fn failed(&mut self, why: impl FnOnce() -> String) {
+        self.errors += 1;
+        *self.error_kinds.entry(why()).or_default() += 1;
+    }
 }
 
 /// An HTTP/1.1 connection to `addr`, over TLS with `tls`; with what TLS negotiated.
@@ -210,20 +223,30 @@ async fn load_stream(args: Arc<LoadArgs>, start: Instant) -> StreamSamples {
                     conn
                 }
                 None => {
-                    out.errors += 1;
+                    out.failed(|| "connect".to_owned());
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     continue;
                 }
             },
         };
+        // A connection that just ended a response may not have turned back to idle yet: a
+        // request sent before it has is refused ("operation was canceled").
+        if let Err(err) = conn.ready().await {
+            out.failed(|| format!("ready: {err}"));
+            continue;
+        }
         let sent = Instant::now();
         let response = match conn
             .send_request(request(args.addr, &args.path, body.clone()))
             .await
         {
             Ok(response) if response.status().is_success() => response,
-            _ => {
-                out.errors += 1;
+            Ok(response) => {
+                out.failed(|| format!("status {}", response.status().as_u16()));
+                continue;
+            }
+            Err(err) => {
+                out.failed(|| format!("send: {err}"));
                 continue;
             }
         };
@@ -234,12 +257,12 @@ async fn load_stream(args: Arc<LoadArgs>, start: Instant) -> StreamSamples {
         let mut body = response.into_body();
         let mut scanner = StampScanner::new();
         let mut first = true;
-        let mut ok = true;
+        let mut broke = None;
         loop {
             let frame = match tokio::time::timeout_at(stop_at.into(), body.frame()).await {
                 Ok(Some(Ok(frame))) => frame,
-                Ok(Some(Err(_))) => {
-                    ok = false;
+                Ok(Some(Err(err))) => {
+                    broke = Some(err);
                     break;
                 }
                 Ok(None) => break,
@@ -263,10 +286,9 @@ async fn load_stream(args: Arc<LoadArgs>, start: Instant) -> StreamSamples {
                 first = false;
             });
         }
-        if ok {
-            sender = Some(conn);
-        } else {
-            out.errors += 1;
+        match broke {
+            None => sender = Some(conn),
+            Some(err) => out.failed(|| format!("body: {err}")),
         }
     }
     out
@@ -287,6 +309,9 @@ pub async fn load(args: LoadArgs) -> LoadResult {
             all.chunks_total += samples.chunks_total;
             all.requests += samples.requests;
             all.errors += samples.errors;
+            for (why, n) in samples.error_kinds {
+                *all.error_kinds.entry(why).or_default() += n;
+            }
             all.tls.extend(samples.tls);
             all.backend_tls.extend(samples.backend_tls);
         }
@@ -311,6 +336,7 @@ pub async fn load(args: LoadArgs) -> LoadResult {
         client_cpu_s: proc_cpu_secs(std::process::id()).unwrap_or(0.0),
         tls: joined(&all.tls),
         backend_tls: joined(&all.backend_tls),
+        error_kinds: all.error_kinds,
     }
 }
 
@@ -364,6 +390,7 @@ pub async fn idle(
             if let (Some(tls), Ok(mut set)) = (tls, negotiated.lock()) {
                 note(&mut set, &tls);
             }
+            conn.ready().await.ok()?;
             let response = conn
                 .send_request(request(addr, CHAT_PATH, body))
                 .await
