@@ -179,6 +179,7 @@ fn placement(c: &mut Criterion) {
         let demand = Demand {
             prompt_tokens: 1_000,
             waited: Duration::from_millis(2),
+            targets: None,
         };
         let mut rng = rand::thread_rng();
         group.bench_function(format!("slo_place_{n}_backends"), |b| {

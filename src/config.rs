@@ -15,6 +15,7 @@ pub use budgets::{BudgetsConfig, Counts, Limits, OnStoreError, StoreUrl, ENV_BUD
 pub use handoff::{HandoffConfig, HandoffProtocol};
 pub use queue::{OnDeadline, QueueConfig};
 pub use routing::{Affinity, BalanceLoad, PoolConfig, RoutingConfig, RuleConfig, DEFAULT_POOL};
+pub use slo::{SloConfig, SloTargets, TargetsOverride, DEFAULT_CLASS_HEADER};
 pub use tenants::{
     Anonymous, CertField, TenantSource, TenantsConfig, UsageConfig, ENV_TENANT_KEYS_FILE,
     ENV_UPSTREAM_KEY_FILE,
@@ -26,6 +27,7 @@ mod budgets;
 mod handoff;
 mod queue;
 mod routing;
+mod slo;
 mod tenants;
 pub mod tls;
 pub mod tracing;
@@ -157,16 +159,6 @@ pub struct MeteringConfig {
     pub max_sse_line_bytes: usize,
 }
 
-/// Service-level objectives; each target is also made an exact histogram bucket edge.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SloConfig {
-    #[serde(deserialize_with = "duration")]
-    pub ttft: Duration,
-    #[serde(deserialize_with = "duration")]
-    pub tpot: Duration,
-}
-
 /// hyper's HTTP/1 read buffer cannot be smaller (it asserts), so neither can `server.max_header_bytes`.
 pub const MIN_HEADER_BYTES: usize = 8192;
 
@@ -226,15 +218,6 @@ impl Default for MeteringConfig {
             models: Vec::new(),
             max_observed_models: 32,
             max_sse_line_bytes: 1024 * 1024,
-        }
-    }
-}
-
-impl Default for SloConfig {
-    fn default() -> Self {
-        Self {
-            ttft: Duration::from_millis(800),
-            tpot: Duration::from_millis(35),
         }
     }
 }

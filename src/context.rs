@@ -7,7 +7,7 @@
 //! | phase | writes |
 //! |---|---|
 //! | server (the head is in: [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `conflicting_framing`, `dialect`, `trace`, `tracing` (the span ids and the sampling decision), `tenant`, `tenant_name` and `tenant_tracked`, or `tenant_refused`, the finish hooks |
-//! | meter, head ([`crate::meter::layer`]) | `marks.admitted`, `marks.body_read`, `generation` (the buffered body and the one walk over it), `model`, `model_label`, `usage_injected`, `active`; `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
+//! | meter, head ([`crate::meter::layer`]) | `marks.admitted`, `marks.body_read`, `generation` (the buffered body and the one walk over it), `model`, `model_label`, `slo` (the request's targets), `usage_injected`, `active`; `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
 //! | route, plan ([`crate::route::plan`]) | `estimate`, `plan`, `pool` (the first planned pool) |
 //! | tenant, budget ([`crate::tenant::budget`]) | `budget`: the reservation the request holds on its tenant's budget |
 //! | route, dispatch ([`crate::route::dispatch`]) | `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts`, `cached_prompt_bytes`, `route`, `prediction` (`balance = "slo"`), `marks.dispatched` |
@@ -100,6 +100,10 @@ pub struct RequestContext {
     /// The bounded `gen_ai_request_model` label of `model` (see
     /// [`crate::metrics::Metrics::model_label`]), once the meter has read the body.
     pub model_label: Option<Arc<str>>,
+    /// The SLO targets the request is judged against and placed by (its class's, its model's or
+    /// the defaults: [`crate::config::SloConfig::targets`]), once the meter has read the body;
+    /// `None` before, and for requests the meter does not read.
+    pub slo: Option<crate::config::SloTargets>,
     /// The meter asked the backend for usage on the client's behalf (`include_usage` injected).
     pub usage_injected: bool,
     /// The request is counted in `tokenmeter_streams_active` (the meter counts a generation
@@ -162,6 +166,7 @@ impl RequestContext {
             generation: None,
             model: None,
             model_label: None,
+            slo: None,
             usage_injected: false,
             active: false,
             estimate: None,

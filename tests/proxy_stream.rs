@@ -540,3 +540,69 @@ async fn an_injected_request_the_backend_refuses_is_counted_rejected() {
     );
     assert_eq!(injections("injected"), 0.0, "not counted as taken");
 }
+
+/// Each stream is judged against its own targets: its class's (by `x-slo-class`), over its
+/// model's, over the defaults; and every target is an exact bucket edge.
+#[tokio::test]
+async fn slo_verdicts_follow_the_request_class_and_model() {
+    let backend = Backend::start(vllm_like("vllm-chat-usage.sse", ms(300), ms(80))).await;
+    let mut config = config_for(&backend.url);
+    config.slo = tokenmeter::config::Config::from_toml(&format!(
+        r#"
+[slo.models."{MODEL}"]
+ttft = "275ms"
+
+[slo.classes.batch]
+ttft = "1.7s"
+tpot = "95ms"
+"#
+    ))
+    .expect("valid")
+    .slo;
+    let proxy = start_proxy(config).await;
+    for class in [None, Some("batch"), Some("no-such-class")] {
+        let headers: Vec<(&str, &str)> = class.map(|c| ("x-slo-class", c)).into_iter().collect();
+        let streamed = client::open_with(
+            proxy.traffic_addr,
+            client::Protocol::Http1,
+            "POST",
+            CHAT,
+            &chat_body(None),
+            &headers,
+        )
+        .await
+        .collect()
+        .await;
+        assert_eq!(streamed.status, 200, "status");
+        assert!(streamed.error.is_none(), "clean end: {:?}", streamed.error);
+    }
+    let text = proxy.metrics.render();
+    let slo = |slo: &'static str, result: &'static str| {
+        prom::sum(
+            &text,
+            "tokenmeter_slo_requests_total",
+            &[("slo", slo), ("result", result)],
+        )
+    };
+    // TTFT ~300 ms, TPOT ~80 ms: the model's 275 ms target misses TTFT and the default 35 ms
+    // misses TPOT; the batch class (1.7 s, 95 ms) meets both. An unknown class is the model's.
+    assert_eq!((slo("ttft", "met"), slo("ttft", "missed")), (1.0, 2.0));
+    assert_eq!((slo("tpot", "met"), slo("tpot", "missed")), (1.0, 2.0));
+    assert_eq!((slo("all", "met"), slo("all", "missed")), (1.0, 2.0));
+    let chat = [
+        ("gen_ai_operation_name", "chat"),
+        ("gen_ai_request_model", MODEL),
+    ];
+    let bucket =
+        |name: &str, le: &'static str| prom::value(&text, name, &[chat[0], chat[1], ("le", le)]);
+    let ttft = "gen_ai_server_time_to_first_token_seconds_bucket";
+    let tpot = "gen_ai_server_time_per_output_token_seconds_bucket";
+    assert_eq!(bucket(ttft, "0.275"), 0.0, "the model's target is an edge");
+    assert_eq!(bucket(ttft, "1.7"), 3.0, "the class's target is an edge");
+    assert_eq!(
+        bucket(tpot, "0.095"),
+        3.0,
+        "the class's TPOT target is an edge"
+    );
+    assert_eq!(bucket(tpot, "0.035"), 0.0, "the default stays one");
+}

@@ -32,14 +32,25 @@ impl Config {
             ("upstream.connect_timeout", self.upstream.connect_timeout),
             ("upstream.response_timeout", self.upstream.response_timeout),
             ("upstream.idle_timeout", self.upstream.idle_timeout),
-            ("slo.ttft", self.slo.ttft),
-            ("slo.tpot", self.slo.tpot),
             ("metering.stall_threshold", self.metering.stall_threshold),
             ("server.watch_interval", self.server.watch_interval),
         ];
         for (key, value) in positive {
             if value.is_zero() {
                 return Err(invalid(key, "must be greater than zero"));
+            }
+        }
+        for (key, value) in self.slo.keyed_targets() {
+            if value.is_zero() {
+                return Err(invalid(&key, "must be greater than zero"));
+            }
+        }
+        for (table, names) in [
+            ("slo.models", &self.slo.models),
+            ("slo.classes", &self.slo.classes),
+        ] {
+            if names.keys().any(|name| name.trim().is_empty()) {
+                return Err(invalid(table, "a name must not be empty"));
             }
         }
         if self.server.max_request_body_bytes == 0 {

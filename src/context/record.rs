@@ -50,12 +50,8 @@ pub struct Figures {
     pub cached_input_tokens: Option<u64>,
 }
 
-/// The SLO targets a stream is judged against.
-#[derive(Debug, Clone, Copy)]
-pub struct SloTargets {
-    pub ttft: Duration,
-    pub tpot: Duration,
-}
+/// The SLO targets a stream is judged against (its own: [`crate::config::SloConfig::targets`]).
+pub use crate::config::SloTargets;
 
 /// The verdicts for one successful stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

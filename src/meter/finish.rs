@@ -19,6 +19,7 @@ pub(super) const NO_BACKEND: &str = "none";
 #[derive(Debug)]
 pub struct MeterHook {
     series: Arc<MeterSeries>,
+    /// The targets of a request whose own the meter did not resolve (`[slo]`'s defaults).
     slo: SloTargets,
     none: Arc<str>,
 }
@@ -116,7 +117,7 @@ impl MeterHook {
             handles.prompt_cache(metrics, cached.min(prompt), prompt.saturating_sub(cached));
         }
         if *outcome == Outcome::Ok {
-            if let Some(verdict) = figures.verdict(self.slo) {
+            if let Some(verdict) = figures.verdict(context.slo.unwrap_or(self.slo)) {
                 handles.slo_verdict(metrics, Slo::Ttft, verdict.ttft_met);
                 if let Some(tpot_met) = verdict.tpot_met {
                     handles.slo_verdict(metrics, Slo::Tpot, tpot_met);

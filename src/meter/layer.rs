@@ -31,7 +31,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::request::Parts;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use tokio::time::Instant;
@@ -45,7 +45,7 @@ use super::finish::labels_of;
 use super::series::MeterSeries;
 use super::strip::UsageStripper;
 use super::whole::WholeBody;
-use crate::config::{Affinity, Config};
+use crate::config::{Affinity, Config, SloConfig, SloTargets};
 use crate::context::phases::Phases;
 use crate::context::{Generation, RequestContext};
 use crate::dialect::{Dialect, Operation};
@@ -76,6 +76,8 @@ struct Metering {
     none: Arc<str>,
     /// Answer generation responses with a `server-timing` header (`tracing.server_timing`).
     server_timing: bool,
+    /// Whose targets a request gets (`[slo]`).
+    slo: SloConfig,
 }
 
 impl MeterLayer {
@@ -93,6 +95,7 @@ impl MeterLayer {
                 },
                 none: Arc::from(super::finish::NO_BACKEND),
                 server_timing: config.tracing.server_timing,
+                slo: config.slo.clone(),
             }),
         }
     }
@@ -142,6 +145,19 @@ where
 }
 
 impl Metering {
+    /// The SLO targets of a request for `model` with `headers`: its class's (by the class
+    /// header), its model's, or the defaults.
+    fn targets(&self, model: Option<&str>, headers: &HeaderMap) -> SloTargets {
+        if !self.slo.varies() {
+            return self.slo.defaults();
+        }
+        let class = headers
+            .get(&self.slo.class_header)
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim);
+        self.slo.targets(model, class)
+    }
+
     async fn meter<S>(&self, inner: S, req: Request<Incoming>) -> Response<ResponseBody>
     where
         S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
@@ -201,6 +217,7 @@ impl Metering {
             .streams_active(Operation::of(dialect), &model)
             .increment(1.0);
         context.model_label = Some(model);
+        context.slo = Some(self.targets(context.model.as_deref(), &parts.headers));
         context.active = true;
         self.forward(inner, parts, body, context).await
     }

@@ -132,7 +132,7 @@ impl Metrics {
             .register_gauge(&Key::from_parts(name, labels), &METADATA)
     }
 
-    /// Defines the histogram family `name` with its bucket `bounds` (see [`with_edge`]), before
+    /// Defines the histogram family `name` with its bucket `bounds` (see [`with_edges`]), before
     /// any of its series is made; `native` families also keep native buckets and exemplars
     /// ([`native`], [`exemplar`]) and are resolved with [`Metrics::latency`]. The first definition
     /// stands. A family nobody defined gets the default (E2E) buckets.
@@ -173,15 +173,18 @@ pub fn shared_label(key: &'static str, value: &Arc<str>) -> Label {
     Label::new(key, SharedString::from(Arc::clone(value)))
 }
 
-/// The bucket list with `edge` (an SLO target) inserted, kept sorted and free of duplicates, so
-/// that attainment can be read from the histogram too.
-pub fn with_edge(buckets: &[f64], edge: Duration) -> Vec<f64> {
-    let edge = edge.as_secs_f64();
+/// The bucket list with `edges` (SLO targets: [`crate::config::SloConfig::ttft_targets`])
+/// inserted, kept sorted and free of duplicates, so that attainment can be read from the histogram
+/// too.
+pub fn with_edges(buckets: &[f64], edges: &[Duration]) -> Vec<f64> {
     let mut out = buckets.to_vec();
-    if !out.iter().any(|b| (b - edge).abs() < 1e-12) {
-        out.push(edge);
-        out.sort_by(f64::total_cmp);
+    for edge in edges {
+        let edge = edge.as_secs_f64();
+        if !out.iter().any(|b| (b - edge).abs() < 1e-12) {
+            out.push(edge);
+        }
     }
+    out.sort_by(f64::total_cmp);
     out
 }
 

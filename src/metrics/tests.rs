@@ -1,19 +1,23 @@
 use super::*;
 
 #[test]
-fn slo_target_becomes_an_exact_edge() {
-    let edges = with_edge(&[0.01, 0.05, 0.1], Duration::from_millis(35));
+fn slo_targets_become_exact_edges() {
+    let ms = Duration::from_millis;
+    let edges = with_edges(&[0.01, 0.05, 0.1], &[ms(35)]);
     assert_eq!(
         edges,
         vec![0.01, 0.035, 0.05, 0.1],
         "35 ms inserted in order"
     );
-    let same = with_edge(&[0.01, 0.035], Duration::from_millis(35));
+    let same = with_edges(&[0.01, 0.035], &[ms(35)]);
     assert_eq!(
         same,
         vec![0.01, 0.035],
         "an existing edge is not duplicated"
     );
+    // Every target of every model and class, past the last bucket too.
+    let several = with_edges(&[0.1, 1.0], &[ms(300), ms(800), ms(1000), ms(10_000)]);
+    assert_eq!(several, vec![0.1, 0.3, 0.8, 1.0, 10.0]);
 }
 
 #[test]

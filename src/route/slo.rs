@@ -13,8 +13,9 @@
 //! - its predicted TPOT there, which is also what the streams already on the backend will see
 //!   once its prefill joins their batch.
 //!
-//! A backend **fits** when its predicted TPOT is within the `[slo]` tpot target: the request
-//! would not push the streams there past it. Among the backends that fit, the request goes to the
+//! A request is held to its own targets: its class's or its model's (`[slo.classes]`,
+//! `[slo.models]`), else the `[slo]` defaults. A backend **fits** when its predicted TPOT is
+//! within the tpot target: the request would not push the streams there past it. Among the backends that fit, the request goes to the
 //! one with the most TTFT **headroom**, `1 - TTFT / ttft target`; it is `met` when that is not
 //! negative. When none meets both targets, it goes to the backend whose worse margin (TTFT or
 //! TPOT) is the least bad, and is `missed`: a backend within the TPOT target behind seconds of
@@ -58,7 +59,7 @@ use super::backend::Backend;
 use super::pools::Pool;
 use super::predict::{Ask, Load, Predicted};
 use super::series::SloMetrics;
-use crate::config::Config;
+use crate::config::{Config, SloTargets};
 use crate::context::{Prediction, RequestContext};
 use crate::metrics::Metrics;
 
@@ -66,11 +67,21 @@ pub mod gate;
 pub mod hook;
 pub mod share;
 
-/// The targets a pool places against (`[slo]`).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The targets a request is placed against: its own (`[slo]`, by model and class), or the
+/// pool's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Targets {
     pub ttft: Duration,
     pub tpot: Duration,
+}
+
+impl From<SloTargets> for Targets {
+    fn from(targets: SloTargets) -> Self {
+        Self {
+            ttft: targets.ttft,
+            tpot: targets.tpot,
+        }
+    }
 }
 
 /// How much longer than its own prefill a request whose prompt alone misses the TTFT target may
@@ -99,6 +110,8 @@ pub struct Demand {
     pub prompt_tokens: u64,
     /// Time it has spent in the proxy so far: part of its TTFT already.
     pub waited: Duration,
+    /// Its own targets (its model's or class's); `None`: the pool's.
+    pub targets: Option<Targets>,
 }
 
 impl Demand {
@@ -107,6 +120,7 @@ impl Demand {
         Self {
             prompt_tokens: context.estimate.map_or(0, |estimate| estimate.tokens),
             waited: now.saturating_duration_since(context.received),
+            targets: context.slo.map(Targets::from),
         }
     }
 }
@@ -150,6 +164,7 @@ pub const RELEARN_AFTER: Duration = Duration::from_secs(10);
 pub struct PoolSlo {
     /// Index of the pool in its router.
     pub index: usize,
+    /// What a request without targets of its own is placed against (`[slo]`'s defaults).
     pub targets: Targets,
     /// The latency models' memory, in requests (`routing.prediction_memory`).
     pub memory: u32,
@@ -160,10 +175,7 @@ impl PoolSlo {
     pub fn new(index: usize, pool: &str, config: &Config, metrics: Option<&Metrics>) -> Self {
         Self {
             index,
-            targets: Targets {
-                ttft: config.slo.ttft,
-                tpot: config.slo.tpot,
-            },
+            targets: config.slo.defaults().into(),
             memory: config.routing.prediction_memory,
             metrics: metrics.map(|m| SloMetrics::new(m, pool)),
         }
@@ -259,8 +271,9 @@ pub fn choose(
         })
         .collect();
     let alone = candidates.iter().map(|c| c.predicted.alone).min()?;
-    let targets = slo.targets.for_prompt(alone);
-    let stall = slo.targets.tpot.mul_f64(STALL_TARGETS);
+    let own = demand.targets.unwrap_or(slo.targets);
+    let targets = own.for_prompt(alone);
+    let stall = own.tpot.mul_f64(STALL_TARGETS);
     let mut best: Option<Ranked<'_>> = None;
     for candidate in &candidates {
         let Predicted { ttft, tpot, .. } = candidate.predicted;

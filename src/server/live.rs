@@ -24,7 +24,6 @@ use tower::{Service, ServiceExt};
 use super::admission::{Admission, AdmissionLayer, Limits};
 use super::smuggling::ConnectionFraming;
 use crate::config::Config;
-use crate::context::record::SloTargets;
 use crate::context::{FinishHook, FinishHooks, RequestContext};
 use crate::meter::finish::MeterHook;
 use crate::meter::layer::{Meter, MeterLayer};
@@ -112,10 +111,7 @@ pub fn build(
                 .then(|| HandoffLayer::new(Arc::clone(router))),
         )
         .service(Forward::new(client, &config.upstream));
-    let slo = SloTargets {
-        ttft: config.slo.ttft,
-        tpot: config.slo.tpot,
-    };
+    let slo = config.slo.defaults();
     let metered: Arc<dyn FinishHook> = Arc::new(MeterHook::new(Arc::clone(meter), slo));
     let calibration: Arc<dyn FinishHook> = router.calibrator().clone();
     let tracing =

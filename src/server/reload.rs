@@ -125,10 +125,17 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
         "metering.max_observed_models",
         running.metering.max_observed_models != new.metering.max_observed_models,
     );
-    // The SLO targets apply at once (verdicts, attainment); only their exact bucket edges in the
-    // TTFT / TPOT / ITL histograms wait for a restart.
-    check("slo.ttft (bucket edge)", running.slo.ttft != new.slo.ttft);
-    check("slo.tpot (bucket edge)", running.slo.tpot != new.slo.tpot);
+    // The SLO targets apply at once (verdicts, attainment, placement), per model and class too;
+    // only the set of their exact bucket edges in the TTFT / TPOT / ITL histograms waits for a
+    // restart.
+    check(
+        "slo.ttft (bucket edge)",
+        running.slo.ttft_targets() != new.slo.ttft_targets(),
+    );
+    check(
+        "slo.tpot (bucket edge)",
+        running.slo.tpot_targets() != new.slo.tpot_targets(),
+    );
     changed
 }
 

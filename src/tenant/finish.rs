@@ -16,6 +16,7 @@ use super::Tenants;
 pub struct TenantHook {
     metrics: Arc<Metrics>,
     tenants: Arc<Tenants>,
+    /// The targets of a request whose own the meter did not resolve (`[slo]`'s defaults).
     slo: SloTargets,
 }
 
@@ -67,7 +68,7 @@ impl FinishHook for TenantHook {
                 .increment(cached);
         }
         if done.outcome == Outcome::Ok {
-            if let Some(verdict) = figures.verdict(self.slo) {
+            if let Some(verdict) = figures.verdict(done.context.slo.unwrap_or(self.slo)) {
                 let result = if verdict.all_met() { "met" } else { "missed" };
                 metrics
                     .counter(TENANT_SLO, labels(tenant, &[("result", result)]))

@@ -5,7 +5,7 @@
 use metrics::Label;
 
 use crate::config::Config;
-use crate::metrics::{with_edge, Metrics};
+use crate::metrics::{with_edges, Metrics};
 
 /// Finished requests by `tenant` and `outcome`.
 pub const TENANT_REQUESTS: &str = "tokenmeter_tenant_requests_total";
@@ -33,13 +33,13 @@ pub const OTHER: &str = "other";
 pub fn describe(metrics: &Metrics, config: &Config) {
     metrics.define_histogram(
         TENANT_TTFT,
-        &with_edge(&config.buckets.ttft, config.slo.ttft),
+        &with_edges(&config.buckets.ttft, &config.slo.ttft_targets()),
         false,
     );
     metrics.describe_histogram(TENANT_TTFT, "TTFT of the tracked tenants, by tenant.");
     metrics.define_histogram(
         TENANT_TPOT,
-        &with_edge(&config.buckets.tpot, config.slo.tpot),
+        &with_edges(&config.buckets.tpot, &config.slo.tpot_targets()),
         false,
     );
     metrics.describe_histogram(TENANT_TPOT, "TPOT of the tracked tenants, by tenant.");

@@ -7,7 +7,7 @@ use metrics::{Counter, Gauge, Histogram, Label};
 
 use crate::config::Config;
 use crate::context::phases::PHASES;
-use crate::metrics::{shared_label, with_edge, Metrics, LABEL_POOL};
+use crate::metrics::{shared_label, with_edges, Metrics, LABEL_POOL};
 
 /// The phases of each TTFT, by `pool` and `phase` (see [`crate::context::phases`]): for each
 /// request that streamed a token, its phases add up to its TTFT.
@@ -39,7 +39,7 @@ pub const DROP_REASONS: [&str; 4] = ["queue_full", "export_failed", "timeout", "
 
 /// Defines and describes every series of the subsystem.
 pub fn describe(metrics: &Metrics, config: &Config) {
-    let edges = with_edge(&config.buckets.ttft, config.slo.ttft);
+    let edges = with_edges(&config.buckets.ttft, &config.slo.ttft_targets());
     metrics.define_histogram(TTFT_PHASE, &edges, false);
     metrics.describe_histogram(
         TTFT_PHASE,

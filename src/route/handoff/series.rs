@@ -1,7 +1,7 @@
 //! The handoff's series: what each request of a handoff pool did, and how long each phase of a
 //! remote prefill took.
 use crate::config::Config;
-use crate::metrics::{with_edge, Metrics};
+use crate::metrics::{with_edges, Metrics};
 
 /// Requests of a pool with a prefill pool, by the decode `pool` and `result` (see
 /// [`crate::context::HandoffResult`]: `remote`, `local_short`, `local_cached`, `local_busy`, `unsupported`,
@@ -16,7 +16,7 @@ pub const DISAGGREGATION_PHASE: &str = "tokenmeter_disaggregation_phase_seconds"
 /// Defines the phase histogram (the TTFT buckets, the TTFT target an exact edge: the phases
 /// split a TTFT) and describes both series.
 pub fn describe(metrics: &Metrics, config: &Config) {
-    let edges = with_edge(&config.buckets.ttft, config.slo.ttft);
+    let edges = with_edges(&config.buckets.ttft, &config.slo.ttft_targets());
     metrics.define_histogram(DISAGGREGATION_PHASE, &edges, false);
     metrics.describe_histogram(
         DISAGGREGATION_PHASE,

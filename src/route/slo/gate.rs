@@ -53,7 +53,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use super::share::{ShareSlot, Shares};
-use super::{choose, Demand, Placed, PoolSlo};
+use super::{choose, Demand, Placed, PoolSlo, Targets};
 use crate::config::{OnDeadline, QueueConfig};
 use crate::context::RequestContext;
 use crate::metrics::Metrics;
@@ -92,6 +92,8 @@ pub enum Admission {
 struct Waiter {
     keys: AffinityKeys,
     prompt_tokens: u64,
+    /// Its own targets (its model's or class's), if any.
+    targets: Option<Targets>,
     /// Half its slack, `(target − alone) / 2`: what it may wait here, and so what is held against
     /// the backend it is released to.
     budget: Duration,
@@ -202,6 +204,7 @@ impl Gate {
                 payload: Waiter {
                     keys,
                     prompt_tokens: demand.prompt_tokens,
+                    targets: demand.targets,
                     budget,
                     queued: now,
                     answer: tx,
@@ -245,6 +248,7 @@ impl Gate {
             let over = self.over_share(&next.tenant);
             let demand = Demand {
                 prompt_tokens: waiter.prompt_tokens,
+                targets: waiter.targets,
                 waited: if over {
                     waiter.budget.mul_f64(1.5)
                 } else {

@@ -53,6 +53,7 @@ fn demand(prompt_tokens: u64) -> Demand {
     Demand {
         prompt_tokens,
         waited: Duration::ZERO,
+        targets: None,
     }
 }
 
@@ -119,10 +120,24 @@ fn a_slower_backend_is_used_only_when_it_has_more_headroom() {
     let late = Demand {
         prompt_tokens: 1_000,
         waited: Duration::from_millis(500),
+        targets: None,
     };
     let placed = choose(&pool, &slo, late, Instant::now(), &[], |_| 0, &mut rng).expect("placed");
     assert!(!placed.met, "0.92 s at best");
     assert_eq!(label(&placed), "127.0.0.1:9001");
+    assert_eq!(placed.ttft_target, Duration::from_millis(800));
+    // The same request of a class held to 1 s meets it there: it is placed against its own
+    // targets, not the pool's.
+    let batch = Demand {
+        targets: Some(Targets {
+            ttft: Duration::from_secs(1),
+            tpot: Duration::from_millis(35),
+        }),
+        ..late
+    };
+    let placed = choose(&pool, &slo, batch, Instant::now(), &[], |_| 0, &mut rng).expect("placed");
+    assert!(placed.met, "0.92 s within 1 s");
+    assert_eq!(placed.ttft_target, Duration::from_secs(1));
 }
 
 #[test]

@@ -53,6 +53,39 @@ fn restart_only_keys_are_named_and_kept_at_their_running_values() {
 }
 
 #[test]
+fn a_new_class_waits_for_a_restart_only_for_a_new_bucket_edge() {
+    let running = Config::default();
+    let with_class = |ttft: u64, tpot: Option<u64>| {
+        let mut new = running.clone();
+        new.slo.classes.insert(
+            "batch".to_owned(),
+            crate::config::TargetsOverride {
+                ttft: Some(Duration::from_millis(ttft)),
+                tpot: tpot.map(Duration::from_millis),
+            },
+        );
+        new
+    };
+    // 800 ms is the default TTFT target, an edge already: the class applies at once.
+    assert!(restart_only_changes(&running, &with_class(800, None)).is_empty());
+    assert_eq!(
+        restart_only_changes(&running, &with_class(800, Some(100))),
+        vec!["slo.tpot (bucket edge)"]
+    );
+    let mut new = with_class(10_000, None);
+    assert_eq!(
+        restart_only_changes(&running, &new),
+        vec!["slo.ttft (bucket edge)"]
+    );
+    keep_restart_only(&running, &mut new);
+    assert_eq!(
+        new.slo.targets(None, Some("batch")).ttft,
+        Duration::from_secs(10),
+        "the class's targets apply at once"
+    );
+}
+
+#[test]
 fn turning_tls_on_or_off_waits_for_a_restart_but_new_paths_apply() {
     let table = |cert: &str| crate::config::ServerTlsConfig {
         cert: cert.into(),

@@ -1,0 +1,177 @@
+//! `[slo]`: the targets each stream is judged against (SLO attainment, goodput, a tenant's
+//! attainment) and that a `balance = "slo"` pool places it by — one pair for every request, or
+//! different ones per model and per request class.
+//!
+//! A fleet rarely holds every request to one TTFT: a 70B model's prefill is slower than an 8B's,
+//! and an interactive chat wants its first token sooner than a batch summary a program reads
+//! whole. So:
+//!
+//! ```toml
+//! [slo]
+//! ttft = "800ms"
+//! tpot = "35ms"
+//! class_header = "x-slo-class"   # the default
+//!
+//! [slo.models."llama-3.1-70b"]    # requests naming this model
+//! ttft = "2s"
+//!
+//! [slo.classes.batch]             # requests with `x-slo-class: batch`
+//! ttft = "10s"
+//! tpot = "100ms"
+//! ```
+//!
+//! Each request's targets are resolved once, when its body has named its model: its class's
+//! (by the header's value), else its model's, else the defaults, key by key (a class that sets
+//! only `ttft` keeps the model's `tpot`). A class the configuration does not name is no class.
+//! The header is the operator's contract with the clients in front, and passes upstream as it
+//! came. Every target is an exact bucket edge of the histograms it judges, so attainment at it
+//! can be read from them too.
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use super::duration;
+
+/// The targets one stream is judged against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SloTargets {
+    pub ttft: Duration,
+    pub tpot: Duration,
+}
+
+/// `[slo]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SloConfig {
+    /// The default TTFT target.
+    #[serde(deserialize_with = "duration")]
+    pub ttft: Duration,
+    /// The default TPOT target (also the ITL histogram's bucket edge).
+    #[serde(deserialize_with = "duration")]
+    pub tpot: Duration,
+    /// The request header that names a request's class.
+    #[serde(deserialize_with = "header_name")]
+    pub class_header: http::HeaderName,
+    /// Targets of the requests that name a model, by the model's name as the request body gives
+    /// it (`[slo.models."<name>"]`).
+    pub models: BTreeMap<String, TargetsOverride>,
+    /// Targets of a request class (`[slo.classes.<name>]`), by the class header's value.
+    pub classes: BTreeMap<String, TargetsOverride>,
+}
+
+/// Targets that replace the ones beneath them, key by key.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TargetsOverride {
+    #[serde(deserialize_with = "some_duration")]
+    pub ttft: Option<Duration>,
+    #[serde(deserialize_with = "some_duration")]
+    pub tpot: Option<Duration>,
+}
+
+/// The class header's name by default.
+pub const DEFAULT_CLASS_HEADER: &str = "x-slo-class";
+
+impl Default for SloConfig {
+    fn default() -> Self {
+        Self {
+            ttft: Duration::from_millis(800),
+            tpot: Duration::from_millis(35),
+            class_header: http::HeaderName::from_static(DEFAULT_CLASS_HEADER),
+            models: BTreeMap::new(),
+            classes: BTreeMap::new(),
+        }
+    }
+}
+
+impl SloConfig {
+    /// The defaults, for a request that names neither a configured model nor a class.
+    pub fn defaults(&self) -> SloTargets {
+        SloTargets {
+            ttft: self.ttft,
+            tpot: self.tpot,
+        }
+    }
+
+    /// Whether any target differs by model or class (otherwise every request has the defaults).
+    pub fn varies(&self) -> bool {
+        !self.models.is_empty() || !self.classes.is_empty()
+    }
+
+    /// The targets of a request for `model` in `class`: the class's, over the model's, over the
+    /// defaults, key by key.
+    pub fn targets(&self, model: Option<&str>, class: Option<&str>) -> SloTargets {
+        let layers = [
+            model.and_then(|model| self.models.get(model)),
+            class.and_then(|class| self.classes.get(class)),
+        ];
+        layers
+            .into_iter()
+            .flatten()
+            .fold(self.defaults(), |targets, layer| SloTargets {
+                ttft: layer.ttft.unwrap_or(targets.ttft),
+                tpot: layer.tpot.unwrap_or(targets.tpot),
+            })
+    }
+
+    /// Every TTFT target, distinct and ascending: the TTFT histograms' extra bucket edges.
+    pub fn ttft_targets(&self) -> Vec<Duration> {
+        self.all(|layer| layer.ttft, self.ttft)
+    }
+
+    /// Every TPOT target, distinct and ascending: the TPOT and ITL histograms' extra bucket edges.
+    pub fn tpot_targets(&self) -> Vec<Duration> {
+        self.all(|layer| layer.tpot, self.tpot)
+    }
+
+    fn all(
+        &self,
+        key: impl Fn(&TargetsOverride) -> Option<Duration>,
+        default: Duration,
+    ) -> Vec<Duration> {
+        let mut out: Vec<Duration> = std::iter::once(default)
+            .chain(
+                self.models
+                    .values()
+                    .chain(self.classes.values())
+                    .filter_map(key),
+            )
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Each target with its key, for the check that none is zero.
+    pub fn keyed_targets(&self) -> Vec<(String, Duration)> {
+        let mut out = vec![
+            ("slo.ttft".to_owned(), self.ttft),
+            ("slo.tpot".to_owned(), self.tpot),
+        ];
+        for (table, entries) in [("models", &self.models), ("classes", &self.classes)] {
+            for (name, layer) in entries {
+                let keyed = [("ttft", layer.ttft), ("tpot", layer.tpot)];
+                for (key, value) in keyed {
+                    if let Some(value) = value {
+                        out.push((format!("slo.{table}.{name}.{key}"), value));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+fn some_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    duration(deserializer).map(Some)
+}
+
+fn header_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<http::HeaderName, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    http::HeaderName::from_bytes(text.trim().as_bytes())
+        .map_err(|_| serde::de::Error::custom(format!("{text:?} is not a header name")))
+}
+
+#[cfg(test)]
+mod tests;
