@@ -15,8 +15,13 @@
 #            they decode, unless the prefill pool has fewer than SHORT_QUEUE tokens queued (0:
 #            never); a document prefills where it decodes while the prefill pool's shortest queue
 #            is past SPILL_QUEUE tokens (0, the default: never; 8192 measured worse, see the doc).
+#   1p3d_pd_slo, 2p2d_pd_slo: the same pools, the decode pool placing by predicted latency
+#            (balance = "slo"), which then decides each prefill by prediction too: on the prefill
+#            pool when it would stall the decode replica's streams, unless the prefill pool's queue
+#            would miss a TTFT target the decode replica meets (the token thresholds unused).
 # Writes docs/disagg-results.json and the table between the disagg4 markers of
-# docs/disaggregation.md.
+# docs/disaggregation.md (RESULTS and BLOCK name others: the _slo comparison is
+# RESULTS=docs/disagg-slo-results.json BLOCK=disagg_slo).
 #
 # Usage: scripts/bench-disagg.sh        (RATES, DURATION, SEED, WORKLOAD, SETUPS, SHORT_QUEUE,
 #                                        SPILL_QUEUE, PREFILL_TIMEOUT override; a set-up name may
@@ -34,6 +39,8 @@ SETUPS=${SETUPS:-"p2c 2p2d 1p3d_pd 2p2d_pd"}
 SHORT_QUEUE=${SHORT_QUEUE:-0}
 SPILL_QUEUE=${SPILL_QUEUE:-0}
 PREFILL_TIMEOUT=${PREFILL_TIMEOUT:-10s}
+RESULTS=${RESULTS:-docs/disagg-results.json}
+BLOCK=${BLOCK:-disagg4}
 WORKLOAD=${WORKLOAD:-"chat:0.9:prompt=uniform:200-600:output=uniform:64-256,document:0.1:prompt=uniform:6000-10000:output=fixed:128"}
 PROFILE=llama-3.1-8b-h100
 BIN=target/release/tokenmeter
@@ -59,7 +66,9 @@ config() {
     1p3d_pd* | 2p2d_pd*)
         if [ "${1#1p3d_pd}" != "$1" ]; then prefill=(8101) decode=(8102 8103 8104); else prefill=(8101 8102) decode=(8103 8104); fi
         printf '[[pools]]\nname = "prefill"\nurls = %s\nbalance = "prompt_tokens"\n\n' "$(urls "${prefill[@]}")"
-        printf '[[pools]]\nname = "decode"\nurls = %s\nbalance = "streams"\n' "$(urls "${decode[@]}")"
+        local balance=streams
+        [ "${1%_slo}" != "$1" ] && balance=slo
+        printf '[[pools]]\nname = "decode"\nurls = %s\nbalance = "%s"\n' "$(urls "${decode[@]}")" "$balance"
         printf '[pools.handoff]\nprefill_pool = "prefill"\nprotocol = "vllm"\nmin_prompt_tokens = 2048\nshort_queue_tokens = %s\nspill_queue_tokens = %s\nprefill_timeout = "%s"\n\n' "$SHORT_QUEUE" "$SPILL_QUEUE" "$PREFILL_TIMEOUT"
         printf '[[rules]]\npool = "decode"\n'
         ;;
@@ -125,13 +134,13 @@ jq -n --arg duration "$DURATION" --arg seed "$SEED" --arg workload "$WORKLOAD" \
     --arg short "$SHORT_QUEUE" --arg spill "$SPILL_QUEUE" --argjson results "$results" \
     '{duration: $duration, seed: ($seed | tonumber), workload: $workload, profile: "'"$PROFILE"'",
       short_queue_tokens: ($short | tonumber), spill_queue_tokens: ($spill | tonumber),
-      results: ($results | sort_by(.rate, ({"p2c": 0, "2p2d": 1, "1p3d_pd": 2, "2p2d_pd": 3}[.setup] // 9)))}' >docs/disagg-results.json
+      results: ($results | sort_by(.rate, ({"p2c": 0, "2p2d": 1, "1p3d_pd": 2, "2p2d_pd": 3, "1p3d_pd_slo": 4, "2p2d_pd_slo": 5}[.setup] // 9)))}' >"$RESULTS"
 
 table=$(jq -r '
   def r: (. * 10 | round) / 10;
   "| rate (req/s) | set-up | chat ITL p50 / p99 / max (ms) | chat TPOT p99 (ms) | chat TTFT p50 / p99 (ms) | document TTFT p50 / p99 (ms) | SLOs met | goodput (req/s) |",
   "|---:|---|---:|---:|---:|---:|---:|---:|",
   (.results[] | "| \(.rate) | \(.setup) | \(.chat_itl_p50_ms | r) / \(.chat_itl_p99_ms | r) / \(.chat_itl_max_ms | r) | \(.chat_tpot_p99_ms | r) | \(.chat_ttft_p50_ms | r) / \(.chat_ttft_p99_ms | r) | \(.document_ttft_p50_ms | r) / \(.document_ttft_p99_ms | r) | \(.slo_met_pct | r) % | \(.goodput_rps | r) |")
-' docs/disagg-results.json)
+' "$RESULTS")
 echo "$table"
-write_block disagg4 "$table" docs/disaggregation.md
+write_block "$BLOCK" "$table" docs/disaggregation.md

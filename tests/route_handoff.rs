@@ -573,6 +573,90 @@ mod simulated {
         );
     }
 
+    /// A chat of `words` words (as many prompt tokens on the simulated replica), streamed,
+    /// asking for `max_tokens`.
+    fn sim_words(words: usize, max_tokens: u64) -> String {
+        format!(
+            r#"{{"model":"sim-fast","messages":[{{"role":"user","content":"{}"}}],"stream":true,"max_tokens":{max_tokens}}}"#,
+            vec!["w"; words].join(" ")
+        )
+    }
+
+    /// A decode pool with `balance = "slo"` decides by prediction: a document whose prefill would
+    /// stall the streams decoding on its decode replica goes to the prefill pool; a chat, or the
+    /// same document with no stream to stall, prefills where it decodes. The thresholds are set
+    /// so that the old policy would hand every one of them off.
+    #[tokio::test]
+    async fn disaggregated_by_prediction_a_prefill_goes_remote_only_when_it_would_stall_streams() {
+        use tokenmeter::config::BalanceLoad;
+        use tokenmeter::testbed::sim::{self, SimConfig};
+        let start = || async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind sim");
+            let config = SimConfig::profile("fast").expect("fast profile");
+            sim::spawn(listener, config).await.expect("sim starts")
+        };
+        let (prefill, decode) = (start().await, start().await);
+        let mut config = handoff_config(
+            &format!("http://{}", prefill.local_addr()),
+            &format!("http://{}", decode.local_addr()),
+            |handoff| {
+                handoff.min_prompt_tokens = 1;
+                handoff.short_queue_tokens = 1_000_000;
+            },
+        );
+        config.pools[1].balance = BalanceLoad::Slo;
+        // A stall is past 4 x 20 ms = 80 ms; the priors put a 4000-word prompt's prefill (about
+        // 2000 estimated tokens) at about 100 ms, a 10-word one's at under 1 ms.
+        config.slo.tpot = Duration::from_millis(20);
+        config.validate().expect("valid");
+        let proxy = start_proxy(config).await;
+        let document = sim_words(4000, 4);
+
+        // Two long streams decoding on the decode replica.
+        let mut background = Vec::new();
+        for _ in 0..2 {
+            let mut stream = client::open(proxy.traffic_addr, CHAT, &sim_words(10, 3000)).await;
+            assert_eq!(stream.status, 200);
+            let first = stream.next_frame().await.expect("a frame").expect("frame");
+            background.push((stream, first));
+        }
+        let streamed = client::post(proxy.traffic_addr, CHAT, &document).await;
+        assert_eq!(streamed.status, 200, "{}", streamed.text());
+        assert_eq!(results(&proxy, "remote"), 1.0, "it would stall two streams");
+        assert!(
+            sim_counter(
+                &prefill,
+                "vllm:prompt_tokens_by_source_total",
+                &[("source", "local_compute")]
+            )
+            .await
+                >= 4000.0,
+            "the prefill replica computed the document"
+        );
+        let streamed = client::post(proxy.traffic_addr, CHAT, &sim_words(10, 4)).await;
+        assert_eq!(streamed.status, 200);
+        assert_eq!(
+            results(&proxy, "local_short"),
+            1.0,
+            "a chat's prefill stalls nobody (the two streams, still open, are counted at their end)"
+        );
+        for (stream, first) in background {
+            let rest = stream.collect_after(first).await;
+            assert!(rest.error.is_none(), "{:?}", rest.error);
+        }
+        // Nothing decoding any more: the document prefills where it decodes.
+        let streamed = client::post(proxy.traffic_addr, CHAT, &document).await;
+        assert_eq!(streamed.status, 200);
+        assert_eq!(
+            results(&proxy, "local_short"),
+            4.0,
+            "no stream to stall (and the three chats)"
+        );
+        assert_eq!(results(&proxy, "remote"), 1.0);
+    }
+
     #[tokio::test]
     async fn disaggregated_on_simulated_replicas_a_failed_transfer_is_prefilled_by_the_decode_replica(
     ) {

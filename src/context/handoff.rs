@@ -60,6 +60,20 @@ impl HandoffResult {
             HandoffResult::SlotsBusy => "slots_busy",
         }
     }
+
+    /// Served whole where it decodes, straight away: as a pool without a prefill pool would have
+    /// served it (a policy's choice, or no prefill backend to try), so its TTFT is the decode
+    /// backend's own. Not after a remote prefill, a failed one, or a wait for a slot.
+    pub fn served_locally(self) -> bool {
+        matches!(
+            self,
+            HandoffResult::LocalShort
+                | HandoffResult::LocalCached
+                | HandoffResult::LocalBusy
+                | HandoffResult::Unsupported
+                | HandoffResult::PrefillUnavailable
+        )
+    }
 }
 
 /// The handoff phase of one request.

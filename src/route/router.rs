@@ -69,7 +69,7 @@ pub struct Router {
     /// Counts what the handoffs did, at the finish point; `None` when no pool hands off.
     handoff_hook: Option<Arc<HandoffHook>>,
     /// Each pool's latency-predicting placement (`None`: not `balance = "slo"`), in pool order.
-    slo: Vec<Option<Arc<PoolSlo>>>,
+    pub(super) slo: Vec<Option<Arc<PoolSlo>>>,
     /// Each `balance = "slo"` pool's gateway queue (`[pools.queue]`), in pool order.
     gates: Vec<Option<Arc<Gate>>>,
     /// Teaches the latency models at the finish point; `None` when no pool places by them.

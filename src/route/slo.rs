@@ -49,6 +49,7 @@
 //! Every backend is scored — a handful of multiplications and a lock each — as a pool has a few
 //! to a few dozen backends; power of two choices samples two because its load signal is noisy,
 //! while the prediction already weighs what the noise hid.
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -168,8 +169,15 @@ pub struct PoolSlo {
     pub targets: Targets,
     /// The latency models' memory, in requests (`routing.prediction_memory`).
     pub memory: u32,
+    /// With a prefill pool: what the pool's handoffs took from the prefill's answer to the first
+    /// token (the transfer and the decode replica's first step), a moving mean in nanoseconds;
+    /// 0 before the first.
+    handoff_overhead: AtomicU64,
     metrics: Option<SloMetrics>,
 }
+
+/// The weight of the latest handoff in [`PoolSlo::handoff_overhead`]'s moving mean.
+const HANDOFF_OVERHEAD_WEIGHT: f64 = 1.0 / 16.0;
 
 impl PoolSlo {
     pub fn new(index: usize, pool: &str, config: &Config, metrics: Option<&Metrics>) -> Self {
@@ -177,8 +185,29 @@ impl PoolSlo {
             index,
             targets: config.slo.defaults().into(),
             memory: config.routing.prediction_memory,
+            handoff_overhead: AtomicU64::new(0),
             metrics: metrics.map(|m| SloMetrics::new(m, pool)),
         }
+    }
+
+    /// What the pool's handoffs took from the prefill's answer to the first token, lately;
+    /// `None` before the first was measured.
+    pub fn handoff_overhead(&self) -> Option<Duration> {
+        let nanos = self.handoff_overhead.load(Ordering::Relaxed);
+        (nanos != 0).then(|| Duration::from_nanos(nanos))
+    }
+
+    /// Learns that a handoff took `took` from its prefill's answer to its first token.
+    pub fn handed_off(&self, took: Duration) {
+        let took = (took.as_nanos() as f64).max(1.0);
+        // A lost race between two finishes drops one sample of a moving mean: harmless.
+        let old = self.handoff_overhead.load(Ordering::Relaxed) as f64;
+        let new = if old == 0.0 {
+            took
+        } else {
+            old + (took - old) * HANDOFF_OVERHEAD_WEIGHT
+        };
+        self.handoff_overhead.store(new as u64, Ordering::Relaxed);
     }
 
     /// Counts a placement's decision.

@@ -9,7 +9,8 @@
 //! Per request, once the dispatch has chosen the decode backend:
 //! 1. [`policy`] decides where the prefill runs, from the prompt's estimate, what the decode
 //!    backend's prompt cache is known to hold (its pool's prefix index), and the prefill pool's
-//!    queue;
+//!    queue; in a decode pool with `balance = "slo"`, from the latency models' predictions of
+//!    both ways instead (`predicted.rs`);
 //! 2. for a remote prefill, a prefill backend is picked like any request's (its pool's balancing
 //!    and affinity, load counted while the prefill runs), and sent the protocol's prefill request
 //!    ([`prefill`]) within `prefill_timeout`;
@@ -42,6 +43,7 @@ use crate::proxy::{Failure, RequestBody, UpstreamBody};
 pub mod finish;
 pub mod llamacpp;
 pub mod policy;
+mod predicted;
 pub mod prefill;
 mod remote;
 pub mod series;

@@ -21,6 +21,18 @@
 //!    decode backend a prefill of its few new tokens, and its moved cache would replace the one
 //!    the decode backend had (measured on llama-server: every turn handed off took TTFT p50 from
 //!    0.5 to 4.4 s).
+//!
+//! A decode pool with `balance = "slo"` decides by prediction instead ([`decide_predicted`]), the
+//! thresholds unused: its latency models say when the request's first token would come on its
+//! decode backend (with its queue, less its prompt cache) and through the prefill pool (that
+//! pool's best backend, whose model learns from its prefills, then the transfer and first step as
+//! the pool's handoffs measured them), and whether its prefill would stall the streams decoding
+//! beside it. Rules 1-4 fall out of those figures rather than fixed token counts: a document stalls
+//! its decode backend (1) unless the prefill pool's queue would miss a target the decode backend
+//! meets (3); a follow-up whose prefix is cached meets its target where it decodes (2); a short
+//! chat goes to the prefill pool only when its own decode backend's queue would miss it (4).
+use std::time::Duration;
+
 use super::PoolHandoff;
 use crate::context::HandoffResult;
 
@@ -71,6 +83,58 @@ pub fn decide(handoff: &PoolHandoff, input: PolicyInput) -> Choice {
         return Choice::Remote;
     }
     Choice::Local(HandoffResult::LocalShort)
+}
+
+/// What a decode pool with `balance = "slo"` weighs instead: predictions, each from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Predicted {
+    /// The first token if it prefills where it decodes (the decode backend's latency model, as
+    /// the placement predicted it).
+    pub local: Duration,
+    /// A prefill where it decodes would stall the streams there: longer than the placement's
+    /// stall threshold, with streams to stall.
+    pub local_stalls: bool,
+    /// The first token through the prefill pool: its best backend's predicted prefill, then the
+    /// transfer and the decode replica's first step as measured on earlier handoffs; `None`
+    /// while the prefill pool has no available backend.
+    pub remote: Option<Duration>,
+    /// What is left of its TTFT target.
+    pub budget: Duration,
+    /// The decode backend's prompt cache holds part of the prompt.
+    pub cached: bool,
+}
+
+/// Decides where a request's prefill runs by predicted latency: whichever meets its TTFT target,
+/// the prefill pool for a prefill that would stall the decode replica's streams, and otherwise
+/// where it decodes (no transfer to pay for). When neither meets the target, the sooner.
+pub fn decide_predicted(input: Predicted) -> Choice {
+    let Some(remote) = input.remote else {
+        return Choice::Local(HandoffResult::PrefillUnavailable);
+    };
+    let local_met = input.local <= input.budget;
+    let remote_met = remote <= input.budget;
+    let local = || {
+        Choice::Local(if input.cached {
+            HandoffResult::LocalCached
+        } else {
+            HandoffResult::LocalShort
+        })
+    };
+    if input.local_stalls {
+        // Protecting the decode streams is what the prefill pool is for, unless its queue would
+        // make this request miss a target it meets where it decodes.
+        return if remote_met || !local_met {
+            Choice::Remote
+        } else {
+            Choice::Local(HandoffResult::LocalBusy)
+        };
+    }
+    match (local_met, remote_met) {
+        (true, _) => local(),
+        (false, true) => Choice::Remote,
+        (false, false) if remote < input.local => Choice::Remote,
+        (false, false) => local(),
+    }
 }
 
 /// The uncached part of `prompt_tokens` when the decode backend holds `cached_bytes` of the

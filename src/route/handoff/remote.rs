@@ -8,6 +8,7 @@ use serde_json::value::RawValue;
 use tokio::time::Instant;
 
 use super::llamacpp::{self, TransferFile};
+use super::predicted::load_of;
 use super::prefill::{self, PrefillError};
 use super::slots::{Placement, SlotGuard, SlotTable};
 use super::{vllm, PoolHandoff};
@@ -99,6 +100,8 @@ impl Router {
             .and_then(TraceState::start_prefill);
         let client = self.client.get().ok_or(HandoffResult::PrefillUnavailable)?;
         let path = req.uri().path_and_query().map_or("/", |path| path.as_str());
+        let before = load_of(backend);
+        let started = Instant::now();
         let load = LoadGuard::new(Arc::clone(backend), uncached);
         let sent = prefill::send(
             client,
@@ -118,6 +121,8 @@ impl Router {
         match sent {
             Ok((status, answer)) if status.is_success() => {
                 backend.on_success();
+                let prompt_tokens = context.estimate.map_or(uncached, |e| e.tokens);
+                self.prefilled(context, backend, before, prompt_tokens, started.elapsed());
                 Ok(answer)
             }
             Ok((status, _)) if status.is_server_error() => {

@@ -119,12 +119,16 @@ impl Router {
         inner.ready().await?.call(again).await
     }
 
-    /// Where the prefill runs ([`policy::decide`]), and the uncached prompt tokens it weighed.
+    /// Where the prefill runs ([`policy::decide_predicted`] in a decode pool that places by
+    /// predicted latency, else [`policy::decide`]), and the uncached prompt tokens it weighed.
     fn choose(&self, handoff: &PoolHandoff, context: &RequestContext) -> (Choice, u64) {
         let (prompt_tokens, text_bytes) = context
             .estimate
             .map_or((0, 0), |e| (e.tokens, e.size.text_bytes));
         let uncached = policy::uncached(prompt_tokens, text_bytes, context.cached_prompt_bytes);
+        if let Some(predicted) = self.predict_handoff(handoff, context, prompt_tokens) {
+            return (policy::decide_predicted(predicted), uncached);
+        }
         let input = PolicyInput {
             prompt_tokens,
             uncached_tokens: uncached,

@@ -2,15 +2,20 @@
 //! placed.
 //!
 //! A request teaches its backend's model when it measured what the model predicts: it streamed
-//! (a whole body at once has no first token of its own), ended well, reached a first token, and
-//! went to one backend once (a retried request's dispatch instant belongs to another backend).
-//! Its TTFT is taken from the dispatch, as the model predicts it (time spent in the proxy before
-//! is the request's, not the backend's), and its prompt and cached tokens from the backend's own
-//! usage where it reports them. Predicted / measured is counted for the same requests.
+//! (a whole body at once has no first token of its own), ended well, reached a first token, went
+//! to one backend once (a retried request's dispatch instant belongs to another backend), and, in
+//! a pool with a prefill pool, prefilled where it decodes. Its TTFT is taken from the dispatch, as
+//! the model predicts it (time spent in the proxy before is the request's, not the backend's), and
+//! its prompt and cached tokens from the backend's own usage where it reports them. Predicted /
+//! measured is counted for the same requests.
+//!
+//! One prefilled on the prefill pool teaches the pool instead what a handoff adds after its
+//! prefill's answer ([`PoolSlo::handed_off`]); the prefill backend learned its prefill when it
+//! answered.
 use std::sync::Arc;
 
 use super::PoolSlo;
-use crate::context::{FinishHook, Finished, Outcome};
+use crate::context::{FinishHook, Finished, HandoffResult, Outcome};
 use crate::route::backend::Backend;
 use crate::route::pools::Pool;
 use crate::route::predict::{self, Ask, Load};
@@ -46,18 +51,26 @@ impl FinishHook for SloHook {
             return;
         };
         let stream = &context.stream;
-        let learnable = request.outcome == Outcome::Ok
-            && stream.framed
-            && context.attempts == 1
-            && context.handoff.is_none();
+        let whole = request.outcome == Outcome::Ok && stream.framed && context.attempts == 1;
         let (Some(dispatched), Some(first_token), true) =
-            (context.marks.dispatched, stream.first_token, learnable)
+            (context.marks.dispatched, stream.first_token, whole)
         else {
             return;
         };
         let Some(slo) = self.slo.get(prediction.pool).and_then(Option::as_ref) else {
             return;
         };
+        match &context.handoff {
+            None => {}
+            Some(record) if record.result.served_locally() => {}
+            Some(record) => {
+                // Prefilled elsewhere: what the decode side added after the prefill's answer.
+                if let (HandoffResult::Remote, Some(done)) = (record.result, record.prefill_done) {
+                    slo.handed_off(first_token.saturating_duration_since(done));
+                }
+                return;
+            }
+        }
         let ttft = first_token.saturating_duration_since(dispatched);
         let tpot = request.figures.tpot;
         slo.observed(&prediction, ttft, tpot);

@@ -453,3 +453,22 @@ fn an_idle_backend_whose_model_went_stale_is_tried_again() {
         "the prediction recorded is its own model's, to be judged: {predicted}"
     );
 }
+
+#[test]
+fn a_pool_learns_what_its_handoffs_add_after_the_prefill() {
+    let slo = slo();
+    assert_eq!(slo.handoff_overhead(), None, "nothing measured yet");
+    slo.handed_off(Duration::from_millis(40));
+    assert_eq!(slo.handoff_overhead(), Some(Duration::from_millis(40)));
+    // A moving mean: one slow handoff moves it a sixteenth of the way.
+    slo.handed_off(Duration::from_millis(200));
+    assert_eq!(slo.handoff_overhead(), Some(Duration::from_millis(50)));
+    for _ in 0..200 {
+        slo.handed_off(Duration::from_millis(10));
+    }
+    let lately = slo.handoff_overhead().expect("measured");
+    assert!(
+        (Duration::from_millis(10)..Duration::from_micros(10_100)).contains(&lately),
+        "{lately:?}: the latest handoffs"
+    );
+}

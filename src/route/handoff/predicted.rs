@@ -1,0 +1,132 @@
+//! What a decode pool with `balance = "slo"` predicts for a request's prefill, both ways: where it
+//! decodes, and through the prefill pool ([`policy::decide_predicted`] weighs them).
+//!
+//! Where it decodes is what the placement already predicted on the decode backend (its queue,
+//! its prompt cache, its measured prefill rate), less the moments since the dispatch, and whether
+//! that prefill stalls the streams there, by the placement's own threshold. Through the prefill
+//! pool is the best available prefill backend's predicted prefill (its latency model learns from
+//! the prefills it served, [`Router::prefilled`]), then what the pool's handoffs measured from a
+//! prefill's answer to the first token (the transfer and the decode replica's first step,
+//! [`crate::route::slo::PoolSlo::handoff_overhead`]); before any was measured, the decode
+//! backend's predicted first token for a prompt it need not compute.
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::policy::Predicted;
+use super::PoolHandoff;
+use crate::context::RequestContext;
+use crate::route::backend::Backend;
+use crate::route::predict::{self, Ask, Load};
+use crate::route::slo::{Targets, STALL_TARGETS};
+use crate::route::Router;
+
+impl Router {
+    /// The predictions of [`policy::decide_predicted`] for the request of `context` (its
+    /// estimated `prompt_tokens`), when its decode pool places by `balance = "slo"`; `None`
+    /// otherwise.
+    pub(super) fn predict_handoff(
+        &self,
+        handoff: &PoolHandoff,
+        context: &RequestContext,
+        prompt_tokens: u64,
+    ) -> Option<Predicted> {
+        let prediction = context.prediction?;
+        let slo = self.slo.get(prediction.pool)?.as_ref()?;
+        let decode = self.backend_of(context.pool.as_deref()?, &context.backend.as_ref()?.label)?;
+        let now = Instant::now();
+        let own = Ask {
+            prompt_tokens: prediction.prompt_tokens,
+            cached_tokens: prediction.cached_tokens,
+        };
+        let load = Load {
+            queued_tokens: prediction.queued_tokens,
+            streams: prediction.streams,
+        };
+        let here = decode.predict(load, own);
+        let targets = context
+            .slo
+            .map(Targets::from)
+            .unwrap_or(slo.targets)
+            .for_prompt(here.alone);
+        let since_dispatch = context
+            .marks
+            .dispatched
+            .map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
+        let remote = self
+            .best_prefill(handoff.prefill, prompt_tokens, now)
+            .map(|prefill| {
+                let after = slo.handoff_overhead().unwrap_or_else(|| {
+                    let nothing_to_compute = Ask {
+                        prompt_tokens: prediction.prompt_tokens,
+                        cached_tokens: prediction.prompt_tokens,
+                    };
+                    decode.predict(load, nothing_to_compute).ttft
+                });
+                prefill.saturating_add(after)
+            });
+        Some(Predicted {
+            local: prediction.ttft.saturating_sub(since_dispatch),
+            local_stalls: prediction.streams > 0
+                && here.stall > targets.tpot.mul_f64(STALL_TARGETS),
+            remote,
+            budget: targets
+                .ttft
+                .saturating_sub(now.saturating_duration_since(context.received)),
+            cached: prediction.cached_tokens > 0,
+        })
+    }
+
+    /// The shortest predicted prefill of `prompt_tokens` among the available backends of pool
+    /// `index`; `None` when it has none.
+    fn best_prefill(&self, index: usize, prompt_tokens: u64, now: Instant) -> Option<Duration> {
+        let ask = Ask {
+            prompt_tokens,
+            cached_tokens: 0,
+        };
+        self.pools
+            .get(index)?
+            .backends()
+            .iter()
+            .filter(|backend| backend.available(now))
+            .map(|backend| backend.predict(load_of(backend), ask).ttft)
+            .min()
+    }
+
+    /// A prefill `backend` served for the request of `context` in `took`, sent when its load was
+    /// `load`: its latency model learns it, when the request's decode pool places by
+    /// `balance = "slo"` (whose models' memory it takes).
+    pub(super) fn prefilled(
+        &self,
+        context: &RequestContext,
+        backend: &Backend,
+        load: Load,
+        prompt_tokens: u64,
+        took: Duration,
+    ) {
+        let Some(slo) = context
+            .prediction
+            .and_then(|prediction| self.slo.get(prediction.pool)?.clone())
+        else {
+            return;
+        };
+        let ask = Ask {
+            prompt_tokens,
+            cached_tokens: 0,
+        };
+        let outcome = predict::Outcome {
+            ttft: took,
+            tpot: None,
+        };
+        backend.learn(slo.memory, load, ask, outcome);
+    }
+}
+
+/// A backend's load as its latency model sees it.
+pub(super) fn load_of(backend: &Arc<Backend>) -> Load {
+    Load {
+        queued_tokens: backend.queued_tokens(),
+        streams: backend.streams(),
+    }
+}
