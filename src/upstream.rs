@@ -71,7 +71,8 @@ impl Target {
 /// Accounting that must live as long as a response body (the router's per-backend counts).
 /// Dropping the last handle ends the accounting.
 pub trait BodyGuard: Send + Sync + std::fmt::Debug {
-    /// The first body frame arrived: the backend finished the prompt's prefill.
+    /// The first body frame arrived: the backend finished the prompt's prefill (or, with a
+    /// handoff, the prompt is prefilled on another backend).
     fn first_frame(&self);
 }
 

@@ -444,7 +444,7 @@ impl Router {
     }
 
     /// Takes `placed` as pool `index`'s choice: marks the backend stalling when the request's
-    /// prefill will stall it, counts the decision (on a request's first attempt only), and tells
+    /// prefill will stall it (in a pool without a prefill pool), counts the decision (on a request's first attempt only), and tells
     /// the pool's affinity the backend now holds the prompt.
     fn adopt(
         &self,
@@ -462,7 +462,9 @@ impl Router {
             .flatten()
             .filter(|run| placed.backend.owner() == run.owner)
             .map(|run| run.bytes);
-        if let Some(until) = placed.stalls_until {
+        // A pool that hands prefills off marks a stall once its handoff keeps the prefill on the
+        // backend (`handoff::predicted`): most of those prefills run elsewhere.
+        if let (Some(until), None) = (placed.stalls_until, &self.handoffs[index]) {
             placed.backend.stall_until(until);
         }
         if first {

@@ -14,24 +14,42 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::policy::Predicted;
+use super::policy::{self, Choice, Predicted};
 use super::PoolHandoff;
 use crate::context::RequestContext;
 use crate::route::backend::Backend;
 use crate::route::predict::{self, Ask, Load};
-use crate::route::slo::{Targets, STALL_TARGETS};
+use crate::route::slo::{Targets, STALL_LINGER, STALL_TARGETS};
 use crate::route::Router;
 
 impl Router {
-    /// The predictions of [`policy::decide_predicted`] for the request of `context` (its
-    /// estimated `prompt_tokens`), when its decode pool places by `balance = "slo"`; `None`
-    /// otherwise.
-    pub(super) fn predict_handoff(
+    /// Where the request of `context` (its estimated `prompt_tokens`) prefills, by
+    /// [`policy::decide_predicted`], when its decode pool places by `balance = "slo"`; `None`
+    /// otherwise. A prefill kept where it decodes that stalls the streams there marks the decode
+    /// backend as stalling, as the placement marks a backend that prefills its own requests
+    /// (which it does not do in a pool that hands prefills off: most of those go elsewhere).
+    pub(super) fn decide_handoff(
         &self,
         handoff: &PoolHandoff,
         context: &RequestContext,
         prompt_tokens: u64,
-    ) -> Option<Predicted> {
+    ) -> Option<Choice> {
+        let (predicted, decode) = self.predict_handoff(handoff, context, prompt_tokens)?;
+        let choice = policy::decide_predicted(predicted);
+        if matches!(choice, Choice::Local(_)) && predicted.local_stalls {
+            let until = Instant::now() + predicted.local.saturating_add(STALL_LINGER);
+            decode.stall_until(until);
+        }
+        Some(choice)
+    }
+
+    /// The predictions of [`policy::decide_predicted`], and the decode backend.
+    fn predict_handoff(
+        &self,
+        handoff: &PoolHandoff,
+        context: &RequestContext,
+        prompt_tokens: u64,
+    ) -> Option<(Predicted, Arc<Backend>)> {
         let prediction = context.prediction?;
         let slo = self.slo.get(prediction.pool)?.as_ref()?;
         let decode = self.backend_of(context.pool.as_deref()?, &context.backend.as_ref()?.label)?;
@@ -66,7 +84,7 @@ impl Router {
                 });
                 prefill.saturating_add(after)
             });
-        Some(Predicted {
+        let predicted = Predicted {
             local: prediction.ttft.saturating_sub(since_dispatch),
             local_stalls: prediction.streams > 0
                 && here.stall > targets.tpot.mul_f64(STALL_TARGETS),
@@ -75,7 +93,8 @@ impl Router {
                 .ttft
                 .saturating_sub(now.saturating_duration_since(context.received)),
             cached: prediction.cached_tokens > 0,
-        })
+        };
+        Some((predicted, decode))
     }
 
     /// The shortest predicted prefill of `prompt_tokens` among the available backends of pool

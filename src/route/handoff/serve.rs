@@ -61,6 +61,14 @@ impl Router {
             return inner.ready().await?.call(req).await;
         }
         let (choice, uncached) = self.choose(&handoff, &context);
+        if choice == Choice::Remote {
+            // The decode backend will not compute this prompt: it stops counting as prefill
+            // queued there (what the next placements and their predictions weigh). A fallback
+            // that prefills it there after all is not counted again.
+            if let Some(in_flight) = &context.in_flight {
+                in_flight.0.first_frame();
+            }
+        }
         if choice == Choice::Remote && !req.headers().contains_key(REQUEST_ID) {
             let id = format!("tokenmeter-{:032x}", rand::random::<u128>());
             if let Ok(value) = HeaderValue::from_str(&id) {
@@ -126,8 +134,8 @@ impl Router {
             .estimate
             .map_or((0, 0), |e| (e.tokens, e.size.text_bytes));
         let uncached = policy::uncached(prompt_tokens, text_bytes, context.cached_prompt_bytes);
-        if let Some(predicted) = self.predict_handoff(handoff, context, prompt_tokens) {
-            return (policy::decide_predicted(predicted), uncached);
+        if let Some(choice) = self.decide_handoff(handoff, context, prompt_tokens) {
+            return (choice, uncached);
         }
         let input = PolicyInput {
             prompt_tokens,
