@@ -7,7 +7,9 @@ use serde::Deserialize;
 
 use super::duration;
 
-/// How a pool's requests hand their prefill off to a prefill pool.
+/// How a pool's requests hand their prefill off to a prefill pool. In a pool with
+/// `balance = "slo"` the latency models decide where each prefill runs, and the token thresholds
+/// (`min_prompt_tokens`, `short_queue_tokens`, `spill_queue_tokens`) are not used.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HandoffConfig {
