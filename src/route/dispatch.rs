@@ -24,12 +24,11 @@ use tower::{Layer, Service, ServiceExt};
 use super::backend::{Backend, LoadGuard};
 use super::health::Fault;
 use super::slo::gate::Admission;
-use super::slo::share::Held;
+use super::slo::share;
 use super::slo::Demand;
 use super::Router;
 use crate::context::{RequestContext, RouteDecision};
 use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
-use crate::upstream::InFlight;
 
 impl Router {
     async fn dispatch<S>(
@@ -56,6 +55,8 @@ impl Router {
         let mut last_pool = None;
         let mut last_error = None;
         let mut admitted = None;
+        // The tenant's share slot a gate gave the request, kept by every attempt's guard.
+        let mut share = None;
         // Only generation requests wait: a model list or a health probe costs a backend nothing.
         let gate = self
             .gate(&context.plan)
@@ -110,11 +111,12 @@ impl Router {
             context.backend = Some(backend.target.clone());
             // A gate counted the load on its backend already, when it released the request.
             let load = guard.unwrap_or_else(|| LoadGuard::new(Arc::clone(&backend), estimated));
-            // A gate's share slot ends with the stream, as the load does.
-            context.in_flight = Some(InFlight(match slot {
-                Some(slot) => Arc::new(Held { load, slot }),
-                None => Arc::new(load),
-            }));
+            // A gate's share slot ends with the stream, as the load does, and outlives an
+            // attempt that failed before any byte.
+            if let Some(slot) = slot {
+                share = Some(Arc::new(slot));
+            }
+            context.in_flight = Some(share::in_flight(load, share.as_ref()));
             context.cached_prompt_bytes = pick.cached_bytes;
             context.route = Some(RouteDecision {
                 reason: pick.reason,

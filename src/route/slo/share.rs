@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::route::backend::LoadGuard;
-use crate::upstream::BodyGuard;
+use crate::upstream::{BodyGuard, InFlight};
 
 /// The streams in flight per tenant.
 #[derive(Debug, Default)]
@@ -85,11 +85,24 @@ impl Drop for ShareSlot {
 }
 
 /// A request's load on its backend and its tenant's share slot, held together by its response
-/// body until the stream ends.
+/// body until the stream ends. The slot is shared by every attempt of the request: a retry on
+/// another backend keeps the stream counted.
 #[derive(Debug)]
 pub struct Held {
     pub load: LoadGuard,
-    pub slot: ShareSlot,
+    pub slot: Arc<ShareSlot>,
+}
+
+/// The guard one attempt of a request hands its response body: its `load`, and with the
+/// request's share `slot` (a gated pool's), that too.
+pub fn in_flight(load: LoadGuard, slot: Option<&Arc<ShareSlot>>) -> InFlight {
+    InFlight(match slot {
+        Some(slot) => Arc::new(Held {
+            load,
+            slot: Arc::clone(slot),
+        }),
+        None => Arc::new(load),
+    })
 }
 
 impl BodyGuard for Held {
@@ -139,6 +152,27 @@ mod tests {
         assert!(shares.over("a"));
         // A fifth tenant is never over with its first stream.
         assert!(!shares.over("e"));
+    }
+
+    #[test]
+    fn a_retried_request_keeps_its_slot_until_its_last_attempt_ends() {
+        use crate::route::backend::Backend;
+        use crate::upstream::Target;
+        let shares = Arc::new(Shares::default());
+        let backend = |port: u16| {
+            let target = Target::from_url(&format!("http://127.0.0.1:{port}")).expect("target");
+            Arc::new(Backend::new(target, Arc::from("p"), None))
+        };
+        let slot = Arc::new(shares.take(Arc::from("a")));
+        // The first attempt fails before any byte: its guard goes, the request is retried.
+        let first = in_flight(LoadGuard::new(backend(9001), 100), Some(&slot));
+        drop(first);
+        let second = in_flight(LoadGuard::new(backend(9002), 100), Some(&slot));
+        // The dispatch returns: only the response body holds the slot now.
+        drop(slot);
+        assert_eq!(shares.of("a"), 1, "still a's stream");
+        drop(second);
+        assert_eq!(shares.of("a"), 0, "the stream ended");
     }
 
     #[test]
