@@ -107,6 +107,14 @@ impl Backend {
         self.queued_tokens.load(Ordering::Relaxed)
     }
 
+    /// Its load now, as its latency model weighs it.
+    pub fn load(&self) -> Load {
+        Load {
+            queued_tokens: self.queued_tokens(),
+            streams: self.streams(),
+        }
+    }
+
     /// The load power-of-two-choices compares, weighted by scraped gauges when there are any: a
     /// backend with a queue or a full KV cache looks proportionally busier.
     pub fn score(&self, kind: BalanceLoad) -> f64 {

@@ -444,8 +444,9 @@ impl Router {
     }
 
     /// Takes `placed` as pool `index`'s choice: marks the backend stalling when the request's
-    /// prefill will stall it (in a pool without a prefill pool), counts the decision (on a request's first attempt only), and tells
-    /// the pool's affinity the backend now holds the prompt.
+    /// prefill will stall it (in a pool without a prefill pool), counts the decision (on a
+    /// request's first attempt only), and tells the pool's affinity the backend now holds the
+    /// prompt.
     fn adopt(
         &self,
         index: usize,

@@ -15,15 +15,15 @@
 //!
 //! A request is held to its own targets: its class's or its model's (`[slo.classes]`,
 //! `[slo.models]`), else the `[slo]` defaults. A backend **fits** when its predicted TPOT is
-//! within the tpot target: the request would not push the streams there past it. Among the backends that fit, the request goes to the
-//! one with the most TTFT **headroom**, `1 - TTFT / ttft target`; it is `met` when that is not
-//! negative. When none meets both targets, it goes to the backend whose worse margin (TTFT or
-//! TPOT) is the least bad, and is `missed`: a backend within the TPOT target behind seconds of
-//! queued prefill does not beat one a little past it. The search starts at a random backend, so
-//! equal predictions (a cold pool) spread.
+//! within the tpot target: the request would not push the streams there past it. Among the
+//! backends that fit, the request goes to the one with the most TTFT **headroom**,
+//! `1 - TTFT / ttft target`; it is `met` when that is not negative. When none meets both targets,
+//! it goes to the backend whose worse margin (TTFT or TPOT) is the least bad, and is `missed`: a
+//! backend within the TPOT target behind seconds of queued prefill does not beat one a little past
+//! it. The search starts at a random backend, so equal predictions (a cold pool) spread.
 //!
 //! A request whose own prefill misses the TTFT target even on the fastest idle backend (a long
-//! document) is held to [`LONG_PROMPT_SLACK`] times that instead ([`Targets::for_prompt`]).
+//! document) is held to [`LONG_PROMPT_SLACK`] times that instead ([`for_prompt`]).
 //!
 //! **Stalls.** TPOT is a mean: it does not see that a document's prefill, joining a decode step,
 //! makes that one gap as long as the prefill — 400 ms where the target is 35 — in every stream on
@@ -68,39 +68,19 @@ pub mod gate;
 pub mod hook;
 pub mod share;
 
-/// The targets a request is placed against: its own (`[slo]`, by model and class), or the
-/// pool's defaults.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Targets {
-    pub ttft: Duration,
-    pub tpot: Duration,
-}
-
-impl From<SloTargets> for Targets {
-    fn from(targets: SloTargets) -> Self {
-        Self {
-            ttft: targets.ttft,
-            tpot: targets.tpot,
-        }
-    }
-}
-
 /// How much longer than its own prefill a request whose prompt alone misses the TTFT target may
-/// take to its first token ([`Targets::for_prompt`]).
+/// take to its first token ([`for_prompt`]).
 pub const LONG_PROMPT_SLACK: f64 = 1.5;
 
-impl Targets {
-    /// The targets a request is held to when its first token, on the fastest idle backend, would
-    /// come `alone` after its dispatch. A prompt so long that
-    /// its own prefill misses the TTFT target (a document) cannot meet it anywhere; held to it,
-    /// every placement would look equally bad and a gateway queue would shed every document. It is
-    /// held instead to [`LONG_PROMPT_SLACK`] times that: it may wait behind some work, not behind
-    /// any.
-    pub fn for_prompt(self, alone: Duration) -> Self {
-        Self {
-            ttft: self.ttft.max(alone.mul_f64(LONG_PROMPT_SLACK)),
-            tpot: self.tpot,
-        }
+/// The targets a request is held to when its first token, on the fastest idle backend, would
+/// come `alone` after its dispatch. A prompt so long that its own prefill misses the TTFT target
+/// (a document) cannot meet it anywhere; held to it, every placement would look equally bad and a
+/// gateway queue would shed every document. It is held instead to [`LONG_PROMPT_SLACK`] times
+/// that: it may wait behind some work, not behind any.
+pub fn for_prompt(targets: SloTargets, alone: Duration) -> SloTargets {
+    SloTargets {
+        ttft: targets.ttft.max(alone.mul_f64(LONG_PROMPT_SLACK)),
+        tpot: targets.tpot,
     }
 }
 
@@ -112,7 +92,7 @@ pub struct Demand {
     /// Time it has spent in the proxy so far: part of its TTFT already.
     pub waited: Duration,
     /// Its own targets (its model's or class's); `None`: the pool's.
-    pub targets: Option<Targets>,
+    pub targets: Option<SloTargets>,
 }
 
 impl Demand {
@@ -121,7 +101,7 @@ impl Demand {
         Self {
             prompt_tokens: context.estimate.map_or(0, |estimate| estimate.tokens),
             waited: now.saturating_duration_since(context.received),
-            targets: context.slo.map(Targets::from),
+            targets: context.slo,
         }
     }
 }
@@ -136,7 +116,7 @@ pub struct Placed {
     /// Its first token on the fastest backend with nothing else to do: a request that waits
     /// must be sent by `ttft_target - alone` after it was received, or miss.
     pub alone: Duration,
-    /// The TTFT it is held to ([`Targets::for_prompt`]).
+    /// The TTFT it is held to ([`for_prompt`]).
     pub ttft_target: Duration,
     /// Its prefill stalls the streams on the backend: the backend is marked stalling until then
     /// once the request is sent there ([`Backend::stall_until`]).
@@ -166,7 +146,7 @@ pub struct PoolSlo {
     /// Index of the pool in its router.
     pub index: usize,
     /// What a request without targets of its own is placed against (`[slo]`'s defaults).
-    pub targets: Targets,
+    pub targets: SloTargets,
     /// The latency models' memory, in requests (`routing.prediction_memory`).
     pub memory: u32,
     /// With a prefill pool: what the pool's handoffs took from the prefill's answer to the first
@@ -183,7 +163,7 @@ impl PoolSlo {
     pub fn new(index: usize, pool: &str, config: &Config, metrics: Option<&Metrics>) -> Self {
         Self {
             index,
-            targets: config.slo.defaults().into(),
+            targets: config.slo.defaults(),
             memory: config.routing.prediction_memory,
             handoff_overhead: AtomicU64::new(0),
             metrics: metrics.map(|m| SloMetrics::new(m, pool)),
@@ -281,10 +261,7 @@ pub fn choose(
             backend.available(now) && !exclude.iter().any(|x| Arc::ptr_eq(x, backend))
         })
         .map(|backend| {
-            let load = Load {
-                queued_tokens: backend.queued_tokens(),
-                streams: backend.streams(),
-            };
+            let load = backend.load();
             let ask = Ask {
                 prompt_tokens: demand.prompt_tokens,
                 cached_tokens: cached_tokens(backend).min(demand.prompt_tokens),
@@ -301,7 +278,7 @@ pub fn choose(
         .collect();
     let alone = candidates.iter().map(|c| c.predicted.alone).min()?;
     let own = demand.targets.unwrap_or(slo.targets);
-    let targets = own.for_prompt(alone);
+    let targets = for_prompt(own, alone);
     let stall = own.tpot.mul_f64(STALL_TARGETS);
     let mut best: Option<Ranked<'_>> = None;
     for candidate in &candidates {
@@ -383,7 +360,7 @@ impl Ranked<'_> {
     fn placed(
         &self,
         slo: &PoolSlo,
-        targets: Targets,
+        targets: SloTargets,
         alone: Duration,
         stall: Duration,
         now: Instant,
@@ -423,7 +400,7 @@ pub struct Score {
 }
 
 impl Score {
-    pub fn of(targets: Targets, ttft: Duration, tpot: Duration) -> Self {
+    pub fn of(targets: SloTargets, ttft: Duration, tpot: Duration) -> Self {
         let margin = |value: Duration, target: Duration| {
             1.0 - value.as_secs_f64() / target.as_secs_f64().max(f64::MIN_POSITIVE)
         };

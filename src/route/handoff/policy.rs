@@ -88,7 +88,7 @@ pub fn decide(handoff: &PoolHandoff, input: PolicyInput) -> Choice {
 
 /// What a decode pool with `balance = "slo"` weighs instead: predictions, each from now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Predicted {
+pub struct Forecast {
     /// The first token if it prefills where it decodes (the decode backend's latency model, as
     /// the placement predicted it).
     pub local: Duration,
@@ -109,7 +109,7 @@ pub struct Predicted {
 /// that would stall the decode replica's streams (it would miss their ITL target there); otherwise
 /// where it decodes (no transfer to pay for) when that meets its TTFT target, else the prefill pool
 /// when that does, else the sooner.
-pub fn decide_predicted(input: Predicted) -> Choice {
+pub fn decide_predicted(input: Forecast) -> Choice {
     let Some(remote) = input.remote else {
         return Choice::Local(HandoffResult::PrefillUnavailable);
     };
@@ -127,7 +127,8 @@ pub fn decide_predicted(input: Predicted) -> Choice {
         // miss of the targets whatever its own TTFT. Protecting those streams is what the prefill
         // pool is for, even when its queue makes this request late (measured: keeping such
         // prefills local whenever the prefill pool's queue would miss a TTFT target the decode
-        // replica meets took goodput at 48 requests/s from 41.8 to 14.2 req/s, docs/disaggregation.md).
+        // replica meets took goodput at 48 requests/s from 41.8 to 14.2 req/s;
+        // docs/disaggregation.md).
         return Choice::Remote;
     }
     match (local_met, remote_met) {

@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::policy::{self, Choice, Predicted};
+use super::policy::{self, Choice, Forecast};
 use super::PoolHandoff;
 use crate::context::RequestContext;
 use crate::route::backend::Backend;
 use crate::route::predict::{self, Ask, Load};
-use crate::route::slo::{Targets, STALL_LINGER, STALL_TARGETS};
+use crate::route::slo::{for_prompt, STALL_LINGER, STALL_TARGETS};
 use crate::route::Router;
 
 impl Router {
@@ -49,7 +49,7 @@ impl Router {
         handoff: &PoolHandoff,
         context: &RequestContext,
         prompt_tokens: u64,
-    ) -> Option<(Predicted, Arc<Backend>)> {
+    ) -> Option<(Forecast, Arc<Backend>)> {
         let prediction = context.prediction?;
         let slo = self.slo.get(prediction.pool)?.as_ref()?;
         let decode = self.backend_of(context.pool.as_deref()?, &context.backend.as_ref()?.label)?;
@@ -63,11 +63,7 @@ impl Router {
             streams: prediction.streams,
         };
         let here = decode.predict(load, own);
-        let targets = context
-            .slo
-            .map(Targets::from)
-            .unwrap_or(slo.targets)
-            .for_prompt(here.alone);
+        let targets = for_prompt(context.slo.unwrap_or(slo.targets), here.alone);
         let since_dispatch = context
             .marks
             .dispatched
@@ -84,7 +80,7 @@ impl Router {
                 });
                 prefill.saturating_add(after)
             });
-        let predicted = Predicted {
+        let predicted = Forecast {
             local: prediction.ttft.saturating_sub(since_dispatch),
             local_stalls: prediction.streams > 0
                 && here.stall > targets.tpot.mul_f64(STALL_TARGETS),
@@ -109,7 +105,7 @@ impl Router {
             .backends()
             .iter()
             .filter(|backend| backend.available(now))
-            .map(|backend| backend.predict(load_of(backend), ask).ttft)
+            .map(|backend| backend.predict(backend.load(), ask).ttft)
             .min()
     }
 
@@ -139,13 +135,5 @@ impl Router {
             tpot: None,
         };
         backend.learn(slo.memory, load, ask, outcome);
-    }
-}
-
-/// A backend's load as its latency model sees it.
-pub(super) fn load_of(backend: &Arc<Backend>) -> Load {
-    Load {
-        queued_tokens: backend.queued_tokens(),
-        streams: backend.streams(),
     }
 }

@@ -8,7 +8,6 @@ use serde_json::value::RawValue;
 use tokio::time::Instant;
 
 use super::llamacpp::{self, TransferFile};
-use super::predicted::load_of;
 use super::prefill::{self, PrefillError};
 use super::slots::{Placement, SlotGuard, SlotTable};
 use super::{vllm, PoolHandoff};
@@ -100,7 +99,7 @@ impl Router {
             .and_then(TraceState::start_prefill);
         let client = self.client.get().ok_or(HandoffResult::PrefillUnavailable)?;
         let path = req.uri().path_and_query().map_or("/", |path| path.as_str());
-        let before = load_of(backend);
+        let before = backend.load();
         let started = Instant::now();
         let load = LoadGuard::new(Arc::clone(backend), uncached);
         let sent = prefill::send(

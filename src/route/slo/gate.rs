@@ -53,7 +53,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use super::share::{ShareSlot, Shares};
-use super::{choose, Demand, Placed, PoolSlo, Targets};
+use super::{choose, Demand, Placed, PoolSlo, SloTargets};
 use crate::config::{OnDeadline, QueueConfig};
 use crate::context::RequestContext;
 use crate::metrics::Metrics;
@@ -93,7 +93,7 @@ struct Waiter {
     keys: AffinityKeys,
     prompt_tokens: u64,
     /// Its own targets (its model's or class's), if any.
-    targets: Option<Targets>,
+    targets: Option<SloTargets>,
     /// Half its slack, `(target − alone) / 2`: what it may wait here, and so what is held against
     /// the backend it is released to.
     budget: Duration,

@@ -60,16 +60,13 @@ impl FinishHook for SloHook {
         let Some(slo) = self.slo.get(prediction.pool).and_then(Option::as_ref) else {
             return;
         };
-        match &context.handoff {
-            None => {}
-            Some(record) if record.result.served_locally() => {}
-            Some(record) => {
-                // Prefilled elsewhere: what the decode side added after the prefill's answer.
-                if let (HandoffResult::Remote, Some(done)) = (record.result, record.prefill_done) {
-                    slo.handed_off(first_token.saturating_duration_since(done));
-                }
-                return;
+        let elsewhere = context.handoff.as_ref();
+        if let Some(record) = elsewhere.filter(|record| !record.result.served_locally()) {
+            // Prefilled elsewhere: what the decode side added after the prefill's answer.
+            if let (HandoffResult::Remote, Some(done)) = (record.result, record.prefill_done) {
+                slo.handed_off(first_token.saturating_duration_since(done));
             }
+            return;
         }
         let ttft = first_token.saturating_duration_since(dispatched);
         let tpot = request.figures.tpot;

@@ -129,7 +129,7 @@ fn a_slower_backend_is_used_only_when_it_has_more_headroom() {
     // The same request of a class held to 1 s meets it there: it is placed against its own
     // targets, not the pool's.
     let batch = Demand {
-        targets: Some(Targets {
+        targets: Some(SloTargets {
             ttft: Duration::from_secs(1),
             tpot: Duration::from_millis(35),
         }),
@@ -279,7 +279,7 @@ fn equal_predictions_spread_over_the_backends() {
 
 #[test]
 fn a_backend_that_fits_the_tpot_target_beats_any_that_does_not() {
-    let targets = Targets {
+    let targets = SloTargets {
         ttft: Duration::from_millis(800),
         tpot: Duration::from_millis(40),
     };

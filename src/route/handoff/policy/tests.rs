@@ -115,9 +115,9 @@ fn a_long_prompt_spills_to_its_decode_backend_past_the_spill_bound() {
     );
 }
 
-fn predicted(local: u64, stalls: bool, remote: Option<u64>, cached: bool) -> Predicted {
+fn forecast(local: u64, stalls: bool, remote: Option<u64>, cached: bool) -> Forecast {
     let ms = Duration::from_millis;
-    Predicted {
+    Forecast {
         local: ms(local),
         local_stalls: stalls,
         remote: remote.map(ms),
@@ -131,18 +131,18 @@ fn by_prediction_a_prefill_that_stalls_the_decode_streams_goes_to_the_prefill_po
     // A document: 450 ms where it decodes, 600 ms through the prefill pool: both meet 800 ms,
     // and only the remote one spares the streams.
     assert_eq!(
-        decide_predicted(predicted(450, true, Some(600), false)),
+        decide_predicted(forecast(450, true, Some(600), false)),
         Choice::Remote
     );
     // Both miss: the decode streams are still spared.
     assert_eq!(
-        decide_predicted(predicted(2_000, true, Some(3_000), false)),
+        decide_predicted(forecast(2_000, true, Some(3_000), false)),
         Choice::Remote
     );
     // Even when the prefill pool's queue makes it late and the decode backend would not: the
     // streams' gaps are targets too.
     assert_eq!(
-        decide_predicted(predicted(450, true, Some(1_500), false)),
+        decide_predicted(forecast(450, true, Some(1_500), false)),
         Choice::Remote
     );
 }
@@ -151,26 +151,26 @@ fn by_prediction_a_prefill_that_stalls_the_decode_streams_goes_to_the_prefill_po
 fn by_prediction_a_prefill_that_does_not_stall_stays_unless_only_the_prefill_pool_meets_it() {
     // A chat meeting its target where it decodes: no transfer to pay for.
     assert_eq!(
-        decide_predicted(predicted(90, false, Some(60), false)),
+        decide_predicted(forecast(90, false, Some(60), false)),
         Choice::Local(HandoffResult::LocalShort)
     );
     // A follow-up whose prefix the decode backend holds.
     assert_eq!(
-        decide_predicted(predicted(90, false, Some(60), true)),
+        decide_predicted(forecast(90, false, Some(60), true)),
         Choice::Local(HandoffResult::LocalCached)
     );
     // Behind a long queue on its decode backend, the prefill pool meets it.
     assert_eq!(
-        decide_predicted(predicted(1_200, false, Some(300), false)),
+        decide_predicted(forecast(1_200, false, Some(300), false)),
         Choice::Remote
     );
     // Neither meets it: the sooner.
     assert_eq!(
-        decide_predicted(predicted(1_200, false, Some(1_900), false)),
+        decide_predicted(forecast(1_200, false, Some(1_900), false)),
         Choice::Local(HandoffResult::LocalShort)
     );
     assert_eq!(
-        decide_predicted(predicted(1_900, false, Some(1_200), false)),
+        decide_predicted(forecast(1_900, false, Some(1_200), false)),
         Choice::Remote
     );
 }
@@ -178,7 +178,7 @@ fn by_prediction_a_prefill_that_does_not_stall_stays_unless_only_the_prefill_poo
 #[test]
 fn by_prediction_without_a_prefill_backend_it_prefills_where_it_decodes() {
     assert_eq!(
-        decide_predicted(predicted(2_000, true, None, false)),
+        decide_predicted(forecast(2_000, true, None, false)),
         Choice::Local(HandoffResult::PrefillUnavailable)
     );
 }
