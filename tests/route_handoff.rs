@@ -459,6 +459,7 @@ mod simulated {
     async fn simulated(
         fault_on_prefill: bool,
         fault_on_decode: bool,
+        edit: impl FnOnce(&mut Config),
     ) -> (
         tokenmeter::testbed::sim::SimHandle,
         tokenmeter::testbed::sim::SimHandle,
@@ -481,12 +482,14 @@ mod simulated {
         };
         let prefill = start(fault_on_prefill).await;
         let decode = start(fault_on_decode).await;
-        let proxy = start_proxy(handoff_config(
+        let mut config = handoff_config(
             &format!("http://{}", prefill.local_addr()),
             &format!("http://{}", decode.local_addr()),
             |_| {},
-        ))
-        .await;
+        );
+        edit(&mut config);
+        config.validate().expect("valid");
+        let proxy = start_proxy(config).await;
         (prefill, decode, proxy)
     }
 
@@ -538,7 +541,7 @@ mod simulated {
 
     #[tokio::test]
     async fn disaggregated_on_simulated_replicas_the_decode_replica_computes_one_prompt_token() {
-        let (prefill, decode, proxy) = simulated(false, false).await;
+        let (prefill, decode, proxy) = simulated(false, false, |_| {}).await;
         let prompt = exact_stream(&proxy).await;
         assert!(prompt >= 3000.0, "{prompt}");
         assert_eq!(results(&proxy, "remote"), 1.0);
@@ -582,46 +585,73 @@ mod simulated {
         )
     }
 
-    /// A decode pool with `balance = "slo"` decides by prediction: a document whose prefill would
-    /// stall the streams decoding on its decode replica goes to the prefill pool; a chat, or the
-    /// same document with no stream to stall, prefills where it decodes. The thresholds are set
-    /// so that the old policy would hand every one of them off.
-    #[tokio::test]
-    async fn disaggregated_by_prediction_a_prefill_goes_remote_only_when_it_would_stall_streams() {
-        use tokenmeter::config::BalanceLoad;
-        use tokenmeter::testbed::sim::{self, SimConfig};
-        let start = || async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind sim");
-            let config = SimConfig::profile("fast").expect("fast profile");
-            sim::spawn(listener, config).await.expect("sim starts")
-        };
-        let (prefill, decode) = (start().await, start().await);
-        let mut config = handoff_config(
-            &format!("http://{}", prefill.local_addr()),
-            &format!("http://{}", decode.local_addr()),
-            |handoff| {
-                handoff.min_prompt_tokens = 1;
-                handoff.short_queue_tokens = 1_000_000;
-            },
-        );
-        config.pools[1].balance = BalanceLoad::Slo;
-        // A stall is past 4 x 20 ms = 80 ms; the priors put a 4000-word prompt's prefill (about
-        // 2000 estimated tokens) at about 100 ms, a 10-word one's at under 1 ms.
+    /// The decode pool places by `balance = "slo"`, so its latency models decide each prefill;
+    /// the thresholds are set so that the threshold policy would hand every prompt off. A stall is
+    /// past 4 x 20 ms = 80 ms; the priors put a 4000-word prompt's prefill (about 2000 estimated
+    /// tokens) at about 100 ms, a 10-word one's at under 1 ms.
+    fn predicting(config: &mut Config) {
+        config.pools[1].balance = tokenmeter::config::BalanceLoad::Slo;
+        if let Some(handoff) = config.pools[1].handoff.as_mut() {
+            handoff.min_prompt_tokens = 1;
+            handoff.short_queue_tokens = 1_000_000;
+        }
         config.slo.tpot = Duration::from_millis(20);
-        config.validate().expect("valid");
-        let proxy = start_proxy(config).await;
-        let document = sim_words(4000, 4);
+    }
 
-        // Two long streams decoding on the decode replica.
-        let mut background = Vec::new();
-        for _ in 0..2 {
+    /// `n` long streams decoding on the decode replica, each past its first frame.
+    async fn decoding(
+        proxy: &ServerHandle,
+        n: usize,
+    ) -> Vec<(client::OpenStream, (tokio::time::Instant, bytes::Bytes))> {
+        let mut streams = Vec::new();
+        for _ in 0..n {
             let mut stream = client::open(proxy.traffic_addr, CHAT, &sim_words(10, 3000)).await;
             assert_eq!(stream.status, 200);
             let first = stream.next_frame().await.expect("a frame").expect("frame");
-            background.push((stream, first));
+            streams.push((stream, first));
         }
+        streams
+    }
+
+    /// A prefill the prediction sent to the prefill pool that fails there is prefilled by the
+    /// decode replica: the client reads a whole stream, and the fallback is counted.
+    #[tokio::test]
+    async fn disaggregated_by_prediction_a_failed_handoff_is_prefilled_by_the_decode_replica() {
+        let (_prefill, decode, proxy) = simulated(true, false, predicting).await;
+        let background = decoding(&proxy, 2).await;
+        let streamed = client::post(proxy.traffic_addr, CHAT, &sim_words(4000, 4)).await;
+        assert_eq!(streamed.status, 200, "{}", streamed.text());
+        assert!(
+            streamed.text().ends_with("data: [DONE]\n\n"),
+            "{}",
+            streamed.text()
+        );
+        assert_eq!(results(&proxy, "transfer_failed"), 1.0);
+        assert!(
+            sim_counter(
+                &decode,
+                "vllm:prompt_tokens_by_source_total",
+                &[("source", "local_compute")]
+            )
+            .await
+                >= 4000.0,
+            "the decode replica computed the document"
+        );
+        for (stream, first) in background {
+            let rest = stream.collect_after(first).await;
+            assert!(rest.error.is_none(), "{:?}", rest.error);
+        }
+    }
+
+    /// A decode pool with `balance = "slo"` decides by prediction: a document whose prefill would
+    /// stall the streams decoding on its decode replica goes to the prefill pool; a chat, or the
+    /// same document with no stream to stall, prefills where it decodes.
+    #[tokio::test]
+    async fn disaggregated_by_prediction_a_prefill_goes_remote_only_when_it_would_stall_streams() {
+        let (prefill, _decode, proxy) = simulated(false, false, predicting).await;
+        let document = sim_words(4000, 4);
+
+        let background = decoding(&proxy, 2).await;
         let streamed = client::post(proxy.traffic_addr, CHAT, &document).await;
         assert_eq!(streamed.status, 200, "{}", streamed.text());
         assert_eq!(results(&proxy, "remote"), 1.0, "it would stall two streams");
@@ -661,7 +691,7 @@ mod simulated {
     async fn disaggregated_on_simulated_replicas_a_failed_transfer_is_prefilled_by_the_decode_replica(
     ) {
         for (on_prefill, on_decode) in [(true, false), (false, true)] {
-            let (_prefill, decode, proxy) = simulated(on_prefill, on_decode).await;
+            let (_prefill, decode, proxy) = simulated(on_prefill, on_decode, |_| {}).await;
             let prompt = exact_stream(&proxy).await;
             assert_eq!(
                 results(&proxy, "transfer_failed"),
