@@ -34,10 +34,10 @@ impl Router {
         context: &RequestContext,
         prompt_tokens: u64,
     ) -> Option<Choice> {
-        let (predicted, decode) = self.predict_handoff(handoff, context, prompt_tokens)?;
-        let choice = policy::decide_predicted(predicted);
-        if matches!(choice, Choice::Local(_)) && predicted.local_stalls {
-            let until = Instant::now() + predicted.local.saturating_add(STALL_LINGER);
+        let (forecast, decode) = self.predict_handoff(handoff, context, prompt_tokens)?;
+        let choice = policy::decide_predicted(forecast);
+        if matches!(choice, Choice::Local(_)) && forecast.local_stalls {
+            let until = Instant::now() + forecast.local.saturating_add(STALL_LINGER);
             decode.stall_until(until);
         }
         Some(choice)
@@ -80,7 +80,7 @@ impl Router {
                 });
                 prefill.saturating_add(after)
             });
-        let predicted = Forecast {
+        let forecast = Forecast {
             local: prediction.ttft.saturating_sub(since_dispatch),
             local_stalls: prediction.streams > 0
                 && here.stall > targets.tpot.mul_f64(STALL_TARGETS),
@@ -90,7 +90,7 @@ impl Router {
                 .saturating_sub(now.saturating_duration_since(context.received)),
             cached: prediction.cached_tokens > 0,
         };
-        Some((predicted, decode))
+        Some((forecast, decode))
     }
 
     /// The shortest predicted prefill of `prompt_tokens` among the available backends of pool
