@@ -122,7 +122,12 @@ config() {
         printf '\n[pools.queue]\ncapacity = 1024\non_deadline = "shed"\n'
         return
         ;;
-    *) echo "unknown set-up $1 (p2c, length, prefix, slo, gated)" >&2; exit 1 ;;
+    shares)
+        config gated
+        printf 'equal_shares = true\n'
+        return
+        ;;
+    *) echo "unknown set-up $1 (p2c, length, prefix, slo, gated, shares)" >&2; exit 1 ;;
     esac
     if [ "$EXPERIMENT" = flood ]; then
         printf '\n[tenants]\nsources = ["header"]\nheader = "x-tenant-id"\ntracked = [%s]\n' \

@@ -30,12 +30,13 @@ pub struct QueueConfig {
     /// `[tenants]` names none; without either, every request shares one.
     #[serde(deserialize_with = "header_name")]
     pub tenant_header: Option<http::HeaderName>,
-    /// Holds a tenant to an equal part of the streams the gate let through, among the tenants
-    /// with streams: past it, its requests go only to a backend close to idle, else wait behind
-    /// the others' (src/route/slo/share.rs). Off by default: under a 5x flood it held the quiet
-    /// tenants' TTFT p99 closer to their own (+41-80 % against +94-148 %) but, their requests
-    /// queued behind the held flood, fewer of them met their SLOs (57-63 % against 84-86 %;
-    /// docs/routing.md).
+    /// Holds a tenant to an equal part of the work (prompt + output tokens) the gate let through
+    /// and not ended, among the tenants with streams: past it, its requests go only to a backend
+    /// close to idle, else wait behind the others'; under it, they go first
+    /// (src/route/slo/share.rs). Under a 5x flood it kept the quiet tenants' TTFT p99 within
+    /// -9..+24 % of their own and 98-99 % of their SLOs met, at the flood's expense
+    /// (docs/routing.md). Off by default: it holds a tenant with more legitimate traffic than the
+    /// others to the same share.
     pub equal_shares: bool,
 }
 

@@ -118,6 +118,8 @@ pub struct Placed {
     pub alone: Duration,
     /// The TTFT it is held to ([`for_prompt`]).
     pub ttft_target: Duration,
+    /// The TPOT it is held to.
+    pub tpot_target: Duration,
     /// Its prefill stalls the streams on the backend: the backend is marked stalling until then
     /// once the request is sent there ([`Backend::stall_until`]).
     pub stalls_until: Option<Instant>,
@@ -381,6 +383,7 @@ impl Ranked<'_> {
             met: self.score.met(),
             alone,
             ttft_target: targets.ttft,
+            tpot_target: targets.tpot,
             stalls_until: (predicted.stall > stall).then(|| now + predicted.ttft + STALL_LINGER),
         }
     }

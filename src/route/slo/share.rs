@@ -1,21 +1,24 @@
-//! Each tenant's share of the streams a gated pool serves.
+//! Each tenant's share of the work a gated pool serves.
 //!
 //! The gate's fair queue orders what waits, but a tenant that floods still takes whatever room the
 //! others leave: the backends fill to the edge of the TTFT target, and every other tenant's next
 //! request joins those longer queues. Fairness in the queue alone moved the quiet tenants' TTFT
-//! p99 by 94-148 % under a 5x flood (docs/routing.md). So the gate also counts the streams it let
-//! through, per tenant, until each ends ([`ShareSlot`]). A tenant whose next stream would put it
-//! over an equal part of them ([`Shares::over`]) — shared by the tenants that have streams, itself
-//! included — is sent only into ample room (see [`super::gate`]), else waits its turn in the
-//! queue behind the others. Alone, a tenant has every stream; with three quiet tenants, a flooding
-//! one holds about what each of them holds.
+//! p99 by 94-148 % under a 5x flood (docs/routing.md). So the gate also counts the work it let
+//! through, per tenant, until each stream ends ([`ShareSlot`]): a request's prompt tokens and the
+//! output tokens it may ask for, what the fair queue charges it too. Counted in streams instead,
+//! a tenant of long documents would hold as much as one of short chats.
+//!
+//! A tenant already holding an equal part of that work ([`Shares::over`]) — shared by the tenants
+//! that have streams, itself included, and counting its new request — is sent only into ample
+//! room (see [`super::gate`]), else waits its turn in the queue behind the others. Alone, a tenant
+//! has all of it; with three quiet tenants, a flooding one holds about what each of them holds.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::route::backend::LoadGuard;
 use crate::upstream::{BodyGuard, InFlight};
 
-/// The streams in flight per tenant.
+/// The work in flight per tenant, in tokens.
 #[derive(Debug, Default)]
 pub struct Shares {
     counts: Mutex<Counts>,
@@ -28,31 +31,31 @@ struct Counts {
 }
 
 impl Shares {
-    /// Whether one more stream would put `tenant` over its share: an equal part of the streams in
-    /// flight and that one, among the tenants with streams and it.
-    pub fn over(&self, tenant: &str) -> bool {
+    /// Whether `tenant` already holds its share of the work in flight with a new request of `work`
+    /// tokens: an equal part of it, among the tenants with streams and it. A tenant under its share
+    /// is not over it with one request, however large: its first is never over.
+    pub fn over(&self, tenant: &str, work: u64) -> bool {
         let counts = self.lock();
         let own = counts.by_tenant.get(tenant).copied().unwrap_or(0);
         let tenants = counts.by_tenant.len() as u64 + u64::from(own == 0);
-        if tenants <= 1 {
-            return false;
-        }
-        own + 1 > (counts.total + 1).div_ceil(tenants)
+        tenants > 1 && own.saturating_mul(tenants) >= counts.total.saturating_add(work)
     }
 
-    /// Counts a stream of `tenant` until the slot is dropped.
-    pub fn take(self: &Arc<Self>, tenant: Arc<str>) -> ShareSlot {
+    /// Counts `work` tokens of `tenant` until the slot is dropped.
+    pub fn take(self: &Arc<Self>, tenant: Arc<str>, work: u64) -> ShareSlot {
         let mut counts = self.lock();
-        *counts.by_tenant.entry(Arc::clone(&tenant)).or_insert(0) += 1;
-        counts.total += 1;
+        let own = counts.by_tenant.entry(Arc::clone(&tenant)).or_insert(0);
+        *own = own.saturating_add(work);
+        counts.total = counts.total.saturating_add(work);
         drop(counts);
         ShareSlot {
             shares: Arc::clone(self),
             tenant,
+            work,
         }
     }
 
-    /// The streams in flight of `tenant`.
+    /// The work in flight of `tenant`, in tokens.
     pub fn of(&self, tenant: &str) -> u64 {
         self.lock().by_tenant.get(tenant).copied().unwrap_or(0)
     }
@@ -64,19 +67,20 @@ impl Shares {
     }
 }
 
-/// One stream of a tenant, counted in its [`Shares`] until dropped (with the response body).
+/// One stream's work, counted in its tenant's [`Shares`] until dropped (with the response body).
 #[derive(Debug)]
 pub struct ShareSlot {
     shares: Arc<Shares>,
     tenant: Arc<str>,
+    work: u64,
 }
 
 impl Drop for ShareSlot {
     fn drop(&mut self) {
         let mut counts = self.shares.lock();
-        counts.total = counts.total.saturating_sub(1);
+        counts.total = counts.total.saturating_sub(self.work);
         if let Some(own) = counts.by_tenant.get_mut(&self.tenant) {
-            *own = own.saturating_sub(1);
+            *own = own.saturating_sub(self.work);
             if *own == 0 {
                 counts.by_tenant.remove(&self.tenant);
             }
@@ -118,40 +122,52 @@ mod tests {
     #[test]
     fn a_tenant_alone_is_never_over_its_share() {
         let shares = Arc::new(Shares::default());
-        let slots: Vec<ShareSlot> = (0..100).map(|_| shares.take(Arc::from("a"))).collect();
-        assert!(!shares.over("a"));
-        assert_eq!(shares.of("a"), 100);
+        let slots: Vec<ShareSlot> = (0..100).map(|_| shares.take(Arc::from("a"), 300)).collect();
+        assert!(!shares.over("a", 300));
+        assert_eq!(shares.of("a"), 30_000);
         drop(slots);
         assert_eq!(shares.of("a"), 0);
     }
 
     #[test]
-    fn a_tenant_holds_an_equal_part_of_the_streams_and_no_more() {
+    fn a_tenant_holds_an_equal_part_of_the_work_and_no_more() {
         let shares = Arc::new(Shares::default());
         let mut slots = Vec::new();
         for tenant in ["b", "c", "d"] {
             for _ in 0..10 {
-                slots.push(shares.take(Arc::from(tenant)));
+                slots.push(shares.take(Arc::from(tenant), 1));
             }
         }
-        // a joins, and takes streams while one more would not put it over an equal part.
+        // a joins, and takes streams while it holds less than an equal part, its next counted.
         let mut taken = 0;
-        while !shares.over("a") {
-            slots.push(shares.take(Arc::from("a")));
+        while !shares.over("a", 1) {
+            slots.push(shares.take(Arc::from("a"), 1));
             taken += 1;
             assert!(taken < 100, "never over");
         }
-        assert_eq!(
-            taken, 11,
-            "as many as each of the others, the share rounded up"
-        );
+        assert_eq!(taken, 11, "as many as each of the others, and the one over");
         // A quiet tenant is not over where the flooding one is.
-        assert!(!shares.over("b"));
+        assert!(!shares.over("b", 1));
         // One of b's streams ends: a is still over (it holds 11 of 40).
         slots.remove(0);
-        assert!(shares.over("a"));
-        // A fifth tenant is never over with its first stream.
-        assert!(!shares.over("e"));
+        assert!(shares.over("a", 1));
+        // A fifth tenant is never over with its first stream, however large.
+        assert!(!shares.over("e", 1_000_000));
+    }
+
+    #[test]
+    fn shares_are_counted_in_tokens_not_streams() {
+        let shares = Arc::new(Shares::default());
+        // b holds ten chats of 300 tokens; a one document of 3 000 and one chat.
+        let _chats: Vec<ShareSlot> = (0..10).map(|_| shares.take(Arc::from("b"), 300)).collect();
+        let _document = shares.take(Arc::from("a"), 3_000);
+        assert!(!shares.over("a", 300), "3 000 of 6 300: under half");
+        let _chat = shares.take(Arc::from("a"), 300);
+        assert!(
+            shares.over("a", 300),
+            "two streams against b's ten, but 3 300 of 6 600 tokens: its half"
+        );
+        assert!(!shares.over("b", 300));
     }
 
     #[test]
@@ -163,14 +179,14 @@ mod tests {
             let target = Target::from_url(&format!("http://127.0.0.1:{port}")).expect("target");
             Arc::new(Backend::new(target, Arc::from("p"), None))
         };
-        let slot = Arc::new(shares.take(Arc::from("a")));
+        let slot = Arc::new(shares.take(Arc::from("a"), 300));
         // The first attempt fails before any byte: its guard goes, the request is retried.
         let first = in_flight(LoadGuard::new(backend(9001), 100), Some(&slot));
         drop(first);
         let second = in_flight(LoadGuard::new(backend(9002), 100), Some(&slot));
         // The dispatch returns: only the response body holds the slot now.
         drop(slot);
-        assert_eq!(shares.of("a"), 1, "still a's stream");
+        assert_eq!(shares.of("a"), 300, "still a's stream");
         drop(second);
         assert_eq!(shares.of("a"), 0, "the stream ended");
     }
@@ -178,8 +194,8 @@ mod tests {
     #[test]
     fn slots_count_down_to_nothing() {
         let shares = Arc::new(Shares::default());
-        let a = shares.take(Arc::from("a"));
-        let b = shares.take(Arc::from("b"));
+        let a = shares.take(Arc::from("a"), 300);
+        let b = shares.take(Arc::from("b"), 500);
         drop(a);
         drop(b);
         let counts = shares.lock();

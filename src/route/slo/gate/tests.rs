@@ -436,16 +436,25 @@ async fn a_tenant_over_its_share_goes_only_into_ample_room() {
         };
         held.push(slot.expect("a share slot"));
     }
-    assert_eq!(fixture.gate.shares.of("flood"), 2);
-    assert_eq!(fixture.gate.shares.of("quiet"), 1);
-    // A third for the flood would hold 3 of 4 streams between two tenants: over its share (2), it
-    // goes only where its first token comes within 0.04 + (0.8 - 0.04) / 4 = 0.23 s.
+    // 200 prompt tokens and 256 output tokens each.
+    assert_eq!(fixture.gate.shares.of("flood"), 912);
+    assert_eq!(fixture.gate.shares.of("quiet"), 456);
+    // The flood holds 912 of 1 824 tokens with a third request: its half already, so over its
+    // share, it goes only to a backend with no prefill queued and its TPOT within 17.5 ms.
     let waiting = enter(&fixture.gate, 200, team("flood"));
     queued(&fixture, 1).await;
     tokio::time::sleep(TICK * 4).await;
     assert!(!waiting.is_finished(), "0.34 s is room, not ample room");
-    // The prefill ends: 0.04 s.
+    // The prefill ends (nothing queued), but four streams decode there: a TPOT of 10 + 2 x 5 = 20 ms.
+    let mut decoding = fixture.load(4, 0);
     drop(prefill);
+    tokio::time::sleep(TICK * 4).await;
+    assert!(
+        !waiting.is_finished(),
+        "20 ms is within 35, not within half of it"
+    );
+    // Two of them end: 16 ms.
+    decoding.truncate(2);
     let admission = answer(waiting).await;
     assert!(
         matches!(
@@ -458,7 +467,7 @@ async fn a_tenant_over_its_share_goes_only_into_ample_room() {
         ),
         "{admission:?}"
     );
-    assert_eq!(fixture.gate.shares.of("flood"), 3);
+    assert_eq!(fixture.gate.shares.of("flood"), 1_368);
     assert_eq!(fixture.exits("direct"), 3);
     assert_eq!(fixture.exits("placed"), 1);
     drop(admission);
@@ -468,4 +477,42 @@ async fn a_tenant_over_its_share_goes_only_into_ample_room() {
         0,
         "slots end with the streams"
     );
+}
+
+#[tokio::test]
+async fn a_tenant_under_its_share_goes_at_once_while_the_flood_waits() {
+    // (Without shares, a quiet tenant's request queues behind whatever waits: see
+    // a_tenant_that_floods_does_not_go_before_a_quiet_one.)
+    let queue = QueueConfig {
+        tenant_header: Some(http::HeaderName::from_static("x-team")),
+        equal_shares: true,
+        ..QueueConfig::default()
+    };
+    let fixture = fixture(Duration::from_millis(800), queue);
+    // 3 000 tokens to prefill: a 200-token request's first token in 0.34 s: room, not ample.
+    let _prefill = fixture.load(1, 3_000);
+    let team = |name: &str| header("x-team", name);
+    let mut held = Vec::new();
+    for tenant in ["quiet", "flood", "flood"] {
+        held.push(answer(enter(&fixture.gate, 200, team(tenant))).await);
+    }
+    // Over its share, the flood's third waits for ample room.
+    let waiting = enter(&fixture.gate, 200, team("flood"));
+    queued(&fixture, 1).await;
+    // Under its share, the quiet tenant goes at once though the flood waits.
+    let quiet = answer(enter(&fixture.gate, 200, team("quiet"))).await;
+    assert!(
+        matches!(quiet, Admission::Placed { guard: None, .. }),
+        "{quiet:?}"
+    );
+    assert_eq!(fixture.exits("direct"), 4);
+    assert_eq!(fixture.gate.shares.of("quiet"), 912);
+    // Now the flood holds 912 of 1 824 tokens: under half with its next, which is released.
+    let admission = answer(waiting).await;
+    assert!(
+        matches!(admission, Admission::Placed { guard: Some(_), .. }),
+        "{admission:?}"
+    );
+    assert_eq!(fixture.exits("placed"), 1);
+    assert_eq!(fixture.gate.shares.of("flood"), 1_368);
 }
