@@ -9,6 +9,10 @@
 //! load for hours), the covariance `P` grows by `1/λ` per sample without bound and the next
 //! sample that does vary swings `θ` wildly ("covariance wind-up"). The trace of `P` is therefore
 //! capped at its starting value: the model is never less sure than it was before any sample.
+//!
+//! It also keeps the features' means, weighted as the samples are: where a caller reads a
+//! coefficient as zero (a slope whose sign makes no sense), it reads that feature at its mean
+//! instead, so the prediction keeps the share of the intercept that slope paid for.
 /// A linear model of `N` features, fitted online.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rls<const N: usize> {
@@ -17,6 +21,10 @@ pub struct Rls<const N: usize> {
     lambda: f64,
     max_trace: f64,
     samples: u64,
+    /// The features' means over the samples, each weighing `λ` times the next.
+    mean: [f64; N],
+    /// The samples' total weight, `Σ λᵏ`.
+    weight: f64,
 }
 
 impl<const N: usize> Rls<N> {
@@ -34,6 +42,8 @@ impl<const N: usize> Rls<N> {
             lambda,
             max_trace: variance.iter().sum(),
             samples: 0,
+            mean: [0.0; N],
+            weight: 0.0,
         }
     }
 
@@ -45,6 +55,11 @@ impl<const N: usize> Rls<N> {
     /// The coefficients.
     pub fn theta(&self) -> &[f64; N] {
         &self.theta
+    }
+
+    /// The features' means over the samples learned, forgotten as they are (zeros before any).
+    pub fn mean(&self) -> &[f64; N] {
+        &self.mean
     }
 
     /// Samples learned so far.
@@ -86,6 +101,10 @@ impl<const N: usize> Rls<N> {
                     *v *= scale;
                 }
             }
+        }
+        self.weight = self.lambda * self.weight + 1.0;
+        for (mean, v) in self.mean.iter_mut().zip(x) {
+            *mean += (v - *mean) / self.weight;
         }
         self.samples += 1;
     }

@@ -210,6 +210,58 @@ fn slopes_are_never_negative_and_predictions_never_below_zero() {
 }
 
 #[test]
+fn a_negative_slope_is_read_at_its_mean_not_dropped() {
+    let mut model = LatencyModel::new(200);
+    let mut rng = StdRng::seed_from_u64(11);
+    // A busy replica: 90-110 streams, which its TTFT does not rise with (it falls a little, by
+    // chance of what else ran): 142 ms - 1 ms per stream + 40 ms per 1 000 tokens.
+    for _ in 0..2_000 {
+        let load = Load {
+            queued_tokens: rng.gen_range(0..4_000),
+            streams: rng.gen_range(90..=110),
+        };
+        let ask = Ask {
+            prompt_tokens: rng.gen_range(100..2_000),
+            cached_tokens: 0,
+        };
+        let work = (load.queued_tokens + ask.uncached()) as f64 / 1000.0;
+        let ttft = 0.142 - 0.001 * load.streams as f64 + 0.040 * work;
+        let outcome = Outcome {
+            ttft: Duration::from_secs_f64(ttft),
+            tpot: None,
+        };
+        model.learn(load, ask, outcome);
+    }
+    assert!(model.ttft_coefficients()[2] < 0.0, "the fit is negative");
+    let ask = Ask {
+        prompt_tokens: 1_000,
+        cached_tokens: 0,
+    };
+    let at = |streams| {
+        let load = Load {
+            queued_tokens: 0,
+            streams,
+        };
+        model.ttft(load, ask).as_secs_f64()
+    };
+    // At its mean of 100 streams, 142 - 100 + 40 = 82 ms: dropping the slope would say 182.
+    assert!((at(100) - 0.082).abs() < 0.002, "{}", at(100));
+    assert_eq!(at(0), at(1_000), "more streams are never predicted faster");
+}
+
+#[test]
+fn the_features_means_forget_as_the_samples_do() {
+    let mut rls = Rls::new([0.0; 2], [1.0; 2], 0.9);
+    assert_eq!(rls.mean(), &[0.0, 0.0], "none before any sample");
+    rls.update(&[1.0, 10.0], 1.0);
+    assert_eq!(rls.mean(), &[1.0, 10.0], "the first sample is the mean");
+    for _ in 0..200 {
+        rls.update(&[1.0, 50.0], 1.0);
+    }
+    assert!((rls.mean()[1] - 50.0).abs() < 1e-6, "{:?}", rls.mean());
+}
+
+#[test]
 fn a_constant_input_does_not_wind_the_covariance_up() {
     let mut rls = Rls::new([0.0, 0.0], [1.0, 1.0], 0.9);
     for _ in 0..10_000 {
