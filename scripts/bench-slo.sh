@@ -22,7 +22,9 @@
 #   slo:    one pool of the four, balance = "slo" with affinity = "prefix", [slo] ttft = "800ms",
 #           tpot = "35ms": each request to the replica predicted to meet both targets;
 #   gated:  slo with a gateway queue ([pools.queue], on_deadline = "shed"): a request no replica
-#           is predicted to serve in time waits for one, or is shed (429) once it cannot be.
+#           is predicted to serve in time waits for one, or is shed (429) once it cannot be;
+#   shares: gated with equal_shares = true (a tenant past an equal part of the work in flight
+#           goes only to a replica close to idle; for the flood experiment).
 # Goodput counts requests with TTFT <= 800 ms and TPOT <= 35 ms (bench's --slo-ttft/--slo-tpot).
 # After each run the proxy's /metrics is kept (RUN.prom): route decisions, requests per replica,
 # and for `slo` tokenmeter_slo_decisions_total and the median of
@@ -35,7 +37,8 @@
 # long-tailed prompt (TENANT_PROMPT, TENANT_OUTPUT) and no sessions: a run without flood, then a run
 # where tenant a sends 5x its share on top (FLOOD_FACTOR; the total rate is then
 # FLOOD_RATE x (1 + 5/4), a's weight 6 to the others' 1). Reports every tenant's TTFT p50/p99 in
-# both runs and the change of the p99. Set-ups: SETUPS (default `slo`; `p2c slo` to compare).
+# both runs and the change of the p99. Set-ups: SETUPS (default `slo`; `p2c gated shares` as in
+# docs/routing.md).
 # Writes the `flood` part of docs/slo-routing-results.json and the slo-flood table.
 #
 # Usage: scripts/bench-slo.sh        (RATES, SESSION_RATIO, DURATION, SEED, SETUPS, WORKLOAD, ... override)
