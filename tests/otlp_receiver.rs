@@ -213,6 +213,29 @@ async fn grpc_export(
         .map(tonic::Response::into_inner)
 }
 
+/// [`grpc_export`], tried again while it fails as an OTLP exporter would retry (Cancelled or
+/// Unavailable: the connection went away under it), at most five times.
+async fn grpc_export_retrying(
+    client: &mut TraceServiceClient<Channel>,
+) -> Result<ExportTraceServiceResponse, tonic::Status> {
+    let mut attempt = 1;
+    loop {
+        match grpc_export(client).await {
+            Err(status)
+                if attempt < 5
+                    && matches!(
+                        status.code(),
+                        tonic::Code::Cancelled | tonic::Code::Unavailable
+                    ) =>
+            {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
 fn http_client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
 }
@@ -386,8 +409,10 @@ async fn grpc_stop_cuts_connections_and_restart_serves_the_same_port() {
 
     receiver.restart().await;
     assert_eq!(receiver.port(), port, "restarted on the same port");
-    // The exporter keeps its channel across a collector restart: it must reconnect.
-    grpc_export(&mut client)
+    // The exporter keeps its channel across a collector restart: it must reconnect. Its first
+    // export may still find the connection the stop cut (Cancelled, "connection closed") before
+    // the channel notices; an exporter retries that, and so does this one, a few times.
+    grpc_export_retrying(&mut client)
         .await
         .expect("old channel's export after restart accepted");
     let mut fresh = grpc_client(&receiver).await;
