@@ -394,7 +394,6 @@ async fn a_tenant_that_floods_does_not_go_before_a_quiet_one() {
     };
     let fixture = fixture(Duration::from_secs(5), queue);
     let mut streams = fixture.load(13, 0);
-    let team = |name: &str| header("x-team", name);
     let flood: Vec<_> = (0..6)
         .map(|_| enter(&fixture.gate, 200, team("flood")))
         .collect();
@@ -417,17 +416,18 @@ async fn a_tenant_that_floods_does_not_go_before_a_quiet_one() {
     }
 }
 
-#[tokio::test]
-async fn a_tenant_over_its_share_goes_only_into_ample_room() {
+/// A gate holding equal shares between `x-team`s at an 800 ms TTFT target, over a backend with
+/// 3 000 tokens to prefill (a 200-token request's first token in 0.34 s: room, not ample room),
+/// and the share slots of three 200-token requests placed there at once: `quiet`'s, then two of
+/// `flood`'s.
+async fn shared_with_a_flood() -> (Fixture, Vec<LoadGuard>, Vec<ShareSlot>) {
     let queue = QueueConfig {
         tenant_header: Some(http::HeaderName::from_static("x-team")),
         equal_shares: true,
         ..QueueConfig::default()
     };
     let fixture = fixture(Duration::from_millis(800), queue);
-    // 3 000 tokens to prefill: a 200-token request's first token in 0.34 s, within 800 ms.
     let prefill = fixture.load(1, 3_000);
-    let team = |name: &str| header("x-team", name);
     let mut held = Vec::new();
     for tenant in ["quiet", "flood", "flood"] {
         let admission = answer(enter(&fixture.gate, 200, team(tenant))).await;
@@ -436,6 +436,22 @@ async fn a_tenant_over_its_share_goes_only_into_ample_room() {
         };
         held.push(slot.expect("a share slot"));
     }
+    (fixture, prefill, held)
+}
+
+fn team(name: &str) -> HeaderMap {
+    header("x-team", name)
+}
+
+/// Runs a release now; whether `n` entries still wait after it.
+fn still_waiting(fixture: &Fixture, n: usize) -> bool {
+    fixture.gate.release(Instant::now());
+    fixture.depth() == n
+}
+
+#[tokio::test]
+async fn a_tenant_over_its_share_goes_only_into_ample_room() {
+    let (fixture, prefill, held) = shared_with_a_flood().await;
     // 200 prompt tokens and 256 output tokens each.
     assert_eq!(fixture.gate.shares.of("flood"), 912);
     assert_eq!(fixture.gate.shares.of("quiet"), 456);
@@ -443,14 +459,12 @@ async fn a_tenant_over_its_share_goes_only_into_ample_room() {
     // share, it goes only to a backend with no prefill queued and its TPOT within 17.5 ms.
     let waiting = enter(&fixture.gate, 200, team("flood"));
     queued(&fixture, 1).await;
-    tokio::time::sleep(TICK * 4).await;
-    assert!(!waiting.is_finished(), "0.34 s is room, not ample room");
+    assert!(still_waiting(&fixture, 1), "0.34 s is room, not ample room");
     // The prefill ends (nothing queued), but four streams decode there: a TPOT of 10 + 2 x 5 = 20 ms.
     let mut decoding = fixture.load(4, 0);
     drop(prefill);
-    tokio::time::sleep(TICK * 4).await;
     assert!(
-        !waiting.is_finished(),
+        still_waiting(&fixture, 1),
         "20 ms is within 35, not within half of it"
     );
     // Two of them end: 16 ms.
@@ -483,19 +497,7 @@ async fn a_tenant_over_its_share_goes_only_into_ample_room() {
 async fn a_tenant_under_its_share_goes_at_once_while_the_flood_waits() {
     // (Without shares, a quiet tenant's request queues behind whatever waits: see
     // a_tenant_that_floods_does_not_go_before_a_quiet_one.)
-    let queue = QueueConfig {
-        tenant_header: Some(http::HeaderName::from_static("x-team")),
-        equal_shares: true,
-        ..QueueConfig::default()
-    };
-    let fixture = fixture(Duration::from_millis(800), queue);
-    // 3 000 tokens to prefill: a 200-token request's first token in 0.34 s: room, not ample.
-    let _prefill = fixture.load(1, 3_000);
-    let team = |name: &str| header("x-team", name);
-    let mut held = Vec::new();
-    for tenant in ["quiet", "flood", "flood"] {
-        held.push(answer(enter(&fixture.gate, 200, team(tenant))).await);
-    }
+    let (fixture, _prefill, _held) = shared_with_a_flood().await;
     // Over its share, the flood's third waits for ample room.
     let waiting = enter(&fixture.gate, 200, team("flood"));
     queued(&fixture, 1).await;
