@@ -22,10 +22,11 @@
 //! instead (the fit's mean, forgotten as its samples are), not dropped. Under load the streams in
 //! flight barely vary (about 100 on a busy replica) and trade off against the intercept: one
 //! replica's fit, seen on the simulator under a tenant's flood, was `142 ms - 1.06 ms per stream`
-//! at about 108 streams. Right there; but with the slope dropped it predicted 114 ms more than
-//! that for every request it was asked about, idle or not. Until a backend has
-//! finished requests of its own the priors speak (an 8B model on one GPU, roughly), and they are
-//! the same for every backend, so a cold pool is balanced by its load alone.
+//! at about 108 streams (`a_negative_slope_is_read_at_its_mean_not_dropped` replays it). Right
+//! there; but with the slope dropped it predicted 114 ms more than that for every request it was
+//! asked about, idle or not. Until a backend has finished requests of its own the priors speak
+//! (an 8B model on one GPU, roughly), and they are the same for every backend, so a cold pool is
+//! balanced by its load alone.
 use std::time::Duration;
 
 pub mod rls;
