@@ -687,6 +687,53 @@ mod simulated {
         assert_eq!(results(&proxy, "remote"), 1.0);
     }
 
+    /// A prefill the prefill pool is predicted to take longer than `prefill_timeout` over stays
+    /// where it decodes, though it stalls the streams there: handed off, it would be abandoned at
+    /// the timeout and prefilled there anyway, late by the timeout.
+    #[tokio::test]
+    async fn disaggregated_by_prediction_a_prefill_predicted_past_the_timeout_stays_where_it_decodes(
+    ) {
+        let (prefill, decode, proxy) = simulated(false, false, |config| {
+            predicting(config);
+            if let Some(handoff) = config.pools[1].handoff.as_mut() {
+                // The priors put the document's prefill at about 120 ms.
+                handoff.prefill_timeout = Duration::from_millis(50);
+            }
+        })
+        .await;
+        let background = decoding(&proxy, 2).await;
+        let streamed = client::post(proxy.traffic_addr, CHAT, &sim_words(4000, 4)).await;
+        assert_eq!(streamed.status, 200, "{}", streamed.text());
+        assert!(
+            streamed.text().ends_with("data: [DONE]\n\n"),
+            "{}",
+            streamed.text()
+        );
+        assert_eq!(results(&proxy, "local_busy"), 1.0);
+        assert_eq!(results(&proxy, "remote"), 0.0);
+        assert_eq!(results(&proxy, "prefill_timeout"), 0.0, "never tried");
+        let computed = |sim| {
+            sim_counter(
+                sim,
+                "vllm:prompt_tokens_by_source_total",
+                &[("source", "local_compute")],
+            )
+        };
+        assert_eq!(
+            computed(&prefill).await,
+            0.0,
+            "the prefill replica was not asked"
+        );
+        assert!(
+            computed(&decode).await >= 4000.0,
+            "the decode replica computed the document"
+        );
+        for (stream, first) in background {
+            let rest = stream.collect_after(first).await;
+            assert!(rest.error.is_none(), "{:?}", rest.error);
+        }
+    }
+
     #[tokio::test]
     async fn disaggregated_on_simulated_replicas_a_failed_transfer_is_prefilled_by_the_decode_replica(
     ) {

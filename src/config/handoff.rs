@@ -30,7 +30,9 @@ pub struct HandoffConfig {
     /// queues on the prefill pool, bounded by `prefill_timeout`).
     pub spill_queue_tokens: u64,
     /// The prefill phase's deadline (prefill request, and for llama.cpp the save and restore):
-    /// past it the decode pool serves the whole request, as it would without a prefill pool.
+    /// past it the decode pool serves the whole request, as it would without a prefill pool. A
+    /// decode pool with `balance = "slo"` keeps where it decodes a prefill the prefill pool is
+    /// predicted to take longer than this over (`local_busy`).
     #[serde(deserialize_with = "duration")]
     pub prefill_timeout: Duration,
     /// llama.cpp: the directory both servers save and restore slots in (their `--slot-save-path`),

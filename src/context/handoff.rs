@@ -24,7 +24,8 @@ pub enum HandoffResult {
     /// short part of it (a conversation's follow-up), or part of a short one.
     LocalCached,
     /// Prefilled where it decodes by policy: long, but the prefill pool's queue was past
-    /// `spill_queue_tokens`.
+    /// `spill_queue_tokens`; or, by prediction (`balance = "slo"`), its prefill there was
+    /// predicted to outlast `prefill_timeout`.
     LocalBusy,
     /// Not a request the protocol can hand off (another API, a body that is not a JSON object,
     /// or one that carries `kv_transfer_params` of its own): served as without a prefill pool.

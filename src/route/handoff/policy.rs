@@ -31,7 +31,10 @@
 //! that would stall its decode backend's streams goes to the prefill pool (1), whatever its own
 //! TTFT there; a follow-up whose prefix is cached stalls nobody and meets its target where it
 //! decodes (2); a short chat goes to the prefill pool only when its own decode backend's queue
-//! would miss its target and the prefill pool would meet it (4).
+//! would miss its target and the prefill pool would meet it (4). And a prefill the prefill pool is
+//! predicted to take longer than `prefill_timeout` over stays where it decodes (`local_busy`, as
+//! rule 3): handed off, it would be abandoned at the timeout and prefilled there all the same,
+//! late by the timeout.
 use std::time::Duration;
 
 use super::PoolHandoff;
@@ -99,20 +102,29 @@ pub struct Forecast {
     /// transfer and the decode replica's first step as measured on earlier handoffs; `None`
     /// while the prefill pool has no available backend.
     pub remote: Option<Duration>,
+    /// The prefill pool's predicted prefill (before the transfer) is longer than
+    /// `prefill_timeout`: handed off, the request would be abandoned there at the timeout and
+    /// prefilled where it decodes anyway, late by the timeout.
+    pub remote_times_out: bool,
     /// What is left of its TTFT target.
     pub budget: Duration,
     /// The decode backend's prompt cache holds part of the prompt.
     pub cached: bool,
 }
 
-/// Decides where a request's prefill runs by predicted latency: the prefill pool for a prefill
-/// that would stall the decode replica's streams (it would miss their ITL target there); otherwise
-/// where it decodes (no transfer to pay for) when that meets its TTFT target, else the prefill pool
-/// when that does, else the sooner.
+/// Decides where a request's prefill runs by predicted latency: where it decodes when the prefill
+/// pool is predicted to take longer than `prefill_timeout` (`local_busy`: the handoff would only
+/// add the timeout to the same local prefill); the prefill pool for a prefill that would stall the
+/// decode replica's streams (it would miss their ITL target there); otherwise where it decodes
+/// (no transfer to pay for) when that meets its TTFT target, else the prefill pool when that
+/// does, else the sooner.
 pub fn decide_predicted(input: Forecast) -> Choice {
     let Some(remote) = input.remote else {
         return Choice::Local(HandoffResult::PrefillUnavailable);
     };
+    if input.remote_times_out {
+        return Choice::Local(HandoffResult::LocalBusy);
+    }
     let local_met = input.local <= input.budget;
     let remote_met = remote <= input.budget;
     let local = || {

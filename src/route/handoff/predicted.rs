@@ -68,20 +68,20 @@ impl Router {
             .marks
             .dispatched
             .map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
-        let remote = self
-            .best_prefill(handoff.prefill, prompt_tokens, now)
-            .map(|prefill| {
-                let after = slo.handoff_overhead().unwrap_or_else(|| {
-                    let nothing_to_compute = Ask {
-                        prompt_tokens: prediction.prompt_tokens,
-                        cached_tokens: prediction.prompt_tokens,
-                    };
-                    decode.predict(load, nothing_to_compute).ttft
-                });
-                prefill.saturating_add(after)
+        let prefill = self.best_prefill(handoff.prefill, prompt_tokens, now);
+        let remote = prefill.map(|prefill| {
+            let after = slo.handoff_overhead().unwrap_or_else(|| {
+                let nothing_to_compute = Ask {
+                    prompt_tokens: prediction.prompt_tokens,
+                    cached_tokens: prediction.prompt_tokens,
+                };
+                decode.predict(load, nothing_to_compute).ttft
             });
+            prefill.saturating_add(after)
+        });
         let forecast = Forecast {
             local: prediction.ttft.saturating_sub(since_dispatch),
+            remote_times_out: prefill.is_some_and(|prefill| prefill > handoff.prefill_timeout),
             local_stalls: prediction.streams > 0
                 && here.stall > targets.tpot.mul_f64(STALL_TARGETS),
             remote,

@@ -121,6 +121,7 @@ fn forecast(local: u64, stalls: bool, remote: Option<u64>, cached: bool) -> Fore
         local: ms(local),
         local_stalls: stalls,
         remote: remote.map(ms),
+        remote_times_out: false,
         budget: ms(800),
         cached,
     }
@@ -180,5 +181,28 @@ fn by_prediction_without_a_prefill_backend_it_prefills_where_it_decodes() {
     assert_eq!(
         decide_predicted(forecast(2_000, true, None, false)),
         Choice::Local(HandoffResult::PrefillUnavailable)
+    );
+}
+
+#[test]
+fn by_prediction_a_prefill_predicted_past_the_timeout_stays_where_it_decodes() {
+    // It would stall the decode streams, and the prefill pool would meet its target: still, a
+    // prefill predicted to outlast `prefill_timeout` would be abandoned there and done here
+    // anyway, after the timeout.
+    let late = Forecast {
+        remote_times_out: true,
+        ..forecast(450, true, Some(600), false)
+    };
+    assert_eq!(
+        decide_predicted(late),
+        Choice::Local(HandoffResult::LocalBusy)
+    );
+    assert_eq!(
+        decide_predicted(Forecast {
+            remote_times_out: false,
+            ..late
+        }),
+        Choice::Remote,
+        "the same forecast within the timeout goes remote"
     );
 }
