@@ -213,10 +213,22 @@ prom_labelled() {
 
 # metrics_of RUN: what the proxy counted in a run, as JSON.
 metrics_of() {
-    local prom="$tmp/$1.prom" per_backend='[]' port
+    local prom="$tmp/$1.prom" per_backend='[]' uncached='[]' port
+    # sum_of METRIC FILTER: the sum of METRIC's samples on this port matching FILTER.
+    sum_of() {
+        { grep -E "^$1\\{.*backend=\"127.0.0.1:$port\"" "$prom" | grep -E "$2" || true; } \
+            | awk '{ s += $NF } END { printf "%.0f", s + 0 }'
+    }
     for port in "${PORTS[@]}"; do
-        per_backend=$(jq --argjson n "$({ grep -E "^tokenmeter_requests_total\\{.*backend=\"127.0.0.1:$port\"" "$prom" || true; } \
-            | awk '{ s += $NF } END { printf "%.0f", s + 0 }')" '. + [$n]' <<<"$per_backend")
+        local n input hits
+        n=$(sum_of tokenmeter_requests_total .)
+        input=$(sum_of tokenmeter_tokens_total 'gen_ai_token_type="input"')
+        hits=$(sum_of tokenmeter_prompt_cache_tokens_total 'result="hit"')
+        per_backend=$(jq --argjson n "$n" '. + [$n]' <<<"$per_backend")
+        # The mean prompt tokens each request made the replica compute (what its cache did not
+        # hold): says which replicas took the documents.
+        uncached=$(jq --argjson n "$n" --argjson i "$input" --argjson h "$hits" \
+            '. + [if $n > 0 then (($i - $h) / $n | round) else null end]' <<<"$uncached")
     done
     jq -n --argjson route "$(prom_labelled "$prom" tokenmeter_route_decisions_total pool reason)" \
         --argjson slo "$(prom_labelled "$prom" tokenmeter_slo_decisions_total decision)" \
@@ -225,8 +237,8 @@ metrics_of() {
         --argjson tpot "$(prom_median "$prom" tokenmeter_prediction_error_ratio 'kind="tpot"')" \
         --argjson ttft_abs "$(prom_abs_error "$prom" tokenmeter_prediction_error_ratio 'kind="ttft"')" \
         --argjson tpot_abs "$(prom_abs_error "$prom" tokenmeter_prediction_error_ratio 'kind="tpot"')" \
-        --argjson per_backend "$per_backend" \
-        '{requests_per_backend: $per_backend, route_decisions: $route, slo_decisions: $slo, queue_exits: $queue,
+        --argjson per_backend "$per_backend" --argjson uncached "$uncached" \
+        '{requests_per_backend: $per_backend, uncached_prompt_per_request: $uncached, route_decisions: $route, slo_decisions: $slo, queue_exits: $queue,
           prediction_error_ttft_p50: $ttft, prediction_error_tpot_p50: $tpot,
           prediction_abs_error_ttft_p50: $ttft_abs, prediction_abs_error_tpot_p50: $tpot_abs}'
 }
@@ -303,9 +315,9 @@ else
       def r: if . == null then "-" else (. * 10 | round) / 10 end;
       def spread: (add) as $t | if $t > 0 then map(. / $t * 100 | round | tostring + " %") | join(" / ") else "-" end;
       def counts: to_entries | map("\(.key) \(.value)") | join(", ") | if . == "" then "-" else . end;
-      "| rate (req/s + sessions/s) | set-up | requests (errors) | chat ITL p50 / p99 / max (ms) | chat TTFT p50 / p99 (ms) | document TTFT p50 / p99 (ms) | session TTFT p99 (ms) | SLOs met | goodput (req/s) | requests per replica (fast, fast, slow, slow) | route decisions | slo decisions | queue exits | TTFT predicted / measured, p50 | TTFT prediction, median absolute error |",
-      "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|",
-      (.mixed.results[] | "| \(.rate) + \(.session_rate) | \(.setup) | \(.requests) (\(.errors)) | \(.chat_itl_p50_ms | r) / \(.chat_itl_p99_ms | r) / \(.chat_itl_max_ms | r) | \(.chat_ttft_p50_ms | r) / \(.chat_ttft_p99_ms | r) | \(.document_ttft_p50_ms | r) / \(.document_ttft_p99_ms | r) | \(.session_ttft_p99_ms | r) | \(.slo_met_pct | r) % | \(.goodput_rps | r) | \(.requests_per_backend | spread) | \(.route_decisions | counts) | \(.slo_decisions | counts) | \(.queue_exits | counts) | \(.prediction_error_ttft_p50 // "-") | \(.prediction_abs_error_ttft_p50 | if . == null then "-" else "\(. * 100 | round) %" end) |")
+      "| rate (req/s + sessions/s) | set-up | requests (errors) | chat ITL p50 / p99 / max (ms) | chat TTFT p50 / p99 (ms) | document TTFT p50 / p99 (ms) | session TTFT p99 (ms) | SLOs met | goodput (req/s) | requests per replica (fast, fast, slow, slow) | prompt tokens computed per request, per replica | route decisions | slo decisions | queue exits | TTFT predicted / measured, p50 | TTFT prediction, median absolute error |",
+      "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|---:|---:|",
+      (.mixed.results[] | "| \(.rate) + \(.session_rate) | \(.setup) | \(.requests) (\(.errors)) | \(.chat_itl_p50_ms | r) / \(.chat_itl_p99_ms | r) / \(.chat_itl_max_ms | r) | \(.chat_ttft_p50_ms | r) / \(.chat_ttft_p99_ms | r) | \(.document_ttft_p50_ms | r) / \(.document_ttft_p99_ms | r) | \(.session_ttft_p99_ms | r) | \(.slo_met_pct | r) % | \(.goodput_rps | r) | \(.requests_per_backend | spread) | \(.uncached_prompt_per_request // [] | map(if . == null then "-" else tostring end) | join(" / ")) | \(.route_decisions | counts) | \(.slo_decisions | counts) | \(.queue_exits | counts) | \(.prediction_error_ttft_p50 // "-") | \(.prediction_abs_error_ttft_p50 | if . == null then "-" else "\(. * 100 | round) %" end) |")
     ' "$OUT")
 fi
 echo "$table"
