@@ -38,7 +38,7 @@ pub const PROMPT_TOKENIZE: &str = "tokenmeter_prompt_tokenize_total";
 /// (`ttft`: from the dispatch to the first token; `tpot`: the mean gap between tokens).
 pub const PREDICTION_ERROR: &str = "tokenmeter_prediction_error_ratio";
 /// Placements of `balance = "slo"` pools, by `pool` and `decision` (`met`: predicted to meet both
-/// targets; `missed`: no backend was, the request went where it misses them least).
+/// targets; `missed`: no backend was, the request went to the one with the fewest streams).
 pub const SLO_DECISIONS: &str = "tokenmeter_slo_decisions_total";
 /// Requests waiting in a pool's gateway queue, by `pool`.
 pub const QUEUE_DEPTH: &str = "tokenmeter_queue_depth";
@@ -89,7 +89,7 @@ pub fn describe(metrics: &Metrics) {
         (ROUTE_RETRIES, "Requests retried elsewhere after this backend failed before any response byte."),
         (BACKEND_EJECTIONS, "Times a backend was ejected by health checking."),
         (BACKEND_CONFIRMATIONS, "Health checks asked for by a run of answer failures, by result (ejected, kept, unavailable)."),
-        (SLO_DECISIONS, "Placements of balance = \"slo\" pools by decision: met (the backend chosen is predicted to meet both SLO targets), missed (none was; the one missing them least)."),
+        (SLO_DECISIONS, "Placements of balance = \"slo\" pools by decision: met (the backend chosen is predicted to meet both SLO targets), missed (none was; the one with the fewest streams)."),
         (QUEUE_EXITS, "Requests through a pool's gateway queue by exit: direct (never waited), placed (after waiting), late (sent past hope, on_deadline = send), shed_deadline, shed_full, cancelled (the client left)."),
         (PROMPT_TOKENIZE, "Calls to a backend's /tokenize for an untrusted model's prompt, by mode (wait, background) and result (ok, unsupported, error, timeout)."),
     ];

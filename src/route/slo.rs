@@ -17,10 +17,19 @@
 //! `[slo.models]`), else the `[slo]` defaults. A backend **fits** when its predicted TPOT is
 //! within the tpot target: the request would not push the streams there past it. Among the
 //! backends that fit, the request goes to the one with the most TTFT **headroom**,
-//! `1 - TTFT / ttft target`; it is `met` when that is not negative. When none meets both targets,
-//! it goes to the backend whose worse margin (TTFT or TPOT) is the least bad, and is `missed`: a
-//! backend within the TPOT target behind seconds of queued prefill does not beat one a little past
-//! it. The search starts at a random backend, so equal predictions (a cold pool) spread.
+//! `1 - TTFT / ttft target`; it is `met` when that is not negative. The search starts at a random
+//! backend, so equal predictions (a cold pool) spread.
+//!
+//! **Misses.** When no backend is predicted to meet both targets, the request is `missed` and goes
+//! to the backend with the fewest streams in flight (the requests queued there count), the lesser
+//! of the worse margins (TTFT or TPOT) between equals. The request misses wherever it goes; what a
+//! placement can still spare is the streams it joins, each of which its prefill and its decoding
+//! slow. And every placement misses only past the load the models have seen, where their error is
+//! largest (a median of 35-37 % at 32 requests/s on the simulated fleet, against 19 % at half the
+//! load). Measured there (docs/routing.md): ranked by the lesser worse margin, the placement put
+//! the requests beside the least queued prefill, streams piled up where it was short, the TPOT of
+//! most of them passed its target, and goodput fell to 11.0 requests/s; ranked with the backends
+//! within the TPOT target first, 9.0; by the fewest streams, 17.2 (power of two choices: 17.7).
 //!
 //! A request whose own prefill misses the TTFT target even on the fastest idle backend (a long
 //! document) is held to [`LONG_PROMPT_SLACK`] times that instead ([`for_prompt`]).
@@ -224,7 +233,7 @@ fn ratio(predicted: Duration, measured: Duration) -> Option<f64> {
 pub enum Decision {
     /// The chosen backend is predicted to meet both targets.
     Met = 0,
-    /// No backend is: the request went where it misses them least.
+    /// No backend is: the request went to the one with the fewest streams.
     Missed = 1,
 }
 
@@ -348,14 +357,18 @@ struct Ranked<'a> {
 impl Ranked<'_> {
     /// Whether this is a better place than `other`: one predicted to meet the targets beats one
     /// that is not; between two that meet, the lesser harm, then the larger headroom; between two
-    /// that miss, the lesser of their worse misses.
+    /// that miss, the fewer streams, then the lesser of their worse misses (see *Misses* in the
+    /// module docs).
     fn beats(&self, other: &Ranked<'_>) -> bool {
         match (self.score.met(), other.score.met()) {
             (true, false) => true,
             (false, true) => false,
             (true, true) if self.harm != other.harm => self.harm < other.harm,
             (true, true) => self.score > other.score,
-            (false, false) => self.score.worst > other.score.worst,
+            (false, false) => {
+                let (mine, theirs) = (self.candidate.load.streams, other.candidate.load.streams);
+                mine < theirs || (mine == theirs && self.score.worst > other.score.worst)
+            }
         }
     }
 

@@ -306,7 +306,7 @@ fn a_backend_that_fits_the_tpot_target_beats_any_that_does_not() {
 }
 
 #[test]
-fn between_misses_the_lesser_worse_miss_wins_whether_it_fits_or_not() {
+fn between_misses_the_fewer_streams_win_then_the_lesser_worse_miss() {
     let pool = pool(2);
     let backends = pool.backends();
     // Both decode at 20 ms + 1 ms per stream (16 streams: 37 ms, past 35) and prefill 10 000
@@ -331,29 +331,35 @@ fn between_misses_the_lesser_worse_miss_wins_whether_it_fits_or_not() {
             backend.learn(200, load, ask, outcome);
         }
     }
-    // 9000: 16 streams, nothing queued: 37 ms a token (a 6 % miss), first token in 0.07 s.
-    // 9001: one stream, 30 000 tokens queued: within the TPOT target, first token in 3.07 s.
+    let place = |rng: &mut StdRng| {
+        choose(&pool, &slo(), demand(500), Instant::now(), &[], |_| 0, rng).expect("placed")
+    };
+    let mut rng = StdRng::seed_from_u64(10);
+    // 9000: 16 streams decoding, nothing queued: 37 ms a token (a 6 % miss), first token in
+    // 0.07 s. 9001: four requests, three of them queued with 10 000 tokens each: first token in
+    // 3 s. Both miss; the fewer streams win.
     let _crowded: Vec<LoadGuard> = (0..16)
         .map(|_| LoadGuard::new(Arc::clone(&backends[0]), 0))
         .collect();
-    let _queued = LoadGuard::new(Arc::clone(&backends[1]), 30_000);
-    let mut rng = StdRng::seed_from_u64(10);
-    let placed = choose(
-        &pool,
-        &slo(),
-        demand(500),
-        Instant::now(),
-        &[],
-        |_| 0,
-        &mut rng,
-    )
-    .expect("placed");
+    let mut queued: Vec<LoadGuard> = (0..3)
+        .map(|_| LoadGuard::new(Arc::clone(&backends[1]), 10_000))
+        .collect();
+    queued.push(LoadGuard::new(Arc::clone(&backends[1]), 0));
+    let placed = place(&mut rng);
     assert!(!placed.met);
     assert_eq!(
         label(&placed),
-        "127.0.0.1:9000",
-        "a TPOT a little past its target, not three seconds of queue"
+        "127.0.0.1:9001",
+        "four streams, not sixteen, though its queue is three seconds"
     );
+    // Sixteen streams on each: the lesser worse miss, a TPOT a little past its target rather
+    // than three seconds of queue.
+    queued.extend((0..12).map(|_| LoadGuard::new(Arc::clone(&backends[1]), 0)));
+    for seed in 0..4 {
+        let placed = place(&mut StdRng::seed_from_u64(seed));
+        assert!(!placed.met);
+        assert_eq!(label(&placed), "127.0.0.1:9000", "seed {seed}");
+    }
 }
 
 #[test]
