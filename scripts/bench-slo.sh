@@ -30,7 +30,9 @@
 # and for `slo` tokenmeter_slo_decisions_total and the median of
 # tokenmeter_prediction_error_ratio{kind="ttft"} (predicted / measured, interpolated in the
 # cumulative buckets as histogram_quantile does). Writes the `mixed` part of
-# docs/slo-routing-results.json and the table between the slo-sim markers of docs/routing.md.
+# docs/slo-routing-results.json and the table between the slo-sim markers of docs/routing.md; with
+# SEED=N other than 1, the `mixed_seedN` part and the slo-sim-seedN markers (SEED=N with --summarize
+# too).
 #
 # EXPERIMENT=flood: tenant fairness on the same fleet. Four tenants (a, b, c, d; header x-tenant-id,
 # [tenants] sources = ["header"]) at equal shares of FLOOD_RATE, each a class of its own with a
@@ -76,6 +78,12 @@ if [ "$EXPERIMENT" = flood ]; then
 else
     SETUPS=${SETUPS:-"p2c length prefix slo gated"}
     MARK=slo-sim
+    # Seed 1 is the part docs/routing.md discusses; another seed keeps a part and a table of its own.
+    PART=mixed
+    if [ "$SEED" != 1 ]; then
+        MARK=slo-sim-seed$SEED
+        PART=mixed_seed$SEED
+    fi
 fi
 OUT=docs/slo-routing-results.json
 PROFILE=llama-3.1-8b-h100
@@ -310,14 +318,14 @@ else
           session_ratio: ($ratio | tonumber), sessions: $sessions, profile: "'"$PROFILE"'",
           replicas: "8101, 8102 full speed; 8103, 8104 half speed", slo: {ttft: "'"$SLO_TTFT"'", tpot: "'"$SLO_TPOT"'"},
           results: ($results | sort_by(.rate, ({"p2c": 0, "length": 1, "prefix": 2, "slo": 3, "gated": 4}[.setup] // 9)))}')
-    jq --argjson part "$part" '.mixed = $part' "$OUT" >"$OUT.new" && mv "$OUT.new" "$OUT"
-    table=$(jq -r '
+    jq --arg key "$PART" --argjson part "$part" '.[$key] = $part' "$OUT" >"$OUT.new" && mv "$OUT.new" "$OUT"
+    table=$(jq -r --arg key "$PART" '
       def r: if . == null then "-" else (. * 10 | round) / 10 end;
       def spread: (add) as $t | if $t > 0 then map(. / $t * 100 | round | tostring + " %") | join(" / ") else "-" end;
       def counts: to_entries | map("\(.key) \(.value)") | join(", ") | if . == "" then "-" else . end;
       "| rate (req/s + sessions/s) | set-up | requests (errors) | chat ITL p50 / p99 / max (ms) | chat TTFT p50 / p99 (ms) | document TTFT p50 / p99 (ms) | session TTFT p99 (ms) | SLOs met | goodput (req/s) | requests per replica (fast, fast, slow, slow) | prompt tokens computed per request, per replica | route decisions | slo decisions | queue exits | TTFT predicted / measured, p50 | TTFT prediction, median absolute error |",
       "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|---|---:|---:|",
-      (.mixed.results[] | "| \(.rate) + \(.session_rate) | \(.setup) | \(.requests) (\(.errors)) | \(.chat_itl_p50_ms | r) / \(.chat_itl_p99_ms | r) / \(.chat_itl_max_ms | r) | \(.chat_ttft_p50_ms | r) / \(.chat_ttft_p99_ms | r) | \(.document_ttft_p50_ms | r) / \(.document_ttft_p99_ms | r) | \(.session_ttft_p99_ms | r) | \(.slo_met_pct | r) % | \(.goodput_rps | r) | \(.requests_per_backend | spread) | \(.uncached_prompt_per_request // [] | map(if . == null then "-" else tostring end) | join(" / ")) | \(.route_decisions | counts) | \(.slo_decisions | counts) | \(.queue_exits | counts) | \(.prediction_error_ttft_p50 // "-") | \(.prediction_abs_error_ttft_p50 | if . == null then "-" else "\(. * 100 | round) %" end) |")
+      (.[$key].results[] | "| \(.rate) + \(.session_rate) | \(.setup) | \(.requests) (\(.errors)) | \(.chat_itl_p50_ms | r) / \(.chat_itl_p99_ms | r) / \(.chat_itl_max_ms | r) | \(.chat_ttft_p50_ms | r) / \(.chat_ttft_p99_ms | r) | \(.document_ttft_p50_ms | r) / \(.document_ttft_p99_ms | r) | \(.session_ttft_p99_ms | r) | \(.slo_met_pct | r) % | \(.goodput_rps | r) | \(.requests_per_backend | spread) | \(.uncached_prompt_per_request // [] | map(if . == null then "-" else tostring end) | join(" / ")) | \(.route_decisions | counts) | \(.slo_decisions | counts) | \(.queue_exits | counts) | \(.prediction_error_ttft_p50 // "-") | \(.prediction_abs_error_ttft_p50 | if . == null then "-" else "\(. * 100 | round) %" end) |")
     ' "$OUT")
 fi
 echo "$table"
