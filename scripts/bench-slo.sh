@@ -32,7 +32,7 @@
 # cumulative buckets as histogram_quantile does). Writes the `mixed` part of
 # docs/slo-routing-results.json and the table between the slo-sim markers of docs/routing.md; with
 # SEED=N other than 1, the `mixed_seedN` part and the slo-sim-seedN markers (SEED=N with --summarize
-# too).
+# too); so for the flood experiment (`flood_seedN`, slo-flood-seedN).
 #
 # EXPERIMENT=flood: tenant fairness on the same fleet. Four tenants (a, b, c, d; header x-tenant-id,
 # [tenants] sources = ["header"]) at equal shares of FLOOD_RATE, each a class of its own with a
@@ -75,6 +75,11 @@ SLO_TTFT=800ms SLO_TPOT=35ms
 if [ "$EXPERIMENT" = flood ]; then
     SETUPS=${SETUPS:-"slo"}
     MARK=slo-flood
+    PART=flood
+    if [ "$SEED" != 1 ]; then
+        MARK=slo-flood-seed$SEED
+        PART=flood_seed$SEED
+    fi
 else
     SETUPS=${SETUPS:-"p2c length prefix slo gated"}
     MARK=slo-sim
@@ -273,11 +278,11 @@ if [ "$EXPERIMENT" = flood ]; then
         '{duration: $duration, seed: ($seed | tonumber), base_rate: ($rate | tonumber),
           flood_factor: ($factor | tonumber), profile: "'"$PROFILE"'",
           replicas: "8101, 8102 full speed; 8103, 8104 half speed", results: $results}')
-    jq --argjson part "$part" '.flood = $part' "$OUT" >"$OUT.new" && mv "$OUT.new" "$OUT"
-    table=$(jq -r '
+    jq --arg key "$PART" --argjson part "$part" '.[$key] = $part' "$OUT" >"$OUT.new" && mv "$OUT.new" "$OUT"
+    table=$(jq -r --arg key "$PART" '
       def r: (. * 10 | round) / 10;
       def change($a; $b): if $a > 0 then ((($b / $a - 1) * 100 | round | tostring) + " %") else "-" end;
-      .flood as $f |
+      .[$key] as $f |
       "| set-up | tenant | requests: base / flood | TTFT p50 (ms): base / flood | TTFT p99 (ms): base / flood | TTFT p99 change | SLOs met: base / flood |",
       "|---|---|---:|---:|---:|---:|---:|",
       ($f.results | group_by(.setup)[] | (map(select(.flood | not))[0]) as $base | (map(select(.flood))[0]) as $flood |

@@ -24,12 +24,13 @@
 //! to the backend with the fewest streams in flight (the requests queued there count), the lesser
 //! of the worse margins (TTFT or TPOT) between equals. The request misses wherever it goes; what a
 //! placement can still spare is the streams it joins, each of which its prefill and its decoding
-//! slow. And every placement misses only past the load the models have seen, where their error is
-//! largest (a median of 35-37 % at 32 requests/s on the simulated fleet, against 19 % at half the
-//! load). Measured there (docs/routing.md): ranked by the lesser worse margin, the placement put
-//! the requests beside the least queued prefill, streams piled up where it was short, the TPOT of
-//! most of them passed its target, and goodput fell to 11.0 requests/s; ranked with the backends
-//! within the TPOT target first, 9.0; by the fewest streams, 17.2 (power of two choices: 17.7).
+//! slow. And when every placement misses, the pool is where the models are least accurate (a
+//! median absolute error of 30-40 % at 32 requests/s on the simulated fleet, against 16-21 % at
+//! half the load). Measured there (docs/routing.md): ranked by the lesser worse margin, the
+//! placement put the requests beside the least queued prefill, streams piled up where it was
+//! short, the TPOT of most of them passed its target, and goodput fell to 11.0 requests/s; ranked
+//! with the backends within the TPOT target first, 9.0; by the fewest streams, 17.2-18.1 (power
+//! of two choices: 17.0-17.7).
 //!
 //! A request whose own prefill misses the TTFT target even on the fastest idle backend (a long
 //! document) is held to [`LONG_PROMPT_SLACK`] times that instead ([`for_prompt`]).
