@@ -504,6 +504,37 @@ mod simulated {
         prom::sum(&text, name, labels)
     }
 
+    /// Prompt tokens `sim` computed itself (not taken from a KV transfer or its cache).
+    async fn computed(sim: &tokenmeter::testbed::sim::SimHandle) -> f64 {
+        sim_counter(
+            sim,
+            "vllm:prompt_tokens_by_source_total",
+            &[("source", "local_compute")],
+        )
+        .await
+    }
+
+    /// Posts `body` through the proxy, asserting a whole stream: 200, ended by `[DONE]`.
+    async fn whole_stream(proxy: &ServerHandle, body: &str) {
+        let streamed = client::post(proxy.traffic_addr, CHAT, body).await;
+        assert_eq!(streamed.status, 200, "{}", streamed.text());
+        assert!(
+            streamed.text().ends_with("data: [DONE]\n\n"),
+            "{}",
+            streamed.text()
+        );
+    }
+
+    /// Reads each of the [`decoding`] streams to its end, asserting none broke.
+    async fn end_cleanly(
+        background: Vec<(client::OpenStream, (tokio::time::Instant, bytes::Bytes))>,
+    ) {
+        for (stream, first) in background {
+            let rest = stream.collect_after(first).await;
+            assert!(rest.error.is_none(), "{:?}", rest.error);
+        }
+    }
+
     /// A 3000-word chat (3000 prompt tokens on the simulated replica, about 1500 estimated: over the
     /// 1000-token bound), streamed, asking for 8 tokens.
     fn sim_chat() -> String {
@@ -516,13 +547,7 @@ mod simulated {
     /// Sends [`sim_chat`] and returns its prompt tokens, asserting a complete stream of exactly 8
     /// output tokens (the prefill's one token is not the client's).
     async fn exact_stream(proxy: &ServerHandle) -> f64 {
-        let streamed = client::post(proxy.traffic_addr, CHAT, &sim_chat()).await;
-        assert_eq!(streamed.status, 200, "{}", streamed.text());
-        assert!(
-            streamed.text().ends_with("data: [DONE]\n\n"),
-            "{}",
-            streamed.text()
-        );
+        whole_stream(proxy, &sim_chat()).await;
         let text = proxy.metrics.render();
         assert_eq!(
             prom::sum(
@@ -545,7 +570,6 @@ mod simulated {
         let prompt = exact_stream(&proxy).await;
         assert!(prompt >= 3000.0, "{prompt}");
         assert_eq!(results(&proxy, "remote"), 1.0);
-        let sources = "vllm:prompt_tokens_by_source_total";
         assert_eq!(
             sim_counter(
                 &prefill,
@@ -565,12 +589,12 @@ mod simulated {
             prompt
         );
         assert_eq!(
-            sim_counter(&decode, sources, &[("source", "local_compute")]).await,
+            computed(&decode).await,
             1.0,
             "the decode replica computed only the last prompt token"
         );
         assert_eq!(
-            sim_counter(&prefill, sources, &[("source", "local_compute")]).await,
+            computed(&prefill).await,
             prompt,
             "the prefill replica computed the prompt"
         );
@@ -619,28 +643,13 @@ mod simulated {
     async fn disaggregated_by_prediction_a_failed_handoff_is_prefilled_by_the_decode_replica() {
         let (_prefill, decode, proxy) = simulated(true, false, predicting).await;
         let background = decoding(&proxy, 2).await;
-        let streamed = client::post(proxy.traffic_addr, CHAT, &sim_words(4000, 4)).await;
-        assert_eq!(streamed.status, 200, "{}", streamed.text());
-        assert!(
-            streamed.text().ends_with("data: [DONE]\n\n"),
-            "{}",
-            streamed.text()
-        );
+        whole_stream(&proxy, &sim_words(4000, 4)).await;
         assert_eq!(results(&proxy, "transfer_failed"), 1.0);
         assert!(
-            sim_counter(
-                &decode,
-                "vllm:prompt_tokens_by_source_total",
-                &[("source", "local_compute")]
-            )
-            .await
-                >= 4000.0,
+            computed(&decode).await >= 4000.0,
             "the decode replica computed the document"
         );
-        for (stream, first) in background {
-            let rest = stream.collect_after(first).await;
-            assert!(rest.error.is_none(), "{:?}", rest.error);
-        }
+        end_cleanly(background).await;
     }
 
     /// A decode pool with `balance = "slo"` decides by prediction: a document whose prefill would
@@ -656,13 +665,7 @@ mod simulated {
         assert_eq!(streamed.status, 200, "{}", streamed.text());
         assert_eq!(results(&proxy, "remote"), 1.0, "it would stall two streams");
         assert!(
-            sim_counter(
-                &prefill,
-                "vllm:prompt_tokens_by_source_total",
-                &[("source", "local_compute")]
-            )
-            .await
-                >= 4000.0,
+            computed(&prefill).await >= 4000.0,
             "the prefill replica computed the document"
         );
         let streamed = client::post(proxy.traffic_addr, CHAT, &sim_words(10, 4)).await;
@@ -672,10 +675,7 @@ mod simulated {
             1.0,
             "a chat's prefill stalls nobody (the two streams, still open, are counted at their end)"
         );
-        for (stream, first) in background {
-            let rest = stream.collect_after(first).await;
-            assert!(rest.error.is_none(), "{:?}", rest.error);
-        }
+        end_cleanly(background).await;
         // Nothing decoding any more: the document prefills where it decodes.
         let streamed = client::post(proxy.traffic_addr, CHAT, &document).await;
         assert_eq!(streamed.status, 200);
@@ -702,23 +702,10 @@ mod simulated {
         })
         .await;
         let background = decoding(&proxy, 2).await;
-        let streamed = client::post(proxy.traffic_addr, CHAT, &sim_words(4000, 4)).await;
-        assert_eq!(streamed.status, 200, "{}", streamed.text());
-        assert!(
-            streamed.text().ends_with("data: [DONE]\n\n"),
-            "{}",
-            streamed.text()
-        );
+        whole_stream(&proxy, &sim_words(4000, 4)).await;
         assert_eq!(results(&proxy, "local_busy"), 1.0);
         assert_eq!(results(&proxy, "remote"), 0.0);
         assert_eq!(results(&proxy, "prefill_timeout"), 0.0, "never tried");
-        let computed = |sim| {
-            sim_counter(
-                sim,
-                "vllm:prompt_tokens_by_source_total",
-                &[("source", "local_compute")],
-            )
-        };
         assert_eq!(
             computed(&prefill).await,
             0.0,
@@ -728,10 +715,7 @@ mod simulated {
             computed(&decode).await >= 4000.0,
             "the decode replica computed the document"
         );
-        for (stream, first) in background {
-            let rest = stream.collect_after(first).await;
-            assert!(rest.error.is_none(), "{:?}", rest.error);
-        }
+        end_cleanly(background).await;
     }
 
     #[tokio::test]
@@ -746,12 +730,7 @@ mod simulated {
                 "fault on the prefill side: {on_prefill}"
             );
             assert_eq!(
-                sim_counter(
-                    &decode,
-                    "vllm:prompt_tokens_by_source_total",
-                    &[("source", "local_compute")]
-                )
-                .await,
+                computed(&decode).await,
                 prompt,
                 "the decode replica computed the whole prompt (fault on the prefill side: {on_prefill})"
             );

@@ -44,9 +44,9 @@
 //! targets, whatever of the flood waits: queued behind it, every quiet request would wait as long
 //! as the flood's.
 //!
-//! An entry still waiting at its deadline leaves as
-//! `[pools.queue] on_deadline` says: shed (429 with `retry-after`) or sent where a missed
-//! placement goes (the backend with the fewest streams). A client that leaves takes its entry out. The queue is bounded (`capacity`); a
+//! An entry still waiting at its deadline leaves as `[pools.queue] on_deadline` says: shed (429
+//! with `retry-after`) or sent where a missed placement goes (the backend with the fewest
+//! streams). A client that leaves takes its entry out. The queue is bounded (`capacity`); a
 //! request arriving to a full one is shed.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
