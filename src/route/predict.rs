@@ -8,11 +8,17 @@
 //! and, at the finish point, the request's measured TTFT and TPOT. Two linear models per backend
 //! relate them, each fitted by recursive least squares with forgetting ([`rls`]):
 //!
-//! - **TTFT** (from the dispatch to the first token) `= a₀ + a₁·W + a₂·S`, where `W` is the
-//!   prefill work ahead of the request's first token in thousands of tokens (the prompt tokens
-//!   queued on `b` plus the request's own, less what the cache serves) and `S` the streams in
-//!   flight on `b`: `1/a₁` is the backend's prefill rate, `a₂` what its decoding streams cost each
-//!   prefill step.
+//! - **TTFT** (from the dispatch to the first token) `= a₀ + a₁·Q + a₂·U + a₃·S`, where `Q` is
+//!   the prompt tokens queued on `b` ahead of the request and `U` the request's own less what the
+//!   cache serves, both in thousands of tokens, and `S` the streams in flight on `b`: `1/a₂` is
+//!   the backend's prefill rate, `a₃` what its decoding streams cost each prefill step. `Q` and
+//!   `U` have slopes of their own because a queued prompt is counted whole until its first token,
+//!   though part of it is prefilled by then (a 10 000-token document spans two steps of 8 192):
+//!   a queued token costs less than one of the request's own.
+//! - The TTFT fit weighs each request by `1 / TTFT` (10 ms at least), so it minimises something
+//!   close to the relative error, which is what a placement reads against a target: unweighted,
+//!   the few requests that waited seconds behind documents set the intercept, and every chat on
+//!   an idle replica was predicted 1.5-2x too slow.
 //! - **TPOT** (the mean gap between the request's tokens) `= c₀ + c₁·(S + 1) + c₂·W`: the decode
 //!   step grows with the batch and with the prefill chunks mixed into it. The same model says what
 //!   the request's prefill does to the streams already on `b`: each of them decodes beside it.
@@ -33,19 +39,23 @@ pub mod rls;
 
 use rls::Rls;
 
-/// Prior TTFT coefficients: 20 ms, 50 ms per 1 000 prompt tokens (20 000 tokens/s of prefill),
-/// 1 ms per stream decoding.
-const TTFT_PRIOR: [f64; 3] = [0.020, 0.050, 0.001];
+/// Prior TTFT coefficients: 20 ms, 50 ms per 1 000 prompt tokens queued or its own (20 000
+/// tokens/s of prefill), 1 ms per stream decoding.
+const TTFT_PRIOR: [f64; 4] = [0.020, 0.050, 0.050, 0.001];
 /// Prior TPOT coefficients: 8 ms, 0.3 ms per stream in the batch, 1 ms per 1 000 tokens of
 /// prefill mixed in.
 const TPOT_PRIOR: [f64; 3] = [0.008, 0.0003, 0.001];
 /// How far the first samples may move each coefficient (its prior variance, in seconds²).
-const VARIANCE: [f64; 3] = [1.0, 1.0, 1.0];
+const VARIANCE: [f64; 4] = [1.0, 1.0, 1.0, 1.0];
+/// The TTFT below which a request weighs no more in the fit: a first token within a step of the
+/// dispatch says little about the backend's rate, and `1 / TTFT` would let it outweigh hundreds.
+const WEIGHT_FLOOR: f64 = 0.010;
 
 /// A backend's load when a request is placed on it, not counting that request.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Load {
-    /// Prompt tokens sent to it and not yet past their first response byte.
+    /// Prompt tokens sent to it and not yet past their first response byte, less what its
+    /// prompt cache held of each as the placement estimated it.
     pub queued_tokens: u64,
     /// Requests whose response stream has not ended.
     pub streams: u64,
@@ -86,7 +96,7 @@ pub struct Predicted {
     /// no placement can beat.
     pub alone: Duration,
     /// What the request's prefill adds to the decode step it joins: the gap every stream already
-    /// on the backend sees once (`a₁` times its uncached prompt, as one step; a step budget
+    /// on the backend sees once (`a₂` times its uncached prompt, as one step; a step budget
     /// smaller than the prompt spreads it over several steps, each still as long as the budget
     /// allows).
     pub stall: Duration,
@@ -95,7 +105,7 @@ pub struct Predicted {
 /// One backend's TTFT and TPOT models.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatencyModel {
-    ttft: Rls<3>,
+    ttft: Rls<4>,
     tpot: Rls<3>,
     memory: u32,
 }
@@ -106,7 +116,7 @@ impl LatencyModel {
         let lambda = 1.0 - 1.0 / f64::from(memory.max(2));
         Self {
             ttft: Rls::new(TTFT_PRIOR, VARIANCE, lambda),
-            tpot: Rls::new(TPOT_PRIOR, VARIANCE, lambda),
+            tpot: Rls::new(TPOT_PRIOR, [1.0; 3], lambda),
             memory,
         }
     }
@@ -135,8 +145,20 @@ impl LatencyModel {
     /// What the prefill of a request asking `ask` adds to the decode step it joins: its
     /// uncached tokens at the backend's learned prefill rate.
     pub fn stall(&self, ask: Ask) -> Duration {
-        let rate = self.ttft.theta()[1].max(0.0);
+        let rate = self.ttft.theta()[2].max(0.0);
         seconds(rate * ask.uncached() as f64 / 1000.0)
+    }
+
+    /// The prompt tokens the backend prefills in `busy` at its learned rate (`1 / a₂`); none
+    /// while the rate is not positive.
+    pub fn prefilled_in(&self, busy: Duration) -> u64 {
+        let per_thousand = self.ttft.theta()[2];
+        if per_thousand <= 0.0 {
+            return 0;
+        }
+        let tokens = (busy.as_secs_f64() / per_thousand * 1000.0).round();
+        // Saturating: a float beyond u64 casts to u64::MAX.
+        tokens as u64
     }
 
     /// Predicted mean gap between tokens of the streams on a backend with `load` once a request
@@ -147,8 +169,10 @@ impl LatencyModel {
 
     /// Learns from a request placed with `load` and `ask` that took `outcome`.
     pub fn learn(&mut self, load: Load, ask: Ask, outcome: Outcome) {
+        let ttft = outcome.ttft.as_secs_f64();
+        let weight = 1.0 / ttft.max(WEIGHT_FLOOR);
         self.ttft
-            .update(&ttft_features(load, ask), outcome.ttft.as_secs_f64());
+            .update_weighted(&ttft_features(load, ask), ttft, weight);
         if let Some(tpot) = outcome.tpot {
             self.tpot
                 .update(&tpot_features(load, ask), tpot.as_secs_f64());
@@ -160,8 +184,9 @@ impl LatencyModel {
         self.ttft.samples()
     }
 
-    /// The TTFT coefficients `[a₀, a₁, a₂]` (seconds; per 1 000 tokens; per stream).
-    pub fn ttft_coefficients(&self) -> [f64; 3] {
+    /// The TTFT coefficients `[a₀, a₁, a₂, a₃]` (seconds; per 1 000 tokens queued; per 1 000
+    /// of its own; per stream).
+    pub fn ttft_coefficients(&self) -> [f64; 4] {
         *self.ttft.theta()
     }
 
@@ -176,8 +201,13 @@ fn work(load: Load, ask: Ask) -> f64 {
     (load.queued_tokens + ask.uncached()) as f64 / 1000.0
 }
 
-fn ttft_features(load: Load, ask: Ask) -> [f64; 3] {
-    [1.0, work(load, ask), load.streams as f64]
+fn ttft_features(load: Load, ask: Ask) -> [f64; 4] {
+    [
+        1.0,
+        load.queued_tokens as f64 / 1000.0,
+        ask.uncached() as f64 / 1000.0,
+        load.streams as f64,
+    ]
 }
 
 fn tpot_features(load: Load, ask: Ask) -> [f64; 3] {
@@ -186,10 +216,10 @@ fn tpot_features(load: Load, ask: Ask) -> [f64; 3] {
 
 /// The model's value with a negative slope's feature read at its mean (see the module docs), and
 /// never below zero.
-fn clamped(model: &Rls<3>, x: &[f64; 3]) -> f64 {
+fn clamped<const N: usize>(model: &Rls<N>, x: &[f64; N]) -> f64 {
     let (theta, mean) = (model.theta(), model.mean());
     let term = |k: usize| theta[k] * if theta[k] >= 0.0 { x[k] } else { mean[k] };
-    let value = theta[0] + term(1) + term(2);
+    let value = theta[0] + (1..N).map(term).sum::<f64>();
     value.max(0.0)
 }
 

@@ -69,9 +69,21 @@ impl<const N: usize> Rls<N> {
 
     /// Learns that the value at `x` was `y`. A sample that is not finite is ignored.
     pub fn update(&mut self, x: &[f64; N], y: f64) {
-        if !y.is_finite() || x.iter().any(|v| !v.is_finite()) {
+        self.update_weighted(x, y, 1.0);
+    }
+
+    /// Learns that the value at `x` was `y`, the sample counting `weight` times in the squared
+    /// error the fit minimises (a sample of weight 4 pulls as hard as four of weight 1). The
+    /// features' means count it once: they say where the inputs were, not how much each error
+    /// mattered. A sample or weight that is not finite, or a weight not above zero, is ignored.
+    pub fn update_weighted(&mut self, x: &[f64; N], y: f64, weight: f64) {
+        let usable = y.is_finite() && weight.is_finite() && weight > 0.0;
+        if !usable || x.iter().any(|v| !v.is_finite()) {
             return;
         }
+        // Weighted least squares is plain least squares on the sample scaled by √weight.
+        let scale = weight.sqrt();
+        let (unscaled, x, y) = (x, &x.map(|v| v * scale), y * scale);
         // k = P x / (λ + xᵀ P x)
         let mut px = [0.0; N];
         for (i, row) in self.p.iter().enumerate() {
@@ -95,15 +107,15 @@ impl<const N: usize> Rls<N> {
             trace += row[i];
         }
         if trace > self.max_trace {
-            let scale = self.max_trace / trace;
+            let shrink = self.max_trace / trace;
             for row in &mut self.p {
                 for v in row.iter_mut() {
-                    *v *= scale;
+                    *v *= shrink;
                 }
             }
         }
         self.weight = self.lambda * self.weight + 1.0;
-        for (mean, v) in self.mean.iter_mut().zip(x) {
+        for (mean, v) in self.mean.iter_mut().zip(unscaled) {
             *mean += (v - *mean) / self.weight;
         }
         self.samples += 1;

@@ -85,14 +85,14 @@ fn converges_on_a_synthetic_backend() {
     let after = median_error(&model, &FAST, &mut rng, 201);
     assert!(before > 0.3, "the priors are not this backend: {before}");
     assert!(after < 0.03, "within 3 % after 300 requests: {after}");
-    let [a0, a1, a2] = model.ttft_coefficients();
+    let [a0, queued, own, a3] = model.ttft_coefficients();
     assert!(
-        (a1 - 0.100).abs() < 0.005,
-        "prefill 10 000 tokens/s learned: {a1}"
+        (own - 0.100).abs() < 0.005 && (queued - 0.100).abs() < 0.005,
+        "prefill 10 000 tokens/s learned, queued and own: {queued} {own}"
     );
     assert!(
-        (a0 - 0.020).abs() < 0.02 && (a2 - 0.002).abs() < 0.0005,
-        "{a0} {a2}"
+        (a0 - 0.020).abs() < 0.02 && (a3 - 0.002).abs() < 0.0005,
+        "{a0} {a3}"
     );
     let [_, c1, c2] = model.tpot_coefficients();
     assert!(
@@ -132,7 +132,10 @@ fn forgets_a_backend_that_changed() {
         "the slower backend is seen as it is now: {slow} against {}",
         SLOW.ttft(load, ask)
     );
-    assert!(median_error(&model, &SLOW, &mut rng, 201) < 0.05);
+    // Within 6 %, where the noise is ±10 %: the slow backend's samples weigh half as much as the
+    // fast one's did (its TTFTs are twice as long), so the old fit fades a little slower.
+    let error = median_error(&model, &SLOW, &mut rng, 201);
+    assert!(error < 0.06, "{error}");
 }
 
 #[test]
@@ -232,7 +235,7 @@ fn a_negative_slope_is_read_at_its_mean_not_dropped() {
         };
         model.learn(load, ask, outcome);
     }
-    assert!(model.ttft_coefficients()[2] < 0.0, "the fit is negative");
+    assert!(model.ttft_coefficients()[3] < 0.0, "the fit is negative");
     let ask = Ask {
         prompt_tokens: 1_000,
         cached_tokens: 0,
@@ -247,6 +250,110 @@ fn a_negative_slope_is_read_at_its_mean_not_dropped() {
     // At its mean of 100 streams, 142 - 100 + 40 = 82 ms: dropping the slope would say 182.
     assert!((at(100) - 0.082).abs() < 0.002, "{}", at(100));
     assert_eq!(at(0), at(1_000), "more streams are never predicted faster");
+}
+
+#[test]
+fn a_queued_token_and_an_own_token_are_learned_apart() {
+    // A replica whose queued prompts are partly prefilled by the time a request arrives: a queued
+    // token costs 60 % of one of its own.
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut model = LatencyModel::new(200);
+    let truth = |load: Load, ask: Ask| {
+        0.015 + 0.030 * load.queued_tokens as f64 / 1000.0 + 0.050 * ask.uncached() as f64 / 1000.0
+    };
+    for _ in 0..400 {
+        let load = Load {
+            queued_tokens: rng.gen_range(0..30_000),
+            streams: rng.gen_range(0..64),
+        };
+        let ask = Ask {
+            prompt_tokens: rng.gen_range(100..10_000),
+            cached_tokens: 0,
+        };
+        let ttft = Duration::from_secs_f64(truth(load, ask));
+        model.learn(load, ask, Outcome { ttft, tpot: None });
+    }
+    let [_, queued, own, _] = model.ttft_coefficients();
+    assert!((queued - 0.030).abs() < 0.001, "queued: {queued}");
+    assert!((own - 0.050).abs() < 0.001, "own: {own}");
+    let document = Ask {
+        prompt_tokens: 8_000,
+        cached_tokens: 0,
+    };
+    let stall = model.stall(document).as_secs_f64();
+    assert!(
+        (stall - 0.400).abs() < 0.01,
+        "the stall is the request's own prefill, not a queued token's share: {stall}"
+    );
+}
+
+#[test]
+fn small_requests_are_not_predicted_by_the_large_ones_errors() {
+    // Chats of 10-20 ms beside documents of 1-3 s that also wait up to 800 ms for the step in
+    // progress (a busy step is long): the unweighted fit lets the documents' waits set the
+    // intercept, the weighted one keeps the chats' relative error small.
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut weighted = LatencyModel::new(500);
+    let mut unweighted = Rls::new([0.0; 4], [1.0; 4], 1.0 - 1.0 / 500.0);
+    for i in 0..1_000 {
+        let document = i % 5 == 0;
+        let ask = Ask {
+            prompt_tokens: if document {
+                rng.gen_range(20_000..60_000)
+            } else {
+                rng.gen_range(100..400)
+            },
+            cached_tokens: 0,
+        };
+        let load = Load::default();
+        let truth = 0.008 + 0.045 * ask.uncached() as f64 / 1000.0;
+        let wait = if document { 0.800 } else { 0.002 };
+        let ttft = truth + rng.gen_range(0.0..wait);
+        let x = [1.0, 0.0, ask.uncached() as f64 / 1000.0, 0.0];
+        unweighted.update(&x, ttft);
+        let ttft = Duration::from_secs_f64(ttft);
+        weighted.learn(load, ask, Outcome { ttft, tpot: None });
+    }
+    let chat = Ask {
+        prompt_tokens: 200,
+        cached_tokens: 0,
+    };
+    let truth = 0.008 + 0.045 * 0.2 + 0.001;
+    let weighted = weighted.ttft(Load::default(), chat).as_secs_f64();
+    let unweighted = unweighted.predict(&[1.0, 0.0, 0.2, 0.0]);
+    assert!(
+        (weighted / truth - 1.0).abs() < 0.10,
+        "weighted: {weighted} against {truth}"
+    );
+    assert!(
+        (unweighted / truth - 1.0).abs() > 0.3,
+        "the unweighted fit is the one that misses: {unweighted} against {truth}"
+    );
+}
+
+#[test]
+fn a_weighted_sample_pulls_as_hard_as_repeated_ones() {
+    let mut once = Rls::new([0.0; 2], [1.0; 2], 1.0);
+    let mut repeated = once.clone();
+    once.update(&[1.0, 1.0], 1.0);
+    once.update_weighted(&[1.0, 3.0], 2.0, 3.0);
+    repeated.update(&[1.0, 1.0], 1.0);
+    for _ in 0..3 {
+        repeated.update(&[1.0, 3.0], 2.0);
+    }
+    for (a, b) in once.theta().iter().zip(repeated.theta()) {
+        assert!(
+            (a - b).abs() < 1e-9,
+            "{:?} {:?}",
+            once.theta(),
+            repeated.theta()
+        );
+    }
+    assert_eq!(once.samples(), 2, "counted once each");
+    assert_eq!(once.mean(), &[1.0, 2.0], "the means count it once");
+    once.update_weighted(&[1.0, 1.0], 1.0, 0.0);
+    once.update_weighted(&[1.0, 1.0], 1.0, f64::NAN);
+    assert_eq!(once.samples(), 2, "a weight of zero or NaN is no sample");
 }
 
 #[test]
