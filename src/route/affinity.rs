@@ -42,6 +42,7 @@ use crate::request::prefix::PromptPrefix;
 
 pub mod index;
 
+pub use index::holders::MAX_HOLDERS;
 pub use index::{Owner, PrefixIndex};
 
 #[cfg(test)]
@@ -96,24 +97,33 @@ impl AffinityKeys {
     }
 }
 
-/// A leading run of a prompt's blocks that one backend holds ([`PoolAffinity::cached_run`]).
+/// The leading runs of a prompt's blocks that backends hold ([`PoolAffinity::cached_runs`]): one
+/// per holder of its first block, at most [`MAX_HOLDERS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CachedRun {
-    pub owner: Owner,
-    /// Bytes of the prompt's text in the run.
-    pub bytes: u64,
+pub struct CachedRuns {
+    /// Each holder and the bytes of the prompt's text in its run.
+    runs: [(Owner, u64); MAX_HOLDERS],
+    len: usize,
     /// Bytes of the whole prompt's text.
-    pub prompt_bytes: u64,
+    prompt_bytes: u64,
 }
 
-impl CachedRun {
-    /// The run's share of a prompt of `prompt_tokens` tokens.
-    pub fn tokens_of(self, prompt_tokens: u64) -> u64 {
+impl CachedRuns {
+    /// Bytes of the prompt's text `owner` holds from the start (0 when it is not a holder).
+    pub fn bytes_of(&self, owner: Owner) -> u64 {
+        self.runs[..self.len]
+            .iter()
+            .find(|(o, _)| *o == owner)
+            .map_or(0, |&(_, bytes)| bytes)
+    }
+
+    /// `owner`'s share of a prompt of `prompt_tokens` tokens.
+    pub fn tokens_of(&self, owner: Owner, prompt_tokens: u64) -> u64 {
         if self.prompt_bytes == 0 {
             return 0;
         }
-        let tokens =
-            u128::from(prompt_tokens) * u128::from(self.bytes) / u128::from(self.prompt_bytes);
+        let bytes = self.bytes_of(owner);
+        let tokens = u128::from(prompt_tokens) * u128::from(bytes) / u128::from(self.prompt_bytes);
         u64::try_from(tokens).unwrap_or(u64::MAX).min(prompt_tokens)
     }
 }
@@ -239,28 +249,48 @@ impl PoolAffinity {
         let held = prefix
             .blocks
             .iter()
-            .take_while(|&&name| index.peek(name) == Some(owner))
+            .take_while(|&&name| index.peek(name).is_some_and(|h| h.contains(owner)))
             .count();
         Some((held as u64 * prefix.block_bytes).min(prefix.bytes))
     }
 
-    /// The one backend that can hold a leading run of the prompt's blocks in its prompt cache (the
-    /// owner of its first block, as the index says now) and that run's length: the cached share a
-    /// latency prediction subtracts. Reads without refreshing or evicting anything.
-    pub fn cached_run(&self, keys: &AffinityKeys) -> Option<CachedRun> {
+    /// The backends that can hold a leading run of the prompt's blocks in their prompt caches
+    /// (the holders of its first block, as the index says now) and each run's length: the cached
+    /// share a latency prediction subtracts. One walk over the blocks for all of them; reads
+    /// without refreshing or evicting anything.
+    pub fn cached_runs(&self, keys: &AffinityKeys) -> Option<CachedRuns> {
         let (Affinity::Prefix, Some(prefix)) = (&self.mode, &keys.prefix) else {
             return None;
         };
         let index = self.lock();
-        let owner = index.peek(*prefix.blocks.first()?)?;
-        let held = prefix
-            .blocks
-            .iter()
-            .take_while(|&&name| index.peek(name) == Some(owner))
-            .count();
-        Some(CachedRun {
-            owner,
-            bytes: (held as u64 * prefix.block_bytes).min(prefix.bytes),
+        let first = index.peek(*prefix.blocks.first()?)?;
+        let mut runs = [(first.latest(), 0u64); MAX_HOLDERS];
+        let len = first.as_slice().len();
+        for (run, &owner) in runs.iter_mut().zip(first.as_slice()) {
+            run.0 = owner;
+        }
+        // Each holder's run ends at the first block it does not hold; the walk ends with the last.
+        let mut running = len;
+        for (i, &name) in prefix.blocks.iter().enumerate() {
+            let holders = index.peek(name);
+            for run in runs[..len].iter_mut().filter(|run| run.1 == i as u64) {
+                if holders.is_some_and(|h| h.contains(run.0)) {
+                    run.1 += 1;
+                } else {
+                    running -= 1;
+                }
+            }
+            if running == 0 {
+                break;
+            }
+        }
+        drop(index);
+        for run in &mut runs[..len] {
+            run.1 = (run.1 * prefix.block_bytes).min(prefix.bytes);
+        }
+        Some(CachedRuns {
+            runs,
+            len,
             prompt_bytes: prefix.bytes,
         })
     }

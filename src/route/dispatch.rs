@@ -109,8 +109,13 @@ impl Router {
             // The context goes down with the attempt and comes back with its answer or failure.
             context.pool = Some(Arc::clone(&self.pools[index].name));
             context.backend = Some(backend.target.clone());
-            // A gate counted the load on its backend already, when it released the request.
-            let load = guard.unwrap_or_else(|| LoadGuard::new(Arc::clone(&backend), estimated));
+            // A gate counted the load on its backend already, when it released the request. A
+            // latency-predicting placement knew what the backend's cache holds: only the rest
+            // queues as prefill work.
+            let queued = pick.prediction.map_or(estimated, |p| {
+                p.prompt_tokens.saturating_sub(p.cached_tokens)
+            });
+            let load = guard.unwrap_or_else(|| LoadGuard::new(Arc::clone(&backend), queued));
             // A gate's share slot ends with the stream, as the load does, and outlives an
             // attempt that failed before any byte.
             if let Some(slot) = slot {

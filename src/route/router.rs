@@ -426,10 +426,11 @@ impl Router {
         rng: &mut impl rand::Rng,
     ) -> Option<Chosen> {
         let affinity = self.affinities[index].as_ref();
-        let run = affinity.and_then(|affinity| affinity.cached_run(keys));
-        let cached_tokens = |backend: &Backend| match run {
-            Some(run) if backend.owner() == run.owner => run.tokens_of(demand.prompt_tokens),
-            _ => 0,
+        let runs = affinity.and_then(|affinity| affinity.cached_runs(keys));
+        let cached_tokens = |backend: &Backend| {
+            runs.as_ref().map_or(0, |runs| {
+                runs.tokens_of(backend.owner(), demand.prompt_tokens)
+            })
         };
         let placed = slo::choose(
             &self.pools[index],
@@ -459,10 +460,9 @@ impl Router {
         // Only a handoff weighs the cached bytes, as in other pools.
         let cached_bytes = self.handoffs[index]
             .is_some()
-            .then(|| affinity?.cached_run(keys))
+            .then(|| affinity?.cached_bytes(keys, &placed.backend))
             .flatten()
-            .filter(|run| placed.backend.owner() == run.owner)
-            .map(|run| run.bytes);
+            .filter(|&bytes| bytes > 0);
         // A pool that hands prefills off marks a stall once its handoff keeps the prefill on the
         // backend (`handoff::predicted`): most of those prefills run elsewhere.
         if let (Some(until), None) = (placed.stalls_until, &self.handoffs[index]) {

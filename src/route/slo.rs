@@ -273,7 +273,7 @@ pub fn choose(
             backend.available(now) && !exclude.iter().any(|x| Arc::ptr_eq(x, backend))
         })
         .map(|backend| {
-            let load = backend.load();
+            let load = backend.load(now);
             let ask = Ask {
                 prompt_tokens: demand.prompt_tokens,
                 cached_tokens: cached_tokens(backend).min(demand.prompt_tokens),

@@ -1,4 +1,5 @@
-//! The prefix index: which backend last served each prompt block a pool has seen, bounded.
+//! The prefix index: which backends served each prompt block a pool has seen (the latest few,
+//! most recent first: [`holders`]), bounded.
 //!
 //! Two generations stand in for a least-recently-used list: names are written to the current
 //! generation; a name found in the previous one moves to the current; when the current holds
@@ -10,18 +11,20 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+pub mod holders;
 #[cfg(test)]
 mod tests;
 
 pub use crate::route::backend::Owner;
+pub use holders::Holders;
 
-/// The bounded map from block names to owners.
+/// The bounded map from block names to their holders.
 #[derive(Debug)]
 pub struct PrefixIndex {
     /// At most this many names in both generations together.
     capacity: usize,
-    current: HashMap<u64, Owner, Passthrough>,
-    previous: HashMap<u64, Owner, Passthrough>,
+    current: HashMap<u64, Holders, Passthrough>,
+    previous: HashMap<u64, Holders, Passthrough>,
 }
 
 impl PrefixIndex {
@@ -60,41 +63,57 @@ impl PrefixIndex {
         (names.len(), last)
     }
 
-    /// The live owner of one name, refreshed as recently used.
+    /// The latest live holder of one name, refreshed as recently used; the dead holders met are
+    /// dropped, and the name with them when none is left.
     pub fn get(&mut self, name: u64, alive: impl Fn(Owner) -> bool) -> Option<Owner> {
-        if let Some(&owner) = self.current.get(&name) {
-            if alive(owner) {
-                return Some(owner);
+        if let Some(holders) = self.current.get_mut(&name) {
+            if holders.retain(alive) {
+                return Some(holders.latest());
             }
             self.current.remove(&name);
             return None;
         }
-        let owner = self.previous.remove(&name)?;
-        if !alive(owner) {
+        let mut holders = self.previous.remove(&name)?;
+        if !holders.retain(alive) {
             return None;
         }
-        self.insert(name, owner);
-        Some(owner)
+        self.place(name, holders);
+        Some(holders.latest())
     }
 
-    /// The owner recorded for `name`, without refreshing it or dropping a dead one.
-    pub fn peek(&self, name: u64) -> Option<Owner> {
-        self.current
-            .get(&name)
-            .or_else(|| self.previous.get(&name))
-            .copied()
+    /// The holders recorded for `name`, without refreshing them or dropping dead ones.
+    pub fn peek(&self, name: u64) -> Option<&Holders> {
+        self.current.get(&name).or_else(|| self.previous.get(&name))
     }
 
-    /// Records that `owner` holds `name`.
+    /// Records that `owner` holds `name`, as its latest holder.
     pub fn insert(&mut self, name: u64, owner: Owner) {
-        if self.current.len() >= self.capacity / 2 && !self.current.contains_key(&name) {
+        let holders = match self.current.get_mut(&name) {
+            Some(holders) => {
+                holders.serve(owner);
+                return;
+            }
+            None => match self.previous.remove(&name) {
+                Some(mut holders) => {
+                    holders.serve(owner);
+                    holders
+                }
+                None => Holders::new(owner),
+            },
+        };
+        self.place(name, holders);
+    }
+
+    /// Puts `name`, absent from the current generation, into it, turning the generations over
+    /// first when the current one is full.
+    fn place(&mut self, name: u64, holders: Holders) {
+        if self.current.len() >= self.capacity / 2 {
             self.previous = std::mem::replace(
                 &mut self.current,
                 HashMap::with_capacity_and_hasher(self.capacity / 2, Passthrough::default()),
             );
         }
-        self.previous.remove(&name);
-        self.current.insert(name, owner);
+        self.current.insert(name, holders);
     }
 }
 

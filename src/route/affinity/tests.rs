@@ -263,8 +263,9 @@ fn an_ejected_backend_leaves_the_index() {
     );
     assert_eq!(
         decisions(&metrics).get("miss"),
-        Some(&2),
-        "a miss: nothing known of it any more"
+        Some(&1),
+        "a hit: the index also remembers that home served the first turn (only the first turn \
+         was a miss)"
     );
 }
 
@@ -486,5 +487,47 @@ fn length_rules_pick_the_pool_and_affinity_acts_inside_it() {
         counted.values().sum::<u64>(),
         4,
         "only the decode pool, which has an affinity, counts decisions: {counted:?}"
+    );
+}
+
+#[test]
+fn every_backend_that_served_a_shared_prefix_is_known_to_hold_it() {
+    let config = config("prefix", |_| {});
+    let (router, _) = instance(&config);
+    let affinity = PoolAffinity::new(&config.pools[0], None).expect("prefix affinity");
+    let backends = router.pools()[0].backends();
+    let none = http::HeaderMap::new();
+    let keys = |body: &serde_json::Value| router.affinity_keys(&context(body), &none);
+    // Conversation 1 on backend 0, then conversation 2, of the same system prompt, on backend 1.
+    affinity.remember(&keys(&turn(1, 7, 1)), &backends[0]);
+    affinity.remember(&keys(&turn(2, 7, 1)), &backends[1]);
+    let next = keys(&turn(1, 7, 2));
+    let runs = affinity
+        .cached_runs(&next)
+        .expect("the first block is known");
+    let held = |i: usize| runs.bytes_of(backends[i].owner());
+    assert!(
+        held(0) > held(1),
+        "backend 0 holds conversation 1's first turn: {} against {}",
+        held(0),
+        held(1)
+    );
+    assert!(
+        held(1) > 0,
+        "backend 1 served the system prompt last, and backend 0 still holds it too"
+    );
+    assert_eq!((held(2), held(3)), (0, 0), "the others served none of it");
+    for (i, backend) in backends.iter().enumerate() {
+        assert_eq!(
+            affinity.cached_bytes(&next, backend),
+            Some(held(i)),
+            "one backend asked alone agrees (backend {i})"
+        );
+    }
+    let prompt_bytes = next.prefix.as_ref().expect("a prefix").bytes;
+    assert_eq!(
+        runs.tokens_of(backends[0].owner(), 1_000),
+        1_000 * held(0) / prompt_bytes,
+        "its share of the prompt's tokens"
     );
 }

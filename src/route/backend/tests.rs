@@ -29,3 +29,66 @@ fn load_lasts_until_the_guard_drops_and_tokens_until_the_first_frame() {
         "a request that never got a byte releases both"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_queue_drains_at_the_learned_rate_from_when_it_last_moved() {
+    let backend = backend("http://127.0.0.1:1");
+    let document = LoadGuard::new(Arc::clone(&backend), 10_000);
+    let start = Instant::now();
+    assert_eq!(
+        backend.load(start).queued_tokens,
+        10_000,
+        "nothing done yet"
+    );
+    tokio::time::advance(Duration::from_millis(50)).await;
+    let chat = LoadGuard::new(Arc::clone(&backend), 400);
+    tokio::time::advance(Duration::from_millis(200)).await;
+    // The priors prefill 20 000 tokens/s: 250 ms since the document joined an empty queue.
+    let load = backend.load(Instant::now());
+    assert_eq!(
+        load.queued_tokens,
+        10_400 - 5_000,
+        "half the document is done"
+    );
+    assert_eq!(load.streams, 2);
+    assert_eq!(backend.queued_tokens(), 10_400, "the count itself is whole");
+    // The document's first token: the queue moved, the chat's prefill starts now.
+    document.first_frame();
+    assert_eq!(backend.load(Instant::now()).queued_tokens, 400);
+    tokio::time::advance(Duration::from_millis(10)).await;
+    assert_eq!(backend.load(Instant::now()).queued_tokens, 200);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        backend.load(Instant::now()).queued_tokens,
+        0,
+        "never below nothing, though the chat has no first token yet"
+    );
+    chat.first_frame();
+    let later = LoadGuard::new(Arc::clone(&backend), 1_000);
+    assert_eq!(
+        backend.load(Instant::now()).queued_tokens,
+        1_000,
+        "a request joining an empty queue starts it again"
+    );
+    drop(later);
+}
+
+#[test]
+fn a_faster_learned_rate_drains_faster() {
+    let backend = backend("http://127.0.0.1:1");
+    // A replica that prefills 40 000 tokens/s: 25 ms per 1 000 tokens of its own.
+    for i in 0..400u64 {
+        let ask = Ask {
+            prompt_tokens: 500 + (i * 997) % 8_000,
+            cached_tokens: 0,
+        };
+        let ttft = Duration::from_secs_f64(0.010 + 0.025 * ask.uncached() as f64 / 1000.0);
+        backend.learn(200, Load::default(), ask, Outcome { ttft, tpot: None });
+    }
+    let done = backend
+        .lock_latency()
+        .as_ref()
+        .map(|model| model.prefilled_in(Duration::from_millis(100)));
+    let done = done.expect("a model");
+    assert!(done.abs_diff(4_000) < 40, "{done}");
+}

@@ -105,7 +105,7 @@ impl Router {
             .backends()
             .iter()
             .filter(|backend| backend.available(now))
-            .map(|backend| backend.predict(backend.load(), ask).ttft)
+            .map(|backend| backend.predict(backend.load(now), ask).ttft)
             .min()
     }
 

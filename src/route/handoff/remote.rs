@@ -99,7 +99,7 @@ impl Router {
             .and_then(TraceState::start_prefill);
         let client = self.client.get().ok_or(HandoffResult::PrefillUnavailable)?;
         let path = req.uri().path_and_query().map_or("/", |path| path.as_str());
-        let before = backend.load();
+        let before = backend.load(Instant::now());
         let started = Instant::now();
         let load = LoadGuard::new(Arc::clone(backend), uncached);
         let sent = prefill::send(

@@ -267,7 +267,9 @@ impl Gate {
             let Some((_, entry)) = queue.pop() else {
                 break;
             };
-            let guard = LoadGuard::new(Arc::clone(&placed.backend), demand.prompt_tokens);
+            let uncached =
+                (placed.prediction.prompt_tokens).saturating_sub(placed.prediction.cached_tokens);
+            let guard = LoadGuard::new(Arc::clone(&placed.backend), uncached);
             let slot = self.shares.take(Arc::clone(&entry.tenant), entry.cost);
             self.exit("placed");
             let admission = Admission::Placed {
@@ -290,13 +292,14 @@ impl Gate {
 
     /// The placement a dispatch would make now for a request of `demand`.
     fn place(&self, keys: &AffinityKeys, demand: Demand, now: Instant) -> Option<Placed> {
-        let run = self
+        let runs = self
             .affinity
             .as_ref()
-            .and_then(|affinity| affinity.cached_run(keys));
-        let cached_tokens = |backend: &Backend| match run {
-            Some(run) if backend.owner() == run.owner => run.tokens_of(demand.prompt_tokens),
-            _ => 0,
+            .and_then(|affinity| affinity.cached_runs(keys));
+        let cached_tokens = |backend: &Backend| {
+            runs.as_ref().map_or(0, |runs| {
+                runs.tokens_of(backend.owner(), demand.prompt_tokens)
+            })
         };
         choose(
             &self.pool,

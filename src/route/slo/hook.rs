@@ -94,6 +94,24 @@ impl FinishHook for SloHook {
                     .unwrap_or(prediction.cached_tokens)
                     .min(prompt_tokens),
             };
+            // One line per request at `trace`, for the operator who asks where the predictions
+            // go wrong: what the placement saw and predicted beside what the backend did.
+            tracing::trace!(
+                target: "tokenmeter::prediction",
+                backend = &*backend.target.label,
+                queued_tokens = load.queued_tokens,
+                streams = load.streams,
+                estimated_prompt = prediction.prompt_tokens,
+                estimated_cached = prediction.cached_tokens,
+                prompt = ask.prompt_tokens,
+                cached = ask.cached_tokens,
+                predicted_ttft_ms = prediction.ttft.as_secs_f64() * 1e3,
+                ttft_ms = ttft.as_secs_f64() * 1e3,
+                predicted_tpot_ms = prediction.tpot.as_secs_f64() * 1e3,
+                tpot_ms = tpot.map_or(f64::NAN, |tpot| tpot.as_secs_f64() * 1e3),
+                age_ms = dispatched.elapsed().as_secs_f64() * 1e3,
+                "prediction against outcome"
+            );
             backend.learn(slo.memory, load, ask, predict::Outcome { ttft, tpot });
         }
     }

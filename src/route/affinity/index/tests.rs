@@ -1,3 +1,4 @@
+use super::holders::Holders;
 use super::*;
 
 fn owner(backend: u32) -> Owner {
@@ -97,4 +98,34 @@ fn a_later_owner_replaces_an_earlier_one() {
         );
         index.insert(name, owner(1));
     }
+}
+
+fn backends(holders: &Holders) -> Vec<u32> {
+    holders.as_slice().iter().map(|o| o.backend).collect()
+}
+
+#[test]
+fn the_latest_server_comes_first_and_the_oldest_falls_off() {
+    let mut holders = Holders::new(owner(1));
+    for backend in [2, 3, 2, 4] {
+        holders.serve(owner(backend));
+    }
+    assert_eq!(backends(&holders), [4, 2, 3, 1], "2 moved up, not repeated");
+    holders.serve(owner(5));
+    assert_eq!(backends(&holders), [5, 4, 2, 3], "1 was the least recent");
+    holders.serve(owner(3));
+    assert_eq!(backends(&holders), [3, 5, 4, 2]);
+    assert_eq!(holders.latest(), owner(3));
+    assert!(holders.contains(owner(2)) && !holders.contains(owner(1)));
+}
+
+#[test]
+fn retain_drops_the_dead_in_order() {
+    let mut holders = Holders::new(owner(1));
+    holders.serve(owner(2));
+    holders.serve(owner(3));
+    assert!(holders.retain(|o| o.backend != 2));
+    assert_eq!(backends(&holders), [3, 1]);
+    assert!(!holders.retain(|_| false), "none left");
+    assert!(holders.as_slice().is_empty());
 }
