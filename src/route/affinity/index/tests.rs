@@ -129,3 +129,10 @@ fn retain_drops_the_dead_in_order() {
     assert!(!holders.retain(|_| false), "none left");
     assert!(holders.as_slice().is_empty());
 }
+
+#[test]
+fn an_entry_takes_48_bytes() {
+    // docs/routing.md reckons the index's memory from this: four holders of 8 bytes, a count,
+    // the 8-byte name, aligned.
+    assert_eq!(std::mem::size_of::<(u64, Holders)>(), 48);
+}
