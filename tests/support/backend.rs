@@ -2,7 +2,7 @@
 //!
 //! Raw TCP (not hyper) so a test controls every byte and chunk boundary, can crash mid-body, and sees
 //! the moment the proxy closes the connection (a concurrent read returns EOF).
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -63,6 +63,16 @@ pub fn replay(name: &str, gap: Duration) -> impl Fn(&Seen) -> Script + Send + Sy
 pub struct Seen {
     pub head: String,
     pub body: Vec<u8>,
+    /// When the whole request had been read: the proxy started metering it before this.
+    pub at: Instant,
+}
+
+/// One write of a response body: an HTTP chunk's payload, or the end of the body (empty).
+#[derive(Debug, Clone)]
+pub struct Wrote {
+    /// Just before the write began: the proxy cannot have read these bytes earlier.
+    pub at: Instant,
+    pub bytes: Vec<u8>,
 }
 
 impl Seen {
@@ -89,6 +99,7 @@ pub enum Report {
 pub struct Backend {
     pub url: String,
     pub reports: mpsc::UnboundedReceiver<Report>,
+    writes: Arc<Mutex<Vec<Wrote>>>,
 }
 
 impl Backend {
@@ -103,16 +114,36 @@ impl Backend {
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let (tx, reports) = mpsc::unbounded_channel();
         let script = Arc::new(script);
+        let writes = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&writes);
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve(stream, Arc::clone(&script), tx.clone()));
+                tokio::spawn(serve(
+                    stream,
+                    Arc::clone(&script),
+                    tx.clone(),
+                    Arc::clone(&log),
+                ));
             }
         });
-        Self { url, reports }
+        Self {
+            url,
+            reports,
+            writes,
+        }
+    }
+
+    /// Every body write so far, over all connections in the order they began: each chunk, and
+    /// an empty write for each body's end (see `support::timeline`).
+    pub fn writes(&self) -> Vec<Wrote> {
+        self.writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The next request the backend received (waits up to 10 s).
@@ -140,8 +171,12 @@ impl Backend {
     }
 }
 
-async fn serve<F>(stream: TcpStream, script: Arc<F>, tx: mpsc::UnboundedSender<Report>)
-where
+async fn serve<F>(
+    stream: TcpStream,
+    script: Arc<F>,
+    tx: mpsc::UnboundedSender<Report>,
+    writes: Arc<Mutex<Vec<Wrote>>>,
+) where
     F: Fn(&Seen) -> Script + Send + Sync + 'static,
 {
     let (mut read, mut write) = stream.into_split();
@@ -167,7 +202,7 @@ where
             }
         });
         let finished = tokio::select! {
-            finished = write_response(&mut write, &script) => finished,
+            finished = write_response(&mut write, &script, &writes) => finished,
             _ = &mut watch => return,
         };
         let _ = stop_tx.send(());
@@ -216,11 +251,29 @@ pub async fn read_request<R: AsyncRead + Unpin>(
     }
     let body = buffer[head_end..head_end + length].to_vec();
     buffer.drain(..head_end + length);
-    Some(Seen { head, body })
+    Some(Seen {
+        head,
+        body,
+        at: Instant::now(),
+    })
 }
 
-/// Writes the scripted response; `false` if the connection must close afterwards.
-async fn write_response(write: &mut tokio::net::tcp::OwnedWriteHalf, script: &Script) -> bool {
+/// Writes the scripted response, logging each write in `writes`; `false` if the connection must
+/// close afterwards.
+async fn write_response(
+    write: &mut tokio::net::tcp::OwnedWriteHalf,
+    script: &Script,
+    writes: &Mutex<Vec<Wrote>>,
+) -> bool {
+    let log = |bytes: &[u8]| {
+        writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Wrote {
+                at: Instant::now(),
+                bytes: bytes.to_vec(),
+            });
+    };
     let head = format!(
         "HTTP/1.1 {} X\r\ncontent-type: {}\r\ntransfer-encoding: chunked\r\n\r\n",
         script.status, script.content_type
@@ -232,6 +285,7 @@ async fn write_response(write: &mut tokio::net::tcp::OwnedWriteHalf, script: &Sc
         match step {
             Step::Chunk(delay, bytes) => {
                 tokio::time::sleep(*delay).await;
+                log(bytes);
                 let mut frame = format!("{:x}\r\n", bytes.len()).into_bytes();
                 frame.extend_from_slice(bytes);
                 frame.extend_from_slice(b"\r\n");
@@ -246,5 +300,6 @@ async fn write_response(write: &mut tokio::net::tcp::OwnedWriteHalf, script: &Sc
             }
         }
     }
+    log(&[]);
     write.write_all(b"0\r\n\r\n").await.is_ok()
 }

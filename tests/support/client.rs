@@ -28,6 +28,8 @@ pub struct Streamed {
     pub frames: Vec<(Instant, Bytes)>,
     /// The body ended with an error (a broken stream) rather than cleanly.
     pub error: Option<String>,
+    /// When the client saw the body end (cleanly or not).
+    pub ended_at: Instant,
 }
 
 impl Streamed {
@@ -205,6 +207,7 @@ impl OpenStream {
             headers: self.headers,
             frames,
             error,
+            ended_at: Instant::now(),
         }
     }
 

@@ -10,6 +10,7 @@ pub mod ports;
 pub mod prom;
 pub mod raw;
 pub mod redis;
+pub mod timeline;
 pub mod tls;
 
 use std::time::Duration;

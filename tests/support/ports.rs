@@ -8,6 +8,12 @@
 //! other's socket, and its requests are refused once the other test ends (CI saw exactly that).
 //! Ports here come from below the ephemeral range, so no `bind(0)` can take them, and each is handed
 //! out once per test process.
+//!
+//! The rule every test keeps: a port is either held from the moment the kernel gives it (a
+//! listener bound to port 0 and kept by the in-process server that serves on it), or comes from
+//! [`free_port`] for a child process or a server that restarts on the same port; never released
+//! and used later. An address that must refuse connections is a [`Refusing`] socket, held bound
+//! and not listening, not a port some listener let go.
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU16, Ordering};
 
@@ -42,4 +48,39 @@ pub fn free_port() -> u16 {
 /// [`free_port`] on 127.0.0.1.
 pub fn free_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
+/// An address that refuses every connection for as long as this value lives: a loopback socket
+/// bound and never listening, so a connect gets a reset (`ECONNREFUSED`) at once.
+///
+/// Unlike a port a listener released, it cannot be taken meanwhile: the socket keeps the port
+/// bound (without `SO_REUSEADDR`, so no other socket binds it, listening or not), and a kernel
+/// that picks a port for another test's `bind(0)` or outgoing connection skips it.
+pub struct Refusing {
+    _socket: tokio::net::TcpSocket,
+    addr: SocketAddr,
+}
+
+impl Refusing {
+    /// A fresh refusing address on 127.0.0.1.
+    pub fn new() -> Refusing {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a TCP socket");
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .expect("bind a loopback port");
+        let addr = socket.local_addr().expect("the bound address");
+        Refusing {
+            _socket: socket,
+            addr,
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
 }
