@@ -170,7 +170,19 @@ fn plot_is_an_svg_with_the_series() {
     ] {
         assert!(svg.contains(name), "the SVG names {name:?}");
     }
-    assert!(svg.matches("<polyline").count() >= 4, "one line per series");
+    // Axes and ticks are polylines too: count the lines with a point per sweep point (the
+    // series' legend swatches have two).
+    let points_per_line: Vec<usize> = svg
+        .lines()
+        .filter(|l| l.contains("<polyline") && l.contains(r#"stroke-width="2""#))
+        .filter_map(|l| l.split("points=\"").nth(1)?.split('"').next())
+        .map(|points| points.split_whitespace().count())
+        .collect();
+    assert_eq!(
+        points_per_line,
+        [4, 4, 4, 4, 2, 2, 2, 2],
+        "one line per series through the sweep's 4 points, then the 4 legend swatches"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -44,8 +44,11 @@ async fn start_sim() -> tokenmeter::testbed::sim::SimHandle {
     spawn(listener, config).await.expect("sim starts")
 }
 
-/// Sessions on a constant schedule 250 ms apart: each one (three turns of a few ms) is over
-/// long before the next starts, so what the cache holds at each turn is known.
+/// Sessions on a constant schedule 250 ms apart: each one (three turns of a few ms and two
+/// thinks of 5 ms on average) is over long before the next starts, so what the cache holds at
+/// each turn is known. On a loaded 2-core machine a session still takes tens of milliseconds:
+/// to overlap the next it would have to run ten times slower than that. (The per-record checks
+/// read the order from the records all the same, and allow overlapping sessions.)
 fn spec(url: String, endpoint: Endpoint, sessions: u64, system_prompts: u32) -> SessionSpec {
     SessionSpec {
         endpoint,
@@ -149,10 +152,6 @@ fn check_cached_tokens(report: &SessionReport, spec: &SessionSpec) -> usize {
                 blocks(history),
                 "{what}: the previous turn's prompt and reply, in whole blocks"
             );
-            assert!(
-                cached >= blocks(previous.usage_prompt_tokens.expect("prompt")),
-                "{what}: at least the previous prompt's blocks"
-            );
         }
     }
     warm_first_turns
@@ -236,10 +235,23 @@ async fn chat_sessions_reuse_their_history_and_shared_system_prompts() {
         (63, 48),
         "the numbers this test expects, worked by hand: 5 + (5 + 40) + (5 + 8); 50 shared -> 48"
     );
-    let warm = check_cached_tokens(&report, &spec);
+    // Each session after the first of its system prompt finds that prompt cached (the sessions
+    // run one after another: see `spec`).
+    let systems: Vec<usize> = (0..6)
+        .map(|s| spec.workload.draw(spec.seed, s).system_prompt)
+        .collect();
+    let reusing = (1..6)
+        .filter(|&s| systems[..s].contains(&systems[s]))
+        .count();
     assert!(
-        warm >= 1,
-        "six sessions over two system prompts: some turn 1 found its system prompt cached"
+        reusing >= 1,
+        "the seed gives two sessions one system prompt: {systems:?}"
+    );
+    let warm = check_cached_tokens(&report, &spec);
+    assert_eq!(
+        warm, reusing,
+        "six sessions over two system prompts ({systems:?}): every later session of a prompt \
+         found it cached"
     );
     check_turn_rows(&report);
     let rows = &report.sessions.by_turn;
@@ -247,9 +259,18 @@ async fn chat_sessions_reuse_their_history_and_shared_system_prompts() {
         rows[0].cached_ratio.expect("turn 1 ratio"),
         rows[1].cached_ratio.expect("turn 2 ratio"),
     );
+    // Turn 1: 48 of 63 tokens for each warm session; turn 2: the 63 + 6 tokens of turn 1 hold 4
+    // whole blocks (64 tokens) of an 87-token prompt.
+    let want_first = (48 * warm) as f64 / (63 * 6) as f64;
     assert!(
-        first < 0.6 && later > 0.7,
-        "turn 1 reuses at most the system prompt, turn 2 nearly everything: {first:.2} vs {later:.2}"
+        (first - want_first).abs() < 1e-12 && (later - 64.0 / 87.0).abs() < 1e-12,
+        "turn 1 reuses only the system prompt ({first:.3}, expected {want_first:.3}), turn 2 \
+         nearly everything ({later:.3}, expected 64/87)"
+    );
+    assert_eq!(
+        prompt_tokens(Endpoint::Chat, 2),
+        87,
+        "the turn 2 prompt worked by hand: 5 + (5 + 40) + (5 + 8) + (5 + 6) + (5 + 8)"
     );
     sim.shutdown().await;
 }

@@ -4,12 +4,35 @@ mod support;
 
 use std::time::Duration;
 
-use tokenmeter::testbed::bench::{self, Endpoint, LoadMode, LoadSpec, Stop};
+use tokenmeter::testbed::bench::{
+    self, Arrival, ArrivalProcess, Endpoint, LoadMode, LoadSpec, Stop, Workload,
+};
 use tokenmeter::testbed::demo::{self, DemoArgs};
 use tokenmeter::testbed::sim::{self, SimConfig};
 use tokio::net::TcpListener;
 
 use support::{config_for, prom, start_proxy};
+
+/// The requests a demo sends, by class, in its classes' order: its load is an open loop of seeded
+/// Poisson arrivals, each on its place on the schedule, until the schedule passes the duration.
+/// The set is fixed by the seed, however late a loaded machine sends them.
+fn demo_requests(args: &DemoArgs) -> Vec<(String, u64)> {
+    let mut arrivals =
+        ArrivalProcess::new(Arrival::Poisson, args.rate, args.seed).expect("a valid process");
+    let workload: Workload = args.workload.parse().expect("the workload parses");
+    let mut counts: Vec<(String, u64)> = workload
+        .class_names()
+        .into_iter()
+        .map(|name| (name, 0))
+        .collect();
+    let (mut due, mut index) = (Duration::ZERO, 0);
+    while due < args.duration {
+        counts[workload.sample_request(args.seed, index).class].1 += 1;
+        index += 1;
+        due += arrivals.next_gap();
+    }
+    counts
+}
 
 async fn replica() -> sim::SimHandle {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind sim");
@@ -111,8 +134,11 @@ async fn per_request_counts_and_times_agree_with_bench() {
     let records = &report.requests;
     assert_eq!(records.len(), 30, "every request recorded");
     assert!(
-        records.iter().all(|r| r.ttft_s.is_some()),
-        "every request streamed a token"
+        records
+            .iter()
+            .all(|r| r.outcome.is_ok() && r.ttft_s.is_some()),
+        "every request succeeded and streamed a token: {:?}",
+        records.iter().find(|r| !r.outcome.is_ok())
     );
 
     let text = proxy.metrics.render();
@@ -193,10 +219,14 @@ async fn demo_runs_and_reports_both_sides() {
     };
     let outcome = demo::run_quiet(&args, false).await.expect("demo runs");
     let all = outcome.client.all().expect("all row");
+    let sent: u64 = demo_requests(&args).iter().map(|(_, n)| n).sum();
     assert!(
-        all.requests >= 20,
-        "about 40 requests in 2 s at 20/s, got {}",
-        all.requests
+        (20..=60).contains(&sent),
+        "the seed's schedule: about 40 arrivals in 2 s at 20/s, got {sent}"
+    );
+    assert_eq!(
+        all.requests, sent,
+        "every arrival of the seeded schedule was sent"
     );
     assert_eq!(all.errors, 0, "no errors: {:?}", all.error_kinds);
     let ok = prom::sum(
@@ -241,7 +271,25 @@ async fn routed_demo_sends_documents_to_prefill_and_chats_to_decode() {
         .class("document")
         .expect("documents were sent");
     let chats = outcome.client.class("chat").expect("chats were sent");
-    assert!(documents.ok > 0 && chats.ok > 0, "both classes ran");
+    let want = demo_requests(&args);
+    assert!(
+        want.iter().all(|(_, n)| *n > 0),
+        "the seed's schedule draws both classes: {want:?}"
+    );
+    assert_eq!(
+        [
+            ("chat".to_owned(), chats.requests),
+            ("document".to_owned(), documents.requests)
+        ],
+        want.as_slice(),
+        "every arrival of the seeded schedule was sent, in the class its draw names"
+    );
+    assert_eq!(
+        (chats.ok, documents.ok),
+        (chats.requests, documents.requests),
+        "both classes ran, every request succeeded: {:?}",
+        outcome.client.all().map(|a| &a.error_kinds)
+    );
     let per_pool = |pool: &str| {
         prom::sum(
             &outcome.proxy_metrics,

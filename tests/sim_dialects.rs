@@ -4,6 +4,7 @@
 mod sim_support;
 
 use http::Method;
+use http_body_util::BodyExt;
 use sim_support::{call, config, read_events, start, Conn, Event};
 use tokenmeter::dialect::Dialect;
 use tokenmeter::sse::Framer;
@@ -255,9 +256,9 @@ async fn messages_stream_event_sequence() {
     );
 }
 
-/// Both dialects run on the chat engine: the opening events come at once, the first token
-/// after the prefill step, then one event per step; several tokens per step give fewer events
-/// but the same usage.
+/// Both dialects run on the chat engine: the opening events go out when the request is
+/// accepted, before the engine has run a step for it; then one event per step; several tokens per
+/// step give fewer events but the same usage.
 #[tokio::test]
 async fn engine_timing_and_token_limits_are_shared_with_chat() {
     // path, body, opening events, index of the first token event
@@ -275,7 +276,59 @@ async fn engine_timing_and_token_limits_are_shared_with_chat() {
             3,
         ),
     ] {
-        let events = stream(|c| c.tokens_per_chunk = 2, path, body).await;
+        // One slot, taken by a stream that has started: no step can run for the request under
+        // test until that stream goes, so whatever arrives before then was sent on acceptance.
+        let sim = start(config("fast", |c| {
+            c.tokens_per_chunk = 2;
+            c.max_num_seqs = 1;
+        }))
+        .await;
+        let addr = sim.local_addr();
+        let mut blocker = Conn::open(addr).await;
+        let (response, _) = blocker
+            .send(
+                "POST",
+                "/v1/completions",
+                r#"{"prompt":"x","max_tokens":100000,"stream":true}"#,
+            )
+            .await;
+        let mut blocker_body = response.into_body();
+        assert!(
+            blocker_body
+                .frame()
+                .await
+                .is_some_and(|frame| frame.is_ok_and(|f| f.is_data())),
+            "{path}: the blocking stream has started, so it holds the slot"
+        );
+        let mut conn = Conn::open(addr).await;
+        let (response, _) = conn.send("POST", path, body).await;
+        assert_eq!(response.status(), 200, "{path}: stream accepted");
+        assert_eq!(
+            response.headers()["content-type"],
+            "text/event-stream; charset=utf-8",
+            "{path}: SSE content type"
+        );
+        let (opened_tx, opened) = tokio::sync::oneshot::channel();
+        let mut opened_tx = Some(opened_tx);
+        let mut seen = 0;
+        let reader = tokio::spawn(read_events(response.into_body(), move |_| {
+            seen += 1;
+            if seen == opening {
+                if let Some(tx) = opened_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+        }));
+        // Bounded so that opening events held back until a token fail the test instead of
+        // hanging it.
+        tokio::time::timeout(std::time::Duration::from_secs(10), opened)
+            .await
+            .expect("the opening events arrive while the request waits for the slot")
+            .expect("the reader signals");
+        drop(blocker_body);
+        blocker.close();
+        let events = reader.await.expect("the reader task");
+        sim.shutdown().await;
         let metered = meter(path, &events);
         assert_eq!(
             (
@@ -293,10 +346,6 @@ async fn engine_timing_and_token_limits_are_shared_with_chat() {
             })
             .expect("a token event");
         assert_eq!(first_token, first, "{path}: the first token event's place");
-        assert!(
-            events[opening - 1].at <= events[first_token].at,
-            "{path}: the opening events are sent before the first token"
-        );
     }
     let responses = meter(
         "/v1/responses",

@@ -255,3 +255,6 @@ fn publish_gauges(m: &mut MetricsState, scheduler: &Scheduler) {
     m.kv_usage = scheduler.kv_usage();
     (m.prefix_cache_queries, m.prefix_cache_hits) = scheduler.prefix_cache_counts();
 }
+
+#[cfg(test)]
+mod tests;

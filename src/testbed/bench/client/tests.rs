@@ -109,3 +109,61 @@ fn the_extra_header_is_sent() {
         plain.headers()
     );
 }
+
+/// The client's arithmetic, from stamps the test chooses (no clock, no socket): the loopback
+/// tests in `tests/bench_e2e.rs` can only bound what a loaded machine delays, so the exact
+/// figures are checked here.
+#[test]
+fn the_record_times_the_stream_from_the_stamps_of_its_events() {
+    let point_start = Instant::now();
+    let t0 = point_start + Duration::from_millis(40);
+    let at = |ms| t0 + Duration::from_millis(ms);
+    let mut st = StreamState::default();
+    let token =
+        |text: &str| format!(r#"{{"choices":[{{"index":0,"delta":{{"content":"{text}"}}}}]}}"#);
+    st.on_event(
+        br#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+        at(1),
+    );
+    for (ms, text) in [(150, "a"), (200, "b"), (250, "c"), (300, "d"), (350, "e")] {
+        st.on_event(token(text).as_bytes(), at(ms));
+    }
+    // Usage says 9 tokens in those 5 events (several tokens per chunk).
+    st.on_event(
+        br#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9}}"#,
+        at(351),
+    );
+    st.on_event(b"[DONE]", at(352));
+    let planned = Planned {
+        index: 7,
+        class: "c",
+        prompt_words: 3,
+        max_tokens: 9,
+    };
+    let (record, _) = st.into_record(planned, t0, point_start, at(360));
+    assert_eq!(record.outcome, Ending::Ok, "a whole stream is ok");
+    assert_eq!(
+        record.start_s, 0.040,
+        "start: from the point's start to the request's t0"
+    );
+    assert_eq!(
+        record.ttft_s,
+        Some(0.150),
+        "TTFT: t0 to the first content event (the role chunk at 1 ms is no token)"
+    );
+    assert_eq!(
+        record.itl_s, [0.050; 4],
+        "ITL: every gap between consecutive token events"
+    );
+    assert_eq!(
+        record.tpot_s,
+        Some(0.025),
+        "TPOT: first to last token event (200 ms) over N_out - 1 = 8, N_out from usage"
+    );
+    assert_eq!(record.e2e_s, 0.360, "E2E: t0 to the end of the stream");
+    assert_eq!(
+        (record.token_events, record.output_tokens),
+        (5, 9),
+        "5 token events, 9 tokens by usage"
+    );
+}
