@@ -16,9 +16,11 @@ use tokenmeter::dialect::Dialect;
 use tokenmeter::server::ServerHandle;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::Notify;
 
 use support::backend::{replay, Backend, Script, Step};
-use support::raw::RawUpstream;
+use support::ports::Refusing;
+use support::raw::{self, RawUpstream};
 use support::{client, config_for, events_of, fixture, prom};
 
 const CHAT: &str = "/v1/chat/completions";
@@ -198,19 +200,28 @@ async fn a_head_request_ends_once_with_its_head() {
 
 #[tokio::test]
 async fn a_request_refused_at_admission_ends_once_overloaded() {
-    let mut steps: Vec<Step> = events_of(&fixture("vllm-chat-usage.sse"))
-        .into_iter()
-        .take(2)
-        .map(|event| Step::Chunk(Duration::ZERO, event))
-        .collect();
-    steps.push(Step::Pause(Duration::from_millis(300)));
-    let backend = Backend::start(move |_| Script {
-        status: 200,
-        content_type: "text/event-stream".to_owned(),
-        steps: steps.clone(),
+    // The held stream's end waits for the test's word: it holds the one stream slot for as long
+    // as the refusal takes, however slow the machine.
+    let release = Arc::new(Notify::new());
+    let upstream = RawUpstream::start({
+        let release = Arc::clone(&release);
+        move |_request, mut stream| {
+            let release = Arc::clone(&release);
+            async move {
+                let events = events_of(&fixture("vllm-chat-usage.sse"));
+                let head = raw::chunked_head(200, "text/event-stream");
+                for bytes in [head, raw::chunk(&events[0]), raw::chunk(&events[1])] {
+                    if !raw::write(&mut stream, &bytes).await {
+                        return;
+                    }
+                }
+                release.notified().await;
+                raw::write(&mut stream, raw::LAST_CHUNK).await;
+            }
+        }
     })
     .await;
-    let mut config = config_for(&backend.url);
+    let mut config = config_for(&upstream.url);
     config.server.max_streams = 1;
     let (proxy, endings) = proxy_with(config).await;
     let mut held = client::open(proxy.traffic_addr, CHAT, BODY).await;
@@ -228,7 +239,9 @@ async fn a_request_refused_at_admission_ends_once_overloaded() {
         "named from its head"
     );
     assert_eq!((refusal.attempts, refusal.backend), (0, None));
-    held.collect_after(first).await;
+    release.notify_one();
+    let held = held.collect_after(first).await;
+    assert!(held.error.is_none(), "clean end: {:?}", held.error);
     let all = finishes(proxy, &endings).await;
     assert_eq!(all.len(), 2, "the refused one and the held one: {all:?}");
     assert_eq!(
@@ -326,11 +339,9 @@ async fn an_empty_answer_ends_once_with_its_status_not_as_cancelled() {
 
 #[tokio::test]
 async fn an_unreachable_upstream_ends_once_after_every_attempt() {
-    let dead = |_| {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        format!("http://{}", listener.local_addr().expect("addr"))
-    };
-    let urls: Vec<String> = (0..2).map(dead).collect();
+    // Held for the whole test: a released port could be taken by another test's listener.
+    let dead = [Refusing::new(), Refusing::new()];
+    let urls: Vec<String> = dead.iter().map(Refusing::url).collect();
     let mut config = config_for(&urls[0]);
     config.upstream.urls = urls.clone();
     config.routing.retries = 1;
@@ -404,10 +415,14 @@ async fn a_client_gone_before_the_head_ends_once_cancelled_at_its_backend() {
 
 #[tokio::test]
 async fn a_client_gone_during_the_body_ends_once_cancelled_with_what_it_saw() {
-    let mut steps: Vec<Step> = events_of(&fixture("vllm-chat-usage.sse"))
+    // The role and two tokens, then a long silence the client does not wait out.
+    let sent: Vec<Vec<u8>> = events_of(&fixture("vllm-chat-usage.sse"))
         .into_iter()
         .take(3)
-        .map(|event| Step::Chunk(Duration::from_millis(2), event))
+        .collect();
+    let mut steps: Vec<Step> = sent
+        .iter()
+        .map(|event| Step::Chunk(Duration::from_millis(2), event.clone()))
         .collect();
     steps.push(Step::Pause(Duration::from_secs(10)));
     let backend = Backend::start(move |_| Script {
@@ -418,11 +433,15 @@ async fn a_client_gone_during_the_body_ends_once_cancelled_with_what_it_saw() {
     .await;
     let (proxy, endings) = proxy_with(config_for(&backend.url)).await;
     let mut stream = client::open(proxy.traffic_addr, CHAT, BODY).await;
+    // Everything the backend will send before its silence: the meter saw each event before the
+    // client did, so it has seen them all.
+    let all_sent = sent.concat();
     let mut seen = Vec::new();
-    while !String::from_utf8_lossy(&seen).contains("Hello") {
+    while seen.len() < all_sent.len() {
         let (_, bytes) = stream.next_frame().await.expect("a frame").expect("ok");
         seen.extend_from_slice(&bytes);
     }
+    assert_eq!(seen, all_sent, "the three events, unchanged");
     stream.disconnect();
     endings.wait_for(1).await;
     let all = finishes(proxy, &endings).await;
@@ -430,7 +449,10 @@ async fn a_client_gone_during_the_body_ends_once_cancelled_with_what_it_saw() {
     let end = &all[0];
     assert_eq!(end.outcome, Outcome::Cancelled);
     assert_eq!(end.upstream_status, Some(200));
-    assert!(end.token_events >= 1, "the tokens it saw: {end:?}");
+    assert_eq!(
+        end.token_events, 2,
+        "the tokens it saw (\"Hello\" and \"!\"; the role chunk is none): {end:?}"
+    );
     assert!(end.ttft.is_some(), "and its TTFT");
 }
 

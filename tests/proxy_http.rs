@@ -1,11 +1,15 @@
 //! End to end: HTTP hygiene, other paths, h2c, the admin endpoints and graceful shutdown.
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use support::backend::{Backend, Script, Step};
 use support::client::{self, Protocol};
+use support::raw::{self, RawUpstream};
+use support::timeline::{self, Window};
 use support::{config_for, events_of, fixture, prom, start_proxy};
+use tokio::sync::Notify;
 
 const CHAT: &str = "/v1/chat/completions";
 const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"stream_options":{"include_usage":true}}"#;
@@ -120,31 +124,86 @@ async fn h2c_clients_stream_through_unchanged() {
 
 #[tokio::test]
 async fn admin_serves_metrics_health_and_readiness_apart_from_traffic() {
-    let backend = Backend::start(|_| fixture_script(Duration::from_millis(2))).await;
+    let mut backend = Backend::start(|_| fixture_script(Duration::from_millis(2))).await;
     let proxy = start_proxy(config_for(&backend.url)).await;
-    client::post(proxy.traffic_addr, CHAT, BODY).await;
+    let streamed = client::post(proxy.traffic_addr, CHAT, BODY).await;
+    assert!(streamed.error.is_none(), "clean end: {:?}", streamed.error);
+    let seen = backend.next_request().await;
+
+    // What the proxy can have measured of that one request (support/timeline.rs): exact on any
+    // machine, each window as wide as the delays that happened.
+    let writes = backend.writes();
+    assert_eq!(writes.len(), 11, "the fixture's 10 events and the end");
+    let at = timeline::arrivals(&writes, &streamed);
+    let start = timeline::request_start(&streamed, &seen);
+    let first = timeline::write_with(&writes, b"\"Hello\"");
+    let last = first + 6;
+    let decode = Window::between(at[first], at[last]);
+    let exact = |n: f64| Window { low: n, high: n };
 
     let (status, text) = client::get(proxy.admin_addr, "/metrics").await;
     assert_eq!(status, 200);
     let histograms = prom::histogram_names(&text);
-    for name in [
-        "gen_ai_server_time_to_first_token_seconds",
-        "gen_ai_server_time_per_output_token_seconds",
-        "gen_ai_server_request_duration_seconds",
-        "gen_ai_client_token_usage",
-        "tokenmeter_inter_token_latency_seconds",
-        "tokenmeter_time_to_first_byte_seconds",
+    // Each histogram of a token stream, the series of the one request: its observations and
+    // what they sum to.
+    for (name, labels, count, sum) in [
+        (
+            "gen_ai_server_time_to_first_token_seconds",
+            &[][..],
+            1.0,
+            Window::between(start, at[first]),
+        ),
+        (
+            "gen_ai_server_time_per_output_token_seconds",
+            &[],
+            1.0,
+            decode.per(6.0),
+        ),
+        (
+            "gen_ai_server_request_duration_seconds",
+            &[],
+            1.0,
+            Window::between(start, at[writes.len() - 1]),
+        ),
+        (
+            "gen_ai_client_token_usage",
+            &[("gen_ai_token_type", "input")],
+            1.0,
+            exact(12.0),
+        ),
+        (
+            "gen_ai_client_token_usage",
+            &[("gen_ai_token_type", "output")],
+            1.0,
+            exact(7.0),
+        ),
+        ("tokenmeter_inter_token_latency_seconds", &[], 6.0, decode),
+        (
+            "tokenmeter_time_to_first_byte_seconds",
+            &[],
+            1.0,
+            Window::between(start, at[0]),
+        ),
     ] {
         assert!(
             histograms.iter().any(|h| h == name),
             "{name} is a histogram:\n{text}"
+        );
+        assert_eq!(
+            prom::value(&text, &format!("{name}_count"), labels),
+            count,
+            "{name} {labels:?}: observations of the one request"
+        );
+        sum.assert_contains(
+            &format!("{name} {labels:?} sum"),
+            prom::value(&text, &format!("{name}_sum"), labels),
         );
     }
     for name in &histograms {
         let infinity = prom::find(&text, &format!("{name}_bucket"), &[("le", "+Inf")]);
         assert!(!infinity.is_empty(), "{name} has _bucket series up to +Inf");
         for top in infinity {
-            let mut labels: Vec<(&str, &str)> = top
+            let labels: Vec<(&str, &str)> = top
                 .labels
                 .iter()
                 .filter(|(k, _)| *k != "le")
@@ -152,8 +211,11 @@ async fn admin_serves_metrics_health_and_readiness_apart_from_traffic() {
                 .collect();
             let count = prom::value(&text, &format!("{name}_count"), &labels);
             assert_eq!(top.value, count, "{name}: +Inf bucket equals _count");
-            labels.push(("le", ""));
-            let _ = prom::value(&text, &format!("{name}_sum"), &labels[..labels.len() - 1]);
+            let sum = prom::value(&text, &format!("{name}_sum"), &labels);
+            assert!(
+                sum.is_finite(),
+                "{name} {labels:?}: one finite _sum beside its _count, {sum}"
+            );
         }
     }
     assert!(!text.contains("quantile="), "no summaries");
@@ -201,18 +263,49 @@ async fn promtool_accepts_the_scrape() {
 
 #[tokio::test]
 async fn graceful_shutdown_lets_streams_finish_and_turns_readiness_off() {
-    let backend = Backend::start(|_| fixture_script(Duration::from_millis(60))).await;
-    let proxy = start_proxy(config_for(&backend.url)).await;
+    // The stream's rest waits for the test's word: it is in flight for as long as the checks
+    // below take, however slow the machine.
+    let release = Arc::new(Notify::new());
+    let upstream = RawUpstream::start({
+        let release = Arc::clone(&release);
+        move |_request, mut stream| {
+            let release = Arc::clone(&release);
+            async move {
+                let events = events_of(&fixture("vllm-chat-usage.sse"));
+                let (first, rest) = events.split_first().expect("events");
+                for bytes in [
+                    raw::chunked_head(200, "text/event-stream"),
+                    raw::chunk(first),
+                ] {
+                    if !raw::write(&mut stream, &bytes).await {
+                        return;
+                    }
+                }
+                release.notified().await;
+                for event in rest {
+                    if !raw::write(&mut stream, &raw::chunk(event)).await {
+                        return;
+                    }
+                }
+                raw::write(&mut stream, raw::LAST_CHUNK).await;
+            }
+        }
+    })
+    .await;
+    let mut config = config_for(&upstream.url);
+    // Far longer than the test: a shutdown that ends with the stream did not wait it out.
+    config.server.shutdown_grace = Duration::from_secs(60);
+    let proxy = start_proxy(config).await;
     let traffic = proxy.traffic_addr;
     let admin = proxy.admin_addr;
     let mut stream = client::open(traffic, CHAT, BODY).await;
     let first = stream.next_frame().await.expect("frame").expect("ok");
     assert!(!first.1.is_empty());
 
-    let metrics = std::sync::Arc::clone(&proxy.metrics);
+    let metrics = Arc::clone(&proxy.metrics);
     let shutdown = tokio::spawn(proxy.shutdown());
-    // Readiness turns off while the stream is still running.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    // Readiness turns off while the stream is still running (it waits for `release`).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let (status, _) = client::get(admin, "/readyz").await;
         if status == 503 {
@@ -228,15 +321,26 @@ async fn graceful_shutdown_lets_streams_finish_and_turns_readiness_off() {
         tokio::net::TcpStream::connect(traffic).await.is_err(),
         "new connections are refused while draining"
     );
-    let rest = stream.collect().await;
+    assert!(
+        !shutdown.is_finished(),
+        "the shutdown waits for the stream in flight"
+    );
+    release.notify_one();
+    let rest = stream.collect_after(first).await;
     assert!(
         rest.error.is_none(),
         "the in-flight stream finished cleanly"
     );
-    assert!(rest.text().contains("[DONE]"), "to the end");
-    tokio::time::timeout(Duration::from_secs(5), shutdown)
+    assert_eq!(
+        rest.bytes(),
+        fixture("vllm-chat-usage.sse"),
+        "to the end, whole"
+    );
+    // 10 s: the drain ends with the stream, in milliseconds on a loaded machine; a shutdown that
+    // waited for the grace period would take 60 s.
+    tokio::time::timeout(Duration::from_secs(10), shutdown)
         .await
-        .expect("shutdown completes once streams are done")
+        .expect("shutdown completes once streams are done, not at the grace's end")
         .expect("no panic");
     let text = metrics.render();
     assert_eq!(
@@ -264,32 +368,44 @@ async fn shutdown_past_the_grace_period_cuts_streams_and_counts_them() {
     let proxy = start_proxy(config).await;
     let mut stream = client::open(proxy.traffic_addr, CHAT, BODY).await;
     stream.next_frame().await.expect("frame").expect("ok");
-    let metrics = std::sync::Arc::clone(&proxy.metrics);
+    let metrics = Arc::clone(&proxy.metrics);
     let started = tokio::time::Instant::now();
     proxy.shutdown().await;
     let took = started.elapsed();
     assert!(
-        took >= Duration::from_millis(200) && took < Duration::from_secs(3),
+        took >= Duration::from_millis(200),
         "waited the grace period: {took:?}"
     );
-    let rest = stream.collect().await;
-    assert!(
-        rest.error.is_some() || !rest.text().contains("[DONE]"),
-        "the stream was cut"
+    assert_eq!(
+        backend.writes().len(),
+        2,
+        "the backend was still in its 30 s pause: the stream was cut, not waited for"
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    while prom::sum(
-        &metrics.render(),
-        "tokenmeter_requests_total",
-        &[("outcome", "cancelled")],
-    ) < 1.0
-    {
+    // After the 200 ms grace the shutdown only drops connections and stops tasks: milliseconds,
+    // even with the grace timer late on a loaded 2-core machine; 3 s is 15 times the grace.
+    assert!(
+        took < Duration::from_secs(3),
+        "cut at the grace period's end: {took:?}"
+    );
+    let rest = stream.collect().await;
+    assert!(rest.error.is_some(), "the stream was cut, not ended");
+    assert!(!rest.text().contains("[DONE]"), "nothing after the cut");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let cancelled = || {
+        prom::sum(
+            &metrics.render(),
+            "tokenmeter_requests_total",
+            &[("outcome", "cancelled")],
+        )
+    };
+    while cancelled() < 1.0 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "cut stream counted as cancelled"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    assert_eq!(cancelled(), 1.0, "counted once");
 }
 
 /// RFC 9110 §6.6.1: a proxy that forwards a response without `Date` must add one (the time it

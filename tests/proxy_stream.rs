@@ -569,8 +569,9 @@ async fn an_injected_request_the_backend_refuses_is_counted_rejected() {
 #[tokio::test]
 async fn slo_verdicts_follow_the_request_class_and_model() {
     // TTFT 300 ms and TPOT 60 ms, scripted: a sleep never fires early, so the misses below hold
-    // on any machine; the batch class's targets leave 1.4 s and 6 x 35 ms of room, more than a
-    // loaded 2-core machine delays one stream.
+    // on any machine. The batch class's targets are generous, since meeting them is what shows
+    // they apply: 4.2 s of room for the first token and 6 x 0.84 s for the decode, seconds more
+    // than a loaded 2-core machine delays one stream.
     let backend = Backend::start(vllm_like("vllm-chat-usage.sse", ms(300), ms(60))).await;
     let mut config = config_for(&backend.url);
     config.slo = tokenmeter::config::Config::from_toml(&format!(
@@ -579,8 +580,8 @@ async fn slo_verdicts_follow_the_request_class_and_model() {
 ttft = "275ms"
 
 [slo.classes.batch]
-ttft = "1.7s"
-tpot = "95ms"
+ttft = "4.5s"
+tpot = "900ms"
 "#
     ))
     .expect("valid")
@@ -611,7 +612,7 @@ tpot = "95ms"
         )
     };
     // TTFT ~300 ms, TPOT ~60 ms: the model's 275 ms target misses TTFT and the default 35 ms
-    // misses TPOT; the batch class (1.7 s, 95 ms) meets both. An unknown class is the model's.
+    // misses TPOT; the batch class (4.5 s, 900 ms) meets both. An unknown class is the model's.
     assert_eq!((slo("ttft", "met"), slo("ttft", "missed")), (1.0, 2.0));
     assert_eq!((slo("tpot", "met"), slo("tpot", "missed")), (1.0, 2.0));
     assert_eq!((slo("all", "met"), slo("all", "missed")), (1.0, 2.0));
@@ -624,9 +625,9 @@ tpot = "95ms"
     let ttft = "gen_ai_server_time_to_first_token_seconds_bucket";
     let tpot = "gen_ai_server_time_per_output_token_seconds_bucket";
     assert_eq!(bucket(ttft, "0.275"), 0.0, "the model's target is an edge");
-    assert_eq!(bucket(ttft, "1.7"), 3.0, "the class's target is an edge");
+    assert_eq!(bucket(ttft, "4.5"), 3.0, "the class's target is an edge");
     assert_eq!(
-        bucket(tpot, "0.095"),
+        bucket(tpot, "0.9"),
         3.0,
         "the class's TPOT target is an edge"
     );

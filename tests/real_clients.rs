@@ -36,6 +36,8 @@ async fn curl_streams_through_the_proxy() {
     let url = format!("http://{}/v1/chat/completions", proxy.traffic_addr);
     let body = r#"{"model":"m","messages":[{"role":"user","content":"hello there"}],"stream":true,"max_tokens":5}"#;
     let out = tokio::task::spawn_blocking(move || {
+        // --max-time only keeps a hung stream from hanging the test: five tokens from the fast
+        // profile take milliseconds, and a loaded 2-core machine adds no more than a second.
         run(Command::new("curl").args([
             "-sSN",
             "--max-time",

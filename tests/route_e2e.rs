@@ -21,6 +21,17 @@ async fn start_sim() -> SimHandle {
     sim::spawn(listener, config).await.expect("sim starts")
 }
 
+/// A simulated replica the test will kill, on a port from below the ephemeral range
+/// (support/ports.rs): once it is gone its address refuses connections, and no other test's
+/// `bind(0)` can take the port meanwhile, as it could a released ephemeral one.
+async fn start_sim_to_kill() -> SimHandle {
+    let listener = TcpListener::bind(support::ports::free_addr())
+        .await
+        .expect("bind sim");
+    let config = SimConfig::profile("fast").expect("fast profile");
+    sim::spawn(listener, config).await.expect("sim starts")
+}
+
 fn url(sim: &SimHandle) -> String {
     format!("http://{}", sim.local_addr())
 }
@@ -165,8 +176,8 @@ async fn long_prompts_go_to_prefill_short_to_decode_and_the_estimate_calibrates(
 
 #[tokio::test]
 async fn killed_backends_are_ejected_retried_and_fallen_back_from_without_losing_requests() {
-    let prefill = start_sim().await;
-    let a = start_sim().await;
+    let prefill = start_sim_to_kill().await;
+    let a = start_sim_to_kill().await;
     let b = start_sim().await;
     let (a_addr, b_addr, p_addr) = (addr(&a), addr(&b), addr(&prefill));
     let proxy = start_proxy(pools_config(vec![url(&prefill)], vec![url(&a), url(&b)])).await;
@@ -344,7 +355,7 @@ async fn a_dns_pool_finds_its_backends_by_name() {
 
 #[tokio::test]
 async fn active_health_checks_eject_a_dead_backend_without_traffic() {
-    let sim = start_sim().await;
+    let sim = start_sim_to_kill().await;
     let backend = addr(&sim);
     let mut config = config_for(&url(&sim));
     config.pools = vec![PoolConfig {

@@ -6,14 +6,18 @@
 //! them is below, `disaggregated_on_simulated_replicas_*`.)
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use tokenmeter::config::{Config, HandoffConfig};
 use tokenmeter::server::ServerHandle;
 use tokio::io::AsyncWriteExt;
+use tokio::sync::Notify;
 
 use support::backend::{replay, Backend, Script, Seen, Step};
+use support::ports::Refusing;
+use support::raw::{self, RawUpstream};
 use support::{client, config_for, fixture, prom, start_proxy, wait_for_metric};
 
 const CHAT: &str = "/v1/chat/completions";
@@ -41,6 +45,8 @@ fn prefill_answer(params: &str) -> String {
 fn handoff_config(prefill: &str, decode: &str, change: impl FnOnce(&mut HandoffConfig)) -> Config {
     let mut handoff = HandoffConfig {
         min_prompt_tokens: 1000,
+        // A scripted prefill answers at once: in milliseconds on a loaded 2-core machine, far
+        // within 2 s. (The tests of the timeout itself set their own.)
         prefill_timeout: Duration::from_secs(2),
         ..HandoffConfig::default()
     };
@@ -241,9 +247,11 @@ async fn a_prefill_error_falls_back_to_the_decode_replica() {
 
 #[tokio::test]
 async fn a_prefill_past_its_deadline_falls_back_to_the_decode_replica() {
+    // The prefill would answer after 10 s, the deadline is 200 ms: the timer fires first on any
+    // machine (a loaded one makes it late by milliseconds, not seconds), and a sleep never ends
+    // early. The fallback does not wait for the prefill's answer.
     let mut slow = Script::json(200, &prefill_answer(PARAMS));
-    slow.steps
-        .insert(0, Step::Pause(Duration::from_millis(600)));
+    slow.steps.insert(0, Step::Pause(Duration::from_secs(10)));
     falls_back(slow, "prefill_timeout", |h| {
         h.prefill_timeout = Duration::from_millis(200);
     })
@@ -260,11 +268,10 @@ async fn a_prefill_that_offers_no_kv_falls_back_to_the_decode_replica() {
 #[tokio::test]
 async fn an_unreachable_prefill_pool_falls_back_to_the_decode_replica() {
     let mut decode = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
-    // A port nothing listens on.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}", closed.local_addr().expect("addr"));
-    drop(closed);
-    let proxy = start_proxy(handoff_config(&url, &decode.url, |_| {})).await;
+    // An address that refuses every connect, held for the whole test (a released port could be
+    // taken by another test's listener).
+    let closed = Refusing::new();
+    let proxy = start_proxy(handoff_config(&closed.url(), &decode.url, |_| {})).await;
     let body = chat(8000);
     streams_the_fixture(&proxy, &body).await;
     assert_eq!(decode.next_request().await.body, body.as_bytes());
@@ -305,8 +312,9 @@ async fn a_decode_replica_that_refuses_the_kv_serves_the_whole_request() {
 
 #[tokio::test]
 async fn a_client_that_leaves_during_the_prefill_cancels_it() {
+    let pause = Duration::from_secs(5);
     let mut slow = Script::json(200, &prefill_answer(PARAMS));
-    slow.steps.insert(0, Step::Pause(Duration::from_secs(5)));
+    slow.steps.insert(0, Step::Pause(pause));
     let mut prefill = Backend::start(move |_: &Seen| slow.clone()).await;
     let mut decode = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
     let proxy = start_proxy(handoff_config(&prefill.url, &decode.url, |h| {
@@ -323,11 +331,18 @@ async fn a_client_that_leaves_during_the_prefill_cancels_it() {
     );
     raw.write_all(head.as_bytes()).await.expect("send the head");
     raw.write_all(body.as_bytes()).await.expect("send the body");
-    prefill.next_request().await;
+    let asked = prefill.next_request().await;
     drop(raw);
+    // The prefill's pause began after the backend read the request. A close before it ends (and
+    // before the 10 s prefill timeout) is the proxy passing the client's leaving on, which takes
+    // milliseconds even on a loaded 2-core machine.
+    let answers_at = asked.at + pause;
+    let closed = prefill
+        .next_close(answers_at.saturating_duration_since(tokio::time::Instant::now()))
+        .await;
     assert!(
-        prefill.next_close(Duration::from_secs(2)).await.is_some(),
-        "the prefill request's connection was closed"
+        closed.is_some_and(|at| at < answers_at),
+        "the prefill request's connection was closed while the prefill was still running"
     );
     wait_for_metric(
         &proxy,
@@ -412,25 +427,50 @@ async fn a_follow_up_the_decode_replica_holds_prefills_there() {
 
 #[tokio::test]
 async fn a_reload_mid_handoff_leaves_the_request_on_its_old_pools() {
-    let mut slow = Script::json(200, &prefill_answer(PARAMS));
-    slow.steps
-        .insert(0, Step::Pause(Duration::from_millis(500)));
-    let mut prefill = Backend::start(move |_: &Seen| slow.clone()).await;
+    // The prefill reports the request and answers only when the test says: the reload below
+    // lands mid-prefill however slow the machine.
+    let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
+    let release = Arc::new(Notify::new());
+    let prefill = RawUpstream::start({
+        let release = Arc::clone(&release);
+        move |_request, mut stream| {
+            let (asked_tx, release) = (asked_tx.clone(), Arc::clone(&release));
+            async move {
+                let _ = asked_tx.send(());
+                release.notified().await;
+                let answer = prefill_answer(PARAMS);
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                    answer.len()
+                );
+                raw::write(&mut stream, response.as_bytes()).await;
+            }
+        }
+    })
+    .await;
     let mut decode = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
     let mut other = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
-    let proxy = start_proxy(handoff_config(&prefill.url, &decode.url, |_| {})).await;
+    // The prefill is held for as long as the reload takes: no timeout may end it meanwhile.
+    let proxy = start_proxy(handoff_config(&prefill.url, &decode.url, |h| {
+        h.prefill_timeout = Duration::from_secs(60);
+    }))
+    .await;
     let body = chat(8000);
     let addr = proxy.traffic_addr;
     let in_flight = tokio::spawn({
         let body = body.clone();
         async move { client::post(addr, CHAT, &body).await }
     });
-    prefill.next_request().await;
+    tokio::time::timeout(Duration::from_secs(10), asked.recv())
+        .await
+        .expect("the prefill was asked")
+        .expect("the prefill upstream runs");
     // Mid-prefill, the pools change: one pool of another backend, no handoff.
     proxy
         .reload(config_for(&other.url))
         .await
         .expect("the reload applies");
+    release.notify_one();
     let streamed = in_flight.await.expect("joins");
     assert_eq!(streamed.status, 200);
     assert_eq!(streamed.bytes(), fixture("vllm-chat-usage.sse"));
@@ -446,7 +486,7 @@ async fn a_reload_mid_handoff_leaves_the_request_on_its_old_pools() {
         body.as_bytes(),
         "new requests follow the reload"
     );
-    never_asked(&mut prefill, "no handoff after the reload");
+    assert_eq!(prefill.request_count(), 1, "no handoff after the reload");
 }
 
 /// The same on simulated vLLM replicas, which speak the protocol's other side (the testbed).
@@ -568,7 +608,10 @@ mod simulated {
     async fn disaggregated_on_simulated_replicas_the_decode_replica_computes_one_prompt_token() {
         let (prefill, decode, proxy) = simulated(false, false, |_| {}).await;
         let prompt = exact_stream(&proxy).await;
-        assert!(prompt >= 3000.0, "{prompt}");
+        assert_eq!(
+            prompt, 3010.0,
+            "3000 words and the sim's 10 template tokens"
+        );
         assert_eq!(results(&proxy, "remote"), 1.0);
         assert_eq!(
             sim_counter(
@@ -598,6 +641,16 @@ mod simulated {
             prompt,
             "the prefill replica computed the prompt"
         );
+    }
+
+    /// The prompt tokens of the requests that have ended, by the proxy's count (the replicas'
+    /// usage): the streams still decoding are counted at their end.
+    fn ended_prompt_tokens(proxy: &ServerHandle) -> f64 {
+        prom::sum(
+            &proxy.metrics.render(),
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "input")],
+        )
     }
 
     /// A chat of `words` words (as many prompt tokens on the simulated replica), streamed,
@@ -643,11 +696,13 @@ mod simulated {
     async fn disaggregated_by_prediction_a_failed_handoff_is_prefilled_by_the_decode_replica() {
         let (_prefill, decode, proxy) = simulated(true, false, predicting).await;
         let background = decoding(&proxy, 2).await;
+        let before = computed(&decode).await;
         whole_stream(&proxy, &sim_words(4000, 4)).await;
         assert_eq!(results(&proxy, "transfer_failed"), 1.0);
-        assert!(
-            computed(&decode).await >= 4000.0,
-            "the decode replica computed the document"
+        assert_eq!(
+            computed(&decode).await - before,
+            ended_prompt_tokens(&proxy),
+            "the decode replica computed the whole document"
         );
         end_cleanly(background).await;
     }
@@ -664,9 +719,10 @@ mod simulated {
         let streamed = client::post(proxy.traffic_addr, CHAT, &document).await;
         assert_eq!(streamed.status, 200, "{}", streamed.text());
         assert_eq!(results(&proxy, "remote"), 1.0, "it would stall two streams");
-        assert!(
-            computed(&prefill).await >= 4000.0,
-            "the prefill replica computed the document"
+        assert_eq!(
+            computed(&prefill).await,
+            ended_prompt_tokens(&proxy),
+            "the prefill replica computed the document, and nothing else"
         );
         let streamed = client::post(proxy.traffic_addr, CHAT, &sim_words(10, 4)).await;
         assert_eq!(streamed.status, 200);
@@ -702,6 +758,7 @@ mod simulated {
         })
         .await;
         let background = decoding(&proxy, 2).await;
+        let before = computed(&decode).await;
         whole_stream(&proxy, &sim_words(4000, 4)).await;
         assert_eq!(results(&proxy, "local_busy"), 1.0);
         assert_eq!(results(&proxy, "remote"), 0.0);
@@ -711,9 +768,10 @@ mod simulated {
             0.0,
             "the prefill replica was not asked"
         );
-        assert!(
-            computed(&decode).await >= 4000.0,
-            "the decode replica computed the document"
+        assert_eq!(
+            computed(&decode).await - before,
+            ended_prompt_tokens(&proxy),
+            "the decode replica computed the whole document"
         );
         end_cleanly(background).await;
     }

@@ -5,6 +5,7 @@
 mod support;
 
 use support::backend::{Backend, Script, Seen};
+use support::ports::Refusing;
 use support::{client, config_for, prom, start_proxy};
 use tokenmeter::config::Config;
 
@@ -178,11 +179,10 @@ async fn without_a_health_endpoint_answers_alone_never_eject() {
 
 #[tokio::test]
 async fn connection_failures_still_eject_outright() {
-    // A port nobody listens on: every connect is refused.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let url = format!("http://{}", closed.local_addr().expect("addr"));
-    drop(closed);
-    let mut config = config_for(&url);
+    // An address that refuses every connect, held for the whole test (a released port could be
+    // taken by another test's listener).
+    let closed = Refusing::new();
+    let mut config = config_for(&closed.url());
     config.routing.eject_after_failures = 3;
     config.routing.retries = 0;
     let proxy = start_proxy(config).await;

@@ -4,6 +4,8 @@
 //! sample. A backend without the endpoint is asked once and routing falls back to the estimate.
 mod support;
 
+use std::time::Duration;
+
 use tokenmeter::config::Config;
 use tokenmeter::testbed::sim::{self, SimConfig, SimHandle};
 use tokio::net::TcpListener;
@@ -31,7 +33,12 @@ fn chat(words: usize) -> String {
 
 /// Pools `prefill` and `decode`; prompts of 2048 estimated tokens or more go to `prefill`.
 fn pools(prefill: String, decode: String) -> Config {
-    support::split_pools(vec![prefill], vec![decode], 2048)
+    let mut config = support::split_pools(vec![prefill], vec![decode], 2048);
+    // What is tested is that the count decides the route, not how fast it comes: the default
+    // 250 ms wait is a latency budget a loaded 2-core machine can overrun (the router would then
+    // route by the estimate, and count the call later), so the wait here is seconds.
+    config.routing.tokenize_timeout = Duration::from_secs(10);
+    config
 }
 
 fn decisions(text: &str, pool: &str) -> f64 {
@@ -121,7 +128,7 @@ async fn a_configured_model_prior_needs_no_tokenizer() {
 fn no_tokenizer(seen: &Seen) -> Script {
     if seen.head.starts_with("POST /v1/chat/completions ") {
         Script::sse(vec![(
-            std::time::Duration::ZERO,
+            Duration::ZERO,
             b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n".to_vec(),
         )])
     } else {

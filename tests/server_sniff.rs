@@ -47,22 +47,20 @@ async fn a_silent_connection_does_not_hold_shutdown_for_the_grace_period() {
         "the HTTP/1 stream is whole"
     );
 
+    // The property is "not the 20 s grace": with no stream to drain, shutdown and the close take
+    // milliseconds even on a loaded 2-core machine, and 5 s is a quarter of the grace.
+    let bound = Duration::from_secs(5);
     let started = tokio::time::Instant::now();
-    tokio::time::timeout(Duration::from_secs(5), proxy.shutdown())
+    tokio::time::timeout(bound, proxy.shutdown())
         .await
         .expect("shutdown does not wait the 20 s grace for a connection that sent nothing");
     let mut byte = [0u8; 1];
-    let read = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut byte))
+    let read = tokio::time::timeout_at(started + bound, silent.read(&mut byte))
         .await
-        .expect("the silent connection is closed, not left open");
+        .expect("the silent connection is closed, not left open for the grace period");
     assert!(
         matches!(read, Ok(0) | Err(_)),
         "the silent connection gets EOF or a reset, not data: {read:?}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        started.elapsed()
     );
 }
 
@@ -77,17 +75,22 @@ async fn a_connection_silent_past_the_header_read_timeout_is_closed() {
         .await
         .expect("connect");
     let mut byte = [0u8; 1];
-    let read = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut byte))
+    // Bounded by the property: closed by the configured 300 ms timer, not by the default's 10 s
+    // (or never). A loaded 2-core machine fires the timer late by milliseconds; 5 s is half the
+    // default.
+    let read = tokio::time::timeout_at(started + Duration::from_secs(5), silent.read(&mut byte))
         .await
-        .expect("closed by the proxy, not left open");
+        .expect("closed at the configured header_read_timeout, not left open to the default");
     let waited = started.elapsed();
     assert!(
         matches!(read, Ok(0) | Err(_)),
         "EOF or a reset, no data: {read:?}"
     );
+    // The timer starts once the proxy accepted the connection, after `started`: a timer never
+    // fires early.
     assert!(
-        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
-        "closed at the 300 ms header_read_timeout, not before and not much after: {waited:?}"
+        waited >= Duration::from_millis(300),
+        "closed at the 300 ms header_read_timeout, not before: {waited:?}"
     );
     assert_eq!(
         proxy.limits.connections_open(),
