@@ -21,8 +21,7 @@ use support::backend::{Backend, Script};
 use support::client::{self, Protocol};
 use support::{config_for, prom, start_proxy};
 use tokenmeter::server::h2guard::budget::{
-    PINGS_PER_WINDOW, RESETS_PER_WINDOW, SETTINGS_PER_WINDOW, WINDOW_UPDATES_PER_WINDOW,
-    WRITTEN_BYTES_PER_PING,
+    PINGS_PER_WINDOW, RESETS_PER_WINDOW, SETTINGS_PER_WINDOW, WRITTEN_BYTES_PER_PING,
 };
 use tokenmeter::server::h2guard::FrameScanner;
 use tokenmeter::server::ServerHandle;
@@ -265,6 +264,8 @@ fn cpu_time(dir: &str) -> Duration {
 
 /// Connects, sends the preface and an empty SETTINGS, then the flood: ten rounds, then more until
 /// a write fails (the proxy closed) or 10 s passed. Reads everything the proxy sends meanwhile.
+/// The 10 s only guard against a hang: a proxy that closes does so within milliseconds of the
+/// budget running out (printed), and one that never closes fails `assert_bounded` either way.
 async fn flood(addr: SocketAddr, proxy_thread: &str, flood: Flood) -> Flooded {
     // Built before the clock starts, so the CPU time is mostly the proxy's.
     let mut rounds: Vec<Vec<u8>> = (0..10).map(|round| flood.round(round)).collect();
@@ -462,11 +463,17 @@ async fn each_abuse_closes_its_connection_and_is_counted_once() {
         forwarded <= RESETS_PER_WINDOW as usize + 1,
         "at most the rapid-reset budget of streams reached the backend: {forwarded}"
     );
-    assert_eq!(
-        proxy.limits.connections_open(),
-        0,
-        "every abusive connection is gone"
-    );
+    // Released as the proxy's connection task ends, which the client's view of the close does
+    // not order: waited for (polled, within seconds) rather than read once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proxy.limits.connections_open() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "every abusive connection is gone: {} still open",
+            proxy.limits.connections_open()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -533,6 +540,12 @@ async fn floods_leave_streams_on_other_connections_at_their_cadence() {
             at.len(),
             max_gap.as_secs_f64() * 1000.0
         );
+        // An upper bound because it is the property (a flood must not stall the proxy's one
+        // thread), so a generous one: each flood costs that thread milliseconds of CPU before
+        // its connection is closed (each_abuse_closes_its_connection_and_is_counted_once prints
+        // it: ~10 ms at most in a debug build), and on a loaded 2-core machine a thread waits a
+        // few scheduler slices (tens of ms) for a core. 1 s is 50 of the backend's 20 ms gaps, well
+        // short of a flood that held the thread until its client gave up (10 s).
         assert!(
             max_gap < Duration::from_secs(1),
             "{protocol:?}: kept its cadence: max gap {max_gap:?}"
@@ -630,21 +643,28 @@ async fn well_behaved_h2_clients_never_trip_a_budget() {
         sent[usize::from(HEADERS)],
         sent[usize::from(CONTINUATION)],
     );
-    // A margin of 2x under each base budget, before what the downloads earn. The counts follow
-    // the machine's speed: a fast one sends ~130 WINDOW_UPDATEs here, a slow CI runner sent 253
-    // (hyper's adaptive window grows less when reads come in smaller pieces).
-    for (kind, budget) in [
-        (SETTINGS, SETTINGS_PER_WINDOW),
-        (PING, PINGS_PER_WINDOW),
-        (WINDOW_UPDATE, WINDOW_UPDATES_PER_WINDOW),
-        (RST_STREAM, RESETS_PER_WINDOW),
-    ] {
-        assert!(
-            2 * sent[usize::from(kind)] <= budget as usize,
-            "frame type {kind}: {} sent, within half of {budget}",
-            sent[usize::from(kind)]
-        );
-    }
+    // What does not depend on scheduling is exact: one header block per request, each in one
+    // HEADERS frame, and no stream cancelled. The SETTINGS, PING and WINDOW_UPDATE counts follow
+    // the machine's speed and the test's length (keep-alive PINGs every 20 ms, hyper's adaptive
+    // window growing less when reads come in smaller pieces: a fast machine sends ~130
+    // WINDOW_UPDATEs here, a slow CI runner sent 253), so they are printed above, not bounded; what
+    // must hold whatever they are is that the proxy's guard, which counts them per window against
+    // its budgets, never trips (below).
+    assert_eq!(
+        sent[usize::from(HEADERS)],
+        8,
+        "one HEADERS frame per request"
+    );
+    assert_eq!(
+        sent[usize::from(CONTINUATION)],
+        0,
+        "small header blocks need no CONTINUATION"
+    );
+    assert_eq!(
+        sent[usize::from(RST_STREAM)],
+        0,
+        "a client that reads every response to its end cancels no stream"
+    );
     // curl with prior knowledge, as a user would run it.
     for _ in 0..3 {
         let output = tokio::task::spawn_blocking(move || {
@@ -677,6 +697,8 @@ async fn well_behaved_h2_clients_never_trip_a_budget() {
             "curl: a complete stream"
         );
     }
+    // The property: whatever hyper's and curl's clients sent, no budget tripped (a trip closes the
+    // connection, so the requests above would have failed too).
     for (kind, count) in abuse_counts(&proxy).await {
         assert_eq!(count, 0.0, "{kind}: never tripped by a well-behaved client");
     }

@@ -1,9 +1,11 @@
 //! Self-tests of the OTLP receiver in tests/support/otlp.rs (no proxy involved): what a client
 //! exports over gRPC or HTTP/protobuf arrives intact, wrong requests are answered as a collector
 //! would, stop() really cuts exporters off and restart() serves the same port again, and refusing
-//! counts attempts without storing spans.
+//! counts attempts without storing spans, and holding leaves an export unanswered until released.
 #[path = "support/otlp.rs"]
 mod otlp;
+// The receiver takes its port from support::ports.
+mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -27,7 +29,8 @@ use otlp::{AttrValue, Protocol, ReceivedSpan, Receiver};
 use prost::Message;
 use tonic::transport::Channel;
 
-/// Every wait in these tests is bounded by this.
+/// Every wait in these tests is bounded by this. Only a hang guard: each wait is for a loopback
+/// connect or one export's round trip, milliseconds even on a loaded 2-core machine.
 const WAIT: Duration = Duration::from_secs(5);
 
 const TRACE_ID: [u8; 16] = [
@@ -214,7 +217,8 @@ async fn grpc_export(
 }
 
 /// [`grpc_export`], tried again while it fails as an OTLP exporter would retry (Cancelled or
-/// Unavailable: the connection went away under it), at most five times.
+/// Unavailable: the connection went away under it), at most five times. The pause between tries
+/// is the exporter's backoff, not a wait for anything: the channel reconnects on the next call.
 async fn grpc_export_retrying(
     client: &mut TraceServiceClient<Channel>,
 ) -> Result<ExportTraceServiceResponse, tonic::Status> {
@@ -449,6 +453,11 @@ async fn http_stop_refuses_and_restart_serves_the_same_port() {
         .expect("export after restart");
     assert_eq!(status, StatusCode::OK, "export after restart");
     let spans = receiver.wait_for_spans(4, WAIT).await;
+    assert_eq!(
+        spans.len(),
+        4,
+        "the two exports' spans, no more: {spans:#?}"
+    );
     check_spans(&spans, 0);
     check_spans(&spans, 2);
     assert_eq!(receiver.requests(), 2, "two exports");
@@ -491,8 +500,14 @@ async fn refusing_counts_attempts_without_storing() {
     grpc_export(&mut grpc_client)
         .await
         .expect("gRPC accepted after refusing");
-    check_spans(&http.wait_for_spans(2, WAIT).await, 0);
-    check_spans(&grpc.wait_for_spans(2, WAIT).await, 0);
+    let (http_spans, grpc_spans) = (
+        http.wait_for_spans(2, WAIT).await,
+        grpc.wait_for_spans(2, WAIT).await,
+    );
+    assert_eq!(http_spans.len(), 2, "only the accepted HTTP export's spans");
+    assert_eq!(grpc_spans.len(), 2, "only the accepted gRPC export's spans");
+    check_spans(&http_spans, 0);
+    check_spans(&grpc_spans, 0);
     assert_eq!(http.requests(), 2, "HTTP attempts");
     assert_eq!(grpc.requests(), 2, "gRPC attempts");
 }
@@ -502,4 +517,80 @@ async fn refusing_counts_attempts_without_storing() {
 async fn waiting_for_missing_spans_panics_with_what_arrived() {
     let receiver = Receiver::start(Protocol::Grpc).await;
     receiver.wait_for_spans(1, Duration::from_millis(50)).await;
+}
+
+#[tokio::test]
+async fn holding_counts_an_export_on_arrival_and_answers_it_once_released() {
+    let http = Receiver::start(Protocol::HttpProtobuf).await;
+    let grpc = Receiver::start(Protocol::Grpc).await;
+    http.hold(true);
+    grpc.hold(true);
+    let http_export = {
+        let url = http.traces_url();
+        tokio::spawn(async move {
+            post(
+                &http_client(),
+                &url,
+                "application/x-protobuf",
+                request().encode_to_vec(),
+            )
+            .await
+        })
+    };
+    let mut client = grpc_client(&grpc).await;
+    let grpc_export = tokio::spawn(async move { grpc_export(&mut client).await });
+
+    // Each export is in (counted) and held: not answered, nothing stored, for as long as the
+    // hold lasts (there is no timer that could release it).
+    assert_eq!(
+        http.wait_for_requests(1, WAIT).await,
+        1,
+        "HTTP export counted"
+    );
+    assert_eq!(
+        grpc.wait_for_requests(1, WAIT).await,
+        1,
+        "gRPC export counted"
+    );
+    assert!(
+        !http_export.is_finished(),
+        "a held HTTP export is unanswered"
+    );
+    assert!(
+        !grpc_export.is_finished(),
+        "a held gRPC export is unanswered"
+    );
+    assert!(http.spans().is_empty(), "held HTTP spans not stored yet");
+    assert!(grpc.spans().is_empty(), "held gRPC spans not stored yet");
+    assert_eq!(http.headers().len(), 1, "the held request's headers kept");
+
+    http.hold(false);
+    grpc.hold(false);
+    let (status, _, _) = http_export
+        .await
+        .expect("HTTP export task")
+        .expect("HTTP export answered once released");
+    assert_eq!(status, StatusCode::OK, "released HTTP export accepted");
+    grpc_export
+        .await
+        .expect("gRPC export task")
+        .expect("released gRPC export accepted");
+    let (http_spans, grpc_spans) = (
+        http.wait_for_spans(2, WAIT).await,
+        grpc.wait_for_spans(2, WAIT).await,
+    );
+    assert_eq!(
+        http_spans.len(),
+        2,
+        "the released HTTP export's spans, once"
+    );
+    assert_eq!(
+        grpc_spans.len(),
+        2,
+        "the released gRPC export's spans, once"
+    );
+    check_spans(&http_spans, 0);
+    check_spans(&grpc_spans, 0);
+    assert_eq!(http.requests(), 1, "one HTTP export, counted once");
+    assert_eq!(grpc.requests(), 1, "one gRPC export, counted once");
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::client;
+use support::ports::Refusing;
 use support::prom;
 use support::raw::{self, chunk, chunked_head, RawRequest, RawUpstream, LAST_CHUNK};
 use tokenmeter::config::{Config, PoolConfig, RuleConfig};
@@ -213,9 +214,14 @@ async fn healthy(mut stream: TcpStream, resume: Arc<Notify>, sent: Arc<std::sync
 
 fn config(fault: Fault, main: &str, dead: &str) -> Config {
     let mut config = support::config_for(main);
-    // Short timeouts only where the fault needs them, so a busy machine cannot trip the others.
+    // A short timeout only where the fault needs it, and only the one it needs, so a busy machine
+    // cannot trip the others. They apply to the healthy stream too: its head comes at once, well
+    // inside a 500 ms response timeout, and while it waits it sends a comment every 50 ms, a tenth
+    // of the 500 ms idle timeout, so only a 450 ms stall of its task (not seen on a loaded
+    // 2-core machine, where a task waits tens of ms for a core at most) could cut it.
     let (response, idle) = match fault {
-        Fault::HangBeforeHead | Fault::HangMidStream => (500, 500),
+        Fault::HangBeforeHead => (500, 10_000),
+        Fault::HangMidStream => (10_000, 500),
         _ => (10_000, 10_000),
     };
     config.upstream.response_timeout = Duration::from_millis(response);
@@ -290,11 +296,10 @@ async fn check(fault: Fault) {
         }
     })
     .await;
-    let dead = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        format!("http://{}", listener.local_addr().expect("addr"))
-    };
-    let proxy = support::start_proxy(config(fault, &upstream.url, &dead)).await;
+    // Refuses every connection while it lives (to the end of this check, so its descriptor is in
+    // both fd counts); a released port could be taken by another test meanwhile.
+    let dead = Refusing::new();
+    let proxy = support::start_proxy(config(fault, &upstream.url, &dead.url())).await;
     let addr = proxy.traffic_addr;
     let model = if fault == Fault::Refused { "dead" } else { "m" };
 

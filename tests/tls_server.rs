@@ -5,14 +5,17 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokenmeter::config::{Config, ServerTlsConfig};
 
 use support::backend::{Backend, Script, Seen};
+use support::raw::{self, chunk, chunked_head, RawRequest, RawUpstream, LAST_CHUNK};
 use support::tls::{client_config, Ca, TempDir};
 use support::{client, config_for, fixture, prom, start_proxy, wait_for_metric};
+use tokio::sync::watch;
 
 const CHAT: &str = "/v1/chat/completions";
 const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"max_tokens":7,"stream_options":{"include_usage":true}}"#;
@@ -242,22 +245,52 @@ async fn client_certificates_are_required_and_wrong_ones_refused_and_counted() {
     );
 }
 
+/// A vLLM-like upstream replaying the fixture's events; the first request's stream stops after
+/// its first event until `resume` turns true, so it is open for certain across whatever the test
+/// does meanwhile. Later requests stream at once.
+async fn paused_first_stream(resume: watch::Receiver<bool>) -> RawUpstream {
+    let requests = Arc::new(AtomicUsize::new(0));
+    RawUpstream::start(move |_request: RawRequest, mut stream| {
+        let mut resume = resume.clone();
+        let first = requests.fetch_add(1, Ordering::SeqCst) == 0;
+        async move {
+            let events = support::events_of(&fixture("vllm-chat-usage.sse"));
+            raw::write(&mut stream, &chunked_head(200, "text/event-stream")).await;
+            for (i, event) in events.iter().enumerate() {
+                if first && i == 1 {
+                    let _ = resume.wait_for(|resumed| *resumed).await;
+                }
+                raw::write(&mut stream, &chunk(event)).await;
+            }
+            raw::write(&mut stream, LAST_CHUNK).await;
+        }
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_rotated_certificate_serves_new_connections_and_open_streams_finish() {
     let dir = TempDir::new("tls-rotate");
     let old_ca = Ca::new("old CA");
     let new_ca = Ca::new("new CA");
-    // 12 events 150 ms apart: the stream is open for ~1.8 s, across the rotation.
-    let backend = Backend::start(vllm(Duration::from_millis(150))).await;
-    let (mut config, old_ca_file) = tls_config(&backend, &old_ca, &dir);
-    if let Some(tls) = config.server.tls.as_mut() {
-        tls.reload_interval = Duration::from_millis(100);
-    }
+    let (resume, paused) = watch::channel(false);
+    let upstream = paused_first_stream(paused).await;
+    let (cert, key) = old_ca.server().write(&dir, "server");
+    let old_ca_file = dir.write("ca.crt", &old_ca.pem);
+    let mut config = config_for(&upstream.url);
+    config.server.tls = Some(ServerTlsConfig {
+        reload_interval: Duration::from_millis(100),
+        ..tls_table(&cert, &key)
+    });
+    config.validate().expect("valid config");
     let new_ca_file = dir.write("new-ca.crt", &new_ca.pem);
     let proxy = start_proxy(config).await;
     let trust_old = Arc::new(client_config(&old_ca_file, None));
     let trust_new = Arc::new(client_config(&new_ca_file, None));
 
+    // Opened before the rotation, and held open by the upstream until after it. (Its only bound
+    // is the proxy's 10 s idle timeout, which the steps below, a file poll every 100 ms and two
+    // loopback handshakes, stay far inside even on a loaded 2-core machine.)
     let mut open = client::open_tls(proxy.traffic_addr, Arc::clone(&trust_old), CHAT, BODY).await;
     let first = open.next_frame().await.expect("a first frame").expect("ok");
 
@@ -293,6 +326,7 @@ async fn a_rotated_certificate_serves_new_connections_and_open_streams_finish() 
         "a client trusting only the old CA no longer verifies the proxy"
     );
 
+    resume.send_replace(true);
     let rest = open.collect_after(first).await;
     assert!(
         rest.error.is_none(),
@@ -302,6 +336,11 @@ async fn a_rotated_certificate_serves_new_connections_and_open_streams_finish() 
         rest.bytes(),
         fixture("vllm-chat-usage.sse"),
         "the stream opened before the rotation finished byte for byte"
+    );
+    assert_eq!(
+        upstream.request_count(),
+        2,
+        "both streams reached the upstream"
     );
     let text = proxy.metrics.render();
     assert_eq!(

@@ -93,8 +93,10 @@ async fn streams_through_an_nginx_tls_upstream_byte_for_byte_on_one_reused_conne
         21.0,
         "7 tokens per stream, exact from usage"
     );
-    let log = nginx.access_log_of(3);
+    let log = nginx.access_log_of(3).await;
     assert_eq!(log.len(), 3, "three requests reached nginx: {log:?}");
+    // No race with the next request: the connection is back in the proxy's pool once the proxy
+    // read the body's end, before the client can see that end and send again.
     assert!(
         log.iter().all(|line| line[0] == log[0][0]),
         "one TLS connection carried all three (pooled and reused): {log:?}"
@@ -116,7 +118,7 @@ async fn streams_through_an_nginx_tls_upstream_byte_for_byte_on_one_reused_conne
     .await;
     let streamed = client::post(by_ip.traffic_addr, CHAT, BODY).await;
     assert_eq!(streamed.bytes(), fixture("vllm-chat-usage.sse"));
-    let log = nginx.access_log_of(4);
+    let log = nginx.access_log_of(4).await;
     assert_eq!(
         log.last().map(|line| line[1].as_str()),
         Some("backend.test"),
@@ -168,7 +170,7 @@ async fn a_client_certificate_is_presented_to_an_upstream_that_requires_one() {
         "nginx answers a client without a certificate 400: {}",
         refused.text()
     );
-    let log = nginx.access_log_of(2);
+    let log = nginx.access_log_of(2).await;
     assert_eq!(log.len(), 2, "{log:?}");
     assert!(
         log[0][3].contains("CN=tokenmeter"),

@@ -69,14 +69,16 @@ impl Nginx {
 
     /// The access log once it has `lines` lines (10 s at most): nginx writes a request's line
     /// after it sent the response, so the client can see the response first.
-    pub fn access_log_of(&self, lines: usize) -> Vec<Vec<String>> {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    pub async fn access_log_of(&self, lines: usize) -> Vec<Vec<String>> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             let log = self.access_log();
-            if log.len() >= lines || std::time::Instant::now() >= deadline {
+            if log.len() >= lines || tokio::time::Instant::now() >= deadline {
                 return log;
             }
-            std::thread::sleep(Duration::from_millis(10));
+            // Polled: nginx tells nothing when it has written a line. An async wait, so the
+            // test's runtime (the proxy in it) keeps running meanwhile.
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 

@@ -5,7 +5,12 @@
 //! Include it with `#[path = "support/otlp.rs"] mod otlp;`. It serves either OTLP/gRPC (tonic) or
 //! OTLP/HTTP with protobuf bodies (hyper, `POST /v1/traces`) on 127.0.0.1, records every span and
 //! the headers of every export request, and can be stopped (the listener and every open connection
-//! closed, so an exporter sees failures), restarted on the same port, or told to refuse exports.
+//! closed, so an exporter sees failures), restarted on the same port, told to refuse exports, or
+//! told to hold them (counted on arrival, answered only when released: a collector that hangs).
+//!
+//! The port comes from `support::ports::free_port()` (so the including test binary also declares
+//! `mod support;`): below the ephemeral range and handed out once per process, it is still this
+//! receiver's when a restart binds it again, whatever other tests bound meanwhile.
 #![allow(dead_code)] // each test binary uses a different part of it
 
 use std::collections::BTreeMap;
@@ -261,6 +266,11 @@ struct Shared {
     refuse: Mutex<Option<u16>>,
     /// The number of spans stored, so waiters wake on arrival instead of polling.
     span_count: watch::Sender<usize>,
+    /// The number of export requests counted, for the same reason.
+    request_count: watch::Sender<usize>,
+    /// While true, exports are counted on arrival and answered only once it turns false; see
+    /// [`Receiver::hold`].
+    held: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -269,16 +279,26 @@ impl Shared {
         self.recorded.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts one export request and keeps its headers; stores its spans unless refusing, in
-    /// which case the refusal status is returned.
-    fn record(&self, headers: HeaderMap, request: &ExportTraceServiceRequest) -> Result<(), u16> {
-        let refuse = *self.refuse.lock().unwrap_or_else(|e| e.into_inner());
-        let mut recorded = self.recorded();
-        recorded.requests += 1;
-        recorded.headers.push(headers);
-        if let Some(status) = refuse {
+    /// Counts one export request and keeps its headers; then, once no hold is on, stores its
+    /// spans unless refusing, in which case the refusal status is returned.
+    async fn record(
+        &self,
+        headers: HeaderMap,
+        request: &ExportTraceServiceRequest,
+    ) -> Result<(), u16> {
+        {
+            let mut recorded = self.recorded();
+            recorded.requests += 1;
+            recorded.headers.push(headers);
+            self.request_count.send_replace(recorded.requests);
+        }
+        // Counted before the hold, so a test can wait for the export it holds to be in flight.
+        // The sender lives as long as `self`, so this only returns once released.
+        let _ = self.held.subscribe().wait_for(|held| !held).await;
+        if let Some(status) = *self.refuse.lock().unwrap_or_else(|e| e.into_inner()) {
             return Err(status);
         }
+        let mut recorded = self.recorded();
         recorded.spans.extend(flatten(request));
         self.span_count.send_replace(recorded.spans.len());
         Ok(())
@@ -300,15 +320,18 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    /// Binds 127.0.0.1 on a free port (the listener is kept, so no other test can take it while
-    /// the receiver runs) and serves `protocol` on it.
+    /// Serves `protocol` on 127.0.0.1 at a port of `ports::free_port()`: the port stays this
+    /// receiver's across [`Receiver::stop`] and [`Receiver::restart`], since no other caller in
+    /// the process gets it and no `bind(0)` can (it is below the ephemeral range).
     pub async fn start(protocol: Protocol) -> Receiver {
-        let listener = bind(0).await;
-        let port = listener.local_addr().expect("receiver local addr").port();
+        let port = crate::support::ports::free_port();
+        let listener = bind(port);
         let shared = Arc::new(Shared {
             recorded: Mutex::new(Recorded::default()),
             refuse: Mutex::new(None),
             span_count: watch::Sender::new(0),
+            request_count: watch::Sender::new(0),
+            held: watch::Sender::new(false),
         });
         let running = Some(serve(protocol, listener, shared.clone()));
         Receiver {
@@ -356,11 +379,11 @@ impl Receiver {
         }
     }
 
-    /// Serves again on the same port (after [`Receiver::stop`]); binding is retried briefly in
-    /// case the port is still held by closing sockets.
+    /// Serves again on the same port (after [`Receiver::stop`], which returns once the old
+    /// listener is closed).
     pub async fn restart(&mut self) {
         self.stop().await;
-        let listener = bind(self.port).await;
+        let listener = bind(self.port);
         self.running = Some(serve(self.protocol, listener, self.shared.clone()));
     }
 
@@ -375,6 +398,14 @@ impl Receiver {
     /// failing. `None` accepts again.
     pub fn refuse(&self, status: Option<u16>) {
         *self.shared.refuse.lock().unwrap_or_else(|e| e.into_inner()) = status;
+    }
+
+    /// While `true`, every export is counted (and its headers kept) on arrival and then left
+    /// unanswered until `hold(false)`: an exporter blocked on a collector that hangs, for as long
+    /// as the test needs and no longer (no timing involved). Released exports are then stored or
+    /// refused as usual. Dropping the receiver releases them too.
+    pub fn hold(&self, hold: bool) {
+        self.shared.held.send_replace(hold);
     }
 
     /// Every span received so far, in arrival order.
@@ -414,8 +445,23 @@ impl Receiver {
         self.spans()
     }
 
-    /// The number of export requests received (refused ones included; malformed ones, wrong
-    /// paths and content types not).
+    /// Waits until at least `n` export requests have been counted (held ones included); panics
+    /// after `timeout`. Returns the count.
+    pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> usize {
+        let mut count = self.shared.request_count.subscribe();
+        let waited = tokio::time::timeout(timeout, count.wait_for(|&c| c >= n)).await;
+        assert!(
+            waited.is_ok(),
+            "OTLP receiver ({:?}, port {}): waited {timeout:?} for {n} export requests, got {}",
+            self.protocol,
+            self.port,
+            self.requests()
+        );
+        self.requests()
+    }
+
+    /// The number of export requests received (refused and held ones included; malformed ones,
+    /// wrong paths and content types not).
     pub fn requests(&self) -> usize {
         self.shared.recorded().requests
     }
@@ -428,8 +474,10 @@ impl Receiver {
 }
 
 impl Drop for Receiver {
-    /// A test that ends without stop() must not leave the server and its connections running.
+    /// A test that ends without stop() must not leave the server and its connections running,
+    /// nor an export handler waiting on a hold nobody will release.
     fn drop(&mut self) {
+        self.shared.held.send_replace(false);
         if let Some(running) = self.running.take() {
             running.kill.cancel();
             running.task.abort();
@@ -437,30 +485,25 @@ impl Drop for Receiver {
     }
 }
 
-/// A listener on 127.0.0.1:`port` (0: any free port) with SO_REUSEADDR, so a restart can re-bind
-/// while connections the receiver closed linger in TIME_WAIT; retried for a few seconds while the
-/// port is still in use.
-async fn bind(port: u16) -> TcpListener {
+/// A listener on 127.0.0.1:`port` with SO_REUSEADDR, so a restart binds again while connections
+/// the stopped receiver had accepted linger (closing, or in TIME_WAIT). No retry: the port is this
+/// receiver's (see [`Receiver::start`]) and stop() closed its listener, so a failure here is a bug
+/// (or a process outside the tests on the port) and is reported as one.
+fn bind(port: u16) -> TcpListener {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let attempt = TcpSocket::new_v4().and_then(|socket| {
+    TcpSocket::new_v4()
+        .and_then(|socket| {
             socket.set_reuseaddr(true)?;
             socket.bind(addr)?;
             socket.listen(1024)
-        });
-        match attempt {
-            Ok(listener) => return listener,
-            Err(e)
-                if e.kind() == io::ErrorKind::AddrInUse
-                    && port != 0
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Err(e) => panic!("OTLP receiver: bind {addr}: {e}"),
-        }
-    }
+        })
+        .unwrap_or_else(|e| {
+            panic!(
+                "OTLP receiver: bind {addr}: {e} (a port from ports::free_port(), held by no \
+                 other listener of this process: is the receiver's old listener still open, or \
+                 another process on it?)"
+            )
+        })
 }
 
 /// Starts serving `protocol` on `listener` in a new task.
@@ -587,7 +630,7 @@ impl TraceService for Grpc {
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let headers = request.metadata().clone().into_headers();
-        match self.0.record(headers, request.get_ref()) {
+        match self.0.record(headers, request.get_ref()).await {
             Ok(()) => Ok(tonic::Response::new(ExportTraceServiceResponse {
                 partial_success: None,
             })),
@@ -684,7 +727,7 @@ async fn handle_http(
         Ok(decoded) => decoded,
         Err(e) => return Ok(text(StatusCode::BAD_REQUEST, &format!("decode: {e}"))),
     };
-    match shared.record(parts.headers, &decoded) {
+    match shared.record(parts.headers, &decoded).await {
         Ok(()) => {
             let encoded = ExportTraceServiceResponse {
                 partial_success: None,
