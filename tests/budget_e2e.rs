@@ -8,9 +8,10 @@ mod support;
 
 use std::time::Duration;
 
-use support::backend::{replay, Backend};
+use support::backend::{replay, Backend, Report};
 use support::client::{open_with, Protocol, Streamed};
-use support::{config_for, prom, start_proxy, wait_for_metric};
+use support::gated::Gated;
+use support::{config_for, fixture, prom, start_proxy, wait_for_metric};
 use tokenmeter::config::{Config, Counts, Limits, TenantSource};
 
 const CHAT: &str = "/v1/chat/completions";
@@ -113,15 +114,27 @@ async fn a_tenant_over_its_daily_tokens_gets_a_429_and_the_backend_never_sees_it
         retry > 0 && retry <= 86_400 && retry == retry_ms.div_ceil(1000),
         "until UTC midnight: {retry} s, {retry_ms} ms"
     );
-    // Three requests reached the backend, and no more (a fourth would be reported).
-    assert!(
-        tokio::time::timeout(Duration::from_millis(200), backend.next_request())
-            .await
-            .is_err(),
-        "the refused request never reached the backend"
+    // Another tenant has no budget of its own and there is no default: not limited. Its request
+    // (11 tokens asked, where team-a asked 10) is the next the backend sees: the refused one,
+    // answered before this one was sent, never reached it.
+    let eleven = body(Some(11));
+    assert_eq!(
+        send(proxy.traffic_addr, "team-b", &eleven).await.status,
+        200
     );
-    // Another tenant has no budget of its own and there is no default: not limited.
-    assert_eq!(send(proxy.traffic_addr, "team-b", &ten).await.status, 200);
+    let next = backend.next_request().await;
+    assert!(
+        String::from_utf8_lossy(&next.body).contains(r#""max_tokens":11"#),
+        "after the three admitted, the backend's next request is team-b's: {}",
+        String::from_utf8_lossy(&next.body)
+    );
+    // Every request the backend read is reported before it answers it: none is pending.
+    while let Ok(report) = backend.reports.try_recv() {
+        assert!(
+            !matches!(report, Report::Request(_)),
+            "the refused request never reached the backend: {report:?}"
+        );
+    }
     let text = proxy.metrics.render();
     assert_eq!(
         prom::value(
@@ -161,8 +174,8 @@ async fn a_tenant_over_its_daily_tokens_gets_a_429_and_the_backend_never_sees_it
 
 #[tokio::test]
 async fn a_stream_holds_its_slot_until_it_ends_and_is_never_cut() {
-    // Each event 150 ms apart: a stream of about 1.5 s.
-    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::from_millis(150))).await;
+    // The first stream stays open until the second request has been refused.
+    let backend = Gated::start(false, 1).await;
     let limits = Limits {
         concurrent_streams: Some(1),
         ..Limits::default()
@@ -188,9 +201,10 @@ async fn a_stream_holds_its_slot_until_it_ends_and_is_never_cut() {
     assert_eq!(second.status, 429, "the one slot is taken");
     assert_eq!(error_of(&second)["type"], "rate_limit_exceeded");
     assert_eq!(header(&second, "retry-after").as_deref(), Some("1"));
+    backend.open();
     let first = first.collect_after(head).await;
     assert!(first.error.is_none(), "the admitted stream ran to its end");
-    let whole = support::fixture("vllm-chat-usage.sse");
+    let whole = fixture("vllm-chat-usage.sse");
     assert!(first.bytes() == whole, "every byte of it, unchanged");
     wait_for_metric(
         &proxy,
@@ -317,7 +331,8 @@ async fn without_a_tenant_source_every_request_shares_the_default_budget() {
 
 #[tokio::test]
 async fn a_client_that_leaves_mid_stream_frees_its_slot() {
-    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::from_millis(150))).await;
+    // The stream cannot end before the client leaves: the gate stays shut until then.
+    let backend = Gated::start(false, 1).await;
     let limits = Limits {
         concurrent_streams: Some(1),
         ..Limits::default()
@@ -347,6 +362,7 @@ async fn a_client_that_leaves_mid_stream_frees_its_slot() {
         1.0,
     )
     .await;
+    backend.open();
     assert_eq!(
         send(proxy.traffic_addr, "team-a", &request).await.status,
         200,

@@ -45,8 +45,10 @@ fn output_per_day(limit: u64) -> Limits {
     }
 }
 
-/// Sends one request as team-a; no request may take longer than this (none waits on Redis past
-/// its timeout).
+/// Sends one request as team-a; no request may take longer than 5 s (none waits on Redis past
+/// its timeout). The property is the bound, kept generous: a request waits for Redis at most its
+/// store timeout (0.5 s in the outage tests, 2 s with Redis up), and the rest is a zero-delay
+/// replay on loopback, milliseconds; the seconds left over are for a loaded 2-core machine.
 async fn send(addr: std::net::SocketAddr) -> Streamed {
     let request = async {
         open_with(
@@ -129,9 +131,11 @@ async fn two_replicas_in_front_of_one_redis_enforce_one_budget() {
         let replicas = Arc::clone(&replicas);
         clients.push(tokio::spawn(async move {
             let (mut admitted, mut tokens, mut refused, mut in_a_row) = ([0u64; 2], 0, 0, 0);
+            let mut sent = [0u64; 2];
             for n in 0..100usize {
                 let replica = (client + n) % 2;
                 let streamed = send(replicas[replica].traffic_addr).await;
+                sent[replica] += 1;
                 match streamed.status.as_u16() {
                     200 => {
                         admitted[replica] += 1;
@@ -148,14 +152,17 @@ async fn two_replicas_in_front_of_one_redis_enforce_one_budget() {
                     other => panic!("unexpected status {other}: {}", streamed.text()),
                 }
             }
-            (admitted, tokens, refused)
+            (admitted, tokens, refused, sent)
         }));
     }
     let (mut admitted, mut tokens, mut refused) = ([0u64; 2], 0u64, 0u64);
+    let mut sent = [0u64; 2];
     for client in clients {
-        let (a, t, r) = client.await.expect("a client");
-        admitted[0] += a[0];
-        admitted[1] += a[1];
+        let (a, t, r, s) = client.await.expect("a client");
+        for replica in 0..2 {
+            admitted[replica] += a[replica];
+            sent[replica] += s[replica];
+        }
         tokens += t;
         refused += r;
     }
@@ -193,15 +200,16 @@ async fn two_replicas_in_front_of_one_redis_enforce_one_budget() {
         rejections, refused as f64,
         "every 429 the clients saw is counted"
     );
-    for replica in replicas.iter() {
+    for (replica, sent) in replicas.iter().zip(sent) {
         let text = replica.metrics.render();
-        assert!(
+        assert_eq!(
             prom::sum(
                 &text,
                 "tokenmeter_budget_store_seconds_count",
                 &[("op", "admit")]
-            ) > 0.0,
-            "the Redis round trip is a histogram"
+            ),
+            sent as f64,
+            "the Redis round trip is a histogram: one admission round trip per request"
         );
     }
 }
@@ -270,10 +278,9 @@ async fn with_allow_a_dead_redis_lets_requests_through_and_their_usage_lands_whe
         6.0,
         "each unchecked admission is a store error"
     );
-    assert!(
-        prom::value(&text, "tokenmeter_budget_settlements_pending", &[]) >= 1.0,
-        "the outage's settlements wait for Redis"
-    );
+    // The outage's six settlements wait for Redis, each queued when its request ended (which may
+    // be a moment after its client read the last byte).
+    wait_for_metric(&proxy, "tokenmeter_budget_settlements_pending", &[], 6.0).await;
 
     redis.restart();
     settled(&proxy).await;
@@ -347,8 +354,10 @@ async fn with_deny_a_dead_redis_answers_503_until_it_returns() {
     );
 
     redis.restart();
-    // The connection comes back on its own; until it has, requests are still refused.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    // The connection comes back on its own; until it has, requests are still refused. It retries
+    // with a backoff of at most 2 s; the 20 s only turn a connection that never comes back into a
+    // failure, with room for a loaded machine.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let streamed = send(addr).await;
         if streamed.status == 200 {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokenmeter::config::{BalanceLoad, Config, PoolConfig};
 
 use support::backend::{Backend, Script, Seen};
+use support::gated::Gated;
 use support::{client, config_for, fixture, prom, start_proxy};
 
 const CHAT: &str = "/v1/chat/completions";
@@ -19,8 +20,8 @@ fn vllm(gap: Duration) -> impl Fn(&Seen) -> Script {
     support::backend::replay("vllm-chat-usage.sse", gap)
 }
 
-fn authority(backend: &Backend) -> String {
-    backend.url.trim_start_matches("http://").to_owned()
+fn authority(url: &str) -> String {
+    url.trim_start_matches("http://").to_owned()
 }
 
 /// One round-robin pool of `urls` (deterministic spreading for the assertions).
@@ -36,24 +37,27 @@ fn pool_of(urls: &[&str]) -> Config {
     config
 }
 
-fn requests_to(text: &str, backend: &Backend) -> f64 {
+fn requests_to(text: &str, url: &str) -> f64 {
     prom::sum(
         text,
         "tokenmeter_requests_total",
-        &[("backend", authority(backend).as_str())],
+        &[("backend", authority(url).as_str())],
     )
 }
 
 #[tokio::test]
 async fn a_stream_in_flight_finishes_on_its_backend_while_new_requests_follow_the_reload() {
-    // Old: 12 events 100 ms apart (open for ~1.2 s); new: fast.
-    let mut old = Backend::start(vllm(Duration::from_millis(100))).await;
+    // Old: its stream stays open until the reload and the next request are done; new: fast.
+    let mut old = Gated::start(false, 1).await;
     let mut new = Backend::start(vllm(Duration::from_millis(1))).await;
     let proxy = start_proxy(pool_of(&[&old.url])).await;
 
     let mut open = client::open(proxy.traffic_addr, CHAT, BODY).await;
     let first = open.next_frame().await.expect("a first frame").expect("ok");
-    old.next_request().await;
+    old.requests
+        .recv()
+        .await
+        .expect("the stream reached the old backend");
 
     let applied = proxy
         .reload(pool_of(&[&new.url]))
@@ -64,6 +68,7 @@ async fn a_stream_in_flight_finishes_on_its_backend_while_new_requests_follow_th
     assert_eq!(moved.bytes(), fixture("vllm-chat-usage.sse"));
     new.next_request().await;
 
+    old.open();
     let rest = open.collect_after(first).await;
     assert!(rest.error.is_none(), "the stream in flight was not cut");
     assert_eq!(
@@ -73,12 +78,12 @@ async fn a_stream_in_flight_finishes_on_its_backend_while_new_requests_follow_th
     );
     let text = proxy.metrics.render();
     assert_eq!(
-        requests_to(&text, &old),
+        requests_to(&text, &old.url),
         1.0,
         "counted once, on its backend"
     );
     assert_eq!(
-        requests_to(&text, &new),
+        requests_to(&text, &new.url),
         1.0,
         "the new request went to the new backend"
     );
@@ -103,13 +108,10 @@ async fn a_stream_in_flight_finishes_on_its_backend_while_new_requests_follow_th
         ),
         1.0
     );
+    // A backend reports a request when it has read it, before it answers: every request of this
+    // test has been answered, so any the old backend got after the reload would be here.
     assert!(
-        tokio::time::timeout(Duration::from_millis(200), old.reports.recv())
-            .await
-            .map_or(true, |report| !matches!(
-                report,
-                Some(support::backend::Report::Request(_))
-            )),
+        old.requests.try_recv().is_err(),
         "the removed backend got no request after the reload"
     );
 }
@@ -118,7 +120,8 @@ async fn a_stream_in_flight_finishes_on_its_backend_while_new_requests_follow_th
 async fn a_backend_added_by_reload_takes_its_share_and_a_removed_one_drains() {
     let a = Backend::start(vllm(Duration::from_millis(1))).await;
     let b = Backend::start(vllm(Duration::from_millis(1))).await;
-    let slow = Backend::start(vllm(Duration::from_millis(100))).await;
+    // Its streams stay open until the reload and the requests after it are done.
+    let slow = Gated::start(false, 1).await;
     let proxy = start_proxy(pool_of(&[&a.url, &slow.url])).await;
 
     // One stream in flight on `slow`, which the reload removes.
@@ -126,7 +129,7 @@ async fn a_backend_added_by_reload_takes_its_share_and_a_removed_one_drains() {
     for _ in 0..2 {
         let mut open = client::open(proxy.traffic_addr, CHAT, BODY).await;
         let first = open.next_frame().await.expect("frame").expect("ok");
-        if open_went_to(&proxy, &slow).await {
+        if open_went_to(&proxy, &slow.url).await {
             on_slow = Some((open, first));
         } else {
             open.collect().await;
@@ -142,6 +145,7 @@ async fn a_backend_added_by_reload_takes_its_share_and_a_removed_one_drains() {
         let streamed = client::post(proxy.traffic_addr, CHAT, BODY).await;
         assert_eq!(streamed.bytes(), fixture("vllm-chat-usage.sse"));
     }
+    slow.open();
     let rest = open.collect_after(first).await;
     assert_eq!(
         rest.bytes(),
@@ -150,25 +154,25 @@ async fn a_backend_added_by_reload_takes_its_share_and_a_removed_one_drains() {
     );
     let text = proxy.metrics.render();
     assert_eq!(
-        requests_to(&text, &b),
+        requests_to(&text, &b.url),
         3.0,
         "the added backend took half of the 6 requests after the reload"
     );
-    assert_eq!(requests_to(&text, &a), 4.0, "1 before + 3 after");
+    assert_eq!(requests_to(&text, &a.url), 4.0, "1 before + 3 after");
     assert_eq!(
-        requests_to(&text, &slow),
+        requests_to(&text, &slow.url),
         1.0,
         "the removed backend got nothing new"
     );
 }
 
-/// Whether the one request in flight is on `backend` (its in-flight gauge says 1).
-async fn open_went_to(proxy: &tokenmeter::server::ServerHandle, backend: &Backend) -> bool {
+/// Whether the one request in flight is on the backend at `url` (its in-flight gauge says 1).
+async fn open_went_to(proxy: &tokenmeter::server::ServerHandle, url: &str) -> bool {
     let text = proxy.metrics.render();
     prom::sum(
         &text,
         "tokenmeter_backend_inflight",
-        &[("backend", authority(backend).as_str())],
+        &[("backend", authority(url).as_str())],
     ) == 1.0
 }
 
@@ -227,7 +231,7 @@ async fn an_invalid_config_changes_nothing_and_is_counted() {
 
 #[tokio::test]
 async fn restart_only_keys_are_reported_and_live_ones_apply() {
-    let backend = Backend::start(vllm(Duration::from_millis(20))).await;
+    let backend = Gated::start(true, 1).await;
     // No observed model gets its own label: only the configured list does.
     let mut first = pool_of(&[&backend.url]);
     first.metering.max_observed_models = 0;
@@ -268,7 +272,9 @@ async fn restart_only_keys_are_reported_and_live_ones_apply() {
         "the reloaded model list labels the request"
     );
 
-    // max_streams = 1 applies: with one stream open, a second is refused.
+    // max_streams = 1 applies: with one stream open (held open until the second is answered), a
+    // second is refused.
+    backend.close();
     let mut open = client::open(proxy.traffic_addr, CHAT, BODY).await;
     let _ = open.next_frame().await;
     let refused = client::post(proxy.traffic_addr, CHAT, BODY).await;
@@ -276,7 +282,9 @@ async fn restart_only_keys_are_reported_and_live_ones_apply() {
         refused.status, 503,
         "the lowered max_streams refuses the second stream"
     );
-    open.collect().await;
+    backend.open();
+    let held = open.collect().await;
+    assert!(held.error.is_none(), "the open stream ran to its end");
 }
 
 #[tokio::test]

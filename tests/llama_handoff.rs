@@ -4,18 +4,157 @@
 //! token; the directory holds no file afterwards; slots come back whatever happened to the request.
 mod support;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 use tokenmeter::config::{Config, HandoffConfig, HandoffProtocol};
 use tokenmeter::server::ServerHandle;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
 
 use support::llama::LlamaServer;
 use support::{client, prom, start_proxy, wait_for_metric};
 
 const CHAT: &str = "/v1/chat/completions";
+
+/// A TCP relay in front of a llama-server that holds the answers to its first `hold` chat
+/// completion requests after their head, until the test releases them; everything else passes.
+/// The test, not the engine's speed, then decides when a prefill is answered or a stream ends, so
+/// the order of events the test is about holds on a fast machine and a loaded one alike.
+struct Relay {
+    url: String,
+    release: watch::Sender<bool>,
+    /// One message per chat completion request passed on to the server.
+    completions: mpsc::UnboundedReceiver<()>,
+}
+
+/// What each of the relay's connections shares.
+struct Shared {
+    server: SocketAddr,
+    hold: usize,
+    seen: AtomicUsize,
+    completions: mpsc::UnboundedSender<()>,
+}
+
+/// A request line the proxy's HTTP/1.1 client writes for a chat completion, a prefill's included.
+const COMPLETION: &[u8] = b"POST /v1/chat/completions HTTP/1.1\r\n";
+
+impl Relay {
+    async fn start(server: SocketAddr, hold: usize) -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let (release, released) = watch::channel(false);
+        let (completions, seen) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            server,
+            hold,
+            seen: AtomicUsize::new(0),
+            completions,
+        });
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(relay(client, Arc::clone(&shared), released.clone()));
+            }
+        });
+        Relay {
+            url,
+            release,
+            completions: seen,
+        }
+    }
+
+    /// Waits (at most a minute: the bound only turns a lost request into a failure) until the
+    /// server has been sent one more chat completion request.
+    async fn next_completion(&mut self) {
+        tokio::time::timeout(Duration::from_secs(60), self.completions.recv())
+            .await
+            .expect("a completion request reached the server")
+            .expect("the relay runs");
+    }
+
+    /// Lets every held answer through.
+    fn release(&self) {
+        self.release.send_replace(true);
+    }
+}
+
+/// Relays one connection; when either side closes, both are.
+async fn relay(client: TcpStream, shared: Arc<Shared>, mut released: watch::Receiver<bool>) {
+    let Ok(server) = TcpStream::connect(shared.server).await else {
+        return;
+    };
+    let (mut from_client, mut to_client) = client.into_split();
+    let (mut from_server, mut to_server) = server.into_split();
+    // Whether the answer to the request in flight on this connection is held (the proxy's client
+    // sends a connection's next request only once it has the whole answer to the last).
+    let (held_tx, held_rx) = watch::channel(false);
+    let requests = async {
+        let mut buffer = [0u8; 16 * 1024];
+        // The end of the last read, so that a request line split between two reads is found.
+        let mut tail: Vec<u8> = Vec::new();
+        loop {
+            let n = from_client.read(&mut buffer).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            let bytes = &buffer[..n];
+            tail.extend_from_slice(bytes);
+            let completion = tail.windows(COMPLETION.len()).position(|w| w == COMPLETION);
+            if let Some(at) = completion {
+                let index = shared.seen.fetch_add(1, Ordering::SeqCst);
+                held_tx.send_replace(index < shared.hold);
+                tail.drain(..at + COMPLETION.len());
+            }
+            let keep = tail.len().saturating_sub(COMPLETION.len());
+            tail.drain(..keep);
+            if to_server.write_all(bytes).await.is_err() {
+                return;
+            }
+            if completion.is_some() {
+                let _ = shared.completions.send(());
+            }
+        }
+    };
+    let answers = async {
+        let mut buffer = [0u8; 16 * 1024];
+        // Bytes of a held answer's head seen so far, to find where its body starts.
+        let mut head: Vec<u8> = Vec::new();
+        loop {
+            let n = from_server.read(&mut buffer).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            let mut bytes = &buffer[..n];
+            if *held_rx.borrow() && !*released.borrow() {
+                let before = head.len();
+                head.extend_from_slice(bytes);
+                if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let split = (end + 4).saturating_sub(before).min(bytes.len());
+                    if to_client.write_all(&bytes[..split]).await.is_err() {
+                        return;
+                    }
+                    bytes = &bytes[split..];
+                    head.clear();
+                    if released.wait_for(|released| *released).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            if to_client.write_all(bytes).await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = requests => {}
+        () = answers => {}
+    }
+}
 
 /// A slot directory of its own (the servers take `--slot-save-path` with a trailing slash).
 fn slot_dir(name: &str) -> PathBuf {
@@ -89,7 +228,9 @@ fn results(proxy: &ServerHandle, result: &str) -> f64 {
     )
 }
 
-/// Waits until the slot directory is empty (a removal runs on its own task).
+/// Waits until the slot directory is empty (a removal runs on its own task). The proxy removes a
+/// file as soon as its restore is over or its request ends; the 5 s bound only turns a file left
+/// behind into a failure, with seconds for a loaded machine to run that task.
 async fn empties(dir: &Path) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while !files_in(dir).is_empty() {
@@ -198,7 +339,8 @@ async fn a_client_gone_during_the_prefill_gives_its_slots_and_file_back() {
     let Some(decode) = server(1, Some(&dir)).await else {
         return;
     };
-    let proxy = start_proxy(config(&prefill.url, &decode.url, &dir)).await;
+    let mut relay = Relay::start(prefill.addr, 1).await;
+    let proxy = start_proxy(config(&relay.url, &decode.url, &dir)).await;
     let body = chat(1600, 4);
     let mut raw = tokio::net::TcpStream::connect(proxy.traffic_addr)
         .await
@@ -209,19 +351,11 @@ async fn a_client_gone_during_the_prefill_gives_its_slots_and_file_back() {
     );
     raw.write_all(head.as_bytes()).await.expect("head");
     raw.write_all(body.as_bytes()).await.expect("body");
-    // The one-thread server needs seconds for this prefill: leave once it is computing it.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, text) = client::get(prefill.addr, "/metrics").await;
-        if prom::sum(&text, "llamacpp:requests_processing", &[]) >= 1.0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the prefill server took the prompt"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Leave once the prefill is on the prefill server: its answer is held there (the relay), so
+    // the request is still in its prefill phase when the proxy sees the client go, however fast
+    // the server computes it. (Left to the server's speed, a fast machine had the handoff done
+    // first, and the request counted `remote`.)
+    relay.next_completion().await;
     drop(raw);
     wait_for_metric(
         &proxy,
@@ -231,7 +365,8 @@ async fn a_client_gone_during_the_prefill_gives_its_slots_and_file_back() {
     )
     .await;
     // Both one-slot servers' slots are free again: the next handoff gets them (and waits on the
-    // prefill server for the abandoned prefill, if it still runs).
+    // prefill server for the abandoned prefill, if it still runs). Its answer is not held.
+    relay.release();
     let streamed = client::post(proxy.traffic_addr, CHAT, &chat(1200, 4)).await;
     assert_eq!(streamed.status, 200, "{}", streamed.text());
     assert_eq!(results(&proxy, "slots_busy"), 0.0);
@@ -267,6 +402,8 @@ async fn a_prefill_server_that_cannot_save_or_is_down_leaves_the_decode_server_t
 
     // The prefill server gone: no slots to learn, the decode server prefills.
     let (url, addr) = (prefill.url.clone(), prefill.addr);
+    // Dropped, it is killed (SIGKILL), and its port closes with it: the 5 s only bound a server
+    // that outlives its kill.
     drop(prefill);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while tokio::net::TcpStream::connect(addr).await.is_ok() {
@@ -293,7 +430,11 @@ async fn a_request_that_finds_every_decode_slot_held_goes_without_one_after_the_
     let Some(decode) = server(1, Some(&dir)).await else {
         return;
     };
-    let mut config = config(&prefill.url, &decode.url, &dir);
+    // The first answer of the decode server is held after its head until the test releases it:
+    // the stream holds its slot for as long as the test needs, not for as long as the server
+    // takes to write 200 tokens.
+    let relay = Relay::start(decode.addr, 1).await;
+    let mut config = config(&prefill.url, &relay.url, &dir);
     if let Some(handoff) = config.pools[1].handoff.as_mut() {
         handoff.slot_wait = Duration::from_millis(100);
     }
@@ -307,6 +448,11 @@ async fn a_request_that_finds_every_decode_slot_held_goes_without_one_after_the_
         1.0,
         "counted, and served all the same"
     );
-    assert_eq!(holder.collect().await.status, 200);
+    relay.release();
+    assert_eq!(
+        holder.collect().await.status,
+        200,
+        "the held stream ran to its end"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,12 +7,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::backend::{Backend, Script};
+use support::gated::Gated;
 use support::ports::free_port;
-use support::{client, events_of, fixture};
+use support::{client, fixture};
 use tokio::time::Instant;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tokenmeter");
 const CHAT: &str = "/v1/chat/completions";
+/// How long a test waits for something the binary does at once (start, turn unready, close its
+/// listener): the bound only turns a hang into a failure, and is seconds so that a debug binary on
+/// a loaded 2-core machine never reaches it.
+const PATIENCE: Duration = Duration::from_secs(20);
 
 struct Serve {
     child: Child,
@@ -78,7 +83,8 @@ async fn serve(upstream: &str, log_level: &str, extra_env: &[(&str, &str)]) -> S
     ];
     let admin = format!("127.0.0.1:{admin}").parse().expect("addr");
     let traffic = format!("127.0.0.1:{traffic}").parse().expect("addr");
-    for _ in 0..400 {
+    let deadline = Instant::now() + PATIENCE;
+    while Instant::now() < deadline {
         if tokio::net::TcpStream::connect(admin).await.is_ok()
             && client::get(admin, "/readyz").await.0 == 200
         {
@@ -110,16 +116,9 @@ const IN_FLIGHT: usize = 40;
 
 #[tokio::test]
 async fn sigterm_under_load_drains_every_stream_and_exits_0() {
-    // Each stream takes ~0.6 s (30 ms per event): well inside the 30 s default grace.
-    let backend = Backend::start(|_| {
-        Script::sse(
-            events_of(&fixture("vllm-chat-usage.sse"))
-                .into_iter()
-                .map(|e| (Duration::from_millis(30), e))
-                .collect(),
-        )
-    })
-    .await;
+    // Every stream stays in flight, its first event read, until the test has seen the drain
+    // begin; then they run to their end, well inside the 30 s default grace.
+    let backend = Gated::start(false, 1).await;
     let proxy = serve(&backend.url, "info", &[]).await;
     let body = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true,"stream_options":{"include_usage":true}}"#;
     let mut streams = Vec::new();
@@ -128,12 +127,11 @@ async fn sigterm_under_load_drains_every_stream_and_exits_0() {
         let (_, first) = stream.next_frame().await.expect("frame").expect("ok");
         streams.push((first, stream));
     }
-    let signalled = Instant::now();
     let (traffic, admin) = (proxy.traffic, proxy.admin);
     let stopped = tokio::spawn(proxy.stop());
 
     // Readiness goes first, then the listener closes.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + PATIENCE;
     loop {
         match tokio::net::TcpStream::connect(admin).await {
             Ok(_) if client::get(admin, "/readyz").await.0 == 503 => break,
@@ -145,7 +143,7 @@ async fn sigterm_under_load_drains_every_stream_and_exits_0() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + PATIENCE;
     while tokio::net::TcpStream::connect(traffic).await.is_ok() {
         assert!(
             Instant::now() < deadline,
@@ -153,7 +151,12 @@ async fn sigterm_under_load_drains_every_stream_and_exits_0() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    assert!(
+        !stopped.is_finished(),
+        "the process waits for its streams in flight"
+    );
 
+    backend.open();
     let whole = fixture("vllm-chat-usage.sse");
     for (i, (first, stream)) in streams.into_iter().enumerate() {
         let rest = stream.collect().await;
@@ -163,15 +166,13 @@ async fn sigterm_under_load_drains_every_stream_and_exits_0() {
         assert!(bytes == whole, "stream {i} arrived byte for byte");
     }
     let (status, log) = stopped.await.expect("no panic");
-    let took = signalled.elapsed();
     assert!(status.success(), "exit 0: {status:?}");
+    // Drained within the grace period: the server itself says which came first, the last stream's
+    // end or the grace's (its drain is a race between the two, logged either way), so this holds
+    // however long a loaded machine took, and fails whenever the grace ran out.
     assert!(
-        took < Duration::from_secs(15),
-        "drained within the grace period: {took:?}"
-    );
-    assert!(
-        log.contains("all streams finished"),
-        "a full drain is logged: {log}"
+        log.contains("all streams finished") && !log.contains("grace period over"),
+        "a full drain, within the grace period, is logged: {log}"
     );
 }
 
@@ -211,12 +212,12 @@ async fn secrets_never_reach_the_logs() {
             r#"{{"model":"m","stream":{stream},"messages":[{{"role":"user","content":"{PROMPT}"}}]}}"#
         )
     };
-    for (path, stream) in [
-        (CHAT, true),
-        (CHAT, false),
-        ("/v1/completions", true),
-        ("/v1/chat/completions/fail", true),
-        ("/v1/embeddings", false),
+    for (path, stream, status) in [
+        (CHAT, true, 200),
+        (CHAT, false, 200),
+        ("/v1/completions", true, 200),
+        ("/v1/chat/completions/fail", true, 500),
+        ("/v1/embeddings", false, 200),
     ] {
         let got = client::open_with(
             proxy.traffic,
@@ -229,7 +230,11 @@ async fn secrets_never_reach_the_logs() {
         .await
         .collect()
         .await;
-        assert!(got.status.as_u16() > 0, "{path} answered");
+        assert_eq!(
+            got.status.as_u16(),
+            status,
+            "{path} answered with the backend's status"
+        );
     }
     // A body over the limit (16 MiB), with the secret in it.
     let huge = format!(

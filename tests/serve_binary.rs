@@ -13,9 +13,15 @@ use support::{client, events_of, fixture};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tokenmeter");
 
-/// Waits (5 s at most) until the binary's admin port answers `/readyz` with 200.
+/// How long a test waits for the binary to do what it does at once (start, apply a reload): the
+/// bound only turns a hang into a failure, and is seconds so that a debug binary on a loaded 2-core
+/// machine never reaches it.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Waits (at most [`PATIENCE`]) until the binary's admin port answers `/readyz` with 200.
 async fn wait_ready(admin_addr: std::net::SocketAddr) {
-    for _ in 0..200 {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while tokio::time::Instant::now() < deadline {
         if tokio::net::TcpStream::connect(admin_addr).await.is_ok()
             && client::get(admin_addr, "/readyz").await.0 == 200
         {
@@ -133,16 +139,22 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Polls the admin port until `tokenmeter_config_reloads_total{result}` is `value` (10 s at most).
+/// `tokenmeter_config_reloads_total{result}` as the admin port says it now.
+async fn reloads(admin: std::net::SocketAddr, result: &str) -> f64 {
+    let (_, metrics) = client::get(admin, "/metrics").await;
+    support::prom::sum(
+        &metrics,
+        "tokenmeter_config_reloads_total",
+        &[("result", result)],
+    )
+}
+
+/// Polls the admin port until `tokenmeter_config_reloads_total{result}` is `value` (at most
+/// [`PATIENCE`]).
 async fn wait_for_reloads(admin: std::net::SocketAddr, result: &str, value: f64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        let (_, metrics) = client::get(admin, "/metrics").await;
-        let seen = support::prom::sum(
-            &metrics,
-            "tokenmeter_config_reloads_total",
-            &[("result", result)],
-        );
+        let seen = reloads(admin, result).await;
         if seen == value {
             return;
         }
@@ -194,9 +206,12 @@ async fn the_file_watch_and_sighup_reload_the_config_file() {
     client::post(traffic_addr, chat, body).await;
     a.next_request().await;
 
-    // The watch sees the new file.
+    // The watch sees the new file. How long it took to apply it, on this machine under whatever
+    // load it has, is the measure of "the watch would have applied it by now" below.
+    let written = tokio::time::Instant::now();
     write(&b.url, true);
     wait_for_reloads(admin_addr, "ok", 1.0).await;
+    let applied_in = written.elapsed();
     client::post(traffic_addr, chat, body).await;
     b.next_request().await;
 
@@ -210,7 +225,19 @@ async fn the_file_watch_and_sighup_reload_the_config_file() {
     write(&a.url, false);
     wait_for_reloads(admin_addr, "ok", 2.0).await;
     write(&b.url, false);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Nothing to wait for: what must not happen is a reload. So watch for one, for four times what
+    // the watch took to apply a change above (and at least four of its 100 ms intervals): a watch
+    // still on would have applied this change well within that, however loaded the machine.
+    let window = (applied_in * 4).max(Duration::from_millis(400));
+    let deadline = tokio::time::Instant::now() + window;
+    while tokio::time::Instant::now() < deadline {
+        assert_eq!(
+            reloads(admin_addr, "ok").await,
+            2.0,
+            "the watch is off: the change waits for SIGHUP"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     client::post(traffic_addr, chat, body).await;
     a.next_request().await;
     let pid = child
@@ -267,7 +294,8 @@ async fn the_opentelemetry_variables_turn_tracing_on_and_sigterm_sends_the_last_
     let body = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true}"#;
     let streamed = client::post(traffic_addr, "/v1/chat/completions", body).await;
     assert_eq!(streamed.status, 200);
-    // The default batch delay is 1 s: SIGTERM at once, and the spans still arrive.
+    // The default batch delay is 1 s: SIGTERM at once, and the spans still arrive (flushed at
+    // exit; the 10 s only turn spans that never come into a failure).
     let pid = child.id().to_string();
     let _ = Command::new("kill").args(["-TERM", &pid]).status();
     let spans = receiver.wait_for_spans(2, Duration::from_secs(10)).await;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use support::backend::{replay, Backend};
 use support::client::{open_with, Protocol};
+use support::gated::Gated;
 use support::{config_for, prom, start_proxy};
 use tokenmeter::config::{Anonymous, Config, TenantSource};
 
@@ -47,6 +48,10 @@ async fn send(addr: std::net::SocketAddr, headers: &[(&str, &str)]) -> support::
         .collect()
         .await
 }
+
+/// The replayed fixture's events up to and including the first token event ("Hello"): what a
+/// held stream has written.
+const HELD_EVENTS: usize = 2;
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("tokenmeter-{name}-{}", std::process::id()));
@@ -293,7 +298,7 @@ async fn usage_records_sum_to_the_counters_and_the_clients_usage() {
     let dir = temp_dir("tenant-usage");
     let keys = keys_file(&dir, &[(KEY_A, "team-a"), (KEY_B, "team-b")]);
     let records = dir.join("usage.jsonl");
-    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::from_millis(20))).await;
+    let backend = Gated::start(true, HELD_EVENTS).await;
     let mut config = with_keys(&backend.url, &keys, Anonymous::Allow);
     config.tenants.usage.path = records.display().to_string();
     let proxy = start_proxy(config).await;
@@ -321,7 +326,9 @@ async fn usage_records_sum_to_the_counters_and_the_clients_usage() {
             .expect("the client asked for usage");
         client_output += usage;
     }
-    // A client of team-b that leaves after its first tokens.
+    // A client of team-b that leaves after its first token, which is as far as its stream got:
+    // the backend holds the rest until the end of the test.
+    backend.close();
     let bearer_b = format!("Bearer {KEY_B}");
     let mut open = open_with(
         proxy.traffic_addr,
@@ -387,9 +394,10 @@ async fn usage_records_sum_to_the_counters_and_the_clients_usage() {
         .collect();
     assert_eq!(cancelled.len(), 1);
     assert_eq!(cancelled[0]["tenant"], "team-b");
-    assert!(
-        cancelled[0]["output_tokens"].as_u64().unwrap_or(0) >= 1,
-        "what it streamed"
+    assert_eq!(
+        cancelled[0]["output_tokens"].as_u64(),
+        Some(1),
+        "what it streamed: the one token event before the backend held the rest"
     );
     for record in &lines {
         assert!(

@@ -220,9 +220,12 @@ async fn a_handed_off_prefill_carries_the_backends_key_too() {
     let (keys, backend_key) = key_files(&dir);
     let mut prefill = Backend::start(|_: &Seen| Script::json(200, PREFILL_ANSWER)).await;
     let mut decode = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    // The prefill backend answers at once. Its timeout is not what is tested here: past it the
+    // request would fall back (`prefill_timeout`, not `remote`), so it is generous, for a loaded
+    // 2-core machine (was 2 s).
     let handoff = HandoffConfig {
         min_prompt_tokens: 1000,
-        prefill_timeout: Duration::from_secs(2),
+        prefill_timeout: Duration::from_secs(30),
         ..HandoffConfig::default()
     };
     let config = support::handoff_pools(&prefill.url, &decode.url, handoff);

@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod client;
+pub mod gated;
 pub mod llama;
 pub mod nginx;
 pub mod ports;

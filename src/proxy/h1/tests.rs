@@ -280,13 +280,18 @@ async fn no_response_head_is_an_error_that_says_so() {
     assert!(matches!(err, Error::ClosedBeforeHead), "{err}");
     assert!(!err.is_connect(), "the connection was made");
 
-    let unused = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let dead = unused.local_addr().expect("addr").to_string();
-    drop(unused);
+    // An address that refuses: a socket held bound and not listening (as tests/support/ports.rs's
+    // `Refusing`), not a port a listener let go, which another test's `bind(0)` may take meanwhile.
+    let refusing = tokio::net::TcpSocket::new_v4().expect("a socket");
+    refusing
+        .bind("127.0.0.1:0".parse().expect("addr"))
+        .expect("bind");
+    let dead = refusing.local_addr().expect("addr").to_string();
     let err = client()
         .request(post(&dead, "{}"), None)
         .await
         .expect_err("refused");
+    drop(refusing);
     assert!(err.is_connect() && !err.is_connect_timeout(), "{err}");
     assert!(err.to_string().contains("tcp connect error"), "{err}");
 }
@@ -313,9 +318,11 @@ async fn dropping_the_body_closes_the_upstream_connection() {
     let mut body = response.into_body();
     body.frame().await.expect("frame").expect("data");
     drop(body);
+    // The close is sent when the body drops; 5 s only bounds a broken test (the read would
+    // otherwise wait forever), and is seconds so that a loaded machine never reaches it.
     let after = tokio::time::timeout(Duration::from_secs(5), upstream)
         .await
-        .expect("the upstream sees the close at once")
+        .expect("the upstream sees the close")
         .expect("task");
     assert_eq!(after.expect("read"), 0, "nothing more was sent");
 }
@@ -354,9 +361,10 @@ async fn a_streamed_request_body_of_unknown_length_goes_chunked() {
         .write_all(b"PUT /upload HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n4\r\nabcd\r\n2\r\nef\r\n0\r\n\r\n")
         .await
         .expect("write");
+    // (5 s bounds a broken test only: the request is sent at once.)
     let sent = tokio::time::timeout(Duration::from_secs(5), requests.recv())
         .await
-        .expect("in time")
+        .expect("the request reached the upstream")
         .expect("request");
     let sent = String::from_utf8(sent).expect("ascii");
     assert!(
@@ -402,6 +410,8 @@ async fn an_answer_before_the_body_is_read_reaches_the_client() {
     *req.uri_mut() = format!("http://{addr}/v1/audio/transcriptions")
         .parse()
         .expect("uri");
+    // Without the answer the write would wait forever (nobody reads the upload): the bound only
+    // turns that into a failure, and is seconds so that a loaded machine never reaches it.
     let response = tokio::time::timeout(Duration::from_secs(10), client.request(req, None))
         .await
         .expect("the answer arrives while the body is still being written")

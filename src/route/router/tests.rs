@@ -61,8 +61,10 @@ fn picked(router: &Router, plan: &RoutePlan) -> Option<(String, &'static str)> {
         .map(|pick| (router.pools[pick.pool].name.to_string(), pick.reason))
 }
 
-#[test]
-fn falls_back_when_the_pool_has_no_healthy_backend() {
+// On paused time: each ejection lasts `eject_base` (1 s) of the clock, which a loaded machine could
+// let pass before the last pick, which needs both pools still ejected.
+#[tokio::test(start_paused = true)]
+async fn falls_back_when_the_pool_has_no_healthy_backend() {
     let router = router(|_| {});
     let plan = long_plan(&router);
     assert_eq!(
@@ -119,8 +121,10 @@ fn spills_when_the_prefill_queue_is_deeper_than_the_threshold() {
     );
 }
 
-#[test]
-fn a_reload_keeps_what_the_router_learned_about_backends_that_stay() {
+// On paused time: the ejection lasts `eject_base` (1 s) of the clock, which a loaded machine could
+// let pass between the failures and the checks that it holds.
+#[tokio::test(start_paused = true)]
+async fn a_reload_keeps_what_the_router_learned_about_backends_that_stay() {
     let before = router(|_| {});
     let plan = long_plan(&before);
     let prefill = Arc::clone(&before.pools[0].backends()[0]);

@@ -1,3 +1,7 @@
+//! Placement by predicted latency. A test whose backends have prompt tokens queued runs on paused
+//! time: a queue drains with the clock (`Backend::load`), so on real time a stall of the test
+//! between queueing the tokens and placing (a loaded machine gives those) would change what is
+//! predicted; paused, the clock does not move while a test runs without waiting.
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -61,8 +65,8 @@ fn label(placed: &Placed) -> &str {
     &placed.backend.target.label
 }
 
-#[test]
-fn a_cold_pool_goes_by_queued_work() {
+#[tokio::test(start_paused = true)]
+async fn a_cold_pool_goes_by_queued_work() {
     let pool = pool(3);
     let backends = pool.backends();
     let _a = LoadGuard::new(Arc::clone(&backends[0]), 4_000);
@@ -90,8 +94,8 @@ fn a_cold_pool_goes_by_queued_work() {
     }
 }
 
-#[test]
-fn a_slower_backend_is_used_only_when_it_has_more_headroom() {
+#[tokio::test(start_paused = true)]
+async fn a_slower_backend_is_used_only_when_it_has_more_headroom() {
     let pool = pool(2);
     let backends = pool.backends();
     teach(&backends[0], 10_000.0, 0.02, 0.010);
@@ -140,8 +144,8 @@ fn a_slower_backend_is_used_only_when_it_has_more_headroom() {
     assert_eq!(placed.ttft_target, Duration::from_secs(1));
 }
 
-#[test]
-fn a_cached_prefix_is_a_term_not_a_preference() {
+#[tokio::test(start_paused = true)]
+async fn a_cached_prefix_is_a_term_not_a_preference() {
     let pool = pool(2);
     let backends = pool.backends();
     teach(&backends[0], 10_000.0, 0.02, 0.010);
@@ -305,8 +309,8 @@ fn a_backend_that_fits_the_tpot_target_beats_any_that_does_not() {
     assert!(close > late);
 }
 
-#[test]
-fn between_misses_the_fewer_streams_win_then_the_lesser_worse_miss() {
+#[tokio::test(start_paused = true)]
+async fn between_misses_the_fewer_streams_win_then_the_lesser_worse_miss() {
     let pool = pool(2);
     let backends = pool.backends();
     // Both decode at 20 ms + 1 ms per stream (16 streams: 37 ms, past 35) and prefill 10 000
@@ -362,8 +366,8 @@ fn between_misses_the_fewer_streams_win_then_the_lesser_worse_miss() {
     }
 }
 
-#[test]
-fn a_long_prefill_goes_where_it_stalls_the_fewest_streams() {
+#[tokio::test(start_paused = true)]
+async fn a_long_prefill_goes_where_it_stalls_the_fewest_streams() {
     let pool = pool(2);
     let backends = pool.backends();
     teach(&backends[0], 10_000.0, 0.02, 0.010);

@@ -44,7 +44,7 @@ fn file_names_are_unique_and_plain() {
         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'));
 }
 
-/// Waits (at most 5 s) until `path` is gone.
+/// Waits (at most 5 s of the clock) until `path` is gone.
 async fn gone(path: &std::path::Path) -> bool {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while path.exists() {
@@ -56,17 +56,32 @@ async fn gone(path: &std::path::Path) -> bool {
     true
 }
 
-#[tokio::test]
+// On paused time: the late write must come within the linger, which on real time a loaded machine
+// could let pass between the first removal and the write. (A removal is blocking file I/O on
+// tokio's blocking pool, during which the paused clock does not move.)
+#[tokio::test(start_paused = true)]
 async fn a_transfer_file_is_removed_when_dropped_and_again_after_its_linger() {
     let dir = std::env::temp_dir().join(format!("tokenmeter-slots-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let file = TransferFile::new(&dir, "t.bin", Duration::from_millis(500));
+    let linger = Duration::from_millis(500);
+    let file = TransferFile::new(&dir, "t.bin", linger);
     let path = file.path().to_owned();
     std::fs::write(&path, b"kv").unwrap();
+    let dropped = tokio::time::Instant::now();
     drop(file);
-    assert!(gone(&path).await, "removed at once");
+    assert!(gone(&path).await, "removed");
+    assert!(
+        dropped.elapsed() < linger,
+        "removed at once, not after the linger: {:?}",
+        dropped.elapsed()
+    );
     // A late save writes it after the first removal, within the linger.
     std::fs::write(&path, b"late").unwrap();
-    assert!(gone(&path).await, "removed again after the linger");
+    assert!(gone(&path).await, "removed again");
+    assert!(
+        dropped.elapsed() >= linger,
+        "the second removal waits out the linger: {:?}",
+        dropped.elapsed()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

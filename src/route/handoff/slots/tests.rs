@@ -58,7 +58,13 @@ async fn a_full_table_is_waited_on_for_at_most_the_wait() {
                 .map(|g| g.id())
         })
     };
+    // 10 ms of the paused clock (it moves only once every task waits): the waiter has run and
+    // waits on the full table, so the slot freed next is handed to a waiter, not found free.
     tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter waits while the slot is held"
+    );
     drop(held);
     assert_eq!(
         waiter.await.expect("joins"),

@@ -1,3 +1,8 @@
+//! The gate's waits, on paused time: the gate reads `tokio::time::Instant` and its release task
+//! sleeps on tokio's timer, so with the clock paused it moves only when every task waits. A wait is
+//! then exactly what the gate decided (its deadline, rounded up to the release tick), a backend's
+//! queue drains only as far as the clock says (`Backend::load`), and a loaded machine can stretch
+//! neither.
 use std::time::Duration;
 
 use http::HeaderMap;
@@ -8,7 +13,8 @@ use crate::context::Estimate;
 use crate::request::PromptSize;
 use crate::route::predict::{Ask, Load, Outcome};
 
-/// How long a test waits for the release task before it calls a wait lost.
+/// How long a test waits for the release task before it calls a wait lost (on the paused clock:
+/// it passes in no time once nothing else can happen).
 const PATIENCE: Duration = Duration::from_secs(5);
 
 struct Fixture {
@@ -128,6 +134,32 @@ fn enter(
     })
 }
 
+/// Lets `n` release ticks pass. The clock is paused: it moves to the next timer only once every
+/// task waits, so when this returns the release task has run at each of those ticks (this is the
+/// clock advancing, not a wait for another task).
+async fn ticks(n: u32) {
+    tokio::time::sleep(TICK * n).await;
+}
+
+/// The first release tick at or after `deadline` from a request's arrival: when the release task
+/// (ticking every [`TICK`] from the arrival, which started it) sees the deadline passed.
+fn first_tick_at(deadline: Duration) -> Duration {
+    let ticks = deadline.as_nanos().div_ceil(TICK.as_nanos());
+    TICK * u32::try_from(ticks).expect("a few ticks")
+}
+
+/// What the gate gives a request of `prompt_tokens` arriving now to wait: half its slack,
+/// `(target - alone) / 2`, from the placement the gate makes at its arrival.
+fn budget_of(fixture: &Fixture, prompt_tokens: u64) -> Duration {
+    let now = Instant::now();
+    let context = request(prompt_tokens);
+    let placed = fixture
+        .gate
+        .place(&AffinityKeys::default(), Demand::of(&context, now), now)
+        .expect("one backend");
+    placed.ttft_target.saturating_sub(placed.alone) / 2
+}
+
 /// Waits until `n` entries wait in the gate.
 async fn queued(fixture: &Fixture, n: usize) {
     let deadline = Instant::now() + PATIENCE;
@@ -141,7 +173,7 @@ async fn queued(fixture: &Fixture, n: usize) {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_request_that_can_meet_its_targets_goes_at_once() {
     let fixture = fixture(Duration::from_millis(800), QueueConfig::default());
     let _streams = fixture.load(5, 0);
@@ -151,7 +183,7 @@ async fn a_request_that_can_meet_its_targets_goes_at_once() {
     let Admission::Placed { placed, guard, .. } = admission else {
         panic!("not placed: {admission:?}");
     };
-    assert!(placed.met);
+    assert!(placed.met, "predicted to meet both targets");
     assert!(
         guard.is_none(),
         "the dispatch counts a direct request's load"
@@ -159,40 +191,48 @@ async fn a_request_that_can_meet_its_targets_goes_at_once() {
     // 20 ms + 1 000 tokens at 10 000/s.
     let ttft = placed.prediction.ttft.as_secs_f64();
     assert!((ttft - 0.120).abs() < 0.005, "predicted {ttft}");
-    assert_eq!(fixture.exits("direct"), 1);
-    assert_eq!(fixture.depth(), 0);
+    assert_eq!(fixture.exits("direct"), 1, "it went at once");
+    assert_eq!(fixture.depth(), 0, "nothing queued");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_request_waits_while_the_streams_there_would_miss_then_goes_when_they_end() {
     let fixture = fixture(Duration::from_secs(5), QueueConfig::default());
     let mut streams = fixture.load(13, 0);
     let waiting = enter(&fixture.gate, 500, HeaderMap::new());
     queued(&fixture, 1).await;
-    // Still waiting a few ticks later: a 14th stream would decode at 38 ms.
-    tokio::time::sleep(TICK * 4).await;
-    assert!(!waiting.is_finished());
+    // Still waiting a few ticks later, and after a release of our own: a 14th stream would decode
+    // at 38 ms.
+    ticks(4).await;
+    assert!(
+        still_waiting(&fixture, 1),
+        "not released where it would miss its TPOT target"
+    );
+    assert!(!waiting.is_finished(), "no answer while it waits");
     streams.truncate(11);
     let admission = answer(waiting).await;
     let Admission::Placed { placed, guard, .. } = admission else {
         panic!("not placed: {admission:?}");
     };
-    assert!(placed.met);
-    assert_eq!(placed.prediction.streams, 11);
+    assert!(placed.met, "released where it meets both targets");
+    assert_eq!(
+        placed.prediction.streams, 11,
+        "predicted beside the 11 left"
+    );
     let backend = &fixture.pool.backends()[0];
     assert!(
         guard.is_some(),
         "the gate counted its load when it released it"
     );
-    assert_eq!(backend.streams(), 12);
-    assert_eq!(backend.queued_tokens(), 500);
+    assert_eq!(backend.streams(), 12, "its stream counted at once");
+    assert_eq!(backend.queued_tokens(), 500, "its prompt counted at once");
     drop(guard);
-    assert_eq!(backend.streams(), 11);
-    assert_eq!(fixture.exits("placed"), 1);
-    assert_eq!(fixture.depth(), 0);
+    assert_eq!(backend.streams(), 11, "the guard takes its stream back");
+    assert_eq!(fixture.exits("placed"), 1, "one release");
+    assert_eq!(fixture.depth(), 0, "nothing queued");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_request_no_backend_serves_in_time_waits_until_it_cannot_then_is_shed_or_sent() {
     for (on_deadline, expected) in [
         (OnDeadline::Shed, "shed_deadline"),
@@ -207,22 +247,39 @@ async fn a_request_no_backend_serves_in_time_waits_until_it_cannot_then_is_shed_
         // alone would take 70 ms. It waits for the backend to drain for half its slack,
         // (300 - 70) / 2 ms, not less.
         let _streams = fixture.load(1, 9_000);
+        let budget = budget_of(&fixture, 500);
+        assert!(
+            budget.abs_diff(Duration::from_millis(115)) < Duration::from_millis(1),
+            "(300 - 70) / 2 ms by the learned model: {budget:?}"
+        );
         let started = Instant::now();
         let admission = enter(&fixture.gate, 500, HeaderMap::new())
             .await
             .expect("no panic");
         let waited = started.elapsed();
-        assert!(waited >= Duration::from_millis(110), "waited {waited:?}");
+        // The backend drains with the clock, but to 1 150 queued tokens (a first token within
+        // (300 + 70) / 2 ms) only after 0.78 s: the deadline comes first.
+        assert_eq!(
+            waited,
+            first_tick_at(budget),
+            "it waits out its deadline, {budget:?}, to the release tick, and no longer"
+        );
         match on_deadline {
-            OnDeadline::Shed => assert!(matches!(admission, Admission::Shed("deadline"))),
-            OnDeadline::Send => assert!(matches!(admission, Admission::Late)),
+            OnDeadline::Shed => assert!(
+                matches!(admission, Admission::Shed("deadline")),
+                "shed at its deadline: {admission:?}"
+            ),
+            OnDeadline::Send => assert!(
+                matches!(admission, Admission::Late),
+                "sent late at its deadline: {admission:?}"
+            ),
         }
-        assert_eq!(fixture.exits(expected), 1);
-        assert_eq!(fixture.depth(), 0);
+        assert_eq!(fixture.exits(expected), 1, "its exit is counted");
+        assert_eq!(fixture.depth(), 0, "nothing queued");
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_waiting_request_is_released_only_into_half_its_slack() {
     let fixture = fixture(Duration::from_millis(800), QueueConfig::default());
     // 13 streams (a 14th would decode at 38 ms), two of them with 2 500 tokens to prefill.
@@ -233,12 +290,15 @@ async fn a_waiting_request_is_released_only_into_half_its_slack() {
     queued(&fixture, 1).await;
     // Two streams end: it would decode at 34 ms, and a fresh request would meet 800 ms (0.57 s
     // to its first token). A waiting one is held to (0.8 + 0.07) / 2 = 0.435 s: it waits on.
+    // (The prefills drain with the clock, to 3 650 tokens, which a waiting request meets, only
+    // after 135 ms; a few ticks pass here.)
     streams.truncate(9);
-    tokio::time::sleep(TICK * 4).await;
+    ticks(4).await;
     assert!(
-        !waiting.is_finished(),
-        "released into room for a fresh request"
+        still_waiting(&fixture, 1),
+        "not released into room for a fresh request"
     );
+    assert!(!waiting.is_finished(), "no answer while it waits");
     // The prefills finish (0.07 s): released, and whatever it waited (at most (0.8 - 0.07) / 2)
     // it is predicted to meet its target.
     drop(prefilling);
@@ -247,18 +307,26 @@ async fn a_waiting_request_is_released_only_into_half_its_slack() {
     let Admission::Placed { placed, .. } = admission else {
         panic!("not placed: {admission:?}");
     };
-    assert!(placed.met);
-    assert_eq!(placed.prediction.queued_tokens, 0);
+    assert!(placed.met, "predicted to meet its targets where it went");
+    assert_eq!(
+        placed.prediction.queued_tokens, 0,
+        "released onto the drained backend"
+    );
+    let budget = placed.ttft_target.saturating_sub(placed.alone) / 2;
+    assert!(
+        waited <= budget,
+        "it waited {waited:?}, within half its slack ({budget:?})"
+    );
     let first_token = waited + placed.prediction.ttft;
     assert!(
         first_token < Duration::from_millis(800),
-        "{waited:?} + {:?}",
+        "its wait and its predicted first token meet the target: {waited:?} + {:?}",
         placed.prediction.ttft
     );
-    assert_eq!(fixture.exits("placed"), 1);
+    assert_eq!(fixture.exits("placed"), 1, "one release");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_long_prompt_is_held_to_its_own_prefill_not_shed() {
     let fixture = fixture(Duration::from_millis(800), QueueConfig::default());
     // 12 000 tokens take 1.22 s alone: held to 1.83 s, which 4 000 queued tokens (1.62 s) meet.
@@ -269,33 +337,39 @@ async fn a_long_prompt_is_held_to_its_own_prefill_not_shed() {
     let Admission::Placed { placed, .. } = admission else {
         panic!("not placed: {admission:?}");
     };
-    assert!(placed.met);
+    assert!(placed.met, "placed: its own prefill sets its target");
     let target = placed.ttft_target.as_secs_f64();
     assert!((target - 1.83).abs() < 0.01, "held to {target}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_waiting_request_whose_deadline_passes_is_shed() {
     let fixture = fixture(Duration::from_millis(200), QueueConfig::default());
     let _streams = fixture.load(13, 0);
+    // Its own first token takes 20 ms + 50 ms for its 500 tokens, so its slack to a 200 ms target
+    // is 130 ms: it leaves after half of it, 65 ms of waiting, not before, and not at 130 ms.
+    let budget = budget_of(&fixture, 500);
+    assert!(
+        budget.abs_diff(Duration::from_millis(65)) < Duration::from_millis(1),
+        "(200 - 70) / 2 ms by the learned model: {budget:?}"
+    );
     let started = Instant::now();
     let admission = answer(enter(&fixture.gate, 500, HeaderMap::new())).await;
     assert!(
         matches!(admission, Admission::Shed("deadline")),
-        "{admission:?}"
+        "shed at its deadline: {admission:?}"
     );
-    // Its own first token takes 20 ms + 50 ms for its 500 tokens, so its slack to a 200 ms target
-    // is 130 ms: it leaves after half of it, 65 ms of waiting, not before, and not at 130 ms.
     let waited = started.elapsed();
-    assert!(
-        waited >= Duration::from_millis(60) && waited < Duration::from_millis(120),
-        "waited {waited:?}"
+    assert_eq!(
+        waited,
+        first_tick_at(budget),
+        "it leaves at the release tick that finds its deadline ({budget:?}) passed"
     );
-    assert_eq!(fixture.exits("shed_deadline"), 1);
-    assert_eq!(fixture.depth(), 0);
+    assert_eq!(fixture.exits("shed_deadline"), 1, "its exit is counted");
+    assert_eq!(fixture.depth(), 0, "nothing queued");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_full_queue_sheds_the_next_request() {
     let queue = QueueConfig {
         capacity: 2,
@@ -309,32 +383,45 @@ async fn a_full_queue_sheds_the_next_request() {
     let third = enter(&fixture.gate, 100, HeaderMap::new())
         .await
         .expect("no panic");
-    assert!(matches!(third, Admission::Shed("full")), "{third:?}");
-    assert_eq!(fixture.exits("shed_full"), 1);
+    assert!(
+        matches!(third, Admission::Shed("full")),
+        "a full queue sheds: {third:?}"
+    );
+    assert_eq!(fixture.exits("shed_full"), 1, "its exit is counted");
     first.abort();
     second.abort();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_client_that_leaves_takes_its_entry_out() {
     let fixture = fixture(Duration::from_secs(5), QueueConfig::default());
     let mut streams = fixture.load(13, 0);
     let leaving = enter(&fixture.gate, 100, HeaderMap::new());
     queued(&fixture, 1).await;
     leaving.abort();
-    assert!(leaving.await.is_err_and(|e| e.is_cancelled()));
-    assert_eq!(fixture.depth(), 0);
-    assert_eq!(fixture.exits("cancelled"), 1);
+    assert!(
+        leaving.await.is_err_and(|e| e.is_cancelled()),
+        "the waiting task was cancelled"
+    );
+    assert_eq!(fixture.depth(), 0, "its entry left with it");
+    assert_eq!(fixture.exits("cancelled"), 1, "its exit is counted");
     // The capacity it held is not given to anyone: the next request goes alone.
     streams.truncate(11);
     let next = enter(&fixture.gate, 100, HeaderMap::new())
         .await
         .expect("no panic");
-    assert!(matches!(next, Admission::Placed { guard: None, .. }));
-    assert_eq!(fixture.pool.backends()[0].streams(), 11);
+    assert!(
+        matches!(next, Admission::Placed { guard: None, .. }),
+        "it goes at once: {next:?}"
+    );
+    assert_eq!(
+        fixture.pool.backends()[0].streams(),
+        11,
+        "nothing was released for the one that left"
+    );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_queue_releases_by_priority_and_only_as_capacity_frees() {
     let queue = QueueConfig {
         priority_header: Some(http::HeaderName::from_static("x-priority")),
@@ -354,9 +441,12 @@ async fn the_queue_releases_by_priority_and_only_as_capacity_frees() {
         admission,
         Admission::Placed { guard: Some(_), .. }
     ));
-    tokio::time::sleep(TICK * 4).await;
-    assert!(!low.is_finished());
-    assert_eq!(fixture.depth(), 1);
+    ticks(4).await;
+    assert!(
+        still_waiting(&fixture, 1),
+        "no room for the lower priority while the other holds it"
+    );
+    assert!(!low.is_finished(), "no answer while it waits");
     drop(admission);
     let admission = answer(low).await;
     assert!(matches!(
@@ -386,7 +476,7 @@ fn the_tenant_is_the_named_one_else_the_header_else_shared() {
     assert_eq!(fixture.gate.tenant(&context, &headers).len(), 256);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_tenant_that_floods_does_not_go_before_a_quiet_one() {
     let queue = QueueConfig {
         tenant_header: Some(http::HeaderName::from_static("x-team")),
@@ -408,9 +498,15 @@ async fn a_tenant_that_floods_does_not_go_before_a_quiet_one() {
         Admission::Placed { guard: Some(_), .. }
     ));
     queued(&fixture, 5).await;
-    tokio::time::sleep(TICK * 4).await;
-    assert_eq!(fixture.depth(), 5, "no room for a third");
-    assert_eq!(flood.iter().filter(|task| task.is_finished()).count(), 1);
+    // A few ticks, then a release of our own: nothing more goes, and the one of the flood that
+    // went has its answer (its task ran while the clock waited for it).
+    ticks(4).await;
+    assert!(still_waiting(&fixture, 5), "no room for a third");
+    assert_eq!(
+        flood.iter().filter(|task| task.is_finished()).count(),
+        1,
+        "one of the flood went, with the quiet one"
+    );
     for task in flood {
         task.abort();
     }
@@ -449,7 +545,7 @@ fn still_waiting(fixture: &Fixture, n: usize) -> bool {
     fixture.depth() == n
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_tenant_over_its_share_goes_only_into_ample_room() {
     let (fixture, prefill, held) = shared_with_a_flood().await;
     // 200 prompt tokens and 256 output tokens each.
@@ -493,7 +589,7 @@ async fn a_tenant_over_its_share_goes_only_into_ample_room() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_tenant_under_its_share_goes_at_once_while_the_flood_waits() {
     // (Without shares, a quiet tenant's request queues behind whatever waits: see
     // a_tenant_that_floods_does_not_go_before_a_quiet_one.)
