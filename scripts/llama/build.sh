@@ -56,6 +56,8 @@ if [[ ! -f "$MODEL" ]]; then
     fi
     "$venv/bin/python" scripts/llama/make_gguf.py "$MODEL.part" && mv "$MODEL.part" "$MODEL"
 fi
-"$SERVER" --version 2>&1 | head -2
+# Not `| head`: under pipefail, head's early exit would SIGPIPE the server and fail the script.
+version=$("$SERVER" --version 2>&1)
+sed -n 1,2p <<<"$version"
 echo "llama-server: $SERVER"
 echo "model:        $MODEL"
