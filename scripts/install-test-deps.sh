@@ -11,9 +11,9 @@ need_apt=()
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
-# nginx terminates TLS in front of a test backend (tests/tls_upstream.rs).
+# nginx terminates TLS in front of a test backend (tests/e2e/tls_upstream.rs).
 [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
-# Redis keeps the tenant budgets every replica shares (tests/budget_redis.rs).
+# Redis keeps the tenant budgets every replica shares (tests/e2e/budget_redis.rs).
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update -qq
@@ -32,5 +32,5 @@ if [[ ! -x "$VENV/bin/kubernetes-validate" ]] \
     || ! "$VENV/bin/python" -c 'import cloudcoil.models.prometheus_operator' >/dev/null 2>&1; then
   make_venv "$VENV" 'kubernetes-validate==1.37.0' 'cloudcoil-models-prometheus-operator==0.80.1.0'
 fi
-# A real inference engine for tests/llama_server.rs.
+# A real inference engine for tests/e2e/llama_server.rs.
 scripts/llama/build.sh

@@ -1,6 +1,6 @@
 //! A metered stream without a network: the real [`MeteredBody`] (framer, classifier, record,
 //! metric handles) over an in-memory upstream body that yields one vLLM chunk per frame. Shared
-//! by the micro benchmarks (`benches/micro.rs`) and the allocation test (`tests/alloc_meter.rs`).
+//! by the micro benchmarks (`benches/micro.rs`) and the allocation test (`tests/serial/alloc_meter.rs`).
 #![allow(dead_code)]
 
 use std::pin::Pin;

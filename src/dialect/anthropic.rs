@@ -32,7 +32,7 @@ pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
 }
 
 /// The fast path alone: `None` when the event needs the full walk. Whenever it answers, it
-/// answers as [`classify_parsed`] does (the differential test `tests/dialect_skim.rs`).
+/// answers as [`classify_parsed`] does (the differential test `tests/e2e/dialect_skim.rs`).
 pub fn classify_fast(event: &[u8], data: &[u8]) -> Option<EventSummary> {
     fast::classify(event, data)
 }

@@ -51,7 +51,7 @@ pub fn classify(data: &[u8]) -> EventSummary {
 /// The fast path alone: the summary of an ordinary chunk, read by skimming its bytes once, or
 /// `None` when the event needs the full walk (a usage object, an unusual shape, anything outside
 /// the skimmer's subset of JSON). Whenever it answers, it answers as [`classify_parsed`] does;
-/// public so the differential test (`tests/dialect_skim.rs`) and the benchmarks can call it.
+/// public so the differential test (`tests/e2e/dialect_skim.rs`) and the benchmarks can call it.
 pub fn classify_fast(data: &[u8]) -> Option<EventSummary> {
     if is_done(data) {
         return Some(done());

@@ -19,7 +19,7 @@
 //!   them; the skimmer matches raw bytes);
 //! - nesting deeper than [`MAX_DEPTH`] is not accepted (serde_json's limit is 128).
 //!
-//! `tests/dialect_skim.rs` checks the contract differentially: on every fixture and on random and
+//! `tests/e2e/dialect_skim.rs` checks the contract differentially: on every fixture and on random and
 //! adversarial JSON, whatever a fast classifier returns equals what the serde walk returns.
 
 /// Containers nested deeper than this are left to serde_json (whose own limit is 128, so the

@@ -1,6 +1,6 @@
 //! The protobuf exposition of `/metrics`: length-delimited `io.prometheus.client.MetricFamily`
 //! messages, encoded by prost from the official schema (`proto/metrics.proto`, generated code in
-//! `proto/io.prometheus.client.rs`, checked by `tests/protobuf_schema.rs`).
+//! `proto/io.prometheus.client.rs`, checked by `tests/e2e/protobuf_schema.rs`).
 //!
 //! A scraper gets it when it asks for it (Prometheus does with native histograms enabled); it is
 //! the only format that carries native histograms. Every family of the text exposition is in it:

@@ -1,8 +1,8 @@
 """Streams one chat completion through tokenmeter with the official OpenAI Python SDK.
 
 Prints one JSON line: the text received, the number of chunks with content, and the usage the SDK
-saw (only when asked for). Exits non-zero on any SDK error. Used by tests/real_clients.rs and
-tests/tls_server.rs (`--ca`: an https:// base URL verified with a test CA).
+saw (only when asked for). Exits non-zero on any SDK error. Used by tests/e2e/real_clients.rs and
+tests/e2e/tls_server.rs (`--ca`: an https:// base URL verified with a test CA).
 """
 import argparse
 import json

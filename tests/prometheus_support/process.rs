@@ -36,12 +36,7 @@ impl Drop for Scratch {
 }
 
 /// A loopback address no other caller in this test process gets (see `support/ports.rs`).
-pub use ports::free_addr;
-
-// Its own copy of the module: most binaries using this support have no `support` module.
-#[path = "../support/ports.rs"]
-#[allow(dead_code, clippy::duplicate_mod)]
-mod ports;
+pub use crate::support::ports::free_addr;
 
 /// A running child process, killed and reaped on drop; its output goes to `<log>`.
 pub struct Proc {

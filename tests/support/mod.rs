@@ -7,6 +7,7 @@ pub mod client;
 pub mod gated;
 pub mod llama;
 pub mod nginx;
+pub mod otlp;
 pub mod ports;
 pub mod prom;
 pub mod raw;

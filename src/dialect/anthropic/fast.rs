@@ -3,7 +3,7 @@
 //! cursor instead of the serde walk. `message_start` and `message_delta`, which carry a `message`
 //! or `usage` object (once per stream), and anything outside the skimmer's subset of JSON are
 //! handed back (`None`) to the walk, which is the definition; the walk's lenient rules are kept
-//! member by member (`tests/dialect_skim.rs` checks both agree).
+//! member by member (`tests/e2e/dialect_skim.rs` checks both agree).
 
 use super::{EventSummary, Kind};
 use crate::dialect::skim::Skim;

@@ -9,7 +9,7 @@
 //! float or a negative number, a member of an unexpected type where the walk would decode it,
 //! and any input outside the skimmer's subset of JSON ([`crate::dialect::skim`]). The lenient rules of
 //! the walk are kept member by member, so that whatever this returns, the walk returns too
-//! (`tests/dialect_skim.rs`).
+//! (`tests/e2e/dialect_skim.rs`).
 
 use super::{Choices, EventSummary, Usage};
 use crate::dialect::skim::Skim;

@@ -1,7 +1,7 @@
 //! The fast path of [`super::classify`]: the Responses API's output deltas and other small events
 //! read with the [`Skim`] cursor instead of the serde walk. An event with a `response` object (the
 //! lifecycle events, the terminal one with `usage`) and anything outside the skimmer's subset of
-//! JSON are handed back (`None`) to the walk, which is the definition (`tests/dialect_skim.rs`
+//! JSON are handed back (`None`) to the walk, which is the definition (`tests/e2e/dialect_skim.rs`
 //! checks both agree).
 
 use super::{EventSummary, Kind};

@@ -160,7 +160,7 @@ fn a_client_ca_file_must_hold_a_certificate() {
     let (ca, cert, key) = issue("clients");
     let mut tls_config = config(&dir.write("tls.crt", &cert), &dir.write("tls.key", &key));
     tls_config.client_ca = Some(dir.write("ca.crt", &ca));
-    // Whether a client without a certificate is refused is shown end to end (tests/tls_server.rs).
+    // Whether a client without a certificate is refused is shown end to end (tests/e2e/tls_server.rs).
     ServerTls::load("server.tls", &tls_config, ALPN_TRAFFIC).expect("loads with a client CA");
     tls_config.client_ca = Some(dir.write("empty.crt", ""));
     let err = ServerTls::load("server.tls", &tls_config, ALPN_TRAFFIC).expect_err("empty CA");

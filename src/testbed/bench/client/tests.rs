@@ -111,7 +111,7 @@ fn the_extra_header_is_sent() {
 }
 
 /// The client's arithmetic, from stamps the test chooses (no clock, no socket): the loopback
-/// tests in `tests/bench_e2e.rs` can only bound what a loaded machine delays, so the exact
+/// tests in `tests/serial/bench_e2e.rs` can only bound what a loaded machine delays, so the exact
 /// figures are checked here.
 #[test]
 fn the_record_times_the_stream_from_the_stamps_of_its_events() {

@@ -4,7 +4,7 @@
 //!
 //! The engine is driven through its channels (no sockets), so tokio's paused clock moves only
 //! when every task waits, and then straight to the engine's next deadline: what each test
-//! stamps is the engine's schedule, not the machine's load. `tests/sim_timing.rs` runs the same
+//! stamps is the engine's schedule, not the machine's load. `tests/serial/sim_timing.rs` runs the same
 //! scenarios over loopback, with the bounds a loaded machine keeps.
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,379 @@
+//! Tenant budgets shared through a real Redis (Debian's `redis-server` on a loopback port of its
+//! own): two tokenmeter replicas enforce one budget under concurrent clients, and Redis killed
+//! and started again under each `on_store_error` policy — no request waits on it past
+//! `store_timeout`, the policy applies, and the counts reconcile, to the token, once it is back.
+
+use crate::support;
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::backend::{replay, Backend};
+use support::client::{open_with, Protocol, Streamed};
+use support::redis::Redis;
+use support::{config_for, prom, start_proxy, wait_for_metric};
+use tokenmeter::config::{Config, Counts, Limits, OnStoreError, TenantSource};
+use tokenmeter::server::ServerHandle;
+
+/// The store timeout of the outage tests: each request waits this long for a dead Redis.
+const OUTAGE_TIMEOUT: Duration = Duration::from_millis(500);
+const CHAT: &str = "/v1/chat/completions";
+const BODY: &str = r#"{"model":"m1","stream":true,"stream_options":{"include_usage":true},"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
+
+/// `timeout`: long enough that a loaded test machine never times out a Redis that is up.
+fn shared(
+    upstream: &str,
+    redis: &Redis,
+    limits: Limits,
+    policy: OnStoreError,
+    timeout: Duration,
+) -> Config {
+    let mut config = config_for(upstream);
+    config.tenants.sources = vec![TenantSource::Header];
+    let budgets = &mut config.tenants.budgets;
+    budgets.store = redis.url();
+    budgets.on_store_error = policy;
+    budgets.store_timeout = timeout;
+    budgets.tenant.insert("team-a".to_owned(), limits);
+    config
+}
+
+fn output_per_day(limit: u64) -> Limits {
+    Limits {
+        counts: Counts::Output,
+        tokens_per_day: Some(limit),
+        ..Limits::default()
+    }
+}
+
+/// Sends one request as team-a; no request may take longer than 5 s (none waits on Redis past
+/// its timeout). The property is the bound, kept generous: a request waits for Redis at most its
+/// store timeout (0.5 s in the outage tests, 2 s with Redis up), and the rest is a zero-delay
+/// replay on loopback, milliseconds; the seconds left over are for a loaded 2-core machine.
+async fn send(addr: std::net::SocketAddr) -> Streamed {
+    let request = async {
+        open_with(
+            addr,
+            Protocol::Http1,
+            "POST",
+            CHAT,
+            BODY,
+            &[("x-tenant-id", "team-a")],
+        )
+        .await
+        .collect()
+        .await
+    };
+    tokio::time::timeout(Duration::from_secs(5), request)
+        .await
+        .expect("the request was answered within 5 s")
+}
+
+/// The completion tokens the client's own usage chunk reports.
+fn completion_tokens(streamed: &Streamed) -> u64 {
+    let text = streamed.text();
+    let at = text
+        .rfind("\"completion_tokens\":")
+        .expect("the stream carries usage");
+    text[at + "\"completion_tokens\":".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .expect("a number")
+}
+
+/// Team-a's tokens of the day in Redis, summed over the days the test spans.
+fn day_tokens(redis: &Redis) -> i64 {
+    redis
+        .keys("tokenmeter:{team-a}:day:*")
+        .iter()
+        .map(|key| redis.int(key))
+        .sum()
+}
+
+/// A Redis, a backend, and a proxy in front of it whose team-a has a budget it will not reach,
+/// for the outage tests.
+async fn outage_setup(policy: OnStoreError) -> (Redis, Backend, ServerHandle) {
+    let redis = Redis::start();
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    let config = shared(
+        &backend.url,
+        &redis,
+        output_per_day(1_000_000),
+        policy,
+        OUTAGE_TIMEOUT,
+    );
+    let proxy = start_proxy(config).await;
+    (redis, backend, proxy)
+}
+
+async fn settled(proxy: &ServerHandle) {
+    wait_for_metric(proxy, "tokenmeter_budget_settlements_pending", &[], 0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_in_front_of_one_redis_enforce_one_budget() {
+    let redis = Redis::start();
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    const BUDGET: u64 = 300;
+    const RESERVATION: u64 = 10; // max_tokens, counting output
+    let config = shared(
+        &backend.url,
+        &redis,
+        output_per_day(BUDGET),
+        OnStoreError::Deny,
+        Duration::from_secs(2),
+    );
+    let replicas = Arc::new([start_proxy(config.clone()).await, start_proxy(config).await]);
+    // Eight clients, each alternating between the replicas until refused three times in a row.
+    let mut clients = Vec::new();
+    for client in 0..8usize {
+        let replicas = Arc::clone(&replicas);
+        clients.push(tokio::spawn(async move {
+            let (mut admitted, mut tokens, mut refused, mut in_a_row) = ([0u64; 2], 0, 0, 0);
+            let mut sent = [0u64; 2];
+            for n in 0..100usize {
+                let replica = (client + n) % 2;
+                let streamed = send(replicas[replica].traffic_addr).await;
+                sent[replica] += 1;
+                match streamed.status.as_u16() {
+                    200 => {
+                        admitted[replica] += 1;
+                        tokens += completion_tokens(&streamed);
+                        in_a_row = 0;
+                    }
+                    429 => {
+                        refused += 1;
+                        in_a_row += 1;
+                        if in_a_row == 3 {
+                            break;
+                        }
+                    }
+                    other => panic!("unexpected status {other}: {}", streamed.text()),
+                }
+            }
+            (admitted, tokens, refused, sent)
+        }));
+    }
+    let (mut admitted, mut tokens, mut refused) = ([0u64; 2], 0u64, 0u64);
+    let mut sent = [0u64; 2];
+    for client in clients {
+        let (a, t, r, s) = client.await.expect("a client");
+        for replica in 0..2 {
+            admitted[replica] += a[replica];
+            sent[replica] += s[replica];
+        }
+        tokens += t;
+        refused += r;
+    }
+    assert!(
+        admitted[0] > 0 && admitted[1] > 0,
+        "both replicas admitted requests: {admitted:?}"
+    );
+    assert!(
+        tokens <= BUDGET + 2 * RESERVATION,
+        "the clients got {tokens} tokens: within the budget of {BUDGET} plus one reservation per replica"
+    );
+    assert!(
+        tokens + 7 + RESERVATION * 8 > BUDGET,
+        "and the budget was used up ({tokens} of {BUDGET}) before the clients were refused"
+    );
+    for replica in replicas.iter() {
+        settled(replica).await;
+    }
+    assert_eq!(
+        day_tokens(&redis),
+        tokens as i64,
+        "Redis holds exactly the tokens the clients were served"
+    );
+    let rejections: f64 = replicas
+        .iter()
+        .map(|replica| {
+            prom::value(
+                &replica.metrics.render(),
+                "tokenmeter_budget_rejections_total",
+                &[("tenant", "team-a"), ("limit", "tokens_per_day")],
+            )
+        })
+        .sum();
+    assert_eq!(
+        rejections, refused as f64,
+        "every 429 the clients saw is counted"
+    );
+    for (replica, sent) in replicas.iter().zip(sent) {
+        let text = replica.metrics.render();
+        assert_eq!(
+            prom::sum(
+                &text,
+                "tokenmeter_budget_store_seconds_count",
+                &[("op", "admit")]
+            ),
+            sent as f64,
+            "the Redis round trip is a histogram: one admission round trip per request"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_allow_a_dead_redis_lets_requests_through_and_their_usage_lands_when_it_returns() {
+    let (mut redis, _backend, proxy) = outage_setup(OnStoreError::Allow).await;
+    let addr = proxy.traffic_addr;
+    let mut served = 0;
+    for _ in 0..5 {
+        let streamed = send(addr).await;
+        assert_eq!(streamed.status, 200);
+        served += completion_tokens(&streamed);
+    }
+    settled(&proxy).await;
+    assert_eq!(day_tokens(&redis), served as i64);
+    // (Counted from here: on a loaded machine a first admission can outlast the timeout too.)
+    let before = proxy.metrics.render();
+    let fallbacks_before = prom::value(
+        &before,
+        "tokenmeter_budget_store_fallbacks_total",
+        &[("policy", "allow")],
+    );
+    let errors_before = prom::sum(
+        &before,
+        "tokenmeter_budget_store_errors_total",
+        &[("op", "admit")],
+    );
+
+    redis.kill();
+    // Load while Redis is gone: three clients, two requests each.
+    let during: Vec<_> = (0..3)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut tokens = 0;
+                for _ in 0..2 {
+                    let streamed = send(addr).await;
+                    assert_eq!(streamed.status, 200, "let through unchecked");
+                    tokens += completion_tokens(&streamed);
+                }
+                tokens
+            })
+        })
+        .collect();
+    for client in during {
+        served += client.await.expect("a client");
+    }
+    let text = proxy.metrics.render();
+    let fallbacks = prom::value(
+        &text,
+        "tokenmeter_budget_store_fallbacks_total",
+        &[("policy", "allow")],
+    );
+    assert_eq!(
+        fallbacks - fallbacks_before,
+        6.0,
+        "each request of the outage"
+    );
+    let errors = prom::sum(
+        &text,
+        "tokenmeter_budget_store_errors_total",
+        &[("op", "admit")],
+    );
+    assert_eq!(
+        errors - errors_before,
+        6.0,
+        "each unchecked admission is a store error"
+    );
+    // The outage's six settlements wait for Redis, each queued when its request ended (which may
+    // be a moment after its client read the last byte).
+    wait_for_metric(&proxy, "tokenmeter_budget_settlements_pending", &[], 6.0).await;
+
+    redis.restart();
+    settled(&proxy).await;
+    assert_eq!(
+        day_tokens(&redis),
+        served as i64,
+        "once Redis is back it holds every token served, the outage's included"
+    );
+    let streamed = send(addr).await;
+    assert_eq!(streamed.status, 200);
+    served += completion_tokens(&streamed);
+    settled(&proxy).await;
+    assert_eq!(day_tokens(&redis), served as i64);
+    assert_eq!(
+        prom::value(
+            &proxy.metrics.render(),
+            "tokenmeter_budget_store_fallbacks_total",
+            &[("policy", "allow")]
+        ),
+        fallbacks,
+        "checked again once Redis is back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_deny_a_dead_redis_answers_503_until_it_returns() {
+    let (mut redis, _backend, proxy) = outage_setup(OnStoreError::Deny).await;
+    let addr = proxy.traffic_addr;
+    assert_eq!(send(addr).await.status, 200);
+
+    redis.kill();
+    for _ in 0..4 {
+        let refused = send(addr).await;
+        assert_eq!(refused.status, 503);
+        let json: serde_json::Value =
+            serde_json::from_slice(&refused.bytes()).expect("a JSON error");
+        assert_eq!(json["error"]["type"], "service_unavailable");
+        assert_eq!(
+            refused
+                .headers
+                .get("retry-after")
+                .and_then(|value| value.to_str().ok()),
+            Some("1")
+        );
+    }
+    let text = proxy.metrics.render();
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_budget_rejections_total",
+            &[("tenant", "team-a"), ("limit", "store_unavailable")]
+        ),
+        4.0
+    );
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_budget_store_fallbacks_total",
+            &[("policy", "deny")]
+        ),
+        4.0
+    );
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_tenant_requests_total",
+            &[("tenant", "team-a"), ("outcome", "overloaded")]
+        ),
+        4.0,
+        "turned away by tokenmeter, never sent upstream"
+    );
+
+    redis.restart();
+    // The connection comes back on its own; until it has, requests are still refused. It retries
+    // with a backoff of at most 2 s; the 20 s only turn a connection that never comes back into a
+    // failure, with room for a loaded machine.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let streamed = send(addr).await;
+        if streamed.status == 200 {
+            break;
+        }
+        assert_eq!(streamed.status, 503);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "requests were admitted again once Redis was back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    settled(&proxy).await;
+    assert_eq!(
+        day_tokens(&redis),
+        14,
+        "the two admitted requests' 7 output tokens each, nothing of the refused ones"
+    );
+}
