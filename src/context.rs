@@ -258,6 +258,11 @@ impl RequestContext {
             .is_some_and(|generation| generation.read.is_none())
     }
 
+    /// Whether an answer with `status` says the backend failed (see [`answer_failed`]).
+    pub fn answer_failed(&self, status: StatusCode) -> bool {
+        answer_failed(status, self.malformed())
+    }
+
     /// Ends the request now: see [`RequestContext::finish_at`].
     pub fn finish(self, outcome: Outcome, error: Option<&(dyn std::error::Error + 'static)>) {
         self.finish_at(outcome, Instant::now(), error);
@@ -324,3 +329,13 @@ pub struct RoutePlan {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether an answer with `status` says the backend failed rather than the request: a 5xx other
+/// than 501 Not Implemented (the backend does not do what was asked: an unsupported path or
+/// feature), to a body the proxy could read (`malformed`: see
+/// [`RequestContext::malformed`]). The meter counts every other error answer as `client_error`,
+/// and passive health does not hold it against the backend: one rule for both, so a client's bad
+/// requests neither page anyone nor eject a healthy backend.
+pub fn answer_failed(status: StatusCode, malformed: bool) -> bool {
+    status.is_server_error() && status != StatusCode::NOT_IMPLEMENTED && !malformed
+}

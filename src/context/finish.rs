@@ -21,13 +21,16 @@ use super::RequestContext;
 /// How a request ended (`outcome` label), named by where it went wrong (client / upstream / proxy).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// 2xx and a cleanly ended stream with no error event.
+    /// 2xx and a cleanly ended stream with no error event (or a client that left after its
+    /// terminal event: see [`crate::meter::body`]).
     Ok,
     /// The client went away before the end.
     Cancelled,
-    /// The upstream answered 4xx, or the proxy rejected the request (413 ...).
+    /// The upstream refused the request rather than failed (4xx, 501 Not Implemented), any error
+    /// answer to a generation body the proxy could not read as JSON, or the proxy rejected the
+    /// request (413 ...).
     ClientError,
-    /// Upstream unreachable, 5xx, an error event in a 200 stream, or the stream broke.
+    /// Upstream unreachable, any other 5xx, an error event in a 200 stream, or the stream broke.
     UpstreamError,
     /// A connect, response, idle or total timeout fired.
     Timeout,

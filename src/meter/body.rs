@@ -10,6 +10,26 @@
 //! as `Bytes` clones ([`WholeBody`], bounded) and its usage is read once at the clean end, for
 //! N_in / N_out only (no TTFT / ITL / TPOT without token events). Any other response passes
 //! through untouched; its request ends with its last byte.
+//!
+//! **Outcomes by who caused them.** A 2xx that ended cleanly is `ok` (a stream with an error event
+//! in it is `upstream_error`). An answer that is not a success is the client's (`client_error`)
+//! when the backend refused the request rather than failed: a 4xx, a 501 Not Implemented (the
+//! path or feature is not served there, e.g. llama-server's `/v1/embeddings` without
+//! `--embeddings`), or any error answer to a generation body the proxy could not read as a JSON
+//! object ([`RequestContext::malformed`]: llama-server answers those 500, `parse_error.101`);
+//! every other 5xx is `upstream_error`. A 5xx to a body that did read is not second-guessed from
+//! its error body: llama-server calls its own request errors `server_error` too, so nothing in
+//! the body tells them apart from a real failure without reading its free-text message.
+//!
+//! **The end from the user's side.** A client that read the stream's terminal event (OpenAI's
+//! `[DONE]`, Anthropic's `message_stop`, the Responses API's `response.completed` / `failed`,
+//! Ollama's `done` line, TGI's `generated_text`, llama.cpp's `stop`) has the whole stream, and
+//! the OpenAI SDK closes its connection right there: when that close reaches the proxy before
+//! the upstream body's own end (the terminating chunk, often a separate write), the body is
+//! dropped with the stream complete. Such a stream is counted by what it showed (`ok` when
+//! nothing went wrong), not `cancelled`; its E2E ends at the drop.
+//!
+//! A stream the upstream cut after its head writes one rate-limited WARN line ([`super::cut`]).
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
@@ -18,6 +38,7 @@ use http::StatusCode;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
+use super::cut::{Cut, CutLog, Phase};
 use super::series::StreamMetrics;
 use super::strip::{EventRole, UsageStripper};
 use super::whole::WholeBody;
@@ -47,6 +68,11 @@ pub struct MeteredBody<B> {
     /// `Pending` once (with a wake-up) lets hyper flush them first; `true` once that poll passed.
     failed: Option<(BodyError, bool)>,
     ended: bool,
+    /// The stream's terminal event has passed (see the module docs): a client that leaves now
+    /// has the whole stream.
+    terminal: bool,
+    /// Where a stream the upstream cut is logged.
+    cuts: &'static CutLog,
 }
 
 /// Everything one stream's metering needs, resolved once when the response head arrived. What
@@ -95,6 +121,8 @@ impl<B: Body> MeteredBody<B> {
             tail: None,
             failed: None,
             ended: false,
+            terminal: false,
+            cuts: CutLog::global(),
         };
         // A body with nothing in it (a HEAD, a 204, `content-length: 0`) is never polled: hyper
         // sees its end at once and drops it. Its request ends here, with the head.
@@ -102,6 +130,13 @@ impl<B: Body> MeteredBody<B> {
             body.end_cleanly();
         }
         body
+    }
+
+    /// The same body, logging its cut through `cuts` (a test's own rate limit).
+    #[cfg(test)]
+    pub(crate) fn with_cut_log(mut self, cuts: &'static CutLog) -> Self {
+        self.cuts = cuts;
+        self
     }
 }
 
@@ -121,7 +156,7 @@ impl<B> MeteredBody<B> {
                 self.tail = meter.stripper.as_mut().and_then(UsageStripper::finish);
                 stream_outcome(&context)
             }
-            None => passthrough_outcome(context.upstream_status),
+            None => passthrough_outcome(&context),
         };
         self.finish(context, outcome, now, None);
     }
@@ -140,7 +175,11 @@ impl<B> MeteredBody<B> {
         if let Some(stripper) = self.meter.as_mut().and_then(|m| m.stripper.as_mut()) {
             self.tail = stripper.finish();
         }
-        self.finish(context, outcome, Instant::now(), Some(err));
+        let now = Instant::now();
+        if let Some(meter) = self.meter.as_ref() {
+            self.cuts.cut(&meter.cut(&context, outcome, now, err));
+        }
+        self.finish(context, outcome, now, Some(err));
     }
 
     /// Ends the request with what the stream showed; runs once (the caller took the context).
@@ -197,7 +236,12 @@ where
                     let forward = match frame.into_data() {
                         Ok(data) => match (this.meter.as_mut(), this.context.as_mut()) {
                             (Some(meter), Some(context)) => {
-                                let forward = meter.observe(context, data, Instant::now());
+                                let forward = meter.observe(
+                                    context,
+                                    data,
+                                    Instant::now(),
+                                    &mut this.terminal,
+                                );
                                 // Once per stream: when the first token's frame leaves.
                                 if context.marks.first_token_sent.is_none()
                                     && context.stream.first_token.is_some()
@@ -252,28 +296,45 @@ where
 
 impl<B> Drop for MeteredBody<B> {
     fn drop(&mut self) {
-        // Not ended at drop: the client went away before the end of the stream.
+        // Not ended at drop: the client went away before the end of the stream. After the
+        // terminal event it had the whole stream: counted by what the stream showed.
         if let Some(context) = self.context.take() {
-            self.finish(context, Outcome::Cancelled, Instant::now(), None);
+            let outcome = if self.terminal {
+                stream_outcome(&context)
+            } else {
+                Outcome::Cancelled
+            };
+            self.finish(context, outcome, Instant::now(), None);
         }
     }
 }
 
-/// How a metered stream that reached its end cleanly is counted.
+/// How a metered stream that reached its end cleanly (or its terminal event) is counted.
 fn stream_outcome(context: &RequestContext) -> Outcome {
     match context.upstream_status {
         Some(status) if status.is_success() && !context.stream.error_event => Outcome::Ok,
-        Some(status) if status.is_client_error() => Outcome::ClientError,
+        Some(status) if !status.is_success() => answer_outcome(context, status),
         _ => Outcome::UpstreamError,
     }
 }
 
 /// How a passed-through response that reached its end is counted: by its status.
-fn passthrough_outcome(status: Option<StatusCode>) -> Outcome {
-    match status {
+fn passthrough_outcome(context: &RequestContext) -> Outcome {
+    match context.upstream_status {
         Some(status) if status.is_success() || status.is_redirection() => Outcome::Ok,
-        Some(status) if status.is_client_error() => Outcome::ClientError,
-        _ => Outcome::UpstreamError,
+        Some(status) => answer_outcome(context, status),
+        None => Outcome::UpstreamError,
+    }
+}
+
+/// Who caused an answer that is not a success (see the module docs and
+/// [`crate::context::answer_failed`]): the upstream for a 5xx other than 501 to a body the proxy
+/// could read; the client for the rest (a 4xx, a 501, any error answer to a malformed body).
+fn answer_outcome(context: &RequestContext, status: StatusCode) -> Outcome {
+    if context.answer_failed(status) {
+        Outcome::UpstreamError
+    } else {
+        Outcome::ClientError
     }
 }
 
@@ -305,11 +366,13 @@ fn apply(
 
 impl StreamMeter {
     /// Stamps and scans one data frame of `context`'s response; returns what to forward now.
+    /// `terminal` becomes true when the frame holds the stream's terminal event.
     fn observe(
         &mut self,
         context: &mut RequestContext,
         data: Bytes,
         now: Instant,
+        terminal: &mut bool,
     ) -> Option<Bytes> {
         let Self {
             handles,
@@ -336,6 +399,7 @@ impl StreamMeter {
         framer.feed(&data, |event| {
             let summary = dialect.classify(event.event, event.data);
             apply(record, handles, trace, &summary, now);
+            *terminal |= summary.done;
             if let Some(stripper) = stripper.as_mut() {
                 let role = if summary.usage_only {
                     EventRole::UsageOnly
@@ -377,4 +441,40 @@ impl StreamMeter {
             });
         }
     }
+
+    /// What the line of a stream the upstream cut at `now` reports (see [`super::cut`]).
+    fn cut<'a>(
+        &'a self,
+        context: &RequestContext,
+        outcome: Outcome,
+        now: Instant,
+        error: &'a BodyError,
+    ) -> Cut<'a> {
+        let labels = &self.handles.labels;
+        let record = &context.stream;
+        let bytes = match (&self.framer, &self.whole) {
+            (Some(framer), _) => Some(framer.position()),
+            (None, Some(whole)) => whole.kept(),
+            (None, None) => None,
+        };
+        Cut {
+            backend: &labels.backend,
+            pool: &labels.pool,
+            operation: labels.operation.as_str(),
+            model: &labels.model,
+            phase: if record.first_token.is_some() {
+                Phase::MidStream
+            } else {
+                Phase::BeforeFirstToken
+            },
+            bytes,
+            tokens: record.token_events,
+            outcome,
+            elapsed: now.saturating_duration_since(context.received),
+            error,
+        }
+    }
 }
+
+#[cfg(test)]
+mod tests;

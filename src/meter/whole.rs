@@ -91,6 +91,11 @@ impl WholeBody {
         }
     }
 
+    /// The bytes kept so far (every byte of the body until it passes the bound); `None` past it.
+    pub fn kept(&self) -> Option<u64> {
+        (!self.over).then_some(self.len as u64)
+    }
+
     /// The usage of the complete body, read once with the dialect's reader; `None` past the
     /// bound, for an empty body, or when the body carries no readable usage.
     pub fn usage(self, dialect: Dialect) -> Option<Usage> {

@@ -27,7 +27,7 @@ use super::slo::gate::Admission;
 use super::slo::share;
 use super::slo::Demand;
 use super::Router;
-use crate::context::{RequestContext, RouteDecision};
+use crate::context::{answer_failed, RequestContext, RouteDecision};
 use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
 
 impl Router {
@@ -136,10 +136,12 @@ impl Router {
             };
             let failure = match result {
                 Ok(response) => {
-                    if !response.status().is_server_error() {
-                        backend.on_success();
-                    } else if !malformed {
+                    // The meter's rule (`answer_failed`): a 501 or a 5xx to a malformed body is
+                    // the request's fault; only the rest count against the backend.
+                    if answer_failed(response.status(), malformed) {
                         self.report(index, &backend, Fault::Answer);
+                    } else if !response.status().is_server_error() {
+                        backend.on_success();
                     }
                     return Ok(response);
                 }

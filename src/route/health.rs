@@ -10,8 +10,10 @@
 //!   backend a *suspect* ([`Verdict::Confirm`]): the router then asks the backend's health
 //!   endpoint, and ejects only when that check fails too.
 //!
-//! A 5xx to a request whose body the proxy found not to be valid JSON is not a failure at all (the
-//! router does not report it). Any other response is a success and clears the record. After
+//! A 5xx to a request whose body the proxy found not to be valid JSON, and a 501 Not Implemented
+//! (the backend does not do what was asked), are not failures at all (the router does not report
+//! them; `context::answer_failed` is the one rule, the meter's too). Any other response is a
+//! success and clears the record. After
 //! `eject_after_failures` consecutive failures the backend is ejected (or, for answers, checked)
 //! for `eject_base`; when the ejection ends it takes traffic again on probation: one more failure
 //! ejects it (or has it checked) at once, for twice as long (capped at `eject_max`), one success

@@ -574,3 +574,112 @@ async fn a_client_gone_mid_request_body_ends_once_cancelled() {
     assert_eq!(all[0].outcome, Outcome::Cancelled, "{:?}", all[0]);
     assert_eq!(all[0].attempts, 0, "never sent upstream");
 }
+
+#[tokio::test]
+async fn a_client_that_closes_right_after_done_ends_its_request_once_ok() {
+    // The backend writes the whole stream, `[DONE]` included, and holds the body's end (its
+    // terminating chunk) until the proxy hangs up: the client's close after `[DONE]` (what the
+    // OpenAI SDK does) always reaches the proxy before the upstream body's end.
+    let upstream = RawUpstream::start(|_request, mut stream| async move {
+        let events = events_of(&fixture("vllm-chat-usage.sse"));
+        let mut bytes = raw::chunked_head(200, "text/event-stream");
+        for event in &events {
+            bytes.extend_from_slice(&raw::chunk(event));
+        }
+        if raw::write(&mut stream, &bytes).await {
+            raw::hold(&mut stream, Duration::from_secs(30)).await;
+            raw::write(&mut stream, raw::LAST_CHUNK).await;
+        }
+    })
+    .await;
+    let (proxy, endings) = proxy_with(config_for(&upstream.url)).await;
+    let metrics = Arc::clone(&proxy.metrics);
+    let mut stream = client::open(proxy.traffic_addr, CHAT, BODY).await;
+    let mut seen = Vec::new();
+    while !seen.ends_with(b"data: [DONE]\n\n") {
+        let (_, bytes) = stream.next_frame().await.expect("a frame").expect("ok");
+        seen.extend_from_slice(&bytes);
+    }
+    assert_eq!(
+        seen,
+        fixture("vllm-chat-no-usage.sse"),
+        "the whole stream, the injected usage chunk stripped"
+    );
+    stream.disconnect();
+    endings.wait_for(1).await;
+    let text = metrics.render();
+    let all = finishes(proxy, &endings).await;
+    assert_eq!(all.len(), 1, "{all:?}");
+    let end = &all[0];
+    assert_eq!(
+        end.outcome,
+        Outcome::Ok,
+        "the client had the whole stream: {end:?}"
+    );
+    assert_eq!((end.token_events, end.output_tokens), (7, 7), "{end:?}");
+    assert_eq!(end.error, None);
+    let outcome = |outcome| prom::sum(&text, "tokenmeter_requests_total", &[("outcome", outcome)]);
+    assert_eq!(
+        (outcome("ok"), outcome("cancelled")),
+        (1.0, 0.0),
+        "counted ok, not cancelled:\n{text}"
+    );
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_tokens_total",
+            &[("gen_ai_token_type", "output")]
+        ),
+        7.0,
+        "its tokens, from its usage"
+    );
+    assert_eq!(
+        prom::sum(&text, "tokenmeter_slo_requests_total", &[("slo", "all")]),
+        1.0,
+        "and judged against the SLO, as an ok stream is"
+    );
+    assert_eq!(prom::sum(&text, "tokenmeter_streams_active", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn refusals_end_once_as_the_clients_errors_whatever_their_status() {
+    // As llama-server answers (without bodies here, so the requests end with their heads): 500 to
+    // a body that is not JSON, 501 to an endpoint it does not serve; and 502 to a request it could
+    // read, which stays the upstream's.
+    let upstream = RawUpstream::start(|request, mut stream| async move {
+        let status = if request.head.starts_with("POST /v1/embeddings ") {
+            "501 Not Implemented"
+        } else if serde_json::from_slice::<serde_json::Value>(&request.body).is_err() {
+            "500 Internal Server Error"
+        } else {
+            "502 Bad Gateway"
+        };
+        let head = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        let _ = stream.write_all(head.as_bytes()).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+    let (proxy, endings) = proxy_with(config_for(&upstream.url)).await;
+    for (path, body, status) in [
+        (CHAT, r#"{"model":"m","messages":["#, 500),
+        ("/v1/embeddings", r#"{"model":"m","input":"hi"}"#, 501),
+        (CHAT, BODY, 502),
+    ] {
+        let answered = client::post(proxy.traffic_addr, path, body).await;
+        assert_eq!(answered.status.as_u16(), status, "{path} {body}");
+    }
+    let all = finishes(proxy, &endings).await;
+    let ends: Vec<_> = all
+        .iter()
+        .map(|end| (end.outcome, end.upstream_status, end.dialect))
+        .collect();
+    assert_eq!(
+        ends,
+        vec![
+            (Outcome::ClientError, Some(500), Some(Dialect::OpenAiChat)),
+            (Outcome::ClientError, Some(501), None),
+            (Outcome::UpstreamError, Some(502), Some(Dialect::OpenAiChat)),
+        ],
+        "{all:?}"
+    );
+}

@@ -573,3 +573,163 @@ async fn the_proxys_ttft_split_holds_the_servers_own_prompt_time() {
     );
     proxy.shutdown().await;
 }
+
+#[tokio::test]
+async fn outcomes_on_the_real_server_are_counted_by_who_caused_them() {
+    let Some(llama) = LlamaServer::start(1, 2048).await else {
+        return;
+    };
+    let proxy = start_proxy(config_for(&llama.url)).await;
+    let asks = [
+        // Not JSON: llama-server answers 500 (`json.exception.parse_error.101`); the client's.
+        (CHAT, r#"{"model":"x","messages":["#, 500, "client_error"),
+        (COMPLETIONS, "not json", 500, "client_error"),
+        // Started without --embeddings: 501, the client asked for what is not served.
+        (
+            "/v1/embeddings",
+            r#"{"model":"x","input":"hi"}"#,
+            501,
+            "client_error",
+        ),
+        // JSON it cannot use: also 500, with "type": "server_error" like a real failure. The
+        // proxy read the body, so it is not second-guessed: the backend's.
+        (
+            CHAT,
+            r#"{"model":"x","messages":[{"role":"user","content":"hi"}],"tools":5}"#,
+            500,
+            "upstream_error",
+        ),
+        (
+            CHAT,
+            r#"{"model":"x","messages":[{"role":"user","content":"hi"}],"max_tokens":2}"#,
+            200,
+            "ok",
+        ),
+    ];
+    let mut expected = std::collections::BTreeMap::new();
+    for (path, body, status, counted) in asks {
+        let answered = client::post(proxy.traffic_addr, path, body).await;
+        assert_eq!(
+            answered.status.as_u16(),
+            status,
+            "{path} {body}: {}",
+            answered.text()
+        );
+        *expected.entry(counted).or_insert(0.0) += 1.0;
+    }
+    // Streams read to `[DONE]` and closed at once, as the OpenAI SDK does: whether the server's
+    // terminating chunk reached the proxy before the close or not, each is ok.
+    for _ in 0..5 {
+        let body = r#"{"model":"x","messages":[{"role":"user","content":"hi"}],"max_tokens":3,"stream":true}"#;
+        let mut stream = client::open(proxy.traffic_addr, CHAT, body).await;
+        assert_eq!(stream.status, 200);
+        let mut seen = Vec::new();
+        while !seen.ends_with(b"data: [DONE]\n\n") {
+            let (_, bytes) = stream.next_frame().await.expect("a frame").expect("ok");
+            seen.extend_from_slice(&bytes);
+        }
+        stream.disconnect();
+        *expected.entry("ok").or_insert(0.0) += 1.0;
+    }
+    let total: f64 = expected.values().sum();
+    support::wait_for_metric(&proxy, "tokenmeter_requests_total", &[], total).await;
+    let text = proxy.metrics.render();
+    for counted in [
+        "ok",
+        "client_error",
+        "upstream_error",
+        "cancelled",
+        "timeout",
+    ] {
+        assert_eq!(
+            prom::sum(&text, "tokenmeter_requests_total", &[("outcome", counted)]),
+            expected.get(counted).copied().unwrap_or(0.0),
+            "{counted}:\n{text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_server_killed_mid_stream_leaves_one_warn_line() {
+    use crate::prometheus_support::process::{free_addr, Proc, Scratch, TOKENMETER};
+    let Some(mut llama) = LlamaServer::start(1, 2048).await else {
+        return;
+    };
+    let scratch = Scratch::new("llama-killed-log");
+    let (traffic, admin) = (free_addr(), free_addr());
+    let mut serve = std::process::Command::new(TOKENMETER);
+    serve
+        .arg("serve")
+        .env("TOKENMETER_LISTEN", traffic.to_string())
+        .env("TOKENMETER_ADMIN_LISTEN", admin.to_string())
+        .env("TOKENMETER_UPSTREAM", &llama.url)
+        .env_remove("RUST_LOG");
+    let proxy = Proc::spawn("tokenmeter", serve, scratch.path());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !(tokio::net::TcpStream::connect(admin).await.is_ok()
+        && client::get(admin, "/readyz").await.0 == 200)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "ready\n{}",
+            proxy.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // 1500 tokens that no end-of-sequence cuts short: the stream is still going when the server
+    // is killed, after its first tokens, however fast or slow the machine.
+    let body = r#"{"model":"x","messages":[{"role":"user","content":"hi"}],"max_tokens":1500,"ignore_eos":true,"stream":true}"#;
+    let mut stream = client::open(traffic, CHAT, body).await;
+    assert_eq!(stream.status, 200);
+    let mut seen = Vec::new();
+    while seen
+        .windows(b"\"content\":\"".len())
+        .filter(|w| w == b"\"content\":\"")
+        .count()
+        < 3
+    {
+        let (_, bytes) = stream.next_frame().await.expect("a frame").expect("ok");
+        seen.extend_from_slice(&bytes);
+    }
+    llama.kill().await;
+    let mut broke = false;
+    while let Some(frame) = stream.next_frame().await {
+        if frame.is_err() {
+            broke = true;
+            break;
+        }
+    }
+    assert!(broke, "the client sees a broken stream, not a clean end");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, metrics) = client::get(admin, "/metrics").await;
+        let failed = prom::sum(
+            &metrics,
+            "tokenmeter_requests_total",
+            &[("outcome", "upstream_error")],
+        );
+        if failed == 1.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "counted as an upstream error: {metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let log = std::fs::read_to_string(scratch.path().join("tokenmeter.log")).expect("the log");
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("stream cut by its upstream"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line for the one cut stream:\n{log}");
+    for field in [
+        "WARN".to_owned(),
+        format!("backend=\"{}\"", llama.addr),
+        "phase=\"mid_stream\"".to_owned(),
+        "outcome=\"upstream_error\"".to_owned(),
+    ] {
+        assert!(lines[0].contains(&field), "{field} in {}", lines[0]);
+    }
+    eprintln!("{}", lines[0]);
+}

@@ -469,3 +469,252 @@ async fn frames_keep_the_idle_timer_off_and_the_total_timeout_cuts_at_its_deadli
         "every frame before the deadline (50, 150, ..., 650 ms) passed on"
     );
 }
+
+/// llama-server's answers (measured on the server `scripts/llama/build.sh` builds): 500 to a body
+/// that is not JSON, 500 to a JSON body it cannot use, 501 to an endpoint it was not started with.
+const LLAMA_PARSE_ERROR: &str = r#"{"error":{"code":500,"message":"[json.exception.parse_error.101] parse error at line 1, column 26: syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal","type":"server_error"}}"#;
+const LLAMA_TOOLS_ERROR: &str = r#"{"error":{"code":500,"message":"Failed to parse tools: Expected 'tools' to be an array, got 5; tools = 5","type":"server_error"}}"#;
+const LLAMA_NO_EMBEDDINGS: &str = r#"{"error":{"code":501,"message":"This server does not support embeddings. Start it with `--embeddings`","type":"not_supported_error"}}"#;
+
+/// A backend that answers as llama-server does to what the client got wrong, serves a stream to
+/// anything else on chat, and fails (503) every request on `/v1/completions`.
+fn llama_like(seen: &support::backend::Seen) -> Script {
+    let line = seen.head.lines().next().unwrap_or_default();
+    if line.starts_with("POST /v1/embeddings ") {
+        return Script::json(501, LLAMA_NO_EMBEDDINGS);
+    }
+    let Ok(body) = serde_json::from_slice::<serde_json::Value>(&seen.body) else {
+        return Script::json(500, LLAMA_PARSE_ERROR);
+    };
+    if body.get("tools").is_some_and(|tools| !tools.is_array()) {
+        return Script::json(500, LLAMA_TOOLS_ERROR);
+    }
+    if body.get("n").is_some() {
+        return Script::json(
+            501,
+            r#"{"error":{"code":501,"message":"Only one completion choice is allowed","type":"not_supported_error"}}"#,
+        );
+    }
+    if line.starts_with("POST /v1/completions ") {
+        return Script::json(
+            503,
+            r#"{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}"#,
+        );
+    }
+    sse(first_events(usize::MAX, Duration::ZERO))
+}
+
+#[tokio::test]
+async fn outcomes_are_counted_by_who_caused_them() {
+    let backend = Backend::start(llama_like).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    let asks = [
+        // Bodies that are not JSON: whatever the backend answers (500 here), the client's.
+        (CHAT, r#"{"model":"m","messages":["#, 500, "client_error"),
+        ("/v1/completions", "not json", 500, "client_error"),
+        // What the backend does not implement (501): the client asked for it.
+        (
+            "/v1/embeddings",
+            r#"{"model":"m","input":"hi"}"#,
+            501,
+            "client_error",
+        ),
+        (
+            CHAT,
+            r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"n":2}"#,
+            501,
+            "client_error",
+        ),
+        // A 500 to a body that read as JSON stays the backend's: nothing in llama-server's answer
+        // ("type": "server_error") tells its request errors from its failures.
+        (
+            CHAT,
+            r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"tools":5}"#,
+            500,
+            "upstream_error",
+        ),
+        // A backend failing a request it could read.
+        (
+            "/v1/completions",
+            r#"{"model":"m","prompt":"Hi"}"#,
+            503,
+            "upstream_error",
+        ),
+        (CHAT, BODY, 200, "ok"),
+    ];
+    let mut expected = std::collections::BTreeMap::new();
+    for (path, body, status, counted) in asks {
+        let answered = client::post(proxy.traffic_addr, path, body).await;
+        assert_eq!(
+            answered.status.as_u16(),
+            status,
+            "{path} {body}: {}",
+            answered.text()
+        );
+        assert!(answered.error.is_none(), "{path} {body}: a clean end");
+        *expected.entry(counted).or_insert(0.0) += 1.0;
+    }
+    let text = proxy.metrics.render();
+    for counted in [
+        "ok",
+        "client_error",
+        "upstream_error",
+        "cancelled",
+        "timeout",
+    ] {
+        assert_eq!(
+            outcome(&text, counted),
+            expected.get(counted).copied().unwrap_or(0.0),
+            "{counted}:\n{text}"
+        );
+    }
+    let backend_label = backend.url.trim_start_matches("http://");
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_requests_total",
+            &[
+                ("outcome", "client_error"),
+                ("gen_ai_operation_name", "_OTHER"),
+                ("backend", backend_label),
+            ]
+        ),
+        1.0,
+        "the 501 to /v1/embeddings, a passthrough, at its backend:\n{text}"
+    );
+}
+
+#[cfg(feature = "testbed")]
+#[tokio::test]
+async fn the_simulators_refusals_are_the_clients_errors() {
+    // The simulated vLLM answers a body it cannot parse 400 (as vLLM does) and a path it does not
+    // serve 404: client errors, and its one good stream is ok.
+    use tokenmeter::testbed::sim::{self, SimConfig};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let replica = sim::spawn(listener, SimConfig::profile("fast").expect("profile"))
+        .await
+        .expect("sim");
+    let proxy = start_proxy(config_for(&format!("http://{}", replica.local_addr()))).await;
+    let asks = [
+        (CHAT, r#"{"model":"m","messages":["#, 400),
+        ("/v1/completions", "not json", 400),
+        ("/v1/embeddings", r#"{"model":"m","input":"hi"}"#, 404),
+        ("/v1/whatever", r#"{"model":"m"}"#, 404),
+        (
+            CHAT,
+            r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"stream":true}"#,
+            200,
+        ),
+    ];
+    for (path, body, status) in asks {
+        let answered = client::post(proxy.traffic_addr, path, body).await;
+        assert_eq!(
+            answered.status.as_u16(),
+            status,
+            "{path} {body}: {}",
+            answered.text()
+        );
+    }
+    let text = proxy.metrics.render();
+    assert_eq!(outcome(&text, "client_error"), 4.0, "{text}");
+    assert_eq!(outcome(&text, "upstream_error"), 0.0, "{text}");
+    assert_eq!(outcome(&text, "ok"), 1.0, "{text}");
+}
+
+#[tokio::test]
+async fn each_stream_its_upstream_cuts_is_one_warn_line_in_the_binarys_log() {
+    use crate::prometheus_support::process::{free_addr, Proc, Scratch, TOKENMETER};
+    // By the request's model: "cut" dies after two tokens, "early" before its first token,
+    // "held" goes quiet (the client leaves), anything else is a whole stream.
+    let backend = Backend::start(|seen: &support::backend::Seen| {
+        let body = String::from_utf8_lossy(&seen.body);
+        if body.contains(r#""model":"cut""#) {
+            let mut steps = first_events(3, Duration::ZERO);
+            steps.push(Step::Crash);
+            sse(steps)
+        } else if body.contains(r#""model":"early""#) {
+            let mut steps = first_events(1, Duration::ZERO);
+            steps.push(Step::Crash);
+            sse(steps)
+        } else if body.contains(r#""model":"held""#) {
+            let mut steps = first_events(2, Duration::ZERO);
+            steps.push(Step::Pause(Duration::from_secs(30)));
+            sse(steps)
+        } else {
+            sse(first_events(usize::MAX, Duration::ZERO))
+        }
+    })
+    .await;
+    let scratch = Scratch::new("stream-cut-log");
+    let (traffic, admin) = (free_addr(), free_addr());
+    let mut serve = std::process::Command::new(TOKENMETER);
+    serve
+        .arg("serve")
+        .env("TOKENMETER_LISTEN", traffic.to_string())
+        .env("TOKENMETER_ADMIN_LISTEN", admin.to_string())
+        .env("TOKENMETER_UPSTREAM", &backend.url)
+        .env_remove("RUST_LOG");
+    let proxy = Proc::spawn("tokenmeter", serve, scratch.path());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !(tokio::net::TcpStream::connect(admin).await.is_ok()
+        && client::get(admin, "/readyz").await.0 == 200)
+    {
+        assert!(Instant::now() < deadline, "ready\n{}", proxy.log_tail());
+        tokio::time::sleep(ms(25)).await;
+    }
+    let body = |model: &str| {
+        format!(
+            r#"{{"model":"{model}","messages":[{{"role":"user","content":"Hi"}}],"stream":true}}"#
+        )
+    };
+    let cut = client::post(traffic, CHAT, &body("cut")).await;
+    assert!(cut.error.is_some(), "cut mid-stream");
+    let early = client::post(traffic, CHAT, &body("early")).await;
+    assert!(early.error.is_some(), "cut before its first token");
+    let whole = client::post(traffic, CHAT, &body("m")).await;
+    assert!(whole.error.is_none(), "a whole stream");
+    let mut held = client::open(traffic, CHAT, &body("held")).await;
+    held.next_frame().await.expect("a frame").expect("ok");
+    held.disconnect();
+    // Every request ends before its count shows, and a cut's line is written before its end.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, metrics) = client::get(admin, "/metrics").await;
+        let ended = prom::sum(&metrics, "tokenmeter_requests_total", &[]);
+        if ended == 4.0 {
+            assert_eq!(outcome(&metrics, "upstream_error"), 2.0, "{metrics}");
+            assert_eq!(outcome(&metrics, "cancelled"), 1.0, "{metrics}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "4 requests ended: {ended}");
+        tokio::time::sleep(ms(25)).await;
+    }
+    let log = std::fs::read_to_string(scratch.path().join("tokenmeter.log")).expect("the log");
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("stream cut by its upstream"))
+        .collect();
+    assert_eq!(lines.len(), 2, "one line per cut stream:\n{log}");
+    let backend_label = backend.url.trim_start_matches("http://");
+    for (line, phase, tokens) in [
+        (lines[0], "mid_stream", 2),
+        (lines[1], "before_first_token", 0),
+    ] {
+        for field in [
+            "WARN".to_owned(),
+            format!("backend=\"{backend_label}\""),
+            format!("phase=\"{phase}\""),
+            format!("tokens={tokens}"),
+            "outcome=\"upstream_error\"".to_owned(),
+            "bytes=".to_owned(),
+        ] {
+            assert!(line.contains(&field), "{field} in {line}");
+        }
+    }
+    assert!(
+        !log.contains("were not logged"),
+        "two cuts are within the limit:\n{log}"
+    );
+}

@@ -89,6 +89,55 @@ async fn malformed_bodies_never_count_against_the_backend() {
     );
 }
 
+/// A backend that does not serve a path answers 501 Not Implemented (llama-server to
+/// `POST /v1/embeddings` without `--embeddings`): the request's fault, as the meter counts it, not
+/// a failure of the backend, so not even a confirming check.
+#[tokio::test]
+async fn not_implemented_never_counts_against_the_backend() {
+    let mut backend = Backend::start(|_: &Seen| {
+        Script::json(
+            501,
+            r#"{"error":{"code":501,"message":"This server does not support embeddings.","type":"not_supported_error"}}"#,
+        )
+    })
+    .await;
+    let proxy = start_proxy(config(&backend)).await;
+    for _ in 0..10 {
+        let answered =
+            client::post(proxy.traffic_addr, "/v1/embeddings", r#"{"input":"hi"}"#).await;
+        assert_eq!(
+            answered.status, 501,
+            "the backend's own answer is passed on"
+        );
+    }
+    let seen = drain(&mut backend, 10).await;
+    assert_eq!(
+        requests_to(&seen, "POST "),
+        10,
+        "every request reached the backend"
+    );
+    let text = proxy.metrics.render();
+    assert_eq!(
+        prom::sum(&text, "tokenmeter_backend_ejections_total", &[]),
+        0.0,
+        "never ejected"
+    );
+    assert_eq!(
+        prom::sum(&text, "tokenmeter_backend_health_confirmations_total", &[]),
+        0.0,
+        "not even a check: a 501 says what the backend does not do, not that it failed"
+    );
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_requests_total",
+            &[("outcome", "client_error")]
+        ),
+        10.0,
+        "counted as the client's, as README's metrics table says"
+    );
+}
+
 #[tokio::test]
 async fn answer_failures_a_passing_health_check_disowns_do_not_eject() {
     let mut backend = Backend::start(failing_requests(200)).await;
