@@ -1,6 +1,7 @@
 //! Lint of the Grafana dashboards in `dashboards/` (valid JSON, current schema, unique panel ids,
 //! every panel and target on the `$datasource` variable, the template variables, fleet-correct
-//! quantiles, no overlapping panels), and unit tests of the expression rewriting the end-to-end test
+//! quantiles, no overlapping panels, the latency histograms read in both their native and classic
+//! forms, here and in the rules), and unit tests of the expression rewriting the end-to-end test
 //! relies on.
 
 use crate::prometheus_support;
@@ -10,7 +11,8 @@ use serde_json::{json, Value};
 
 use prometheus_support::dashboards;
 use prometheus_support::exprs::{
-    all_panels, comparisons_as_bool, dashboard_exprs, label_names, substitute_grafana, Expr,
+    all_panels, comparisons_as_bool, dashboard_exprs, histogram_forms, label_names,
+    substitute_grafana, Expr, HistogramForms, NATIVE_HISTOGRAMS,
 };
 use prometheus_support::repo_path;
 
@@ -151,6 +153,123 @@ fn dashboards_have_the_datasource_model_pool_and_backend_variables() {
                 query.starts_with("label_values(") && query.ends_with(&format!(", {label})")),
                 "{name}: ${var} lists values of {label}: {query}"
             );
+        }
+    }
+}
+
+/// Why `expr` would be empty on a Prometheus that keeps only one form of a latency histogram, if
+/// it would: it reads the native histogram without a classic fallback (empty without
+/// `--enable-feature=native-histograms`) or the classic series without the native form (empty on
+/// 2.40-2.44 with the flag), or a classic `_count` / `_sum` whose native form is not
+/// `histogram_count` / `histogram_sum`.
+fn one_form_only(expr: &str) -> Option<String> {
+    for family in NATIVE_HISTOGRAMS {
+        let forms = histogram_forms(expr, family);
+        let classic = forms.bucket || forms.count || forms.sum;
+        if forms.native != classic {
+            return Some(format!("{family} read in one form only: {forms:?}"));
+        }
+        if forms.count && !expr.contains("histogram_count(") {
+            return Some(format!("{family}_count without histogram_count({family})"));
+        }
+        if forms.sum && !expr.contains("histogram_sum(") {
+            return Some(format!("{family}_sum without histogram_sum({family})"));
+        }
+    }
+    None
+}
+
+#[test]
+fn latency_histograms_are_read_in_both_forms() {
+    let ttft = NATIVE_HISTOGRAMS[0];
+    let both = format!(
+        "histogram_quantile(0.5, sum(rate({ttft}{{a=\"b\"}}[1m]))) \
+         or histogram_quantile(0.5, sum by (le) (rate({ttft}_bucket[1m])))"
+    );
+    let forms = HistogramForms {
+        native: true,
+        bucket: true,
+        count: false,
+        sum: false,
+    };
+    assert_eq!(histogram_forms(&both, ttft), forms, "both forms seen");
+    assert!(
+        !histogram_forms(&format!("model_pool:{ttft}:p99_5m"), ttft).any(),
+        "a recorded series is neither form"
+    );
+    assert!(one_form_only(&format!("sum(rate({ttft}_bucket[5m]))")).is_some());
+    assert!(one_form_only(&format!("histogram_count(rate({ttft}[5m]))")).is_some());
+    assert!(one_form_only(&format!(
+        "histogram_count(rate({ttft}[5m])) or rate({ttft}_count[5m])"
+    ))
+    .is_none());
+    assert!(one_form_only(&format!("rate({ttft}[5m]) or rate({ttft}_sum[5m])")).is_some());
+
+    let mut checked = 0;
+    for (name, dashboard) in dashboards() {
+        for panel in all_panels(&dashboard) {
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                let expr = target["expr"].as_str().unwrap_or("");
+                if let Some(why) = one_form_only(expr) {
+                    panic!("{name}: panel {}: {why}: {expr}", panel["title"]);
+                }
+                let latency = NATIVE_HISTOGRAMS
+                    .iter()
+                    .any(|family| histogram_forms(expr, family).any());
+                checked += usize::from(latency);
+                // A heatmap takes the native histogram or the classic buckets, never both: on a
+                // Prometheus that keeps both, `or on ()` drops the buckets whenever the native
+                // histogram answers, so Grafana gets one heatmap-cells frame (passed through
+                // under format "heatmap") or the `le` series (de-accumulated), never a mix.
+                if panel["type"] == "heatmap" {
+                    let joined = expr.contains(") or on () sum by (le) (");
+                    assert!(
+                        latency && joined && target["format"] == "heatmap",
+                        "{name}: heatmap {}: sum(rate(X[..])) or on () sum by (le) \
+                         (rate(X_bucket[..])), format heatmap: {expr}",
+                        panel["title"]
+                    );
+                }
+            }
+        }
+        // Variables read a counter every request increments, whatever the histograms' storage.
+        for var in dashboard["templating"]["list"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let Some(query) = var["query"]["query"].as_str() else {
+                continue;
+            };
+            let selector = query
+                .strip_prefix("label_values(")
+                .and_then(|rest| rest.split(['{', ',']).next())
+                .unwrap_or("");
+            assert!(
+                selector.ends_with("_total"),
+                "{name}: variable ${} lists the values of a counter, not of a histogram's \
+                 series: {query}",
+                var["name"]
+            );
+        }
+    }
+    assert!(checked >= 13, "the latency panels were seen: {checked}");
+
+    let text = std::fs::read_to_string(repo_path("deploy/prometheus/tokenmeter-rules.yaml"))
+        .expect("read the rules");
+    let exprs = rule_file_exprs(&text);
+    let latency = exprs
+        .iter()
+        .filter(|expr| {
+            NATIVE_HISTOGRAMS
+                .iter()
+                .any(|family| histogram_forms(expr, family).any())
+        })
+        .count();
+    assert_eq!(latency, 9, "the rules' TTFT, ITL and TPOT quantiles");
+    for expr in &exprs {
+        if let Some(why) = one_form_only(expr) {
+            panic!("rules: {why}: {expr}");
         }
     }
 }
@@ -314,8 +433,8 @@ fn rules_use_only_known_labels() {
         .filter(|line| line.starts_with("- record:") || line.starts_with("- alert:"))
         .count();
     assert_eq!(
-        rules, 40,
-        "the rules file has its 40 rules (23 recording, 17 alerting; promtool counts the same)"
+        rules, 37,
+        "the rules file has its 37 rules (20 recording, 17 alerting; promtool counts the same)"
     );
     assert_eq!(exprs.len(), rules, "every rule's expr was read");
     let used: Vec<String> = exprs.iter().flat_map(|e| label_names(e)).collect();

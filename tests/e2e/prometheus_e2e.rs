@@ -1,17 +1,28 @@
-//! The dashboards and rules against a real Prometheus: two tokenmeter sidecars, each in front of a
-//! simulated vLLM replica (the second also hands long prompts' prefills to a second replica),
-//! scraped every second while `tokenmeter bench` drives both; then
-//! - Prometheus' fleet-wide p50/p99 TTFT (`histogram_quantile` over `sum by (le)`) agrees, within
-//!   the bucket resolution, with the percentiles of the TTFTs the sidecars measured, request by
-//!   request (their usage records); and those never exceed what bench's clients saw (each
+//! The dashboards and rules against real Prometheus servers: two tokenmeter sidecars, each in front
+//! of a simulated vLLM replica (the second also hands long prompts' prefills to a second replica),
+//! scraped every second by three Prometheus while `tokenmeter bench` drives both: one stores the
+//! histograms as classic buckets (the text format, no flag), one the latency histograms as native
+//! histograms only (`--enable-feature=native-histograms`, which on 2.42 keeps no `_bucket`, `_sum`
+//! or `_count` series of a histogram that has native buckets), and one both forms (as 2.45 and
+//! later do with `scrape_classic_histograms`; here the classic series are federated from the first,
+//! [`Storage::Both`]). Then, on each,
+//! - it stores the forms it should: native histograms of exactly the families in
+//!   [`NATIVE_HISTOGRAMS`], and their classic series, or not;
+//! - Prometheus' fleet-wide p50/p99 TTFT (`histogram_quantile` over the summed histograms) agrees,
+//!   within the bucket resolution, with the percentiles of the TTFTs the sidecars measured, request
+//!   by request (their usage records); and those never exceed what bench's clients saw (each
 //!   request's TTFT at the proxy lies within the client's, so every order statistic does too).
 //!   No allowance for how late a client sees its first token: on a loaded machine that is
 //!   anything, and neither check needs it;
 //! - every rule loads healthy, and every PromQL expression of `dashboards/*.json` and
-//!   `deploy/prometheus/tokenmeter-rules.yaml` returns data (so no typo'd metric or label survives),
-//!   except those on the routing series listed in [`ROUTING_PENDING`].
+//!   `deploy/prometheus/tokenmeter-rules.yaml` returns data (so no typo'd metric or label survives,
+//!   and no panel, variable or rule reads a form of a histogram that this storage lacks), except
+//!   those on the routing series listed in [`ROUTING_PENDING`]; and each heatmap gets one form of
+//!   its histogram, the native one wherever it is stored.
 //!
-//! Needs Debian's `prometheus` package (`/usr/bin/prometheus`); takes about 20 s. Each `wait_for`
+//! The Prometheus scrape the same sidecars through the same load, so each further storage costs a
+//! process, not a second run. Needs Debian's `prometheus` package (`/usr/bin/prometheus`); takes
+//! about 25 s. Each `wait_for`
 //! bound (15-20 s) is a deadline for something done within a second or two (a start, a scrape
 //! every second, a rule evaluation every second, a usage flush every second): it turns a hang into
 //! a failure and leaves the rest to a loaded 2-core machine.
@@ -23,9 +34,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use prometheus_support::exprs::{dashboard_exprs, rule_exprs, Expr};
+use prometheus_support::exprs::{
+    all_panels, dashboard_exprs, rule_exprs, substitute_grafana, Expr, NATIVE_HISTOGRAMS,
+};
 use prometheus_support::process::{free_addr, wait_for, Proc, Scratch, TOKENMETER};
-use prometheus_support::prometheus::{has_data, Prometheus};
+use prometheus_support::prometheus::{has_data, Prometheus, Storage};
 use prometheus_support::{dashboards, http, percentile, repo_path};
 
 /// Series that only exist once request routing lands (pools, health, the prompt estimate): an
@@ -280,6 +293,8 @@ fn client_ttfts(reports: &[Value]) -> Vec<f64> {
     ttfts
 }
 
+const TTFT: &str = "gen_ai_server_time_to_first_token_seconds";
+
 /// The bucket `(lower, upper]` of `edges` (sorted `le` values, +Inf last) that holds `value`.
 fn bucket_of(edges: &[f64], value: f64) -> (f64, f64) {
     let upper = edges
@@ -310,47 +325,134 @@ fn ttft_edges(prometheus: &Prometheus) -> Vec<f64> {
     edges
 }
 
+/// A range that holds the native bucket of `value`: a schema-5 bucket spans a factor of 2^(1/32),
+/// so the one holding `value` lies within a factor of 2^(1/32) of it either way.
+fn native_bucket_around(value: f64) -> (f64, f64) {
+    let width = 2f64.powf(1.0 / 32.0);
+    (value / width, value * width)
+}
+
 /// Prometheus' fleet-wide quantile must lie in the bucket range spanned by the sidecars' own
 /// samples (`proxy`, sorted) that either definition of the quantile can land on (bench
 /// interpolates at rank (n-1)q, histogram_quantile picks the bucket of rank qn): the histograms
-/// Prometheus summed hold exactly these samples.
+/// Prometheus summed hold exactly these samples. Classic buckets are the `le` edges of `edges`,
+/// native ones those of schema 5.
 fn assert_quantile_agrees(
     prometheus: &Prometheus,
+    storage: Storage,
     edges: &[f64],
     proxy: &[f64],
     clients: &[f64],
     q: f64,
 ) {
-    let promql = format!(
-        "histogram_quantile({q}, sum by (le) (gen_ai_server_time_to_first_token_seconds_bucket))"
-    );
+    let promql = if storage.has_native() {
+        format!("histogram_quantile({q}, sum({TTFT}))")
+    } else {
+        format!("histogram_quantile({q}, sum by (le) ({TTFT}_bucket))")
+    };
     let server = prometheus
         .scalar(&promql)
-        .unwrap_or_else(|| panic!("no fleet-wide TTFT p{}", q * 100.0));
+        .unwrap_or_else(|| panic!("{storage:?}: no fleet-wide TTFT p{}", q * 100.0));
     let n = proxy.len();
     let first = ((n - 1) as f64 * q).floor() as usize;
     let last = (((n as f64) * q).ceil() as usize).clamp(1, n) - 1;
     let (low_sample, high_sample) = (proxy[first.min(last)], proxy[first.max(last)]);
-    let (lower, _) = bucket_of(edges, low_sample);
-    let (_, upper) = bucket_of(edges, high_sample);
+    let bucket = |value| {
+        if storage.has_native() {
+            native_bucket_around(value)
+        } else {
+            bucket_of(edges, value)
+        }
+    };
+    let (lower, _) = bucket(low_sample);
+    let (_, upper) = bucket(high_sample);
     let measured = percentile(proxy, q);
     let client = percentile(clients, q);
     assert!(
         (lower..=upper).contains(&server),
-        "TTFT p{}: Prometheus says {server:.4} s, the sidecars measured {measured:.4} s \
-         (samples {low_sample:.4}..{high_sample:.4}): outside the buckets ({lower}, {upper}]",
+        "{storage:?}: TTFT p{}: Prometheus says {server:.4} s, the sidecars measured \
+         {measured:.4} s (samples {low_sample:.4}..{high_sample:.4}): outside the buckets \
+         ({lower}, {upper}]",
         q * 100.0
     );
     eprintln!(
-        "TTFT p{}: Prometheus {:.1} ms, sidecars {:.1} ms, bench's clients {:.1} ms, bucket \
+        "TTFT p{} ({}): Prometheus {:.1} ms, sidecars {:.1} ms, bench's clients {:.1} ms, bucket \
          range ({:.1}, {:.1}] ms",
         q * 100.0,
+        storage.name(),
         server * 1e3,
         measured * 1e3,
         client * 1e3,
         lower * 1e3,
         upper * 1e3
     );
+}
+
+/// The storage holds the latency histograms in its forms: as native histograms, exactly the
+/// families of [`NATIVE_HISTOGRAMS`] (and no other native histogram); as classic ones, their
+/// `_bucket`, `_sum` and `_count` series.
+fn assert_stores_its_forms(prometheus: &Prometheus, storage: Storage) {
+    let native = prometheus.native_histogram_names(r#"{job="tokenmeter"}"#);
+    let expected: std::collections::BTreeSet<String> = if storage.has_native() {
+        NATIVE_HISTOGRAMS.iter().map(|f| f.to_string()).collect()
+    } else {
+        Default::default()
+    };
+    assert_eq!(
+        native, expected,
+        "{storage:?}: the series stored as native histograms"
+    );
+    for family in NATIVE_HISTOGRAMS {
+        let classic = format!(r#"{{__name__=~"{family}_(bucket|sum|count)"}}"#);
+        assert_eq!(
+            has_data(&prometheus.query(&classic)),
+            storage.has_classic(),
+            "{storage:?}: classic series of {family}"
+        );
+    }
+}
+
+/// Each heatmap's query gives Grafana one form of its histogram: native histograms wherever they
+/// are stored (also where the classic buckets are too), the `le` series otherwise. A mix would
+/// leave the heatmap panel to draw one frame and drop the other.
+fn assert_heatmaps_get_one_form(prometheus: &Prometheus, storage: Storage) {
+    let mut heatmaps = 0;
+    for (name, dashboard) in dashboards() {
+        for panel in all_panels(&dashboard) {
+            if panel["type"] != "heatmap" {
+                continue;
+            }
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                let expr = target["expr"].as_str().expect("a PromQL target");
+                let promql = substitute_grafana(expr, VARIABLES);
+                let data = prometheus.query(&promql);
+                let samples = data["result"].as_array().cloned().unwrap_or_default();
+                let native = samples
+                    .iter()
+                    .filter(|s| s.get("histogram").is_some())
+                    .count();
+                let buckets = samples
+                    .iter()
+                    .filter(|s| s["metric"]["le"].is_string())
+                    .count();
+                let title = &panel["title"];
+                if storage.has_native() {
+                    assert!(
+                        native == 1 && buckets == 0,
+                        "{storage:?}: {name}: heatmap {title}: one native histogram, no buckets: \
+                         {samples:?}"
+                    );
+                } else {
+                    assert!(
+                        native == 0 && buckets > 1 && buckets == samples.len(),
+                        "{storage:?}: {name}: heatmap {title}: only `le` series: {samples:?}"
+                    );
+                }
+                heatmaps += 1;
+            }
+        }
+    }
+    assert_eq!(heatmaps, 2, "the TTFT and ITL heatmaps");
 }
 
 /// Each request's TTFT at its sidecar lies within its client's (the sidecar starts timing after
@@ -375,7 +477,7 @@ fn assert_within_the_clients(proxy: &[f64], clients: &[f64]) {
 }
 
 /// Waits until every rule was evaluated at least once, then asserts none is unhealthy.
-fn assert_rules_healthy(prometheus: &Prometheus) -> Value {
+fn assert_rules_healthy(prometheus: &Prometheus, storage: Storage) -> Value {
     let rules = wait_for("every rule evaluated", Duration::from_secs(15), || {
         let rules = prometheus.rules();
         let all = rules["groups"]
@@ -391,7 +493,7 @@ fn assert_rules_healthy(prometheus: &Prometheus) -> Value {
             count += 1;
             assert_eq!(
                 rule["health"], "ok",
-                "rule {} in group {} is unhealthy: {}",
+                "{storage:?}: rule {} in group {} is unhealthy: {}",
                 rule["name"], group["name"], rule["lastError"]
             );
         }
@@ -407,8 +509,8 @@ fn assert_rules_healthy(prometheus: &Prometheus) -> Value {
         "every rule of tokenmeter-rules.yaml was loaded"
     );
     assert_eq!(
-        count, 40,
-        "the rules file has its 40 rules (23 recording, 17 alerting; promtool counts the same)"
+        count, 37,
+        "the rules file has its 37 rules (20 recording, 17 alerting; promtool counts the same)"
     );
     rules
 }
@@ -470,10 +572,27 @@ fn real_prometheus_over_two_sidecars_sees_every_expression_and_the_bench_quantil
     let sidecars: Vec<Sidecar> = (0..2).map(|i| start_sidecar(i, dir)).collect();
     let admins: Vec<SocketAddr> = sidecars.iter().map(|s| s.admin).collect();
     let rules_file = repo_path("deploy/prometheus/tokenmeter-rules.yaml");
-    let prometheus = Prometheus::start(dir, &admins, &[rules_file.as_path()]);
-    wait_for("both sidecars scraped", Duration::from_secs(20), || {
-        (prometheus.scalar(r#"count(up{job="tokenmeter"} == 1)"#) == Some(2.0)).then_some(())
-    });
+    // One Prometheus of each storage, scraping the same sidecars through the same load (the one
+    // keeping both forms federates the classic series from the classic one).
+    let rules = [rules_file.as_path()];
+    let classic = Prometheus::start_storing(dir, Storage::Classic, &admins, &rules, &[]);
+    let native = Prometheus::start_storing(dir, Storage::Native, &admins, &rules, &[]);
+    let both = Prometheus::start_keeping_both(dir, &admins, &rules, &classic);
+    let servers = [
+        (Storage::Classic, classic),
+        (Storage::Native, native),
+        (Storage::Both, both),
+    ];
+    for (storage, prometheus) in &servers {
+        wait_for(
+            &format!("both sidecars scraped ({storage:?})"),
+            Duration::from_secs(20),
+            || {
+                (prometheus.scalar(r#"count(up{job="tokenmeter"} == 1)"#) == Some(2.0))
+                    .then_some(())
+            },
+        );
+    }
 
     let reports = drive_load(&sidecars, dir);
     // Tenant "capped" (one request a minute) on sidecar 1: one admitted, two refused.
@@ -510,15 +629,18 @@ fn real_prometheus_over_two_sidecars_sees_every_expression_and_the_bench_quantil
         "every request succeeds on the simulated replicas; errors: {errors:?}"
     );
     let want = ok as f64;
-    wait_for(
-        "Prometheus to scrape every request's TTFT",
-        Duration::from_secs(15),
-        || {
-            (prometheus.scalar("sum(gen_ai_server_time_to_first_token_seconds_count)")
-                == Some(want))
-            .then_some(())
-        },
-    );
+    for (storage, prometheus) in &servers {
+        let count = if storage.has_native() {
+            format!("sum(histogram_count({TTFT}))")
+        } else {
+            format!("sum({TTFT}_count)")
+        };
+        wait_for(
+            &format!("Prometheus ({storage:?}) to scrape every request's TTFT"),
+            Duration::from_secs(15),
+            || (prometheus.scalar(&count) == Some(want)).then_some(()),
+        );
+    }
 
     let ttfts = client_ttfts(&reports);
     assert_eq!(ttfts.len() as u64, ok, "one client TTFT per ok request");
@@ -527,34 +649,46 @@ fn real_prometheus_over_two_sidecars_sees_every_expression_and_the_bench_quantil
         Duration::from_secs(15),
         || proxy_ttfts(&sidecars, ok as usize),
     );
-    let edges = ttft_edges(&prometheus);
+    let edges = ttft_edges(&servers[0].1); // the classic storage
     assert!(
         edges.contains(&0.8),
         "the 800 ms TTFT SLO is a bucket edge: {edges:?}"
     );
-    assert_quantile_agrees(&prometheus, &edges, &measured, &ttfts, 0.5);
-    assert_quantile_agrees(&prometheus, &edges, &measured, &ttfts, 0.99);
+    for (storage, prometheus) in &servers {
+        assert_stores_its_forms(prometheus, *storage);
+        assert_heatmaps_get_one_form(prometheus, *storage);
+        for q in [0.5, 0.99] {
+            assert_quantile_agrees(prometheus, *storage, &edges, &measured, &ttfts, q);
+        }
+    }
     assert_within_the_clients(&measured, &ttfts);
 
-    let rules = assert_rules_healthy(&prometheus);
-    let mut exprs = rule_exprs(&rules);
-    for (name, dashboard) in dashboards() {
-        exprs.extend(dashboard_exprs(&name, &dashboard, VARIABLES));
+    let mut failures = Vec::new();
+    for (storage, prometheus) in &servers {
+        let rules = assert_rules_healthy(prometheus, *storage);
+        let mut exprs = rule_exprs(&rules);
+        for (name, dashboard) in dashboards() {
+            exprs.extend(dashboard_exprs(&name, &dashboard, VARIABLES));
+        }
+        let failed = check_every_expression(prometheus, &exprs);
+        let pending = exprs.iter().filter(|e| is_pending(e)).count();
+        eprintln!(
+            "{}: {} expressions evaluated, {} with data, {pending} waiting for routing",
+            storage.name(),
+            exprs.len(),
+            exprs.len() - pending - failed.len()
+        );
+        if !failed.is_empty() {
+            failures.push(format!("--- {storage:?} storage ---"));
+            failures.extend(failed);
+            failures.push(prometheus.proc.log_tail());
+        }
     }
-    let failures = check_every_expression(&prometheus, &exprs);
-    let pending = exprs.iter().filter(|e| is_pending(e)).count();
-    eprintln!(
-        "{} expressions evaluated, {} with data, {pending} waiting for routing",
-        exprs.len(),
-        exprs.len() - pending - failures.len()
-    );
     let logs: Vec<String> = sidecars.iter().map(|s| s.proxy.log_tail()).collect();
     assert!(
         failures.is_empty(),
-        "{} expression(s) failed:\n{}\n{}\n{}",
-        failures.len(),
+        "expression(s) failed:\n{}\n{}",
         failures.join("\n"),
-        prometheus.proc.log_tail(),
         logs.join("\n")
     );
 }

@@ -1,7 +1,8 @@
 //! Native histograms and exemplars through a real Prometheus (Debian's 2.42, with
-//! `--enable-feature=native-histograms,exemplar-storage`): two tokenmeter proxies, each in front
-//! of a scripted backend whose TTFTs and inter-token gaps are laid out on a fine grid, driven by a
-//! client that stamps every frame. Then
+//! `--enable-feature=native-histograms,exemplar-storage`), and beside it one without the flag
+//! (classic buckets only), both scraping two tokenmeter proxies, each in front of a scripted
+//! backend whose TTFTs and inter-token gaps are laid out on a fine grid, driven by a client that
+//! stamps every frame. Then
 //! - the fleet-wide `histogram_quantile(q, sum(rate(...)))` over the native histograms is within
 //!   3 % (the buckets' resolution) of the proxies' exact quantiles, for TTFT and ITL, at p50, p90
 //!   and p99. The proxies' exact values are bounded per request by what the backend wrote and the
@@ -9,8 +10,9 @@
 //!   machine, as wide as the delays a loaded one adds, so the check holds either way and still
 //!   says the proxies' histograms, through Prometheus, give what the proxies measured;
 //! - `/api/v1/query_exemplars` returns the trace ids the client sent (and only those);
-//! - the dashboards' latency quantiles and the rules' recorded quantiles have data from the native
-//!   histograms alone (Prometheus 2.42 with the flag stores no classic buckets of them);
+//! - the dashboards' latency panels (quantiles and heatmaps) and the rules' recorded quantiles have
+//!   data from the native histograms alone (Prometheus 2.42 with the flag stores no classic
+//!   buckets of them), and from the classic buckets alone on the Prometheus without the flag;
 //! - the text exposition still counts every request in its classic series.
 //!
 //! Each `wait_for` bound (20-30 s) is a deadline for what Prometheus does every second (scrape,
@@ -24,9 +26,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus_support::exprs::dashboard_exprs;
+use prometheus_support::exprs::{dashboard_exprs, histogram_forms, NATIVE_HISTOGRAMS};
 use prometheus_support::process::Scratch;
-use prometheus_support::prometheus::{has_data, Prometheus};
+use prometheus_support::prometheus::{has_data, Prometheus, Storage};
 use prometheus_support::{dashboards, http, percentile, repo_path};
 use support::backend::{Backend, Report, Script, Seen};
 use support::client::{self, Protocol, Streamed};
@@ -175,33 +177,30 @@ async fn native_quantiles_and_exemplars_through_a_real_prometheus() {
     }
     let targets: Vec<SocketAddr> = proxies.iter().map(|(_, p)| p.admin_addr).collect();
     let dir = scratch.path().to_owned();
-    let prometheus = tokio::task::spawn_blocking(move || {
+    // The native one (with exemplars) first: the precise checks below read it; the classic one
+    // beside it gets the same load, for the dashboards' and rules' other storage.
+    let (prometheus, classic) = tokio::task::spawn_blocking(move || {
         let rules = repo_path("deploy/prometheus/tokenmeter-rules.yaml");
-        Prometheus::start_with_features(
+        let native = Prometheus::start_storing(
             &dir,
+            Storage::Native,
             &targets,
             &[&rules],
-            &["native-histograms", "exemplar-storage"],
-        )
+            &["exemplar-storage"],
+        );
+        let classic = Prometheus::start_storing(&dir, Storage::Classic, &targets, &[&rules], &[]);
+        (native, classic)
     })
     .await
     .expect("Prometheus starts");
     // Every sample Prometheus has of the series comes after this (the warm-ups are in the first).
     let scraping_since = std::time::Instant::now();
-    let prometheus = Arc::new(prometheus);
-    let ready = Arc::clone(&prometheus);
-    tokio::task::spawn_blocking(move || {
-        prometheus_support::process::wait_for(
-            "both warm-up TTFTs in Prometheus",
-            Duration::from_secs(30),
-            || {
-                let count = ready.scalar(&format!("sum(histogram_count({TTFT}))"))?;
-                (count == 2.0).then_some(())
-            },
-        )
-    })
-    .await
-    .expect("wait");
+    let (prometheus, classic) = (Arc::new(prometheus), Arc::new(classic));
+    let both = [
+        (Storage::Native, Arc::clone(&prometheus)),
+        (Storage::Classic, Arc::clone(&classic)),
+    ];
+    wait_for_ttft_count(&both, 2, "both warm-up TTFTs").await;
 
     // The measured load: REQUESTS per proxy, CONCURRENCY at once, each with its own trace.
     let load_started = unix_seconds();
@@ -275,32 +274,17 @@ async fn native_quantiles_and_exemplars_through_a_real_prometheus() {
         2 * REQUESTS * (TOKENS - 1),
         "a gap between each two tokens"
     );
-    // Until Prometheus has scraped every sample (both warm-ups and the measured requests).
-    let scraped = Arc::clone(&prometheus);
-    tokio::task::spawn_blocking(move || {
-        prometheus_support::process::wait_for(
-            "every TTFT in Prometheus",
-            Duration::from_secs(30),
-            || {
-                let count = scraped.scalar(&format!("sum(histogram_count({TTFT}))"))?;
-                (count == (2 * REQUESTS + 2) as f64).then_some(())
-            },
-        )
-    })
-    .await
-    .expect("wait");
-
-    // For comparison only: the same quantiles from the classic buckets (both proxies' text).
-    let text: String = proxies.iter().map(|(_, p)| p.metrics.render()).collect();
-    let classic = tokenmeter::metrics::exposition::samples(&text);
+    // Until both Prometheus have scraped every sample (both warm-ups and the measured requests).
+    wait_for_ttft_count(&both, 2 * REQUESTS + 2, "every TTFT").await;
     // A rate over every sample since Prometheus started: its first holds only the warm-ups, so the
     // increase is exactly the measured load's, however long a loaded machine took to get here (a
     // fixed 1m window would lose the load's start once the test is that slow).
     let window = format!("{}s", (scraping_since.elapsed().as_secs() + 10).max(60));
     let checks = Arc::clone(&prometheus);
+    let classic_checks = Arc::clone(&classic);
     let checks_window = window.clone();
     tokio::task::spawn_blocking(move || {
-        let (prometheus, window) = (checks, checks_window);
+        let (prometheus, classic, window) = (checks, classic_checks, checks_window);
         for (name, samples, windows) in [
             (TTFT, &mut all.ttft, &ttft_windows),
             (ITL, &mut all.itl, &itl_windows),
@@ -319,9 +303,12 @@ async fn native_quantiles_and_exemplars_through_a_real_prometheus() {
                 let fleet = prometheus
                     .scalar(&promql)
                     .unwrap_or_else(|| panic!("{promql} has a value"));
-                let buckets =
-                    tokenmeter::metrics::exposition::histogram_quantile(&classic, name, &[], q)
-                        .unwrap_or(f64::NAN);
+                // For comparison only: the same quantile from the classic buckets.
+                let buckets = classic
+                    .scalar(&format!(
+                        "histogram_quantile({q}, sum by (le) (rate({name}_bucket[{window}])))"
+                    ))
+                    .unwrap_or(f64::NAN);
                 eprintln!(
                     "{name} p{}: native {fleet:.5} s, the proxies' [{low:.5}, {high:.5}] s; \
                      client {client:.5} s ({:+.2} %); classic buckets {buckets:.5} s ({:+.2} %)",
@@ -363,8 +350,8 @@ async fn native_quantiles_and_exemplars_through_a_real_prometheus() {
     .await
     .expect("the checks");
 
-    // The dashboards' latency quantiles and the recorded quantiles read the native histograms.
-    let prometheus = Arc::clone(&prometheus);
+    // The dashboards' latency panels and the recorded quantiles read the native histograms on
+    // one, the classic buckets on the other: each stores only its own form of them.
     tokio::task::spawn_blocking(move || {
         let vars = &[
             ("__rate_interval", window.as_str()),
@@ -372,29 +359,37 @@ async fn native_quantiles_and_exemplars_through_a_real_prometheus() {
             ("backend", ".+"),
             ("pool", ".+"),
         ];
-        let mut checked = 0;
-        for (name, dashboard) in dashboards() {
-            for expr in dashboard_exprs(&name, &dashboard, vars) {
-                let latency = [TTFT, ITL, "gen_ai_server_time_per_output_token_seconds"]
-                    .iter()
-                    .any(|metric| expr.promql.contains(metric));
-                if latency && expr.promql.starts_with("histogram_quantile") {
-                    let data = prometheus.query(&expr.promql);
-                    assert!(
-                        has_data(&data),
-                        "{}: no data from native histograms",
-                        expr.origin
-                    );
-                    checked += 1;
+        for (storage, prometheus) in &both {
+            let classic_ttft = has_data(&prometheus.query(&format!("{TTFT}_bucket")));
+            assert_eq!(
+                classic_ttft,
+                *storage == Storage::Classic,
+                "{storage:?}: TTFT's classic buckets stored"
+            );
+            let mut checked = 0;
+            for (name, dashboard) in dashboards() {
+                for expr in dashboard_exprs(&name, &dashboard, vars) {
+                    let latency = NATIVE_HISTOGRAMS
+                        .iter()
+                        .any(|family| histogram_forms(&expr.promql, family).any());
+                    if latency {
+                        let data = prometheus.query(&expr.promql);
+                        assert!(has_data(&data), "{storage:?}: {}: no data", expr.origin);
+                        checked += 1;
+                    }
                 }
             }
+            assert_eq!(
+                checked, 13,
+                "{storage:?}: TTFT, ITL and TPOT at p50 / p90 / p99, E2E at p50 / p99, the TTFT \
+                 and ITL heatmaps"
+            );
+            prometheus_support::process::wait_for(
+                &format!("the recorded p99 TTFT ({storage:?})"),
+                Duration::from_secs(20),
+                || prometheus.scalar("model_pool:gen_ai_server_time_to_first_token_seconds:p99_5m"),
+            );
         }
-        assert_eq!(checked, 9, "TTFT, ITL and TPOT at p50 / p90 / p99");
-        prometheus_support::process::wait_for(
-            "the recorded p99 TTFT",
-            Duration::from_secs(20),
-            || prometheus.scalar("model_pool:gen_ai_server_time_to_first_token_seconds:p99_5m"),
-        );
     })
     .await
     .expect("dashboards and rules");
@@ -406,6 +401,25 @@ async fn native_quantiles_and_exemplars_through_a_real_prometheus() {
             prom::sum(&text, &format!("{TTFT}_count"), &[]),
             (REQUESTS + 1) as f64
         );
+    }
+}
+
+/// Waits until each Prometheus counts `want` TTFTs, in the form its storage keeps them.
+async fn wait_for_ttft_count(servers: &[(Storage, Arc<Prometheus>); 2], want: usize, what: &str) {
+    for (storage, prometheus) in servers.clone() {
+        let what = format!("{what} in Prometheus ({storage:?})");
+        tokio::task::spawn_blocking(move || {
+            let count = if storage.has_native() {
+                format!("sum(histogram_count({TTFT}))")
+            } else {
+                format!("sum({TTFT}_count)")
+            };
+            prometheus_support::process::wait_for(&what, Duration::from_secs(30), || {
+                (prometheus.scalar(&count)? == want as f64).then_some(())
+            })
+        })
+        .await
+        .expect("wait");
     }
 }
 

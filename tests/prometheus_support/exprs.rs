@@ -4,6 +4,57 @@
 //! not (what is checked is that its inputs exist, not that the system is unhealthy).
 use serde_json::Value;
 
+/// The histograms tokenmeter also exposes with native buckets (`src/meter/series.rs`): TTFT, TTFB,
+/// TPOT, ITL and E2E. A Prometheus 2.42 with `--enable-feature=native-histograms` stores these as
+/// native histograms only (no `_bucket`, `_sum` or `_count` series), the others as classic ones;
+/// without the flag, all as classic ones. `prometheus_e2e` checks this list against what Prometheus
+/// stored.
+pub const NATIVE_HISTOGRAMS: &[&str] = &[
+    "gen_ai_server_time_to_first_token_seconds",
+    "tokenmeter_time_to_first_byte_seconds",
+    "gen_ai_server_time_per_output_token_seconds",
+    "tokenmeter_inter_token_latency_seconds",
+    "gen_ai_server_request_duration_seconds",
+];
+
+/// How an expression reads one histogram family: as the native histogram (the bare name), or
+/// through the classic series (`_bucket`, `_count`, `_sum`). Recorded series that embed the name
+/// (`level:name:ops`) are neither.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HistogramForms {
+    pub native: bool,
+    pub bucket: bool,
+    pub count: bool,
+    pub sum: bool,
+}
+
+impl HistogramForms {
+    pub fn any(self) -> bool {
+        self.native || self.bucket || self.count || self.sum
+    }
+}
+
+/// The forms in which `expr` selects `family` (see [`HistogramForms`]).
+pub fn histogram_forms(expr: &str, family: &str) -> HistogramForms {
+    let mut forms = HistogramForms::default();
+    let metric_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == ':';
+    for (at, _) in expr.match_indices(family) {
+        if expr[..at].chars().next_back().is_some_and(metric_char) {
+            continue;
+        }
+        let rest = &expr[at + family.len()..];
+        let name_end = rest.find(|c: char| !metric_char(c)).unwrap_or(rest.len());
+        match &rest[..name_end] {
+            "" => forms.native = true,
+            "_bucket" => forms.bucket = true,
+            "_count" => forms.count = true,
+            "_sum" => forms.sum = true,
+            _ => {}
+        }
+    }
+    forms
+}
+
 /// Where an expression came from (for failure messages) and what to send to Prometheus.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expr {
