@@ -1,5 +1,9 @@
 //! The command line: `serve`, and with the `testbed` feature (on by default) `sim`, `bench` and
 //! `demo`. The sidecar build leaves the feature out, so its binary has `serve` only.
+//!
+//! What the commands print goes through `crate::stdout::print`, never `println!`: a reader that
+//! stops early (`tokenmeter serve --check | head -1`) ends the output instead of panicking the
+//! process.
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -52,7 +56,8 @@ pub struct ServeArgs {
     /// TOKENMETER_ADMIN_LISTEN and TOKENMETER_UPSTREAM override either.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
-    /// Check the configuration, print it and exit.
+    /// Check the configuration, print it as TOML (the file, the defaults and the environment's
+    /// overrides; secrets shown as ***) and exit.
     #[arg(long)]
     pub check: bool,
 }
@@ -73,10 +78,20 @@ pub async fn run(cli: Cli) -> Result<(), crate::BoxError> {
 async fn serve(args: ServeArgs) -> Result<(), crate::BoxError> {
     let config = Config::load(args.config.as_deref())?;
     if args.check {
-        println!("{config:#?}");
+        // Itself a config `serve --check` accepts, and that reads back to this one (but for the
+        // secrets), so it can be saved, diffed and edited.
+        crate::stdout::print(format_args!(
+            "# The configuration in effect: the file, the defaults for what it leaves out, the \
+             environment's overrides. Secrets are shown as \"{}\".\n{}",
+            crate::config::REDACTED,
+            config.to_toml()?
+        ))?;
         return Ok(());
     }
-    let (traffic, admin) = crate::server::bind(&config).await?;
+    // The environment wins over the file (Config::load), so an address that cannot be bound is
+    // named by the variable that set it, or else by its key.
+    let origins = crate::server::ListenOrigins::from_env(|var| std::env::var(var).is_ok());
+    let (traffic, admin) = crate::server::bind_from(&config, &origins).await?;
     tracing::info!(
         listen = %config.server.listen,
         admin = %config.server.admin_listen,

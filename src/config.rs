@@ -5,11 +5,15 @@
 //! with the shipped file. Unknown keys and bad values are rejected at start with the full key path
 //! (`upstream.idle_timeout: invalid duration ...`), because a sidecar that silently ignores a typo'd
 //! SLO target reports the wrong attainment for weeks.
+//!
+//! The config also serializes ([`Config::to_toml`], what `serve --check` prints): back to TOML
+//! that reads to the same config, durations as the human strings it accepts, secrets replaced by
+//! [`REDACTED`] (a URL's password, the tracing exporter's header values).
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use budgets::{BudgetsConfig, Counts, Limits, OnStoreError, StoreUrl, ENV_BUDGET_STORE};
 pub use handoff::{HandoffConfig, HandoffProtocol};
@@ -50,7 +54,7 @@ pub enum ConfigError {
 }
 
 /// The whole configuration of `tokenmeter serve`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -61,8 +65,10 @@ pub struct Config {
     /// Prompt-length estimation, health and retry settings of the router.
     pub routing: RoutingConfig,
     /// Named backend pools (`[[pools]]`); none = one implicit pool `default` of `upstream.urls`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<PoolConfig>,
     /// Ordered routing rules (`[[rules]]`); the first that matches picks the pool.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<RuleConfig>,
     /// OpenTelemetry spans and the `server-timing` header (`[tracing]`).
     pub tracing: TracingConfig,
@@ -71,7 +77,7 @@ pub struct Config {
 }
 
 /// Listeners and request limits.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// Traffic listener (clients connect here). HTTP/1.1 and h2c on one port.
@@ -86,7 +92,7 @@ pub struct ServerConfig {
     /// Largest request body buffered for inspection (chat and completions requests); larger -> 413.
     pub max_request_body_bytes: usize,
     /// How long in-flight streams may run after SIGTERM before they are cut.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "human")]
     pub shutdown_grace: Duration,
     /// Open traffic connections; one more is answered 503 (`retry-after`) and closed at once.
     pub max_connections: usize,
@@ -94,7 +100,7 @@ pub struct ServerConfig {
     /// connections and both protocols; one more is answered 503 (`retry-after`).
     pub max_streams: usize,
     /// A client must send a whole HTTP/1 request head within this long (slowloris).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "human")]
     pub header_read_timeout: Duration,
     /// Largest request head (HTTP/1 read buffer; HTTP/2 header list); larger -> 431 / reset.
     pub max_header_bytes: usize,
@@ -103,37 +109,40 @@ pub struct ServerConfig {
     /// Concurrent streams one HTTP/2 connection may open (advertised in SETTINGS).
     pub http2_max_concurrent_streams: u32,
     /// TLS on the traffic listener (ALPN `h2`, `http/1.1`); absent: plain HTTP/1.1 and h2c.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<ServerTlsConfig>,
     /// TLS on the admin listener; absent: plain HTTP.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_tls: Option<ServerTlsConfig>,
     /// Reload the config file when its content changes (looked at every `watch_interval`), as on
     /// SIGHUP: a Kubernetes ConfigMap update then applies without a restart.
     pub watch_config: bool,
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "human")]
     pub watch_interval: Duration,
 }
 
 /// Upstream inference servers and the timeouts of talking to them.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
     /// Base URLs (`http://host:port`): the implicit pool `default` when no `[[pools]]` are configured.
+    #[serde(serialize_with = "secret_urls")]
     pub urls: Vec<String>,
     /// TCP connect timeout.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "human")]
     pub connect_timeout: Duration,
     /// From sending the request to the response head (status and headers).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "human")]
     pub response_timeout: Duration,
     /// Longest silence between two body frames (and before the first one); reset by every frame, so
     /// long streams are fine. Long prefills under queueing need a generous value.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "human")]
     pub idle_timeout: Duration,
     /// Bound on a whole request, head to end of body; `"0s"` = none.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "human")]
     pub total_timeout: Duration,
     /// Idle keep-alive connections to upstreams are closed after this long.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "human")]
     pub pool_idle_timeout: Duration,
     /// Idle keep-alive connections kept per upstream.
     pub pool_max_idle_per_host: usize,
@@ -142,14 +151,14 @@ pub struct UpstreamConfig {
 }
 
 /// How streams are metered.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MeteringConfig {
     /// Ask the backend for `usage` on streams whose client did not (and strip the usage chunk from what
     /// the client receives), so token counts are exact.
     pub inject_usage: bool,
     /// An inter-token gap at least this long is counted as a stall.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "human")]
     pub stall_threshold: Duration,
     /// Model names always given their own label value.
     pub models: Vec<String>,
@@ -163,7 +172,7 @@ pub struct MeteringConfig {
 pub const MIN_HEADER_BYTES: usize = 8192;
 
 /// Histogram bucket upper bounds, in seconds (token counts for `tokens`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BucketConfig {
     pub ttft: Vec<f64>,
@@ -271,6 +280,15 @@ impl Config {
         Ok(config)
     }
 
+    /// The config as a TOML document (what `serve --check` prints): every key with a value (an
+    /// unset optional key is left out, as a file would leave it out), durations as the human
+    /// strings [`Config::from_toml`] accepts, and each secret replaced by [`REDACTED`] (a URL's
+    /// password, the tracing exporter's header values; file paths are shown, never read).
+    /// [`Config::from_toml`] reads it back to the same config, but for those secrets.
+    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
+        toml::to_string(self)
+    }
+
     /// Reads a file, or the shipped defaults when no path is given, then applies the environment.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         let mut config = match path {
@@ -365,6 +383,9 @@ impl Config {
     }
 }
 
+/// What a secret is printed as (see [`redacted`]).
+pub const REDACTED: &str = "***";
+
 /// Human durations (`"800ms"`, `"2s"`, `"1m 30s"`), never bare numbers whose unit a reader must guess.
 fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
@@ -373,6 +394,70 @@ fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::E
             "invalid duration {text:?}: {err} (write e.g. \"800ms\" or \"2s\")"
         ))
     })
+}
+
+/// A duration written as [`duration`] reads it (`"800ms"`, `"1m 30s"`, `"0s"`).
+fn human<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&humantime::format_duration(*value))
+}
+
+/// An optional [`human`] duration; `None` is left out (the field has `skip_serializing_if`).
+fn some_human<S: Serializer>(value: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(value) => human(value, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// A header name as the config spells it (lower case).
+fn header_text<S: Serializer>(name: &http::HeaderName, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(name.as_str())
+}
+
+/// An optional [`header_text`]; `None` is left out (the field has `skip_serializing_if`).
+fn some_header_text<S: Serializer>(
+    name: &Option<http::HeaderName>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match name {
+        Some(name) => header_text(name, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// A URL with the password of its authority (between the user's `:` and the `@`) replaced by
+/// [`REDACTED`]; a user without a password too (`redis://TOKEN@host` carries a secret there).
+/// Anything else is returned as it is.
+pub fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+    let Some((userinfo, host)) = authority.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:{REDACTED}@{host}{path}"),
+        None => format!("{scheme}://{REDACTED}@{host}{path}"),
+    }
+}
+
+/// A URL that may carry a password (`http://user:password@host`), printed without it.
+fn secret_url<S: Serializer>(url: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&redacted(url))
+}
+
+/// An optional [`secret_url`]; `None` is left out (the field has `skip_serializing_if`).
+fn some_secret_url<S: Serializer>(url: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
+    match url {
+        Some(url) => secret_url(url, serializer),
+        None => serializer.serialize_none(),
+    }
+}
+
+/// URLs, each printed as [`secret_url`].
+fn secret_urls<S: Serializer>(urls: &[String], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(urls.iter().map(|url| redacted(url)))
 }
 
 #[cfg(test)]

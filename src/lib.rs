@@ -28,6 +28,7 @@
 //!   capping); each subsystem declares its own series.
 //! - [`config`]: typed configuration, defaults, validation, environment overrides.
 //! - [`shutdown`]: SIGTERM / Ctrl-C, for `serve` and the demo.
+//! - `stdout`: a command's output, ended quietly by a closed pipe.
 //!
 //! And the testbed, `testbed` (a simulated vLLM replica, a load generator, the one-command demo,
 //! driven from [`cli`]), behind the `testbed` cargo feature (on by default), which the sidecar
@@ -44,6 +45,7 @@ pub mod route;
 pub mod server;
 pub mod shutdown;
 pub mod sse;
+mod stdout;
 pub mod tenant;
 #[cfg(feature = "testbed")]
 pub mod testbed;

@@ -7,26 +7,27 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::ConfigError;
+use super::{redacted, ConfigError};
 
-/// The `[tenants.budgets]` table. Its `Debug` hides the store URL's password (`serve --check`
-/// prints the config).
-#[derive(Clone, PartialEq, Deserialize)]
+/// The `[tenants.budgets]` table. Its `Debug` and its `Serialize` hide the store URL's password
+/// (`serve --check` prints the config).
+#[derive(Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct BudgetsConfig {
     /// Where the budgets are kept: `memory` (this replica alone) or `redis://[user:password@]host:port[/db]`
     /// (every replica that names the same Redis enforces one budget). Also
     /// `TOKENMETER_BUDGET_STORE`, which wins, so that a URL with a password can come from a
     /// Secret. Takes effect on restart.
+    #[serde(serialize_with = "super::secret_url")]
     pub store: String,
     /// When the store does not answer within `store_timeout` (Redis down or slow): `allow` (the
     /// request goes on unchecked; its usage is still settled once the store is back) or `deny`
     /// (503 with `retry-after`).
     pub on_store_error: OnStoreError,
     /// How long an admission waits for the store, at most.
-    #[serde(deserialize_with = "super::duration")]
+    #[serde(deserialize_with = "super::duration", serialize_with = "super::human")]
     pub store_timeout: Duration,
     /// Redis keys start with this (`<prefix>:{tenant}:...`).
     pub key_prefix: String,
@@ -35,7 +36,7 @@ pub struct BudgetsConfig {
     pub default_max_tokens: u64,
     /// Redis only: a concurrent-stream slot whose replica died without releasing it is freed
     /// after this long (a stream that outlives it stops being counted).
-    #[serde(deserialize_with = "super::duration")]
+    #[serde(deserialize_with = "super::duration", serialize_with = "super::human")]
     pub stream_lease: Duration,
     /// Settlements waiting for the store, at most (Redis only): past it one is dropped and
     /// counted, never waited for.
@@ -90,34 +91,24 @@ impl std::fmt::Debug for BudgetsConfig {
     }
 }
 
-/// A store URL with its password (what lies between the user's `:` and the `@`) replaced.
-pub fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let Some((userinfo, host)) = rest.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
-        None => format!("{scheme}://***@{host}"),
-    }
-}
-
 /// One tenant's limits; an absent limit does not apply.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Which tokens `tokens_per_minute` and `tokens_per_day` count.
     pub counts: Counts,
     /// Tokens in any 60 s (a sliding window: the current minute plus the share of the last one
     /// still inside it).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens_per_minute: Option<u64>,
     /// Tokens in the current UTC day.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tokens_per_day: Option<u64>,
     /// Requests in any 60 s (sliding, as `tokens_per_minute`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub requests_per_minute: Option<u64>,
     /// Requests in flight at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub concurrent_streams: Option<u64>,
 }
 
@@ -162,7 +153,7 @@ impl Limits {
 }
 
 /// Which tokens a token limit counts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Counts {
     Input,
@@ -172,7 +163,7 @@ pub enum Counts {
 }
 
 /// What an admission does when the store does not answer.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnStoreError {
     #[default]

@@ -3,14 +3,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::duration;
 
 /// How a pool's requests hand their prefill off to a prefill pool. In a pool with
 /// `balance = "slo"` the latency models decide where each prefill runs, and the token thresholds
 /// (`min_prompt_tokens`, `short_queue_tokens`, `spill_queue_tokens`) are not used.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HandoffConfig {
     /// The pool that runs the prefills (a pool without a handoff of its own).
@@ -33,19 +33,20 @@ pub struct HandoffConfig {
     /// past it the decode pool serves the whole request, as it would without a prefill pool. A
     /// decode pool with `balance = "slo"` keeps where it decodes a prefill the prefill pool is
     /// predicted to take longer than this over (`local_busy`).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
     pub prefill_timeout: Duration,
     /// llama.cpp: the directory both servers save and restore slots in (their `--slot-save-path`),
     /// as this process sees it (a shared volume): the proxy removes each transfer's file.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub slot_dir: Option<PathBuf>,
     /// llama.cpp: the longest wait for a free slot on a server; past it the request goes without
     /// one (the server queues it).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
     pub slot_wait: Duration,
 }
 
 /// The KV-transfer protocol of a handoff.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HandoffProtocol {
     /// vLLM's KV connectors (NIXL, LMCache, Mooncake, P2P-NCCL): the prefill request asks for a

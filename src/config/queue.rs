@@ -1,9 +1,9 @@
 //! `[pools.queue]`: the gateway queue of a `balance = "slo"` pool, where requests wait while no
 //! backend is predicted to meet their targets.
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// What becomes of a queued request once its TTFT target can no longer be met.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnDeadline {
     /// Answer 429 with `retry-after`: the client retries later or elsewhere, and the capacity
@@ -15,7 +15,7 @@ pub enum OnDeadline {
 }
 
 /// A pool's gateway queue.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueueConfig {
     /// Requests that may wait at once; one arriving to a full queue is shed (429).
@@ -24,11 +24,19 @@ pub struct QueueConfig {
     pub on_deadline: OnDeadline,
     /// A request header with the request's priority, 0-255, higher first within its tenant
     /// (absent or unreadable: 0); none by default.
-    #[serde(deserialize_with = "header_name")]
+    #[serde(
+        deserialize_with = "header_name",
+        serialize_with = "super::some_header_text",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub priority_header: Option<http::HeaderName>,
     /// A request header naming the tenant whose fair share a request counts against, when
     /// `[tenants]` names none; without either, every request shares one.
-    #[serde(deserialize_with = "header_name")]
+    #[serde(
+        deserialize_with = "header_name",
+        serialize_with = "super::some_header_text",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tenant_header: Option<http::HeaderName>,
     /// Holds a tenant to an equal part of the work (prompt + output tokens) the gate let through
     /// and not ended, among the tenants with streams: past it, its requests go only to a backend

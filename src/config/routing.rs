@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{duration, HandoffConfig, QueueConfig, UpstreamTlsConfig};
 
@@ -11,7 +11,7 @@ use super::{duration, HandoffConfig, QueueConfig, UpstreamTlsConfig};
 pub const DEFAULT_POOL: &str = "default";
 
 /// Router settings shared by every pool.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RoutingConfig {
     /// Tokens per byte of prompt text assumed for a model before any response calibrated it.
@@ -25,7 +25,7 @@ pub struct RoutingConfig {
     /// the prior's uncertainty, else in the background to calibrate the next requests.
     pub tokenize: bool,
     /// Longest wait for `/tokenize` before routing by the estimate.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
     pub tokenize_timeout: Duration,
     /// Calibration memory, in observations: each response with `usage.prompt_tokens` weighs
     /// `1/calibration_window` against the history (an exponentially weighted tokens/bytes ratio).
@@ -40,13 +40,13 @@ pub struct RoutingConfig {
     /// failures (5xx, no response head in time) only when the backend's health check then fails.
     pub eject_after_failures: u32,
     /// First ejection length; doubled on each further ejection without a success in between.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
     pub eject_base: Duration,
     /// Longest ejection.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
     pub eject_max: Duration,
     /// How often a pool's `dns` name is resolved again.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
     pub dns_refresh: Duration,
     /// Prefix affinity's block: a prompt's text is cut into blocks of this many bytes, each named
     /// by the hash of its content and every block before it. Every tokenmeter replica in front of
@@ -62,7 +62,7 @@ pub struct RoutingConfig {
 }
 
 /// How a pool chooses among its healthy backends (power of two choices on a load).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BalanceLoad {
     /// Streams in flight (head to end of stream): what loads a decode replica.
@@ -80,27 +80,29 @@ pub enum BalanceLoad {
 }
 
 /// One named pool of interchangeable backends.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PoolConfig {
     /// The pool's name: rules refer to it, and it is the `pool` label.
     pub name: String,
     /// Static base URLs (`http://host:port`).
+    #[serde(serialize_with = "super::secret_urls")]
     pub urls: Vec<String>,
     /// `host:port` resolved every `routing.dns_refresh` (a Kubernetes headless Service); every
     /// address becomes a backend, in addition to `urls`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dns: Option<String>,
     /// The load power-of-two-choices compares.
     pub balance: BalanceLoad,
     /// Interval of active `GET health_path` checks; `"0s"` = passive health only.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
     pub health_check: Duration,
     /// The backends' health endpoint: polled every `health_check`, and asked to confirm a run of
     /// answer failures before they eject a backend.
     pub health_path: String,
     /// Interval of scraping each backend's `/metrics` (`vllm:num_requests_waiting`,
     /// `vllm:kv_cache_usage_perc`) to weight its load; `"0s"` = off.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
     pub scrape_metrics: Duration,
     /// Which backend a request prefers inside the pool (see [`Affinity`]).
     pub affinity: Affinity,
@@ -113,11 +115,14 @@ pub struct PoolConfig {
     /// recently used are forgotten first.
     pub affinity_index_blocks: usize,
     /// TLS to this pool's `https://` backends, instead of `[upstream.tls]` (the whole table).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<UpstreamTlsConfig>,
     /// Prefill/decode disaggregation: this pool decodes, and its requests' prefills may run on
     /// another pool, the KV cache moved between them (see [`HandoffConfig`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub handoff: Option<HandoffConfig>,
     /// The gateway queue of a `balance = "slo"` pool (see [`QueueConfig`]); none by default.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub queue: Option<QueueConfig>,
 }
 
@@ -142,6 +147,16 @@ impl<'de> Deserialize<'de> for Affinity {
     }
 }
 
+impl Serialize for Affinity {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Affinity::None => serializer.serialize_str("none"),
+            Affinity::Prefix => serializer.serialize_str("prefix"),
+            Affinity::Header(name) => serializer.collect_str(&format_args!("header:{name}")),
+        }
+    }
+}
+
 impl Affinity {
     /// Parses `"none"`, `"prefix"` or `"header:<name>"`.
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -161,21 +176,26 @@ impl Affinity {
 }
 
 /// One routing rule: every condition given must hold.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuleConfig {
     /// The pool requests matching this rule go to.
     pub pool: String,
     /// Matches when the estimated prompt is at least this many tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub min_prompt_tokens: Option<u64>,
     /// Matches this model name exactly, or by prefix when it ends in `*`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// Matches this request path exactly, or by prefix when it ends in `*`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// Pool to use when `pool` has no healthy backend (default: the next matching rule's pool).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
     /// Spill to the fallback pool when the least-loaded backend of `pool` has more than this many
     /// prompt tokens queued (not yet past their first byte).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub spill_queue_tokens: Option<u64>,
 }
 

@@ -29,7 +29,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::duration;
 
@@ -41,17 +41,20 @@ pub struct SloTargets {
 }
 
 /// `[slo]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SloConfig {
     /// The default TTFT target.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
     pub ttft: Duration,
     /// The default TPOT target (also the ITL histogram's bucket edge).
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
     pub tpot: Duration,
     /// The request header that names a request's class.
-    #[serde(deserialize_with = "header_name")]
+    #[serde(
+        deserialize_with = "header_name",
+        serialize_with = "super::header_text"
+    )]
     pub class_header: http::HeaderName,
     /// Targets of the requests that name a model, by the model's name as the request body gives
     /// it (`[slo.models."<name>"]`).
@@ -61,12 +64,20 @@ pub struct SloConfig {
 }
 
 /// Targets that replace the ones beneath them, key by key.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TargetsOverride {
-    #[serde(deserialize_with = "some_duration")]
+    #[serde(
+        deserialize_with = "some_duration",
+        serialize_with = "super::some_human",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ttft: Option<Duration>,
-    #[serde(deserialize_with = "some_duration")]
+    #[serde(
+        deserialize_with = "some_duration",
+        serialize_with = "super::some_human",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub tpot: Option<Duration>,
 }
 

@@ -3,12 +3,12 @@
 //! Off by default (`sources = []`): no identity is read and no per-tenant series exist.
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, ServerTlsConfig};
 
 /// The `[tenants]` table.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TenantsConfig {
     /// Where a request's tenant comes from, tried in this order: `header` (the value of
@@ -23,6 +23,7 @@ pub struct TenantsConfig {
     /// (the SHA-256 of the key, never the key), `#` comments. Also
     /// `TOKENMETER_TENANT_KEYS_FILE`, so that it can come from a mounted secret. Read at start
     /// and at each reload.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub keys_file: Option<PathBuf>,
     /// Which name of the client certificate names the tenant, for the `client_cert` source.
     pub cert_field: CertField,
@@ -30,6 +31,7 @@ pub struct TenantsConfig {
     /// <that key>` upstream in place of the client's header (tenants authenticate to the proxy
     /// with their own keys; the backend sees only the platform's). Also
     /// `TOKENMETER_UPSTREAM_KEY_FILE`. Read at start and at each reload.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_key_file: Option<PathBuf>,
     /// A request no source names: `allow` (counted as tenant `anonymous`) or `refuse` (401, an
     /// OpenAI-style error).
@@ -46,7 +48,7 @@ pub struct TenantsConfig {
 }
 
 /// `[tenants.usage]`: where usage records go. Takes effect on restart.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UsageConfig {
     /// A file (rotated by size), `-` for stdout, or empty: no records.
@@ -60,7 +62,7 @@ pub struct UsageConfig {
     /// waited for.
     pub queue_records: usize,
     /// Written records reach the file at least this often (a crash loses at most this much).
-    #[serde(deserialize_with = "super::duration")]
+    #[serde(deserialize_with = "super::duration", serialize_with = "super::human")]
     pub flush_interval: std::time::Duration,
 }
 
@@ -84,7 +86,7 @@ impl UsageConfig {
 }
 
 /// An identity source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TenantSource {
     Header,
@@ -94,7 +96,7 @@ pub enum TenantSource {
 
 /// The name of a client certificate that names the tenant (the first of its kind in the
 /// certificate).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CertField {
     /// The subject's common name (`CN=team-a`).
@@ -122,7 +124,7 @@ impl CertField {
 }
 
 /// What becomes of a request without a tenant.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Anonymous {
     #[default]

@@ -489,7 +489,6 @@ fn the_upstream_key_file_needs_a_source_and_a_path_and_comes_from_the_env_too() 
 
 #[test]
 fn a_budget_store_url_never_shows_its_password() {
-    use super::budgets::redacted;
     assert_eq!(
         redacted("redis://default:s3cret@redis:6379/0"),
         "redis://default:***@redis:6379/0"
@@ -599,4 +598,408 @@ fn a_pool_queue_parses_and_needs_slo_balancing_and_room() {
     .expect_err("not a header name")
     .to_string();
     assert!(bad_header.contains("tenant_header"), "{bad_header}");
+}
+
+/// `tokenmeter.toml` of a Kubernetes ConfigMap: the block scalar under the key, dedented.
+fn configmap_toml(manifest: &str) -> String {
+    let mut lines = manifest
+        .lines()
+        .skip_while(|line| !line.trim_end().ends_with("tokenmeter.toml: |"));
+    let key = lines
+        .next()
+        .expect("the ConfigMap has a tokenmeter.toml key");
+    let key_indent = key.len() - key.trim_start().len();
+    let body: Vec<&str> = lines
+        .take_while(|line| {
+            line.trim().is_empty() || line.len() - line.trim_start().len() > key_indent
+        })
+        .collect();
+    let indent = body
+        .iter()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| line.len() - line.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    body.iter()
+        .map(|line| line.get(indent..).unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every config the repository ships, by name.
+fn shipped_configs() -> Vec<(&'static str, String)> {
+    let mut configs: Vec<(&'static str, String)> = vec![
+        ("config/tokenmeter.toml", SHIPPED.to_owned()),
+        (
+            "config/examples/affinity.toml",
+            include_str!("../../config/examples/affinity.toml").to_owned(),
+        ),
+        (
+            "config/examples/disaggregated.toml",
+            include_str!("../../config/examples/disaggregated.toml").to_owned(),
+        ),
+        (
+            "config/examples/hosted-openai.toml",
+            include_str!("../../config/examples/hosted-openai.toml").to_owned(),
+        ),
+        (
+            "config/examples/pools.toml",
+            include_str!("../../config/examples/pools.toml").to_owned(),
+        ),
+        (
+            "config/examples/sidecar.toml",
+            include_str!("../../config/examples/sidecar.toml").to_owned(),
+        ),
+        (
+            "config/examples/tenants.toml",
+            include_str!("../../config/examples/tenants.toml").to_owned(),
+        ),
+    ];
+    for (name, manifest) in [
+        (
+            "deploy/kubernetes/sidecar/configmap.yaml",
+            include_str!("../../deploy/kubernetes/sidecar/configmap.yaml"),
+        ),
+        (
+            "deploy/kubernetes/gateway/configmap.yaml",
+            include_str!("../../deploy/kubernetes/gateway/configmap.yaml"),
+        ),
+        (
+            "deploy/kubernetes/gateway-redis/configmap.yaml",
+            include_str!("../../deploy/kubernetes/gateway-redis/configmap.yaml"),
+        ),
+    ] {
+        configs.push((name, configmap_toml(manifest)));
+    }
+    configs
+}
+
+/// A config with every optional key set and every enum off its default, so that each field's
+/// printing is exercised.
+const EVERY_KEY: &str = r#"
+[server]
+listen = "0.0.0.0:8000"
+admin_listen = "[::1]:9464"
+shutdown_grace = "1m 30s"
+header_read_timeout = "2s 500ms"
+[server.tls]
+cert = "/tls/tls.crt"
+key = "/tls/tls.key"
+client_ca = "/tls/ca.crt"
+reload_interval = "0s"
+[server.admin_tls]
+cert = "/tls/admin.crt"
+key = "/tls/admin.key"
+
+[upstream]
+urls = ["http://a:1", "https://b:2"]
+total_timeout = "10m"
+[upstream.tls]
+ca = "/tls/upstream-ca.crt"
+cert = "/tls/client.crt"
+key = "/tls/client.key"
+server_name = "backend.internal"
+
+[metering]
+models = ["m1", "m2"]
+stall_threshold = "750us"
+
+[slo]
+ttft = "1s"
+tpot = "20ms"
+class_header = "X-Class"
+[slo.models."llama-3.1-70b"]
+ttft = "2s"
+[slo.classes.batch]
+ttft = "10s"
+tpot = "100ms"
+
+[routing]
+model_tokens_per_byte = { "code-model" = 0.33 }
+tokenize = false
+
+[[pools]]
+name = "prefill"
+urls = ["http://p:1"]
+balance = "prompt_tokens"
+affinity = "header:X-Session-Id"
+tls = { ca = "/tls/pool-ca.crt" }
+
+[[pools]]
+name = "decode"
+dns = "decode.ns.svc:8000"
+balance = "slo"
+affinity = "prefix"
+health_check = "5s"
+scrape_metrics = "2s"
+[pools.handoff]
+prefill_pool = "prefill"
+protocol = "llamacpp"
+slot_dir = "/slots"
+slot_wait = "1s"
+[pools.queue]
+on_deadline = "send"
+priority_header = "x-priority"
+tenant_header = "x-team"
+equal_shares = true
+
+[[rules]]
+pool = "prefill"
+min_prompt_tokens = 2048
+model = "meta-llama/*"
+path = "/v1/*"
+fallback = "decode"
+spill_queue_tokens = 65536
+
+[[rules]]
+pool = "decode"
+
+[tracing]
+endpoint = "http://collector:4317"
+protocol = "grpc"
+sampler = "parentbased_always_off"
+sample_ratio = 0.25
+service_name = "gateway"
+export_timeout = "3s"
+server_timing = true
+[tracing.resource_attributes]
+"deployment.environment" = "test"
+
+[tenants]
+sources = ["client_cert", "api_key", "header"]
+keys_file = "/keys/keys"
+cert_field = "san_uri"
+upstream_key_file = "/backend/key"
+anonymous = "refuse"
+tracked = ["search"]
+[tenants.usage]
+path = "-"
+[tenants.budgets]
+store = "redis://redis:6379/0"
+on_store_error = "deny"
+[tenants.budgets.default]
+counts = "output"
+tokens_per_minute = 1000
+tokens_per_day = 100000
+requests_per_minute = 60
+concurrent_streams = 4
+[tenants.budgets.tenant."team-a"]
+tokens_per_day = 5
+"#;
+
+#[test]
+fn the_printed_config_reads_back_to_the_same_config() {
+    let mut configs = shipped_configs();
+    configs.push(("EVERY_KEY", EVERY_KEY.to_owned()));
+    for (name, text) in configs {
+        let config = Config::from_toml(&text).unwrap_or_else(|err| panic!("{name} parses: {err}"));
+        let printed = config
+            .to_toml()
+            .unwrap_or_else(|err| panic!("{name} prints: {err}"));
+        let again = Config::from_toml(&printed)
+            .unwrap_or_else(|err| panic!("{name}: the printed config parses: {err}\n{printed}"));
+        assert_eq!(
+            again, config,
+            "{name}: printed and read back, the same config:\n{printed}"
+        );
+        assert_eq!(
+            again.to_toml().expect("prints"),
+            printed,
+            "{name}: printing is stable"
+        );
+    }
+}
+
+#[test]
+fn the_printed_config_holds_the_environments_values() {
+    let mut config = Config::default();
+    config
+        .apply_env(|var| match var {
+            ENV_LISTEN => Some("0.0.0.0:8080".to_owned()),
+            ENV_UPSTREAM => Some("http://vllm:8000,http://vllm-2:8000".to_owned()),
+            tracing::OTEL_ENDPOINT => Some("http://otel:4318".to_owned()),
+            _ => None,
+        })
+        .expect("valid environment");
+    let printed = config.to_toml().expect("prints");
+    assert!(printed.contains("listen = \"0.0.0.0:8080\""), "{printed}");
+    assert!(
+        printed.contains("urls = [\"http://vllm:8000\", \"http://vllm-2:8000\"]"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("endpoint = \"http://otel:4318/v1/traces\""),
+        "{printed}"
+    );
+    assert_eq!(
+        Config::from_toml(&printed).expect("parses"),
+        config,
+        "read back"
+    );
+}
+
+#[test]
+fn durations_print_as_the_human_strings_the_config_reads() {
+    let printed = Config::from_toml(EVERY_KEY)
+        .expect("parses")
+        .to_toml()
+        .expect("prints");
+    for line in [
+        "ttft = \"800ms\"\n",
+        "ttft = \"10s\"\n",
+        "shutdown_grace = \"1m 30s\"\n",
+        "header_read_timeout = \"2s 500ms\"\n",
+        "total_timeout = \"10m\"\n",
+        "stall_threshold = \"750us\"\n",
+        "reload_interval = \"0s\"\n",
+        "stream_lease = \"15m\"\n",
+    ] {
+        if line.starts_with("ttft = \"800ms\"") {
+            let default = Config::default().to_toml().expect("prints");
+            assert!(
+                default.contains(line),
+                "the default's {line:?} in:\n{default}"
+            );
+            continue;
+        }
+        assert!(printed.contains(line), "{line:?} in:\n{printed}");
+    }
+    assert!(
+        !printed.contains("secs") && !printed.contains("nanos"),
+        "no serde Duration tables: {printed}"
+    );
+}
+
+#[test]
+fn the_printed_config_hides_every_secret() {
+    let text = r#"
+[upstream]
+urls = ["http://user:upstream-pass@vllm:8000"]
+[[pools]]
+name = "hosted"
+urls = ["https://apikey:pool-pass@api.example.com"]
+[tracing]
+endpoint = "http://otel:collector-pass@collector:4318/v1/traces"
+headers = { "x-api-key" = "header-secret", authorization = "Bearer header-token" }
+[tenants]
+sources = ["api_key"]
+keys_file = "/etc/tokenmeter/keys/keys"
+upstream_key_file = "/etc/tokenmeter/backend/key"
+[tenants.budgets]
+store = "redis://default:redis-pass@redis:6379/0"
+"#;
+    let config = Config::from_toml(text).expect("parses");
+    let printed = config.to_toml().expect("prints");
+    for secret in [
+        "upstream-pass",
+        "pool-pass",
+        "collector-pass",
+        "header-secret",
+        "header-token",
+        "redis-pass",
+    ] {
+        assert!(
+            !printed.contains(secret),
+            "{secret} is not printed:\n{printed}"
+        );
+    }
+    for shown in [
+        "\"http://user:***@vllm:8000\"",
+        "\"https://apikey:***@api.example.com\"",
+        "endpoint = \"http://otel:***@collector:4318/v1/traces\"",
+        "x-api-key = \"***\"",
+        "authorization = \"***\"",
+        "store = \"redis://default:***@redis:6379/0\"",
+        // Paths are not secrets: the operator needs them to find what failed.
+        "keys_file = \"/etc/tokenmeter/keys/keys\"",
+        "upstream_key_file = \"/etc/tokenmeter/backend/key\"",
+    ] {
+        assert!(printed.contains(shown), "{shown} in:\n{printed}");
+    }
+    let again = Config::from_toml(&printed).expect("the redacted config still parses");
+    assert_eq!(
+        again.tenants.budgets.store,
+        "redis://default:***@redis:6379/0"
+    );
+    assert_eq!(
+        redacted("http://h:1/a@b"),
+        "http://h:1/a@b",
+        "an @ in the path is no user"
+    );
+    assert_eq!(redacted("memory"), "memory");
+}
+
+/// The tables whose keys are names the operator chooses (models, classes, tenants, headers),
+/// not fields: any key is taken there.
+const NAMED_TABLES: [&str; 6] = [
+    "routing.model_tokens_per_byte",
+    "slo.models",
+    "slo.classes",
+    "tracing.headers",
+    "tracing.resource_attributes",
+    "tenants.budgets.tenant",
+];
+
+/// Calls `visit` with each table of `table` (an array's tables each) and its dotted path (array
+/// indices left out), the tables within it first.
+fn each_table(path: &str, table: &mut toml::Table, visit: &mut dyn FnMut(&str, &mut toml::Table)) {
+    for (key, value) in table.iter_mut() {
+        let child = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        match value {
+            toml::Value::Table(inner) => each_table(&child, inner, visit),
+            toml::Value::Array(items) => {
+                for item in items.iter_mut() {
+                    if let toml::Value::Table(inner) = item {
+                        each_table(&child, inner, visit);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    visit(path, table);
+}
+
+/// An unknown key is refused in every table of the config (each struct has
+/// `deny_unknown_fields`), so a key a document names but the config does not know fails the
+/// parse (tests/e2e/docs_config.rs relies on it).
+#[test]
+fn every_table_refuses_an_unknown_key() {
+    let printed = Config::from_toml(EVERY_KEY)
+        .expect("parses")
+        .to_toml()
+        .expect("prints");
+    let mut document: toml::Table = toml::from_str(&printed).expect("TOML");
+    let mut paths = Vec::new();
+    each_table("", &mut document, &mut |path, _| {
+        paths.push(path.to_owned())
+    });
+    let mut checked = 0;
+    for path in paths {
+        // A named entry's own table (`[slo.models."m"]`) has fields again, and is checked.
+        if NAMED_TABLES.contains(&path.as_str()) {
+            continue;
+        }
+        let mut copy = document.clone();
+        each_table("", &mut copy, &mut |at, table| {
+            if at == path {
+                table.insert("no_such_key".to_owned(), toml::Value::Boolean(true));
+            }
+        });
+        let text = toml::to_string(&copy).expect("TOML");
+        let err = Config::from_toml(&text).expect_err(&format!("an unknown key in [{path}]"));
+        assert!(
+            err.to_string().contains("no_such_key"),
+            "[{path}]: the refusal names the key: {err}"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 20,
+        "every struct table of EVERY_KEY was checked ({checked})"
+    );
 }

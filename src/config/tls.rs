@@ -7,12 +7,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{duration, ConfigError};
 
 /// TLS on a listener. Absent: plain HTTP (as a sidecar on localhost needs).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerTlsConfig {
     /// PEM certificate chain, leaf first.
@@ -20,11 +20,15 @@ pub struct ServerTlsConfig {
     /// PEM private key (PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
     /// PEM CA bundle: when set, every client must present a certificate it signed (mTLS).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_ca: Option<PathBuf>,
     /// How often the three files are read again; changed files are loaded for new connections
     /// (cert-manager rotates a Secret in place). `"0s"` = never.
-    #[serde(default = "default_reload_interval", deserialize_with = "duration")]
+    #[serde(
+        default = "default_reload_interval",
+        deserialize_with = "duration",
+        serialize_with = "super::human"
+    )]
     pub reload_interval: Duration,
 }
 
@@ -33,17 +37,21 @@ fn default_reload_interval() -> Duration {
 }
 
 /// TLS to `https://` upstreams; every key is optional.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamTlsConfig {
     /// PEM CA bundle trusted instead of the system's roots (a private CA).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ca: Option<PathBuf>,
     /// PEM client certificate chain, for mTLS to the backend (with `key`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cert: Option<PathBuf>,
     /// PEM private key of `cert`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<PathBuf>,
     /// The name sent in SNI and verified against the backend's certificate, when it differs
     /// from the URL's host (a backend addressed by IP).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub server_name: Option<String>,
 }
 

@@ -8,34 +8,48 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::{duration, ConfigError};
 
 /// The `[tracing]` table. The keys that an `OTEL_*` variable can also give are `Option`s, so that
 /// a key the file leaves out is taken from the environment.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TracingConfig {
     /// The OTLP collector: `http://host:4317` for gRPC, `http://host:4318` for HTTP/protobuf (a
     /// URL without a path gets `/v1/traces`). Unset: tracing is off unless the environment names
     /// one; `""`: off whatever the environment says.
+    #[serde(
+        serialize_with = "super::some_secret_url",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub endpoint: Option<String>,
     /// `grpc` or `http/protobuf` (the OpenTelemetry default).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub protocol: Option<OtlpProtocol>,
-    /// Headers (or gRPC metadata) sent with every export, e.g. a collector's API key.
+    /// Headers (or gRPC metadata) sent with every export, e.g. a collector's API key: printed
+    /// with their values hidden.
+    #[serde(serialize_with = "hidden_values")]
     pub headers: BTreeMap<String, String>,
     /// Which requests are recorded ([`Sampler`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sampler: Option<Sampler>,
     /// The fraction of new traces recorded by a `*traceidratio` sampler, 0 to 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sample_ratio: Option<f64>,
     /// `service.name` of the spans' resource.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub service_name: Option<String>,
     /// More resource attributes (`deployment.environment`, `k8s.pod.name`, ...); merged with
     /// `OTEL_RESOURCE_ATTRIBUTES`, the file's winning.
     pub resource_attributes: BTreeMap<String, String>,
     /// The longest one export may take (retries included); past it its spans are dropped.
-    #[serde(deserialize_with = "optional_duration")]
+    #[serde(
+        deserialize_with = "optional_duration",
+        serialize_with = "super::some_human",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub export_timeout: Option<Duration>,
     /// Spans waiting for export, at most: past it a finished request's spans are dropped and
     /// counted (`tokenmeter_trace_spans_dropped_total{reason="queue_full"}`), never waited for.
@@ -43,7 +57,7 @@ pub struct TracingConfig {
     /// Spans sent in one export, at most.
     pub max_batch_spans: usize,
     /// How long a span may wait for a batch to fill before it is sent.
-    #[serde(deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
     pub batch_delay: Duration,
     /// Answer every generation request with a `server-timing` header that splits its time before
     /// the response head (and names its trace). Off: the proxy adds nothing a client sees.
@@ -51,7 +65,7 @@ pub struct TracingConfig {
 }
 
 /// The OTLP transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 pub enum OtlpProtocol {
     #[serde(rename = "grpc")]
     Grpc,
@@ -61,7 +75,7 @@ pub enum OtlpProtocol {
 
 /// OpenTelemetry's samplers (the values of `OTEL_TRACES_SAMPLER`). The `parentbased_*` ones
 /// follow the sampled flag of a valid incoming `traceparent` and decide only for new traces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Sampler {
     AlwaysOn,
@@ -392,6 +406,15 @@ fn percent_decode(text: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Header values, each replaced by [`super::REDACTED`]: they are what a collector authenticates
+/// with.
+fn hidden_values<S: Serializer>(
+    headers: &BTreeMap<String, String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(headers.keys().map(|name| (name, super::REDACTED)))
 }
 
 /// An optional human duration.

@@ -100,6 +100,7 @@ fn local_addr(listener: &TcpListener) -> Result<SocketAddr, ServerError> {
     listener.local_addr().map_err(|source| ServerError::Bind {
         what: "local",
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        origin: "a listener the caller bound".to_owned(),
         source,
     })
 }

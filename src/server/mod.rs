@@ -32,7 +32,7 @@ pub use listen::listen;
 use live::LiveStack;
 use reload::{Applied, ConfigSource, ReloadRequest};
 
-use crate::config::{Config, ConfigError, ServerTlsConfig};
+use crate::config::{Config, ConfigError, ServerTlsConfig, ENV_ADMIN_LISTEN, ENV_LISTEN};
 use crate::context::FinishHook;
 use crate::meter::series::MeterSeries;
 use crate::metrics::{Metrics, MetricsError};
@@ -67,10 +67,12 @@ const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("cannot bind {what} listener on {addr}: {source}")]
+    /// A listener's address cannot be bound; `origin` names what set it (see [`ListenOrigins`]).
+    #[error("cannot bind the {what} listener on {addr} ({origin}): {source}")]
     Bind {
         what: &'static str,
         addr: SocketAddr,
+        origin: String,
         source: std::io::Error,
     },
     #[error(transparent)]
@@ -93,15 +95,64 @@ pub enum ServerError {
     Budgets(#[from] StoreError),
 }
 
+/// What set each listener's address (a config key, an environment variable, a command-line
+/// flag), named when the address cannot be bound: the operator then knows what to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenOrigins {
+    pub traffic: String,
+    pub admin: String,
+}
+
+impl ListenOrigins {
+    /// The keys, and the environment variables that override them, when it is not known which
+    /// of the two set the address.
+    pub fn either() -> Self {
+        let both = |key: &str, var: &str| format!("{key}, or {var} when set");
+        Self {
+            traffic: both("server.listen", ENV_LISTEN),
+            admin: both("server.admin_listen", ENV_ADMIN_LISTEN),
+        }
+    }
+
+    /// The environment variable where `is_set` says it is set (it wins over the file, as
+    /// [`Config::apply_env`] applies it), else the key.
+    pub fn from_env(is_set: impl Fn(&'static str) -> bool) -> Self {
+        let origin = |key: &str, var: &'static str| {
+            if is_set(var) {
+                format!("{var}, which overrides {key}")
+            } else {
+                key.to_owned()
+            }
+        };
+        Self {
+            traffic: origin("server.listen", ENV_LISTEN),
+            admin: origin("server.admin_listen", ENV_ADMIN_LISTEN),
+        }
+    }
+}
+
 /// Binds the traffic and admin listeners from the config.
 /// Both listen with `server.listen_backlog` (see [`listen()`]).
 pub async fn bind(config: &Config) -> Result<(TcpListener, TcpListener), ServerError> {
+    bind_from(config, &ListenOrigins::either()).await
+}
+
+/// [`bind`], naming what set an address that cannot be bound as `origins` says.
+pub async fn bind_from(
+    config: &Config,
+    origins: &ListenOrigins,
+) -> Result<(TcpListener, TcpListener), ServerError> {
     let backlog = config.server.listen_backlog;
-    let bind = |what, addr| {
-        listen(addr, backlog).map_err(|source| ServerError::Bind { what, addr, source })
+    let bind = |what, addr, origin: &String| {
+        listen(addr, backlog).map_err(|source| ServerError::Bind {
+            what,
+            addr,
+            origin: origin.clone(),
+            source,
+        })
     };
-    let traffic = bind("traffic", config.server.listen)?;
-    let admin = bind("admin", config.server.admin_listen)?;
+    let traffic = bind("traffic", config.server.listen, &origins.traffic)?;
+    let admin = bind("admin", config.server.admin_listen, &origins.admin)?;
     Ok((traffic, admin))
 }
 
@@ -143,6 +194,8 @@ impl Server {
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ServerError> {
         let router = Arc::new(Router::from_config(&config, Arc::clone(&metrics))?);
         let limits = Arc::new(Limits::new(&config.server));
+        // Named in the 508 of a request that loops back here, and in x-tokenmeter-via upstream.
+        tracing::info!(instance = %limits.instance(), "loop guard: this tokenmeter's id");
         let (reload_tx, reload_rx) = mpsc::channel(8);
         let load = |table: &str, tls: &Option<ServerTlsConfig>, alpn| match tls {
             Some(tls) => ServerTls::load(table, tls, alpn).map(|tls| Some(Arc::new(tls))),

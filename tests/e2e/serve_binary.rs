@@ -9,6 +9,7 @@ use std::time::Duration;
 use support::backend::{replay, Backend, Script};
 use support::ports::free_port;
 use support::{client, events_of, fixture};
+use tokenmeter::config::Config;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tokenmeter");
 
@@ -107,23 +108,313 @@ fn bad_config_is_refused_naming_the_key() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `tokenmeter serve --check --config PATH` with the listed `TOKENMETER_*` variables (and no others
+/// from the test's own environment): its exit status, stdout and stderr.
+fn check(path: &std::path::Path, env: &[(&str, &str)]) -> std::process::Output {
+    let mut command = Command::new(BIN);
+    command.args(["serve", "--check", "--config"]).arg(path);
+    for var in ENV_VARS {
+        command.env_remove(var);
+    }
+    command.envs(env.iter().copied());
+    command.output().expect("tokenmeter runs")
+}
+
+/// The variables `serve` reads, kept out of the children unless a test sets them.
+const ENV_VARS: [&str; 8] = [
+    "TOKENMETER_LISTEN",
+    "TOKENMETER_ADMIN_LISTEN",
+    "TOKENMETER_UPSTREAM",
+    "TOKENMETER_BUDGET_STORE",
+    "TOKENMETER_TENANT_KEYS_FILE",
+    "TOKENMETER_UPSTREAM_KEY_FILE",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+];
+
+/// A directory of this test's own, removed when it ends.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("tokenmeter-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        TempDir(dir)
+    }
+
+    /// Writes `text` to `name` in the directory; its path.
+    fn write(&self, name: &str, text: &str) -> std::path::PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).expect("write a file");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[test]
-fn shipped_config_checks() {
-    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/tokenmeter.toml");
-    let output = Command::new(BIN)
-        .args(["serve", "--check", "--config", config])
-        .output()
-        .expect("tokenmeter runs");
+fn check_prints_the_effective_config_as_toml_that_checks_again() {
+    let dir = TempDir::new("check-toml");
+    let shipped = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/tokenmeter.toml"
+    ));
+    let output = check(shipped, &[]);
+    assert!(
+        output.status.success(),
+        "the shipped config checks: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed = String::from_utf8(output.stdout).expect("UTF-8");
+    assert!(
+        printed.contains("\n[slo]\nttft = \"800ms\"\ntpot = \"35ms\"\n"),
+        "durations as the config writes them: {printed}"
+    );
+    let shipped_config = Config::from_toml(tokenmeter::config::SHIPPED).expect("shipped parses");
+    assert_eq!(
+        Config::from_toml(&printed).expect("the printed config parses"),
+        shipped_config,
+        "the printed config reads back to the shipped one"
+    );
+
+    // The environment's overrides are in what is printed, the secrets they carry are not, and
+    // the printed file passes the check itself.
+    let env = [
+        ("TOKENMETER_LISTEN", "0.0.0.0:8080"),
+        (
+            "TOKENMETER_UPSTREAM",
+            "http://vllm-a:8000,http://vllm-b:8000",
+        ),
+        (
+            "TOKENMETER_BUDGET_STORE",
+            "redis://default:hunter2@redis:6379/0",
+        ),
+    ];
+    let output = check(shipped, &env);
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let printed = String::from_utf8_lossy(&output.stdout);
+    let printed = String::from_utf8(output.stdout).expect("UTF-8");
+    for line in [
+        "listen = \"0.0.0.0:8080\"\n",
+        "urls = [\"http://vllm-a:8000\", \"http://vllm-b:8000\"]\n",
+        "store = \"redis://default:***@redis:6379/0\"\n",
+    ] {
+        assert!(printed.contains(line), "{line:?} printed: {printed}");
+    }
     assert!(
-        printed.contains("ttft: 800ms"),
-        "the parsed config is printed: {printed}"
+        !printed.contains("hunter2"),
+        "the Redis password is not printed: {printed}"
     );
+    let saved = dir.write("printed.toml", &printed);
+    let again = check(&saved, &[]);
+    assert!(
+        again.status.success(),
+        "the printed config passes serve --check: {}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        printed,
+        "checked again (without the environment), it prints the same config"
+    );
+}
+
+#[test]
+fn check_into_a_pipe_closed_after_one_line_exits_cleanly() {
+    use std::io::BufRead;
+    let dir = TempDir::new("check-pipe");
+    // Far more than a pipe holds (64 KiB), so the binary is still writing when the reader leaves.
+    let models: Vec<String> = (0..20_000).map(|i| format!("\"model-{i:05}\"")).collect();
+    let path = dir.write(
+        "big.toml",
+        &format!("[metering]\nmodels = [{}]\n", models.join(", ")),
+    );
+    let mut child = Command::new(BIN)
+        .args(["serve", "--check", "--config"])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tokenmeter starts");
+    let mut first = String::new();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+    stdout.read_line(&mut first).expect("one line");
+    assert!(
+        first.starts_with('#'),
+        "the first line is the header comment: {first:?}"
+    );
+    drop(stdout); // `| head -1`
+    let exited = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&exited.stderr);
+    assert!(
+        exited.status.success(),
+        "exit 0 when the reader leaves: {:?} {stderr}",
+        exited.status
+    );
+    assert!(!stderr.contains("panicked"), "no panic: {stderr}");
+    assert!(
+        stderr.is_empty(),
+        "nothing said about the closed pipe: {stderr}"
+    );
+}
+
+/// The testbed's commands print tables into a pipe whose reader is gone from the start: each
+/// ends as it would have without the print (no panic).
+#[cfg(feature = "testbed")]
+#[test]
+fn the_testbeds_tables_into_a_closed_pipe_do_not_panic() {
+    let refusing = support::ports::Refusing::new();
+    let runs: [(&str, Vec<String>, Option<&str>); 2] = [
+        (
+            "demo",
+            [
+                "demo",
+                "--rate",
+                "20",
+                "--duration",
+                "300ms",
+                "--workload",
+                "chat:1:prompt=fixed:16:output=fixed:4",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            None,
+        ),
+        (
+            // Every request is refused: the table (of failures) is printed, then the error.
+            "bench",
+            vec![
+                "bench".to_owned(),
+                "--url".to_owned(),
+                refusing.url(),
+                "--model".to_owned(),
+                "m".to_owned(),
+                "--requests".to_owned(),
+                "2".to_owned(),
+            ],
+            Some("no request succeeded"),
+        ),
+    ];
+    for (name, args, error) in runs {
+        let mut child = Command::new(BIN)
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tokenmeter starts");
+        drop(child.stdout.take()); // the reader is gone before anything is written
+        let exited = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&exited.stderr);
+        assert!(!stderr.contains("panicked"), "{name}: no panic: {stderr}");
+        match error {
+            None => assert!(exited.status.success(), "{name}: exit 0: {stderr}"),
+            Some(error) => {
+                assert_eq!(exited.status.code(), Some(1), "{name}: {stderr}");
+                assert!(
+                    stderr.contains(error),
+                    "{name} ran past its table: {stderr}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_listener_that_cannot_bind_is_named_by_its_key_or_variable() {
+    let dir = TempDir::new("bind-error");
+    // Held for the whole test: the binary cannot bind it.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let taken = held.local_addr().expect("addr").to_string();
+    let free = || format!("127.0.0.1:{}", free_port());
+    let serve = |config: &std::path::Path, env: &[(&str, String)]| {
+        let mut command = Command::new(BIN);
+        command.args(["serve", "--config"]).arg(config);
+        for var in ENV_VARS {
+            command.env_remove(var);
+        }
+        command.envs(env.iter().map(|(var, value)| (var, value)));
+        command.output().expect("tokenmeter runs")
+    };
+    let file = |listen: &str, admin: &str| {
+        dir.write(
+            &format!("{}.toml", listen.replace([':', '.'], "_")),
+            &format!("[server]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\n"),
+        )
+    };
+    let cases = [
+        (
+            "traffic from the file",
+            serve(&file(&taken, &free()), &[]),
+            format!("cannot bind the traffic listener on {taken} (server.listen): "),
+        ),
+        (
+            "admin from the file",
+            serve(&file(&free(), &taken), &[]),
+            format!("cannot bind the admin listener on {taken} (server.admin_listen): "),
+        ),
+        (
+            "traffic from the environment",
+            serve(&file(&free(), &free()), &[("TOKENMETER_LISTEN", taken.clone())]),
+            format!(
+                "cannot bind the traffic listener on {taken} (TOKENMETER_LISTEN, which overrides server.listen): "
+            ),
+        ),
+        (
+            "admin from the environment",
+            serve(
+                &file(&free(), &free()),
+                &[
+                    ("TOKENMETER_LISTEN", free()),
+                    ("TOKENMETER_ADMIN_LISTEN", taken.clone()),
+                ],
+            ),
+            format!(
+                "cannot bind the admin listener on {taken} (TOKENMETER_ADMIN_LISTEN, which overrides server.admin_listen): "
+            ),
+        ),
+    ];
+    for (case, output, message) in cases {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "{case}: start refused: {stderr}"
+        );
+        assert!(
+            stderr.contains(&message) && stderr.contains("in use"),
+            "{case}: the message names the address, what set it and why: {stderr}"
+        );
+    }
+    #[cfg(feature = "testbed")]
+    for (args, message) in [
+        (
+            vec!["sim", "--listen", taken.as_str()],
+            format!("cannot bind the sim listener on {taken} (--listen): "),
+        ),
+        (
+            vec!["demo", "--admin-listen", taken.as_str()],
+            format!("cannot bind the admin listener on {taken} (--admin-listen): "),
+        ),
+    ] {
+        let output = Command::new(BIN)
+            .args(&args)
+            .output()
+            .expect("tokenmeter runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: refused: {stderr}");
+        assert!(
+            stderr.contains(&message),
+            "{args:?}: the flag is named: {stderr}"
+        );
+    }
+    drop(held);
 }
 
 /// A child process killed when the test ends early (a failed assert), so none is left running.

@@ -97,7 +97,7 @@ pub async fn run(args: BenchArgs) -> Result<(), crate::BoxError> {
         }
         let report = result?;
         ok_total += report.all().map_or(0, |c| c.ok);
-        println!("{}", report.render_table());
+        crate::stdout::print(format_args!("{}\n", report.render_table()))?;
         points.push(report);
     }
     if let Some(path) = &args.plot {
@@ -139,7 +139,7 @@ async fn run_session_load(
         let _ = handle.await;
     }
     let report = result?;
-    println!("{}", report.render_table());
+    crate::stdout::print(format_args!("{}\n", report.render_table()))?;
     let ok = report.point.all().map_or(0, |c| c.ok);
     if let Some(path) = json {
         report.into_bench_report(&spec, raw).write_json(path)?;
@@ -172,7 +172,7 @@ async fn run_mixed_load(
         let _ = handle.await;
     }
     let report = result?;
-    println!("{}", report.render_table());
+    crate::stdout::print(format_args!("{}\n", report.render_table()))?;
     let ok = report.point.all().map_or(0, |c| c.ok);
     if let Some(path) = json {
         spec.bench_report(report, raw).write_json(path)?;

@@ -78,7 +78,7 @@ pub struct DemoOutcome {
 /// Runs the demo and prints its report.
 pub async fn run(args: DemoArgs) -> Result<(), crate::BoxError> {
     let outcome = run_quiet(&args, true).await?;
-    print!("{}", render(&args, &outcome));
+    crate::stdout::print(format_args!("{}", render(&args, &outcome)))?;
     Ok(())
 }
 
@@ -127,7 +127,11 @@ pub async fn run_quiet(args: &DemoArgs, chatty: bool) -> Result<DemoOutcome, cra
     };
     config.server.listen = args.listen;
     config.server.admin_listen = args.admin_listen;
-    let (traffic, admin) = crate::server::bind(&config).await?;
+    let origins = crate::server::ListenOrigins {
+        traffic: "--listen".to_owned(),
+        admin: "--admin-listen".to_owned(),
+    };
+    let (traffic, admin) = crate::server::bind_from(&config, &origins).await?;
     let proxy = crate::server::spawn(config.clone(), traffic, admin)?;
     if chatty {
         let layout = if args.routed {
@@ -135,21 +139,20 @@ pub async fn run_quiet(args: &DemoArgs, chatty: bool) -> Result<DemoOutcome, cra
         } else {
             "balanced by streams in flight"
         };
-        println!(
-            "tokenmeter demo: {} simulated replica(s) ({}, time scale {}; {layout}) at {}",
+        crate::stdout::print(format_args!(
+            "tokenmeter demo: {} simulated replica(s) ({}, time scale {}; {layout}) at {}\n\
+             proxy: http://{}   metrics: http://{}/metrics\n\
+             load: Poisson {} req/s for {:?}, workload {}\n\n",
             replicas.len(),
             args.profile,
             args.time_scale,
-            urls.join(", ")
-        );
-        println!(
-            "proxy: http://{}   metrics: http://{}/metrics",
-            proxy.traffic_addr, proxy.admin_addr
-        );
-        println!(
-            "load: Poisson {} req/s for {:?}, workload {}\n",
-            args.rate, args.duration, args.workload
-        );
+            urls.join(", "),
+            proxy.traffic_addr,
+            proxy.admin_addr,
+            args.rate,
+            args.duration,
+            args.workload
+        ))?;
     }
 
     let spec = LoadSpec {
@@ -179,10 +182,10 @@ pub async fn run_quiet(args: &DemoArgs, chatty: bool) -> Result<DemoOutcome, cra
     let proxy_metrics = proxy.metrics.render();
 
     if args.keep_running {
-        println!(
-            "still running: proxy http://{}  metrics http://{}/metrics  (Ctrl-C to stop)",
+        crate::stdout::print(format_args!(
+            "still running: proxy http://{}  metrics http://{}/metrics  (Ctrl-C to stop)\n",
             proxy.traffic_addr, proxy.admin_addr
-        );
+        ))?;
         crate::shutdown::signal().await;
     }
     proxy.shutdown().await;

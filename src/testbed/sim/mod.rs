@@ -113,7 +113,12 @@ impl SimArgs {
 pub async fn run(args: SimArgs) -> Result<(), crate::BoxError> {
     let config = args.to_config()?;
     // A burst of clients must not overflow the accept queue (see `server::listen`).
-    let listener = crate::server::listen(args.listen, 4096).map_err(SimError::Io)?;
+    let listener = crate::server::listen(args.listen, 4096).map_err(|source| {
+        format!(
+            "cannot bind the sim listener on {} (--listen): {source}",
+            args.listen
+        )
+    })?;
     let model = config.model.clone();
     let sim = spawn(listener, config).await?;
     eprintln!(
