@@ -1,7 +1,36 @@
 //! Choosing a dialect from the request path, and a stream format from the response content type.
 //!
-//! Paths are matched on whole trailing segments, so a gateway prefix (`/openai/v1/...`) does not
-//! hide the endpoint and `/v1/xcompletions` is not `/completions`.
+//! **An API is metered only on its own path** (POST; one trailing `/` ignored; case-sensitive):
+//!
+//! | path | dialect | a prefix before it |
+//! |---|---|---|
+//! | `…/chat/completions` | OpenAI chat | any: a base URL (`/openai/v1`, OpenRouter's `/api/v1`, an Azure deployment), llama.cpp's unversioned `/chat/completions` |
+//! | `…/v1/completions`, `…/v1/responses`, `…/v1/messages` | OpenAI completions, Responses, Anthropic Messages | any, ending where `/v1` starts |
+//! | `/completion`, `/completions` | llama.cpp (its native format) | none |
+//! | `/generate_stream` | TGI | none |
+//! | `/api/chat`, `/api/generate` | Ollama | none |
+//! | `/v2/models/<m>[/versions/<v>]/generate_stream` | Triton | none |
+//!
+//! Any other POST is [`Dialect::Unknown`] (timed, never refused, labelled `_OTHER`), or not a
+//! generation at all (`None`: Ollama's other `/api/*` routes, and a last segment that names a
+//! non-generation operation such as `embeddings`).
+//!
+//! Why whole paths and not suffixes: a path that merely *ends* like an API is not that API. The
+//! typo `/v1/chat/completion` ends in llama.cpp's `/completion`, OpenAI Assistants'
+//! `/v1/threads/<id>/messages` in Anthropic's `/messages`, `/v1/caht/completions` in
+//! `/completions`: matched by suffix, each was metered under another API's labels (and its
+//! request read and refused by that API's rules). So a prefix is allowed only where clients
+//! really put one, before a tail that names the API unambiguously: the OpenAI and Anthropic SDKs
+//! append `/chat/completions`, `/completions`, `/responses`, `/messages` to whatever base URL a
+//! gateway mounts them under, and `chat/completions` (two segments) or `v1/` plus the resource
+//! says which API it is. The native servers serve their one-word paths at the root, where they
+//! are matched whole; behind a prefix (llama.cpp's `--api-prefix`, a gateway's `/llama/...`)
+//! they are `Unknown`, timed only.
+//!
+//! `/completions` without `/v1` is llama.cpp's legacy alias of `/completion` (its server routes
+//! it to the native handler; `/v1/completions` is its OpenAI one), so it is llama.cpp's dialect;
+//! no OpenAI-compatible engine serves completions there (vLLM, SGLang, TGI and Ollama serve
+//! `/v1/completions`).
 
 use http::Method;
 
@@ -23,49 +52,54 @@ const NOT_GENERATION: &[&str] = &[
     "moderations",
 ];
 
-/// See [`Dialect::for_request`].
+/// The APIs clients reach under a base URL: the tail, after any prefix.
+const UNDER_A_BASE_URL: [(&str, Dialect); 4] = [
+    ("/chat/completions", Dialect::OpenAiChat),
+    ("/v1/completions", Dialect::OpenAiCompletions),
+    ("/v1/responses", Dialect::OpenAiResponses),
+    ("/v1/messages", Dialect::AnthropicMessages),
+];
+
+/// The native APIs: the whole path (Triton's, which names a model, is [`triton_model`]'s).
+const AT_THE_ROOT: [(&str, Dialect); 5] = [
+    ("/completion", Dialect::LlamaCpp),
+    ("/completions", Dialect::LlamaCpp),
+    ("/generate_stream", Dialect::Tgi),
+    ("/api/chat", Dialect::OllamaChat),
+    ("/api/generate", Dialect::OllamaGenerate),
+];
+
+/// See [`Dialect::for_request`] and the module docs.
 pub(super) fn for_request(method: &Method, path: &str) -> Option<Dialect> {
     if method != Method::POST {
         return None;
     }
     let path = path.strip_suffix('/').unwrap_or(path);
+    let known = UNDER_A_BASE_URL
+        .iter()
+        .find(|(tail, _)| path.ends_with(tail))
+        .or_else(|| AT_THE_ROOT.iter().find(|(whole, _)| path == *whole))
+        .map(|&(_, dialect)| dialect);
+    if let Some(dialect) = known {
+        return Some(dialect);
+    }
     if path.ends_with("/generate_stream") && triton_model(path).is_some() {
         return Some(Dialect::Triton);
     }
-    let dialect = if path.ends_with("/chat/completions") {
-        Dialect::OpenAiChat
-    } else if path.ends_with("/completions") {
-        Dialect::OpenAiCompletions
-    } else if path.ends_with("/responses") {
-        Dialect::OpenAiResponses
-    } else if path.ends_with("/messages") {
-        Dialect::AnthropicMessages
-    } else if path.ends_with("/api/chat") {
-        Dialect::OllamaChat
-    } else if path.ends_with("/api/generate") {
-        Dialect::OllamaGenerate
-    } else if path.contains("/api/") {
+    if path.contains("/api/") {
         // Ollama's model management (`/api/pull`, `/api/create`, ...) streams progress.
         return None;
-    } else if path.ends_with("/generate_stream") {
-        Dialect::Tgi
-    } else if path.ends_with("/completion") {
-        Dialect::LlamaCpp
-    } else {
-        let last = path.rsplit('/').next().unwrap_or_default();
-        if NOT_GENERATION.contains(&last) {
-            return None;
-        }
-        Dialect::Unknown
-    };
-    Some(dialect)
+    }
+    let last = path.rsplit('/').next().unwrap_or_default();
+    if NOT_GENERATION.contains(&last) {
+        return None;
+    }
+    Some(Dialect::Unknown)
 }
 
-/// The model of `…/v2/models/<model>[/versions/<v>]/<action>`.
+/// The model of `/v2/models/<model>[/versions/<v>]/<action>` (from the root, as Triton serves it).
 pub(super) fn triton_model(path: &str) -> Option<&str> {
-    const MODELS: &str = "/v2/models/";
-    let at = path.find(MODELS)?;
-    let rest = &path[at + MODELS.len()..];
+    let rest = path.strip_prefix("/v2/models/")?;
     let (model, tail) = rest.split_once('/')?;
     let tail = tail.strip_suffix('/').unwrap_or(tail);
     let shaped = match tail.split_once('/') {

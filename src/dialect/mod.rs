@@ -11,14 +11,17 @@
 //! | dialect | path (POST) | framing | token event | usage |
 //! |---|---|---|---|---|
 //! | [`Dialect::OpenAiChat`] | `…/chat/completions` | SSE | delta with content / reasoning / tool calls | `usage` (injected `include_usage`) |
-//! | [`Dialect::OpenAiCompletions`] | `…/completions` | SSE | choice with non-empty `text` | `usage` (injected) |
-//! | [`Dialect::OpenAiResponses`] | `…/responses` | SSE | `response.*.delta` of text, refusal, reasoning, tool args | `response.usage` of `response.completed` / `incomplete` / `failed` |
-//! | [`Dialect::AnthropicMessages`] | `…/messages` | SSE | `content_block_delta` with text / thinking / input JSON | input: `message_start`; output: `message_delta` (cumulative) |
-//! | [`Dialect::Tgi`] | `…/generate_stream` | SSE | non-`special` `token` (1 token each) | `details.generated_tokens`, `details.input_length` |
+//! | [`Dialect::OpenAiCompletions`] | `…/v1/completions` | SSE | choice with non-empty `text` | `usage` (injected) |
+//! | [`Dialect::OpenAiResponses`] | `…/v1/responses` | SSE | `response.*.delta` of text, refusal, reasoning, tool args | `response.usage` of `response.completed` / `incomplete` / `failed` |
+//! | [`Dialect::AnthropicMessages`] | `…/v1/messages` | SSE | `content_block_delta` with text / thinking / input JSON | input: `message_start`; output: `message_delta` (cumulative) |
+//! | [`Dialect::Tgi`] | `/generate_stream` | SSE | non-`special` `token` (1 token each) | `details.generated_tokens`, `details.input_length` |
 //! | [`Dialect::Triton`] | `/v2/models/<m>[/versions/<v>]/generate_stream` | SSE | non-empty `text_output` | none: token events are counted |
 //! | [`Dialect::OllamaChat`], [`Dialect::OllamaGenerate`] | `/api/chat`, `/api/generate` | NDJSON | line with content / response / thinking / tool calls (1 token each) | `prompt_eval_count`, `eval_count` of the `done` line |
-//! | [`Dialect::LlamaCpp`] | `/completion` | SSE | non-empty `content` | `tokens_predicted`, `tokens_evaluated` |
+//! | [`Dialect::LlamaCpp`] | `/completion`, `/completions` | SSE | non-empty `content` | `tokens_predicted`, `tokens_evaluated` |
 //! | [`Dialect::Unknown`] | any other POST | SSE or NDJSON | none: TTFB and E2E only | none |
+//!
+//! `…` is any prefix (a gateway's base URL); the other paths are matched whole, so a path that
+//! only ends like an API (the typo `/v1/chat/completion`) is not that API (`choose.rs` says why).
 //!
 //! A non-streaming answer (`"stream": false`: one `application/json` body) has no events; its
 //! usage is read once the body is whole, by [`Dialect::body_usage`] with each API's own field
@@ -68,7 +71,7 @@ pub enum Dialect {
     /// Ollama's native `/api/generate` (NDJSON; the same stream format as `/api/chat`, a prompt
     /// in and text out, hence its own operation label).
     OllamaGenerate,
-    /// llama.cpp server's native `/completion`.
+    /// llama.cpp server's native `/completion` (and its legacy alias `/completions`).
     LlamaCpp,
     /// Any other POST: metered for TTFB and E2E when the response is a stream; never fails.
     Unknown,
@@ -89,13 +92,14 @@ impl Dialect {
         Dialect::Unknown,
     ];
 
-    /// From the request: POST paths `…/chat/completions`, `…/completions` (not chat),
-    /// `…/responses`, `…/messages`, `/generate_stream`, `/v2/models/<m>/generate_stream`,
-    /// `/api/chat`, `/api/generate`, `/completion` (a gateway prefix before them is allowed, a
-    /// trailing `/` ignored); any other POST is [`Dialect::Unknown`]. `None` = not a generation
-    /// endpoint (proxied, not metered): every other method, Ollama's other `/api/*` routes (model
-    /// pulls stream NDJSON progress, which is not generation), and POSTs whose last path segment
-    /// names a non-generation operation (`embeddings`, `tokenize`, `count_tokens`, ...).
+    /// From the request: POST paths `…/chat/completions`, `…/v1/completions`, `…/v1/responses`,
+    /// `…/v1/messages` (after any gateway prefix), and, matched whole, `/completion`,
+    /// `/completions`, `/generate_stream`, `/v2/models/<m>[/versions/<v>]/generate_stream`,
+    /// `/api/chat`, `/api/generate` (a trailing `/` ignored; the rule and why: `choose.rs`); any
+    /// other POST is [`Dialect::Unknown`]. `None` = not a generation endpoint (proxied, not
+    /// metered): every other method, Ollama's other `/api/*` routes (model pulls stream NDJSON
+    /// progress, which is not generation), and POSTs whose last path segment names a
+    /// non-generation operation (`embeddings`, `tokenize`, `count_tokens`, ...).
     pub fn for_request(method: &http::Method, path: &str) -> Option<Dialect> {
         choose::for_request(method, path)
     }
@@ -143,7 +147,8 @@ impl Dialect {
 
     /// OpenTelemetry GenAI `gen_ai.operation.name`: `chat` for conversational APIs (chat
     /// completions, Responses, Messages, Ollama's `/api/chat`), `text_completion` for prompt-in /
-    /// text-out APIs (completions, TGI, Triton, Ollama's `/api/generate`, llama.cpp `/completion`), `_OTHER` for an unknown endpoint.
+    /// text-out APIs (completions, TGI, Triton, Ollama's `/api/generate`, llama.cpp `/completion`),
+    /// `_OTHER` for an unknown endpoint.
     pub fn operation(self) -> &'static str {
         match self {
             Dialect::OpenAiChat
@@ -155,7 +160,7 @@ impl Dialect {
             | Dialect::Triton
             | Dialect::OllamaGenerate
             | Dialect::LlamaCpp => "text_completion",
-            Dialect::Unknown => "_OTHER",
+            Dialect::Unknown => operation::OTHER,
         }
     }
 
@@ -173,7 +178,7 @@ impl Dialect {
             Dialect::Triton => "triton",
             Dialect::OllamaChat | Dialect::OllamaGenerate => "ollama",
             Dialect::LlamaCpp => "llama_cpp",
-            Dialect::Unknown => "_OTHER",
+            Dialect::Unknown => operation::OTHER,
         }
     }
 

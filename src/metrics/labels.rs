@@ -1,6 +1,10 @@
 //! Label capping: a label value a client chooses (the model name, a tenant named by a header) must
 //! not be able to create series without bound. Names get their own value up to a budget; the rest
-//! are `other`.
+//! are `other`, and a request that names none is `unknown`.
+//!
+//! `other` is a budget's overflow bucket for names a client chooses; the `_OTHER` of the
+//! `gen_ai_operation_name` and `gen_ai_provider_name` labels is something else, OpenTelemetry's
+//! value for "none of the known operations" (`crate::dialect::Operation`).
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -8,7 +12,9 @@ use crate::config::Config;
 
 /// Label value for models beyond the label budget.
 pub const MODEL_OTHER: &str = "other";
-/// Label value when a request names no model.
+/// Label value when no model is known for a request: its body named none (or was not JSON), or
+/// its body was not read: a path that is not one of the metered APIs' (an unknown POST, a `GET`)
+/// streams through unread, so its model is never known.
 pub const MODEL_UNKNOWN: &str = "unknown";
 /// Longest model name given its own label value.
 pub const MAX_MODEL_LABEL_BYTES: usize = 128;
@@ -26,8 +32,8 @@ pub(super) fn labelled_models(config: &Config) -> Vec<String> {
 }
 
 /// Bounded label values: configured names, then the first `max_observed` names seen, then
-/// `other` (and `missing` for no name). A client sending 10 000 names creates at most
-/// `configured + max_observed + 2` values.
+/// `other` (and the `missing` value, [`MODEL_UNKNOWN`] for models, for no name). A client
+/// sending 10 000 names creates at most `configured + max_observed + 2` values.
 #[derive(Debug)]
 pub struct BoundedLabels {
     /// `metering.models` (and the models with their own prompt prior): replaced on reload.

@@ -1,7 +1,21 @@
 //! Reverse-proxy header hygiene: hop-by-hop headers stop here, `x-forwarded-*` are added, everything
 //! else (including `authorization`) passes through unchanged, unless the operator swaps the
 //! client's `authorization` for the backend's key ([`authorize_upstream`]).
+//!
+//! **The loop guard's hop header.** Each request tokenmeter forwards carries [`VIA`],
+//! `x-tokenmeter-via`, with this tokenmeter's [`InstanceId`] appended to whatever ids earlier
+//! tokenmeters put there (`x-tokenmeter-via: 5d0f3c2a9e81b746, 0c6e2a9b4f1d7358`): a request that
+//! arrives with our own id in it has come back to us, and is refused at once
+//! ([`crate::server::admission`]) instead of looping until `max_streams` is spent. A chain of
+//! different tokenmeters (a gateway in front of sidecars) passes, each adding its own id.
+//!
+//! Why a header of its own and not `Via` (RFC 9110 §7.6.3): `Via` is acted on by what sits in
+//! front of an engine (nginx with its default `gzip_proxied off` stops compressing responses to
+//! any request that carries one), and an intermediary may collapse its entries into a pseudonym,
+//! which would drop our id; a header nobody else reads changes nothing upstream and survives
+//! every hop. The header goes upstream only, never back to the client.
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
@@ -18,7 +32,8 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 ];
 
 /// Removes hop-by-hop headers, including every header the `Connection` header names.
-/// `upgrade` goes too: the proxy does not tunnel protocol upgrades.
+/// `upgrade` goes too: the proxy does not tunnel protocol upgrades. [`VIA`] stays whatever
+/// `Connection` says: a client could otherwise name it there and take the loop guard's id off.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -26,6 +41,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .filter(|name| *name != VIA)
         .collect();
     for name in named {
         headers.remove(name);
@@ -68,6 +84,70 @@ pub fn add_forwarded(headers: &mut HeaderMap, client: Option<IpAddr>, proto: &'s
     );
     if let Some(host) = headers.remove(header::HOST) {
         headers.insert(HeaderName::from_static("x-forwarded-host"), host);
+    }
+}
+
+/// The loop guard's hop header: the ids of the tokenmeters a request passed through, in order,
+/// comma-separated (see the module docs).
+pub const VIA: HeaderName = HeaderName::from_static("x-tokenmeter-via");
+
+/// One tokenmeter's id in [`VIA`]: 64 random bits in hex, drawn when its server starts (each
+/// server of a process has its own, so two proxies in one test process are two hops).
+#[derive(Debug, Clone)]
+pub struct InstanceId {
+    id: Arc<str>,
+    /// The id as a header value, for the usual request that arrives without [`VIA`].
+    value: HeaderValue,
+}
+
+impl InstanceId {
+    pub fn random() -> Self {
+        let id = format!("{:016x}", rand::random::<u64>());
+        let value = HeaderValue::from_str(&id).unwrap_or(HeaderValue::from_static("0"));
+        Self {
+            id: Arc::from(id),
+            value,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether the request already passed through this tokenmeter: its id is an entry of
+    /// [`VIA`] (every line of it, each split at commas).
+    pub fn seen_in(&self, headers: &HeaderMap) -> bool {
+        headers.get_all(VIA).iter().any(|value| {
+            value
+                .as_bytes()
+                .split(|&byte| byte == b',')
+                .any(|entry| entry.trim_ascii() == self.id.as_bytes())
+        })
+    }
+
+    /// Appends this tokenmeter's id to [`VIA`], after the ids already there (as one line).
+    pub fn append_to(&self, headers: &mut HeaderMap) {
+        let mut before = headers.get_all(VIA).iter().peekable();
+        if before.peek().is_none() {
+            headers.insert(VIA, self.value.clone());
+            return;
+        }
+        let mut joined = Vec::new();
+        for value in before {
+            joined.extend_from_slice(value.as_bytes());
+            joined.extend_from_slice(b", ");
+        }
+        joined.extend_from_slice(self.id.as_bytes());
+        // The bytes came from header values and the id is hex: always a valid value.
+        if let Ok(value) = HeaderValue::from_bytes(&joined) {
+            headers.insert(VIA, value);
+        }
+    }
+}
+
+impl std::fmt::Display for InstanceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.id)
     }
 }
 

@@ -1,4 +1,5 @@
-//! Admission limits on the traffic port: open connections and requests in flight.
+//! Admission limits on the traffic port: open connections and requests in flight; and the loop
+//! guard, which refuses a request that has come back to this tokenmeter.
 //!
 //! A sidecar must never be the reason a pod falls over, so past a limit it answers at once — 503
 //! with `retry-after` and an OpenAI-style JSON error (SDKs retry on exactly that) — instead of
@@ -10,6 +11,19 @@
 //! ending); rejections are also counted by limit in `tokenmeter_rejected_total{reason}`
 //! (`max_streams`, `max_connections`), and the open counts are exposed as gauges; [`Limits::counts`] reads them at
 //! scrape time and [`series`] writes them beside every other series.
+//!
+//! **Loops.** An upstream that points back at tokenmeter (its own port in `upstream.urls`, or a
+//! pool of a gateway that reaches the gateway again) used to send each request round until
+//! `max_streams` was spent, seconds later, and then answer "at its limit of concurrent
+//! requests", which points at the wrong knob. Here every request gets this tokenmeter's id
+//! appended to its hop header ([`crate::proxy::headers::VIA`]) on its way in, and one that
+//! arrives with that id already there is answered at once, before it takes a stream permit:
+//! `508 Loop Detected`, an OpenAI-style error that names the loop and the keys to check,
+//! counted in `tokenmeter_rejected_total{reason="loop"}` (on which `TokenmeterRejectingRequests`
+//! pages, with the loop's runbook: it is a config error, every such request fails, and no limit
+//! helps) and ended as a `client_error`, not `overloaded`: the request it received is one it
+//! must not serve, and nothing was at a limit. The tokenmeter that sent it counts the 508 as its
+//! backend's `upstream_error`. Exactly one copy of a looped request is forwarded.
 //!
 //! ```no_run
 //! # use tokenmeter::{config::Config, server::admission::{AdmissionLayer, Limits}};
@@ -36,6 +50,7 @@ use crate::context::Outcome;
 use crate::context::RequestContext;
 use crate::meter::layer::ResponseBody;
 use crate::proxy::error::json_error;
+use crate::proxy::headers::InstanceId;
 use series::AdmissionCounts;
 
 pub mod series;
@@ -59,6 +74,9 @@ impl Limit {
     }
 }
 
+/// The `reason` of a request refused because it came back to this tokenmeter.
+pub const LOOP: &str = "loop";
+
 /// The admission state shared by the accept loop and every connection.
 #[derive(Debug)]
 pub struct Limits {
@@ -70,6 +88,9 @@ pub struct Limits {
     max_connections: Arc<AtomicUsize>,
     rejected_streams: AtomicU64,
     rejected_connections: AtomicU64,
+    /// This tokenmeter's id in the hop header, drawn once per server (kept across reloads).
+    instance: InstanceId,
+    rejected_loops: AtomicU64,
 }
 
 /// Held by a connection task for the connection's life.
@@ -85,7 +106,19 @@ impl Limits {
             max_connections: Arc::new(AtomicUsize::new(config.max_connections)),
             rejected_streams: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
+            instance: InstanceId::random(),
+            rejected_loops: AtomicU64::new(0),
         }
+    }
+
+    /// This tokenmeter's id in the hop header.
+    pub fn instance(&self) -> &InstanceId {
+        &self.instance
+    }
+
+    /// How many requests came back to this tokenmeter and were refused.
+    pub fn loops(&self) -> u64 {
+        self.rejected_loops.load(Ordering::Relaxed)
     }
 
     /// A permit for a newly accepted connection; `None` (and counted) when at the limit.
@@ -148,8 +181,14 @@ impl Limits {
     /// The counts at this instant.
     pub fn counts(&self) -> AdmissionCounts {
         AdmissionCounts {
-            rejected: [Limit::Streams, Limit::Connections]
-                .map(|limit| (limit.as_str(), self.rejections(limit))),
+            rejected: [
+                (Limit::Streams.as_str(), self.rejections(Limit::Streams)),
+                (
+                    Limit::Connections.as_str(),
+                    self.rejections(Limit::Connections),
+                ),
+                (LOOP, self.loops()),
+            ],
             connections_open: self.connections_open(),
             streams_admitted: self.streams_admitted(),
         }
@@ -213,6 +252,16 @@ pub fn overloaded(limit: Limit) -> Response<Full<Bytes>> {
     response
 }
 
+/// The answer to a request that came back to this tokenmeter: 508, an OpenAI-style JSON error
+/// naming the loop (no `retry-after`: retrying cannot help).
+pub fn looped(instance: &InstanceId) -> Response<Full<Bytes>> {
+    let message = format!(
+        "this request already passed through this tokenmeter (instance {instance}): its upstream \
+         points back at it; check upstream.urls / pools (TOKENMETER_UPSTREAM)"
+    );
+    json_error(StatusCode::LOOP_DETECTED, "loop_detected", &message)
+}
+
 /// Ends a request that a limit turned away (answered with [`overloaded`]).
 pub fn refused(mut context: Box<RequestContext>) {
     context.status = Some(StatusCode::SERVICE_UNAVAILABLE);
@@ -263,6 +312,19 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let instance = &self.limits.instance;
+        if instance.seen_in(req.headers()) {
+            // Back from our own upstream: refused before it takes a permit or goes round again.
+            self.limits.rejected_loops.fetch_add(1, Ordering::Relaxed);
+            if let Some(mut context) = RequestContext::take(req.extensions_mut(), "admission") {
+                context.status = Some(StatusCode::LOOP_DETECTED);
+                context.finish(Outcome::ClientError, None);
+            }
+            return AdmissionFuture::Answered(Some(looped(instance)));
+        }
+        // Upstream, and in every request made of it (retries, a hand-off's prefill), the
+        // request names every tokenmeter it passed through.
+        instance.append_to(req.headers_mut());
         match self.limits.try_stream() {
             Some(permit) => AdmissionFuture::Admitted {
                 inner: Box::pin(self.inner.call(req)),
@@ -279,13 +341,15 @@ where
     }
 }
 
-/// The response of [`Admission`]: the inner one, or a 503 answered at once.
+/// The response of [`Admission`]: the inner one, or a 503 answered at once, or another answer
+/// of its own (a loop's 508), taken once.
 pub enum AdmissionFuture<F> {
     Admitted {
         inner: Pin<Box<F>>,
         permit: Option<OwnedSemaphorePermit>,
     },
     Rejected,
+    Answered(Option<Response<Full<Bytes>>>),
 }
 
 impl<F> Future for AdmissionFuture<F>
@@ -307,6 +371,20 @@ where
             }
             AdmissionFuture::Rejected => {
                 Poll::Ready(Ok(overloaded(Limit::Streams).map(|body| Admitted {
+                    inner: Either::Right(body),
+                    permit: None,
+                })))
+            }
+            AdmissionFuture::Answered(answer) => {
+                // Polled again after its answer (a bug of the caller): a 500 then, never a panic.
+                let response = answer.take().unwrap_or_else(|| {
+                    json_error(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "internal_error",
+                        "polled after its answer",
+                    )
+                });
+                Poll::Ready(Ok(response.map(|body| Admitted {
                     inner: Either::Right(body),
                     permit: None,
                 })))

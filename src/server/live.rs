@@ -133,7 +133,10 @@ pub fn build(
             // Every revision settles (a request admitted before a reload that removed its
             // limits still holds a reservation); before the tenant counters, so that a request
             // counted there is settled.
-            .chain([Arc::new(BudgetHook::new(Arc::clone(store))) as Arc<dyn FinishHook>])
+            .chain([
+                Arc::new(BudgetHook::new(Arc::clone(store), budgets.clone()))
+                    as Arc<dyn FinishHook>,
+            ])
             .chain(tenant_hook)
             .chain(
                 usage.map(|log| Arc::new(UsageHook::new(Arc::clone(log))) as Arc<dyn FinishHook>),

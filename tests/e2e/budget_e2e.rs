@@ -2,13 +2,13 @@
 //! answered 429 with `retry-after` and an OpenAI-style error and never reaches the backend; a
 //! reservation is settled with the exact usage; a stream slot is held until the stream ends and a
 //! stream already admitted is never cut; a request that alone is over a limit is told waiting
-//! will not help; a reload changes a budget for new requests. The shared store is
-//! tests/e2e/budget_redis.rs.
+//! will not help; a reload changes a budget for new requests; the used-ratio gauge reads the
+//! tenant's real use when it is refused. The shared store is tests/e2e/budget_redis.rs.
 
 use crate::support;
 use std::time::Duration;
 
-use support::backend::{replay, Backend, Report};
+use support::backend::{replay, Backend, Report, Script};
 use support::client::{open_with, Protocol, Streamed};
 use support::gated::Gated;
 use support::{config_for, fixture, prom, start_proxy, wait_for_metric};
@@ -150,8 +150,8 @@ async fn a_tenant_over_its_daily_tokens_gets_a_429_and_the_backend_never_sees_it
             "tokenmeter_budget_used_ratio",
             &[("tenant", "team-a"), ("limit", "tokens_per_day")]
         ),
-        14.0 / 25.0,
-        "at the last admission 14 of 25 were used"
+        21.0 / 25.0,
+        "refused at 21 of 25 used (the settled usage of the three, not a reservation's view)"
     );
     assert_eq!(
         prom::value(
@@ -169,6 +169,94 @@ async fn a_tenant_over_its_daily_tokens_gets_a_429_and_the_backend_never_sees_it
             &[("tenant", "team-a"), ("gen_ai_token_type", "output")]
         ),
         (3 * OUTPUT_TOKENS) as f64
+    );
+}
+
+/// A stream whose usage chunk reports `completion_tokens` output tokens.
+fn using(completion_tokens: u64) -> Script {
+    let events = [
+        r#"data: {"id":"c","object":"chat.completion.chunk","model":"m1","choices":[{"index":0,"delta":{"role":"assistant","content":"hi"},"finish_reason":null}]}"#.to_owned(),
+        r#"data: {"id":"c","object":"chat.completion.chunk","model":"m1","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#.to_owned(),
+        format!(
+            r#"data: {{"id":"c","object":"chat.completion.chunk","model":"m1","choices":[],"usage":{{"prompt_tokens":5,"completion_tokens":{completion_tokens},"total_tokens":{}}}}}"#,
+            completion_tokens + 5
+        ),
+        "data: [DONE]".to_owned(),
+    ];
+    Script::sse(
+        events
+            .into_iter()
+            .map(|event| (Duration::ZERO, format!("{event}\n\n").into_bytes()))
+            .collect(),
+    )
+}
+
+/// The used-ratio gauge of team-a's `limit`.
+fn used_ratio(text: &str, limit: &str) -> f64 {
+    prom::value(
+        text,
+        "tokenmeter_budget_used_ratio",
+        &[("tenant", "team-a"), ("limit", limit)],
+    )
+}
+
+#[tokio::test]
+async fn a_tenant_refused_at_93_percent_of_its_day_reads_93_percent() {
+    // The report of #43: 200 tokens a day; each request reserves its max_tokens (50) and uses
+    // 62. After three, 186 are used (93 %) and the fourth (186 + 50 > 200) is refused. The gauge
+    // used to read the counts before the last admission: 124 / 200 = 0.62.
+    let backend = Backend::start(|_| using(62)).await;
+    let limits = Limits {
+        counts: Counts::Output,
+        tokens_per_day: Some(200),
+        ..Limits::default()
+    };
+    let proxy = start_proxy(with_budget(&backend.url, limits)).await;
+    let fifty = body(Some(50));
+    for n in 1..=3u64 {
+        assert_eq!(
+            send(proxy.traffic_addr, "team-a", &fifty).await.status,
+            200,
+            "request {n}: {} of 200 used",
+            62 * (n - 1)
+        );
+        wait_for_metric(
+            &proxy,
+            "tokenmeter_tenant_requests_total",
+            &[("tenant", "team-a")],
+            n as f64,
+        )
+        .await;
+        // Settled (the budget's hook runs before the tenant counters): the day's exact count.
+        assert_eq!(
+            used_ratio(&proxy.metrics.render(), "tokens_per_day"),
+            (62 * n) as f64 / 200.0,
+            "after request {n} settled, its exact usage is in the gauge"
+        );
+    }
+    let refused = send(proxy.traffic_addr, "team-a", &fifty).await;
+    assert_eq!(refused.status, 429, "186 used + 50 reserved > 200");
+    assert!(
+        error_of(&refused)["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("tokens_per_day limit 200, used 186")),
+        "the refusal says what the gauge says: {}",
+        refused.text()
+    );
+    let text = proxy.metrics.render();
+    let ratio = used_ratio(&text, "tokens_per_day");
+    assert_eq!(ratio, 186.0 / 200.0, "refused at 93 % of its day");
+    assert!(
+        ratio > 0.9,
+        "over the 90 % of TokenmeterTenantNearDailyBudget"
+    );
+    assert_eq!(
+        prom::value(
+            &text,
+            "tokenmeter_budget_rejections_total",
+            &[("tenant", "team-a"), ("limit", "tokens_per_day")]
+        ),
+        1.0
     );
 }
 

@@ -1,13 +1,15 @@
 //! Tenant budgets shared through a real Redis (Debian's `redis-server` on a loopback port of its
 //! own): two tokenmeter replicas enforce one budget under concurrent clients, and Redis killed
 //! and started again under each `on_store_error` policy — no request waits on it past
-//! `store_timeout`, the policy applies, and the counts reconcile, to the token, once it is back.
+//! `store_timeout`, the policy applies, and the counts reconcile, to the token, once it is back;
+//! and a replica that refuses a tenant near its day's budget reads the fleet's figure in its
+//! used-ratio gauge.
 
 use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::backend::{replay, Backend};
+use support::backend::{replay, Backend, Script};
 use support::client::{open_with, Protocol, Streamed};
 use support::redis::Redis;
 use support::{config_for, prom, start_proxy, wait_for_metric};
@@ -375,5 +377,107 @@ async fn with_deny_a_dead_redis_answers_503_until_it_returns() {
         day_tokens(&redis),
         14,
         "the two admitted requests' 7 output tokens each, nothing of the refused ones"
+    );
+}
+
+/// A stream whose usage chunk reports 62 output tokens.
+fn using_62() -> Script {
+    let events = [
+        r#"data: {"id":"c","object":"chat.completion.chunk","model":"m1","choices":[{"index":0,"delta":{"role":"assistant","content":"hi"},"finish_reason":null}]}"#,
+        r#"data: {"id":"c","object":"chat.completion.chunk","model":"m1","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":62,"total_tokens":67}}"#,
+        "data: [DONE]",
+    ];
+    Script::sse(
+        events
+            .into_iter()
+            .map(|event| (Duration::ZERO, format!("{event}\n\n").into_bytes()))
+            .collect(),
+    )
+}
+
+/// Team-a's request reserving 50 output tokens.
+async fn send_50(addr: std::net::SocketAddr) -> Streamed {
+    let body = BODY.replace(r#""max_tokens":10"#, r#""max_tokens":50"#);
+    open_with(
+        addr,
+        Protocol::Http1,
+        "POST",
+        CHAT,
+        &body,
+        &[("x-tenant-id", "team-a")],
+    )
+    .await
+    .collect()
+    .await
+}
+
+fn day_ratio(proxy: &ServerHandle) -> f64 {
+    prom::value(
+        &proxy.metrics.render(),
+        "tokenmeter_budget_used_ratio",
+        &[("tenant", "team-a"), ("limit", "tokens_per_day")],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_refuses_a_tenant_at_93_percent_of_its_day_reads_93_percent() {
+    // 200 tokens a day; each request reserves its max_tokens (50) and uses 62. Replica A serves
+    // three (186 used, 93 %); replica B, which never admitted team-a, refuses the fourth: its
+    // gauge comes from the refusal alone, the fleet's count that Redis answered.
+    let redis = Redis::start();
+    let backend = Backend::start(|_| using_62()).await;
+    let config = shared(
+        &backend.url,
+        &redis,
+        output_per_day(200),
+        OnStoreError::Deny,
+        Duration::from_secs(2),
+    );
+    let a = start_proxy(config.clone()).await;
+    let b = start_proxy(config).await;
+    for n in 1..=3u64 {
+        assert_eq!(
+            send_50(a.traffic_addr).await.status,
+            200,
+            "request {n} on A"
+        );
+        wait_for_metric(
+            &a,
+            "tokenmeter_tenant_requests_total",
+            &[("tenant", "team-a")],
+            n as f64,
+        )
+        .await;
+        settled(&a).await;
+    }
+    assert_eq!(
+        day_tokens(&redis),
+        186,
+        "Redis holds the three requests' usage"
+    );
+    assert_eq!(
+        day_ratio(&a),
+        186.0 / 200.0,
+        "A's gauge follows its settlements: the day's count Redis answered"
+    );
+    assert!(
+        prom::find(
+            &b.metrics.render(),
+            "tokenmeter_budget_used_ratio",
+            &[("tenant", "team-a")]
+        )
+        .is_empty(),
+        "B has admitted nothing of team-a's yet"
+    );
+    let refused = send_50(b.traffic_addr).await;
+    assert_eq!(
+        refused.status, 429,
+        "186 used + 50 reserved > 200 on either replica"
+    );
+    let ratio = day_ratio(&b);
+    assert_eq!(ratio, 186.0 / 200.0, "B refused team-a at 93 % of its day");
+    assert!(
+        ratio > 0.9,
+        "over the 90 % of TokenmeterTenantNearDailyBudget"
     );
 }

@@ -90,6 +90,42 @@ fn routing_framing_and_labels() {
             false,
         ),
         (
+            "/completions",
+            Dialect::LlamaCpp,
+            "text/event-stream",
+            StreamFormat::Sse,
+            "text_completion",
+            "llama_cpp",
+            false,
+        ),
+        (
+            "/chat/completions",
+            Dialect::OpenAiChat,
+            "text/event-stream",
+            StreamFormat::Sse,
+            "chat",
+            "openai",
+            true,
+        ),
+        (
+            "/openai/v1/chat/completions",
+            Dialect::OpenAiChat,
+            "text/event-stream",
+            StreamFormat::Sse,
+            "chat",
+            "openai",
+            true,
+        ),
+        (
+            "/v1/chat/completion",
+            Dialect::Unknown,
+            "text/event-stream",
+            StreamFormat::Sse,
+            "_OTHER",
+            "_OTHER",
+            false,
+        ),
+        (
             "/v1/audio/speech",
             Dialect::Unknown,
             "text/event-stream",
@@ -132,6 +168,22 @@ fn routing_framing_and_labels() {
             "{path}: include_usage injection"
         );
     }
+}
+
+#[test]
+fn one_spelling_of_other_for_unknown_apis_and_passthrough() {
+    use tokenmeter::dialect::Operation;
+    let unknown = Operation::of(Dialect::Unknown);
+    assert_eq!(
+        (unknown.as_str(), unknown.provider()),
+        ("_OTHER", "_OTHER"),
+        "an unknown POST"
+    );
+    let passthrough = Operation::of_request(Dialect::for_request(&Method::GET, "/v1/models"));
+    assert_eq!(
+        passthrough, unknown,
+        "a path that is no generation has the same labels"
+    );
 }
 
 #[test]

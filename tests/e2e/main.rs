@@ -26,6 +26,7 @@ mod deploy_manifests;
 mod dialect_fixtures;
 mod dialect_routing;
 mod dialect_skim;
+mod docs_config;
 mod finish_point;
 mod llama_handoff;
 mod llama_server;
@@ -37,12 +38,14 @@ mod prometheus_dashboard;
 #[cfg(feature = "testbed")]
 mod prometheus_e2e;
 mod prometheus_native;
+mod prometheus_outcomes;
 mod prometheus_rules;
 mod protobuf_schema;
 #[cfg(feature = "testbed")]
 mod proxy_dialects;
 mod proxy_faults;
 mod proxy_http;
+mod proxy_loop;
 #[cfg(feature = "testbed")]
 mod proxy_nonstream;
 mod proxy_stream;

@@ -80,20 +80,83 @@ async fn headers_pass_through_hop_by_hop_stop_and_forwarded_is_set() {
         "the client's host"
     );
     let metrics = proxy.metrics.render();
-    let other = [("gen_ai_operation_name", "other"), ("outcome", "ok")];
+    let other = [
+        ("gen_ai_operation_name", "_OTHER"),
+        ("gen_ai_provider_name", "_OTHER"),
+        ("gen_ai_request_model", "unknown"),
+        ("outcome", "ok"),
+    ];
     assert_eq!(
         prom::value(&metrics, "tokenmeter_requests_total", &other),
         1.0,
-        "counted, not metered"
+        "counted, not metered: OpenTelemetry's _OTHER, no model read"
     );
     assert!(
         prom::find(
             &metrics,
             "gen_ai_server_request_duration_seconds_count",
-            &[("gen_ai_operation_name", "other")]
+            &[("gen_ai_operation_name", "_OTHER")]
         )
         .is_empty(),
         "other paths are not token streams"
+    );
+    assert!(
+        prom::find(
+            &metrics,
+            "tokenmeter_requests_total",
+            &[("gen_ai_operation_name", "other")]
+        )
+        .is_empty(),
+        "one spelling of other"
+    );
+}
+
+#[tokio::test]
+async fn a_typo_of_an_api_path_is_passed_through_and_counted_as_other() {
+    // `/v1/chat/completion` ends like llama.cpp's `/completion`: it must not be metered as
+    // llama.cpp (nor read, nor have usage injected), only proxied and counted as _OTHER.
+    let mut backend = Backend::start(|_| Script::json(404, r#"{"detail":"Not Found"}"#)).await;
+    let proxy = start_proxy(config_for(&backend.url)).await;
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"Hi"}],"stream":true}"#;
+    let streamed = client::post(proxy.traffic_addr, "/v1/chat/completion", body).await;
+    assert_eq!(streamed.status, 404, "the backend's answer");
+    assert_eq!(streamed.text(), r#"{"detail":"Not Found"}"#, "unchanged");
+    let seen = backend.next_request().await;
+    assert!(
+        seen.head.starts_with("POST /v1/chat/completion HTTP/1.1"),
+        "{}",
+        seen.head
+    );
+    assert_eq!(
+        seen.body,
+        body.as_bytes(),
+        "the body streamed through untouched: no include_usage injected"
+    );
+    let metrics = proxy.metrics.render();
+    let typo = [
+        ("gen_ai_operation_name", "_OTHER"),
+        ("gen_ai_provider_name", "_OTHER"),
+        ("gen_ai_request_model", "unknown"),
+        ("outcome", "client_error"),
+    ];
+    assert_eq!(
+        prom::value(&metrics, "tokenmeter_requests_total", &typo),
+        1.0,
+        "counted under _OTHER, its model unread"
+    );
+    for (label, value) in [
+        ("gen_ai_operation_name", "text_completion"),
+        ("gen_ai_provider_name", "llama_cpp"),
+    ] {
+        assert!(
+            prom::find(&metrics, "tokenmeter_requests_total", &[(label, value)]).is_empty(),
+            "not metered as llama.cpp's /completion ({label}={value})"
+        );
+    }
+    assert_eq!(
+        prom::sum(&metrics, "tokenmeter_usage_injections_total", &[]),
+        0.0,
+        "no injection decided for a path that is no API"
     );
 }
 

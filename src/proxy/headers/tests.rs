@@ -83,3 +83,65 @@ fn the_backend_key_replaces_every_client_authorization() {
         "added when the client sent none"
     );
 }
+
+#[test]
+fn the_hop_header_recognises_its_own_id_among_others_and_appends_it() {
+    let ours = InstanceId::random();
+    let theirs = InstanceId::random();
+    assert_ne!(ours.as_str(), theirs.as_str(), "two servers, two ids");
+    assert_eq!(ours.as_str().len(), 16, "64 bits in hex: {ours}");
+
+    let mut headers = HeaderMap::new();
+    assert!(!ours.seen_in(&headers), "a request from a client");
+    ours.append_to(&mut headers);
+    assert_eq!(headers[VIA], ours.as_str(), "the first hop");
+    assert!(ours.seen_in(&headers), "back at the same tokenmeter");
+    assert!(!theirs.seen_in(&headers), "another tokenmeter lets it pass");
+    theirs.append_to(&mut headers);
+    assert_eq!(
+        headers[VIA],
+        format!("{ours}, {theirs}").as_str(),
+        "appended, in the order of the hops"
+    );
+    assert!(ours.seen_in(&headers) && theirs.seen_in(&headers));
+
+    // Several lines, spaces, and ids that merely contain ours are read as a list of entries.
+    let mut lines = HeaderMap::new();
+    lines.append(VIA, HeaderValue::from_static("a"));
+    lines.append(
+        VIA,
+        HeaderValue::from_str(&format!(" b ,{ours} ")).expect("value"),
+    );
+    assert!(ours.seen_in(&lines), "an entry of a second line");
+    let mut longer = HeaderMap::new();
+    longer.insert(
+        VIA,
+        HeaderValue::from_str(&format!("x{ours}, {ours}x")).expect("value"),
+    );
+    assert!(!ours.seen_in(&longer), "only a whole entry is our id");
+    theirs.append_to(&mut lines);
+    assert_eq!(
+        lines.get_all(VIA).iter().count(),
+        1,
+        "the lines are joined into one"
+    );
+    assert_eq!(lines[VIA], format!("a,  b ,{ours} , {theirs}").as_str());
+}
+
+#[test]
+fn a_client_cannot_name_the_hop_header_in_connection_to_strip_it() {
+    let ours = InstanceId::random();
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONNECTION,
+        HeaderValue::from_static("x-tokenmeter-via, x-other"),
+    );
+    headers.insert("x-other", HeaderValue::from_static("1"));
+    ours.append_to(&mut headers);
+    strip_hop_by_hop(&mut headers);
+    assert!(
+        headers.get("x-other").is_none(),
+        "the other named header goes"
+    );
+    assert!(ours.seen_in(&headers), "the hop header stays");
+}

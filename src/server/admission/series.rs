@@ -4,7 +4,7 @@
 //! at scrape time and written here, beside every other series, in the Prometheus text format.
 use std::fmt::Write as _;
 
-/// Rejected requests and connections, by `reason`.
+/// Rejected requests and connections, by `reason` (`max_streams`, `max_connections`, `loop`).
 pub const REJECTED: &str = "tokenmeter_rejected_total";
 /// Open traffic connections.
 pub const CONNECTIONS_OPEN: &str = "tokenmeter_connections_open";
@@ -14,8 +14,9 @@ pub const STREAMS_ADMITTED: &str = "tokenmeter_streams_admitted";
 /// The admission counts at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct AdmissionCounts {
-    /// Turned away by `reason`: (`max_streams`, count), (`max_connections`, count).
-    pub rejected: [(&'static str, u64); 2],
+    /// Turned away by `reason`: (`max_streams`, count), (`max_connections`, count), (`loop`,
+    /// count).
+    pub rejected: [(&'static str, u64); 3],
     pub connections_open: usize,
     pub streams_admitted: usize,
 }
@@ -25,7 +26,7 @@ pub fn render(counts: &AdmissionCounts) -> String {
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "# HELP {REJECTED} Requests and connections turned away with 503 by an admission limit, by reason."
+        "# HELP {REJECTED} Requests and connections turned away at admission, by reason: max_streams and max_connections (503), loop (508: the request came back to this tokenmeter)."
     );
     let _ = writeln!(text, "# TYPE {REJECTED} counter");
     for (reason, count) in counts.rejected {

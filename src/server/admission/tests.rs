@@ -119,6 +119,93 @@ async fn a_stream_permit_lives_until_the_body_ends() {
     assert_eq!(third.status(), StatusCode::OK, "admitted again");
 }
 
+#[tokio::test]
+async fn a_request_back_at_this_tokenmeter_is_refused_at_once_and_others_carry_its_id() {
+    let limits = Arc::new(limits(1, 10));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let inner = {
+        let seen = Arc::clone(&seen);
+        tower::service_fn(move |req: Request<()>| {
+            let via = req
+                .headers()
+                .get(crate::proxy::headers::VIA)
+                .map(|value| value.to_str().expect("ascii").to_owned());
+            seen.lock().expect("lock").push(via);
+            async {
+                let body: ResponseBody = Either::Right(Full::new(Bytes::from_static(b"ok")));
+                Ok::<_, Infallible>(Response::new(body))
+            }
+        })
+    };
+    let ended = Arc::new(Ended::default());
+    let hooks = FinishHooks::new([ended.clone() as Arc<dyn FinishHook>]);
+    let request = |via: Option<String>| {
+        let mut req = Request::new(());
+        if let Some(via) = via {
+            req.headers_mut().insert(
+                crate::proxy::headers::VIA,
+                http::HeaderValue::from_str(&via).expect("value"),
+            );
+        }
+        Box::new(RequestContext::new(tokio::time::Instant::now(), None).with_hooks(hooks.clone()))
+            .put(req.extensions_mut());
+        req
+    };
+    let id = limits.instance().to_string();
+    let mut service = AdmissionLayer::new(Arc::clone(&limits)).layer(inner);
+
+    // From another tokenmeter (a gateway in front): passes, with our id after the gateway's.
+    let passed = service
+        .call(request(Some("aaaaaaaaaaaaaaaa".to_owned())))
+        .await
+        .expect("infallible");
+    assert_eq!(passed.status(), StatusCode::OK);
+    drop(passed);
+    assert_eq!(
+        seen.lock().expect("lock").as_slice(),
+        [Some(format!("aaaaaaaaaaaaaaaa, {id}"))],
+        "the inner service sees the hops in order"
+    );
+
+    // Back at us, though the one stream permit is free: 508 at once, the inner service not called.
+    let looped = service
+        .call(request(Some(format!("aaaaaaaaaaaaaaaa, {id}"))))
+        .await
+        .expect("infallible");
+    assert_eq!(looped.status(), StatusCode::LOOP_DETECTED, "508");
+    assert!(
+        looped.headers().get(header::RETRY_AFTER).is_none(),
+        "retrying cannot help"
+    );
+    let body = looped.into_body().collect().await.expect("body").to_bytes();
+    let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+    assert_eq!(json["error"]["type"], "loop_detected", "{json}");
+    assert_eq!(json["error"]["code"], 508, "{json}");
+    let message = json["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains(&format!("(instance {id})")) && message.contains("upstream.urls"),
+        "names this tokenmeter and the keys to check: {message}"
+    );
+    assert_eq!(seen.lock().expect("lock").len(), 1, "never sent on");
+    assert_eq!(limits.loops(), 1, "counted");
+    assert_eq!(
+        limits.rejections(Limit::Streams),
+        0,
+        "not a limit's refusal"
+    );
+    assert_eq!(
+        ended.0.lock().expect("lock").last(),
+        Some(&(Outcome::ClientError, Some(StatusCode::LOOP_DETECTED))),
+        "ended at once"
+    );
+    assert!(
+        limits
+            .render()
+            .contains("tokenmeter_rejected_total{reason=\"loop\"} 1\n"),
+        "exported by reason"
+    );
+}
+
 #[test]
 fn render_is_prometheus_text_with_every_reason() {
     let limits = limits(1, 1);
@@ -131,6 +218,10 @@ fn render_is_prometheus_text_with_every_reason() {
     );
     assert!(
         text.contains("tokenmeter_rejected_total{reason=\"max_streams\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tokenmeter_rejected_total{reason=\"loop\"} 0\n"),
         "{text}"
     );
     assert!(text.contains("tokenmeter_connections_open 1\n"), "{text}");

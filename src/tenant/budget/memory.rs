@@ -5,9 +5,13 @@
 //! A tenant's account is kept while it counts anything; idle accounts (no stream, nothing in the
 //! last two minutes, nothing today) are swept every minute, or sooner once there are many, so a
 //! stream of distinct tenant names cannot grow it without bound.
+//!
+//! A settlement that asks for it reports the tenant's tokens of the day once charged (the
+//! used-ratio gauge of `tokens_per_day`, see [`super`]).
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::series::BudgetSeries;
 use super::window::Now;
 use super::{Ask, Counted, Settlement, Verdict};
 
@@ -19,6 +23,8 @@ const SWEEP_AT: usize = 10_000;
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     state: Mutex<State>,
+    /// Where settlements report the tenant's day (`None`: nowhere, as in unit tests).
+    series: Option<Arc<BudgetSeries>>,
 }
 
 #[derive(Debug, Default)]
@@ -77,6 +83,14 @@ impl Account {
 }
 
 impl MemoryStore {
+    /// A store whose settlements report the tenant's day in `series`.
+    pub fn reporting(series: Arc<BudgetSeries>) -> Self {
+        Self {
+            state: Mutex::default(),
+            series: Some(series),
+        }
+    }
+
     pub fn admit(&self, ask: &Ask<'_>) -> Verdict {
         let mut state = self
             .state
@@ -111,15 +125,14 @@ impl MemoryStore {
 
     /// Charges the difference between a request's usage and its reservation to the windows it was
     /// reserved in (a minute already out of the sliding window no longer matters), and frees its
-    /// stream slot.
-    pub fn settle(&self, settlement: &Settlement, now: Now) {
+    /// stream slot. Returns the tenant's tokens of `now`'s day after it (reported where the
+    /// settlement asks), `None` when the tenant has no account (nothing to settle).
+    pub fn settle(&self, settlement: &Settlement, now: Now) -> Option<u64> {
         let mut state = self
             .state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let Some(account) = state.accounts.get_mut(&settlement.tenant) else {
-            return;
-        };
+        let account = state.accounts.get_mut(&settlement.tenant)?;
         account.roll(now);
         // (This store always answers, so every request it settles it admitted; a hold from a
         // store that did not is charged whole, as Redis would.)
@@ -142,6 +155,12 @@ impl MemoryStore {
         if settlement.in_store {
             account.streams = account.streams.saturating_sub(1);
         }
+        let day_tokens = account.day_tokens;
+        drop(state);
+        if let (Some(series), Some(report)) = (&self.series, &settlement.report) {
+            report.report(series, day_tokens);
+        }
+        Some(day_tokens)
     }
 
     /// Accounts kept (for tests).

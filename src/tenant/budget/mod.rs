@@ -22,6 +22,15 @@
 //!
 //! Budgets apply to generation requests (a request the meter reads a body of); the rest pass
 //! unchecked. The limits follow reloads; the store is kept for the process's life.
+//!
+//! **What the used-ratio gauge reads.** `tokenmeter_budget_used_ratio{tenant,limit}` is the
+//! share of each limit the tenant has used, as the store last said: at each admission, the
+//! counts with the admitted request's reservation; at each refusal, the counts that refused it
+//! (a tenant refused at 186 of 200 daily tokens reads 0.93); and, for `tokens_per_day`, the day's
+//! count after each settlement (so the figure follows the exact usage, not the reservations,
+//! and a tenant that stops sending keeps its last real figure). The gauge once read only the
+//! counts *before* each admitted request and moved at nothing else, so a tenant refused at 93 %
+//! read what it had used two requests earlier (62 %), and the near-limit alert never fired.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -170,6 +179,25 @@ pub enum Verdict {
     Over(Limit, Counted),
 }
 
+/// Where a settlement reports the tenant's day once it is charged: the tenant's label and its
+/// `tokens_per_day` limit (the used-ratio gauge of that limit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DayReport {
+    pub label: Arc<str>,
+    pub limit: u64,
+}
+
+impl DayReport {
+    /// Sets the gauge from the tenant's tokens of the day after the settlement.
+    pub fn report(&self, series: &BudgetSeries, day_tokens: u64) {
+        series.used(
+            &self.label,
+            Limit::TokensPerDay,
+            day_tokens as f64 / self.limit as f64,
+        );
+    }
+}
+
 /// A finished request's settlement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
@@ -183,6 +211,9 @@ pub struct Settlement {
     /// The store admitted it (see [`BudgetHold::in_store`]).
     pub in_store: bool,
     pub id: u64,
+    /// Where to report the tenant's day once settled (`None`: its revision has no day limit for
+    /// it, or nothing is reported, as for a withdrawal).
+    pub report: Option<DayReport>,
 }
 
 impl Settlement {
@@ -244,7 +275,7 @@ impl Store {
     /// The store `config` names (Redis connects on first use). Call from within the runtime.
     pub fn open(config: &BudgetsConfig, series: Arc<BudgetSeries>) -> Result<Self, StoreError> {
         Ok(match config.store_url() {
-            StoreUrl::Memory => Store::Memory(memory::MemoryStore::default()),
+            StoreUrl::Memory => Store::Memory(memory::MemoryStore::reporting(series)),
             StoreUrl::Redis(url) => Store::Redis(redis::RedisStore::open(&url, config, series)?),
         })
     }
@@ -256,9 +287,13 @@ impl Store {
         }
     }
 
+    /// Settles a finished request; the store reports the tenant's day where the settlement asks
+    /// (the memory store at once, Redis once its settlement task has charged it).
     fn settle(&self, settlement: Settlement) {
         match self {
-            Store::Memory(store) => store.settle(&settlement, Now::wall()),
+            Store::Memory(store) => {
+                store.settle(&settlement, Now::wall());
+            }
             Store::Redis(store) => store.settle(settlement),
         }
     }
@@ -343,6 +378,20 @@ impl Budgets {
             id: rand::random(),
             now,
         };
+        let report = |counted: &Counted, admitted: bool| {
+            for limit in Limit::ALL {
+                if let Some(cap) = limit.of(limits) {
+                    // Admitted, its reservation (or its one request, its slot) is charged now.
+                    let charged = if admitted {
+                        Counted::need(limit, reserve)
+                    } else {
+                        0
+                    };
+                    let used = counted.used(limit, now).saturating_add(charged);
+                    self.series.used(&label, limit, used as f64 / cap as f64);
+                }
+            }
+        };
         let hold = |in_store: bool| {
             Box::new(BudgetHold {
                 tenant: Arc::clone(&tenant),
@@ -356,19 +405,14 @@ impl Budgets {
         };
         match self.store.admit(&ask).await {
             Ok(Verdict::Admitted(counted)) => {
-                for limit in Limit::ALL {
-                    if let Some(cap) = limit.of(limits) {
-                        self.series.used(
-                            &label,
-                            limit,
-                            counted.used(limit, now) as f64 / cap as f64,
-                        );
-                    }
-                }
+                report(&counted, true);
                 context.budget = Some(hold(true));
                 Ok(())
             }
             Ok(Verdict::Over(limit, counted)) => {
+                // What the store counted is the tenant's real use, settled usage included:
+                // the gauge says how close to its limits the refused tenant is.
+                report(&counted, false);
                 self.series.rejected(&label, limit.as_str());
                 let retry_after = counted.wait(limit, limits, reserve, now);
                 Err(ProxyError::OverBudget {
@@ -399,6 +443,7 @@ impl Budgets {
                             reserved: reserve,
                             in_store: true,
                             id: ask.id,
+                            report: None,
                         });
                         Err(ProxyError::BudgetStoreUnavailable)
                     }
@@ -406,10 +451,24 @@ impl Budgets {
             }
         }
     }
+
+    /// Where the settlement of `hold` reports the tenant's day: under `label`, when the tenant
+    /// has a day limit in this revision.
+    pub fn day_report(&self, hold: &BudgetHold, label: Arc<str>) -> Option<DayReport> {
+        let limit = self.config.limits_for(&hold.tenant)?.tokens_per_day?;
+        Some(DayReport { label, limit })
+    }
 }
 
-/// Settles `hold` in `store`, given what the request used.
-pub fn settle_with(store: &Store, hold: &BudgetHold, input: u64, output: u64) {
+/// Settles `hold` in `store`, given what the request used; `report` says where the tenant's day
+/// is reported once it is charged.
+pub fn settle_with(
+    store: &Store,
+    hold: &BudgetHold,
+    input: u64,
+    output: u64,
+    report: Option<DayReport>,
+) {
     let used = match hold.counts {
         Counts::Input => input,
         Counts::Output => output,
@@ -423,6 +482,7 @@ pub fn settle_with(store: &Store, hold: &BudgetHold, input: u64, output: u64) {
         reserved: hold.reserved,
         in_store: hold.in_store,
         id: hold.id,
+        report,
     });
 }
 

@@ -9,7 +9,9 @@
 //! Settlements leave the finish point through a bounded queue to one task, which sends them in
 //! pipelined batches (one round trip for up to 64) and retries them while Redis is away (so the
 //! counts reconcile once it is back: a request let through unchecked is charged its whole usage
-//! then), and drops, counted, what does not fit.
+//! then), and drops, counted, what does not fit. Each settlement's script answers the tenant's
+//! tokens of the day after it, which the task reports in the `tokens_per_day` used-ratio gauge
+//! (the fleet's figure: every replica's settlements are in it).
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -283,7 +285,8 @@ impl Settler {
     }
 
     /// One round trip for the batch: `EVALSHA settle.lua` per settlement, pipelined; a Redis that
-    /// lost its scripts (restarted) is given it again and asked once more.
+    /// lost its scripts (restarted) is given it again and asked once more. Each settlement that
+    /// asks for it, and whose day is today's, reports the day's tokens the script answered.
     async fn settle(&self, batch: &[Settlement]) -> Result<(), StoreError> {
         let now = Now::wall();
         let mut pipe = redis::pipe();
@@ -302,8 +305,17 @@ impl Settler {
             result = pipe.query_async(&mut connection).await;
         }
         match result {
-            Ok(_) => {
+            Ok(days) => {
                 self.series.round_trip(Op::Settle, started.elapsed());
+                for (settlement, day_tokens) in batch.iter().zip(days) {
+                    if let (Some(report), Ok(day_tokens)) =
+                        (&settlement.report, u64::try_from(day_tokens))
+                    {
+                        if settlement.day == now.day() {
+                            report.report(&self.series, day_tokens);
+                        }
+                    }
+                }
                 Ok(())
             }
             Err(err) => Err(StoreError::from_redis(&err)),

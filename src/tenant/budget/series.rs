@@ -13,8 +13,10 @@ use crate::tenant::series::labels;
 /// Requests refused by a budget, by `tenant` and `limit` (a [`Limit`], or `store_unavailable`
 /// when the store did not answer and `on_store_error = "deny"`).
 pub const REJECTIONS: &str = "tokenmeter_budget_rejections_total";
-/// At the tenant's last admission here, the share of each of its limits already used, by
-/// `tenant` and `limit` (with Redis, the fleet's figure: aggregate with `max by (tenant)`).
+/// The share of each of a tenant's limits used, by `tenant` and `limit`, as the store last said:
+/// at each admission (with the admitted request's reservation), at each refusal, and for
+/// `tokens_per_day` after each settlement (see [`super`]; with Redis, the fleet's figure:
+/// aggregate with `max by (tenant)`).
 pub const USED_RATIO: &str = "tokenmeter_budget_used_ratio";
 /// The store's round trip, by `op` (`admit`, `settle`): Redis only.
 pub const STORE_SECONDS: &str = "tokenmeter_budget_store_seconds";
@@ -81,7 +83,7 @@ impl BudgetSeries {
         );
         metrics.describe_gauge(
             USED_RATIO,
-            "At the tenant's last admission, the share of each of its limits already used, by tenant and limit.",
+            "The share of each of a tenant's limits used, by tenant and limit: set at each admission (with its reservation), each refusal, and for tokens_per_day each settlement.",
         );
         metrics.describe_counter(
             STORE_ERRORS,

@@ -9,16 +9,21 @@
 -- did reach Redis (the reply was lost), else it is charged its whole usage under a marker that a
 -- second attempt finds. A negative difference is taken only from a count that still exists, and
 -- no count goes below 0.
+-- Returns the tokens of its UTC day after it (for the used-ratio gauge), whether it was charged
+-- now or found already settled.
 local used, reserved = tonumber(ARGV[1]), tonumber(ARGV[2])
+local function day()
+  return tonumber(redis.call('GET', KEYS[2]) or 0)
+end
 local delta
 if redis.call('ZREM', KEYS[3], ARGV[3]) == 1 then
   delta = used - reserved
 elseif ARGV[4] == '1' then
-  return 0
+  return day()
 elseif redis.call('SET', KEYS[4], 1, 'NX', 'EX', 86400) then
   delta = used
 else
-  return 0
+  return day()
 end
 local function charge(key, ttl)
   if delta > 0 or redis.call('EXISTS', key) == 1 then
@@ -34,4 +39,4 @@ if delta ~= 0 then
   end
   charge(KEYS[2], 172800)
 end
-return 1
+return day()

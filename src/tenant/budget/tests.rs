@@ -37,6 +37,7 @@ fn settlement(tenant: &str, at: u64, used: u64, reserved: u64, id: u64) -> Settl
         reserved,
         in_store: true,
         id,
+        report: None,
     }
 }
 
@@ -334,7 +335,7 @@ fn a_hold_settles_its_difference_or_its_whole_usage_when_it_was_let_through_unch
         id: 1,
     };
     // Counts output only: 20 input tokens do not count, 100 output do.
-    settle_with(&store, &hold, 20, 100);
+    settle_with(&store, &hold, 20, 100, None);
     let Verdict::Admitted(counted) = memory.admit(&ask(&limits, "a", 0, 2, now.0)) else {
         panic!("admitted");
     };
@@ -345,7 +346,7 @@ fn a_hold_settles_its_difference_or_its_whole_usage_when_it_was_let_through_unch
         id: 3,
         ..hold
     };
-    settle_with(&store, &unchecked, 20, 100);
+    settle_with(&store, &unchecked, 20, 100, None);
     let Verdict::Admitted(counted) = memory.admit(&ask(&limits, "a", 0, 4, now.0)) else {
         panic!("admitted");
     };
@@ -354,4 +355,62 @@ fn a_hold_settles_its_difference_or_its_whole_usage_when_it_was_let_through_unch
         200,
         "the unchecked request's whole usage"
     );
+}
+
+/// The `tokens_per_day` used ratio of `tenant` in `metrics`.
+fn day_ratio(metrics: &crate::metrics::Metrics, tenant: &str) -> Option<f64> {
+    crate::metrics::exposition::samples(&metrics.render())
+        .into_iter()
+        .find(|sample| {
+            sample.name == series::USED_RATIO
+                && sample.labels.get("tenant").map(String::as_str) == Some(tenant)
+                && sample.labels.get("limit").map(String::as_str) == Some("tokens_per_day")
+        })
+        .map(|sample| sample.value)
+}
+
+#[test]
+fn a_settlement_reports_the_tenants_day_as_charged() {
+    let metrics =
+        Arc::new(crate::metrics::Metrics::new(&crate::config::Config::default()).expect("metrics"));
+    let series = Arc::new(BudgetSeries::new(Arc::clone(&metrics), false));
+    let store = MemoryStore::reporting(Arc::clone(&series));
+    let limits = Limits {
+        counts: Counts::Output,
+        tokens_per_day: Some(200),
+        ..Limits::default()
+    };
+    let report = DayReport {
+        label: Arc::from("team-a"),
+        limit: 200,
+    };
+    // Three requests reserve 50 each and use 62: the day's count after each settlement is the
+    // exact usage so far, whatever was reserved.
+    for id in 0..3u64 {
+        assert!(matches!(
+            store.admit(&ask(&limits, "team-a", 50, id, T0 + id)),
+            Verdict::Admitted(_)
+        ));
+        let settled = Settlement {
+            report: Some(report.clone()),
+            ..settlement("team-a", T0 + id, 62, 50, id)
+        };
+        assert_eq!(
+            store.settle(&settled, Now(T0 + id)),
+            Some(62 * (id + 1)),
+            "the day's tokens after settlement {id}"
+        );
+        assert_eq!(
+            day_ratio(&metrics, "team-a"),
+            Some(62.0 * (id + 1) as f64 / 200.0),
+            "reported after settlement {id}"
+        );
+    }
+    // A settlement without a report (a revision without a day limit) leaves the gauge alone.
+    assert!(matches!(
+        store.admit(&ask(&limits, "team-a", 0, 9, T0 + 10)),
+        Verdict::Admitted(_)
+    ));
+    store.settle(&settlement("team-a", T0 + 10, 1, 0, 9), Now(T0 + 10));
+    assert_eq!(day_ratio(&metrics, "team-a"), Some(186.0 / 200.0));
 }
