@@ -40,6 +40,7 @@ pub use encode::WriteError;
 pub use head::HeadError;
 
 use crate::config::UpstreamConfig;
+use crate::proxy::headers::InstanceId;
 use crate::proxy::RequestBody;
 use crate::tls::UpstreamTls;
 use conn::{Conn, Io};
@@ -100,6 +101,9 @@ impl Error {
 pub struct Client {
     pool: IdlePool,
     connect_timeout: Duration,
+    /// The server's id, written into every request's hop header (`None`: a client of its own,
+    /// as the tests and examples build).
+    hop: Option<InstanceId>,
 }
 
 impl Client {
@@ -107,7 +111,15 @@ impl Client {
         Self {
             pool: IdlePool::new(config.pool_idle_timeout, config.pool_max_idle_per_host),
             connect_timeout: config.connect_timeout,
+            hop: None,
         }
+    }
+
+    /// The client of the server `hop` names: every request it sends (a forward, its retries, a
+    /// hand-off's prefill, a probe) carries the id in [`crate::proxy::headers::VIA`].
+    pub fn naming(mut self, hop: InstanceId) -> Self {
+        self.hop = Some(hop);
+        self
     }
 
     /// Sends `req` (absolute URI: `http://authority/path`) and returns the response once its
@@ -142,7 +154,7 @@ impl Client {
             None => Arc::from(authority.as_str()),
             Some(tls) => Arc::from(format!("{}@{}", tls.pool_tag, authority.as_str())),
         };
-        let head = encode::head(&parts, authority.as_str(), &body);
+        let head = encode::head(&parts, authority.as_str(), &body, self.hop.as_ref());
         let replay = match &body {
             RequestBody::Buffered(bytes) => Some(bytes.clone()),
             RequestBody::Streaming(_) => None,
@@ -222,6 +234,7 @@ impl Client {
         Self {
             pool: self.pool.clone(),
             connect_timeout,
+            hop: self.hop.clone(),
         }
     }
 

@@ -15,8 +15,9 @@
 //! **Loops.** An upstream that points back at tokenmeter (its own port in `upstream.urls`, or a
 //! pool of a gateway that reaches the gateway again) used to send each request round until
 //! `max_streams` was spent, seconds later, and then answer "at its limit of concurrent
-//! requests", which points at the wrong knob. Here every request gets this tokenmeter's id
-//! appended to its hop header ([`crate::proxy::headers::VIA`]) on its way in, and one that
+//! requests", which points at the wrong knob. Here every request this tokenmeter sends
+//! upstream carries its id, appended to the hop header ([`crate::proxy::headers::VIA`]) by the
+//! upstream client as it writes the head ([`crate::proxy::h1::Client::naming`]), and one that
 //! arrives with that id already there is answered at once, before it takes a stream permit:
 //! `508 Loop Detected`, an OpenAI-style error that names the loop and the keys to check,
 //! counted in `tokenmeter_rejected_total{reason="loop"}` (on which `TokenmeterRejectingRequests`
@@ -322,9 +323,6 @@ where
             }
             return AdmissionFuture::Answered(Some(looped(instance)));
         }
-        // Upstream, and in every request made of it (retries, a hand-off's prefill), the
-        // request names every tokenmeter it passed through.
-        instance.append_to(req.headers_mut());
         match self.limits.try_stream() {
             Some(permit) => AdmissionFuture::Admitted {
                 inner: Box::pin(self.inner.call(req)),

@@ -338,7 +338,7 @@ impl Server {
         admin: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) {
-        let client = client::build(&self.config.upstream);
+        let client = client::build(&self.config.upstream).naming(self.limits.instance().clone());
         self.router.connect(&client);
         let mut probes = route::probe::spawn(&self.router, &client);
         self.exporter = self.exporter_for(&self.config).unwrap_or_else(|err| {

@@ -10,6 +10,7 @@ use http_body::Body;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use crate::proxy::headers::{InstanceId, VIA};
 use crate::proxy::RequestBody;
 
 /// A buffered body up to this size goes out in the same write as the head (one segment).
@@ -36,8 +37,14 @@ enum RequestDelimiter {
 
 /// Encodes the request head. `host` is set to `authority` when the request has none (the
 /// forwarder moves the client's to `x-forwarded-host`); the body's own framing replaces any
-/// `content-length` / `transfer-encoding` the client sent.
-pub fn head(parts: &Parts, authority: &str, body: &RequestBody) -> Vec<u8> {
+/// `content-length` / `transfer-encoding` the client sent; with `hop`, the hop header's line
+/// names it after the ids the request came with ([`InstanceId::write_line`]).
+pub fn head(
+    parts: &Parts,
+    authority: &str,
+    body: &RequestBody,
+    hop: Option<&InstanceId>,
+) -> Vec<u8> {
     let delimiter = delimiter(&parts.method, body);
     let path = parts
         .uri
@@ -50,13 +57,19 @@ pub fn head(parts: &Parts, authority: &str, body: &RequestBody) -> Vec<u8> {
         let _ = write!(out, "host: {authority}\r\n");
     }
     for (name, value) in &parts.headers {
-        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
+        if name == header::CONTENT_LENGTH
+            || name == header::TRANSFER_ENCODING
+            || (hop.is_some() && name == VIA)
+        {
             continue;
         }
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
+    }
+    if let Some(hop) = hop {
+        hop.write_line(&parts.headers, &mut out);
     }
     match delimiter {
         RequestDelimiter::None => {}

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use super::*;
 use crate::config::UpstreamConfig;
+use crate::proxy::headers::VIA;
 
 /// What the scripted upstream does with one request on a connection.
 #[derive(Clone, Copy)]
@@ -429,4 +430,52 @@ async fn an_answer_before_the_body_is_read_reaches_the_client() {
         "a connection whose request was not sent whole is not reused"
     );
     upstream.abort();
+}
+
+#[tokio::test]
+async fn a_named_client_appends_its_id_to_the_hop_header_in_one_line() {
+    static THREE: &[Reply] = &[SSE_REPLY[0], SSE_REPLY[0], SSE_REPLY[0]];
+    let (addr, _, mut requests) = upstream(THREE).await;
+    let ours = InstanceId::random();
+    let named = client().naming(ours.clone());
+    let via_lines = |sent: Vec<u8>| -> Vec<String> {
+        String::from_utf8(sent)
+            .expect("ascii")
+            .lines()
+            .filter_map(|line| line.strip_prefix("x-tokenmeter-via: "))
+            .map(str::to_owned)
+            .collect()
+    };
+    let send = |client: &Client, earlier: &[&'static str]| {
+        let mut req = post(&addr, "{}");
+        for value in earlier {
+            req.headers_mut()
+                .append(VIA, http::HeaderValue::from_static(value));
+        }
+        let client = client.clone();
+        async move {
+            let response = client.request(req, None).await.expect("response");
+            body_bytes(response).await;
+        }
+    };
+
+    send(&named, &[]).await;
+    let first = via_lines(requests.recv().await.expect("sent"));
+    assert_eq!(first, [ours.to_string()], "from a client: our id alone");
+
+    send(&named, &["aaaaaaaaaaaaaaaa", "b, c"]).await;
+    let chained = via_lines(requests.recv().await.expect("sent"));
+    assert_eq!(
+        chained,
+        [format!("aaaaaaaaaaaaaaaa, b, c, {ours}")],
+        "earlier hops first, every line joined into one, ours last"
+    );
+
+    send(&client(), &["aaaaaaaaaaaaaaaa"]).await;
+    let unnamed = via_lines(requests.recv().await.expect("sent"));
+    assert_eq!(
+        unnamed,
+        ["aaaaaaaaaaaaaaaa"],
+        "a client of no server passes the header as it came"
+    );
 }
