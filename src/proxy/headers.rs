@@ -125,10 +125,10 @@ impl InstanceId {
     ///
     /// The upstream client writes it as it encodes the head ([`crate::proxy::h1`]) instead of
     /// the request's `HeaderMap` getting one more entry: a client's usual request fills the map
-    /// hyper parsed it into, and one more entry made it grow, which cost 1.7 KiB more per open
-    /// stream and doubled the p99 of a chunk at 1 024 streams (docs/performance.md, "The hop
-    /// header"). Written last, after hop-by-hop headers were stripped, it cannot be removed by
-    /// a client's `Connection` header either.
+    /// hyper parsed it into, and one more entry made it grow, which cost about 1.7 KiB more per
+    /// open stream (docs/performance.md, "Outcomes and the loop guard"). Written last, after
+    /// hop-by-hop headers were stripped, it cannot be removed by a client's `Connection` header
+    /// either.
     pub fn write_line(&self, headers: &HeaderMap, out: &mut Vec<u8>) {
         out.extend_from_slice(VIA.as_str().as_bytes());
         out.extend_from_slice(b": ");
