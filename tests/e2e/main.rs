@@ -18,6 +18,7 @@ mod support;
 #[cfg(feature = "testbed")]
 mod bench_report;
 mod budget_e2e;
+mod budget_once;
 mod budget_redis;
 mod config_reload;
 #[cfg(feature = "testbed")]

@@ -59,12 +59,32 @@ impl Redis {
         }
     }
 
-    /// Kills it (SIGKILL: no goodbye to its clients).
+    /// Kills it (SIGKILL: no goodbye to its clients; a paused one too).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Pauses it (SIGSTOP): connections stay open and what clients send waits in their sockets,
+    /// to be run, late, by [`Redis::resume`], as a Redis stalled by a long fork or a VM pause.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a paused Redis (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("redis-server is running");
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} redis-server");
     }
 
     /// Starts it again on the same port, from its append-only file.

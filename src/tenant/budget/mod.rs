@@ -210,6 +210,9 @@ pub struct Settlement {
     pub reserved: u64,
     /// The store admitted it (see [`BudgetHold::in_store`]).
     pub in_store: bool,
+    /// A request refused because its admission went unanswered: its reservation and its
+    /// request are taken back should the admission reach the store after all.
+    pub withdrawn: bool,
     pub id: u64,
     /// Where to report the tenant's day once settled (`None`: its revision has no day limit for
     /// it, or nothing is reported, as for a withdrawal).
@@ -442,6 +445,7 @@ impl Budgets {
                             used: 0,
                             reserved: reserve,
                             in_store: true,
+                            withdrawn: true,
                             id: ask.id,
                             report: None,
                         });
@@ -481,6 +485,7 @@ pub fn settle_with(
         used,
         reserved: hold.reserved,
         in_store: hold.in_store,
+        withdrawn: false,
         id: hold.id,
         report,
     });

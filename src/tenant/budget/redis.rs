@@ -85,6 +85,7 @@ impl RedisStore {
                 connection: connection.clone(),
                 script: Script::new(include_str!("settle.lua")),
                 keys: keys.clone(),
+                lease: config.stream_lease,
                 pending: Arc::clone(&pending),
                 series: Arc::clone(&series),
             }
@@ -118,6 +119,7 @@ impl RedisStore {
             .key(tenant.requests(minute))
             .key(tenant.day(now.day()))
             .key(tenant.slots())
+            .key(tenant.marker(ask.id))
             .arg(now.into_minute())
             .arg(limit(limits.tokens_per_minute))
             .arg(limit(limits.tokens_per_day))
@@ -159,6 +161,13 @@ impl RedisStore {
             2 => Verdict::Over(Limit::TokensPerDay, counted),
             3 => Verdict::Over(Limit::RequestsPerMinute, counted),
             4 => Verdict::Over(Limit::ConcurrentStreams, counted),
+            // Settled or withdrawn before its admission came: only a late or repeated copy of
+            // an admission gets this, and nothing waits on its answer any more.
+            5 => {
+                return Err(StoreError::Reply(
+                    "admit.lua: the request was settled before its admission arrived".to_owned(),
+                ))
+            }
             other => {
                 return Err(StoreError::Reply(format!(
                     "admit.lua answered limit {other}"
@@ -234,8 +243,9 @@ impl TenantKeys {
     fn slots(&self) -> String {
         format!("{}:slots", self.0)
     }
-    fn settled(&self, id: u64) -> String {
-        format!("{}:settled:{id}", self.0)
+    /// What already happened to the request (admit.lua's header).
+    fn marker(&self, id: u64) -> String {
+        format!("{}:once:{id}", self.0)
     }
 }
 
@@ -250,6 +260,8 @@ struct Settler {
     connection: ConnectionManager,
     script: Script,
     keys: Keys,
+    /// How long a request's marker is kept after its settlement.
+    lease: Duration,
     pending: Arc<AtomicUsize>,
     series: Arc<BudgetSeries>,
 }
@@ -329,16 +341,19 @@ impl Settler {
         let mut command = redis::cmd("EVALSHA");
         command
             .arg(self.script.get_hash())
-            .arg(4)
+            .arg(5)
             .arg(tenant.tokens(settlement.minute))
             .arg(tenant.day(settlement.day))
             .arg(tenant.slots())
-            .arg(tenant.settled(settlement.id))
+            .arg(tenant.marker(settlement.id))
+            .arg(tenant.requests(settlement.minute))
             .arg(settlement.used)
             .arg(settlement.reserved)
             .arg(member(settlement.id, settlement.reserved))
             .arg(u8::from(settlement.in_store))
-            .arg(u8::from(minute_counts));
+            .arg(u8::from(minute_counts))
+            .arg(u8::from(settlement.withdrawn))
+            .arg(u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX));
         command
     }
 }

@@ -36,6 +36,7 @@ fn settlement(tenant: &str, at: u64, used: u64, reserved: u64, id: u64) -> Settl
         used,
         reserved,
         in_store: true,
+        withdrawn: false,
         id,
         report: None,
     }
