@@ -105,6 +105,7 @@ async fn serve(args: ServeArgs) -> Result<(), crate::BoxError> {
     let metrics = std::sync::Arc::new(crate::metrics::Metrics::new(&config)?);
     let server =
         crate::server::Server::new(config, metrics)?.with_config_source(args.config.clone());
+    server.verify_budget_store().await?;
     // SIGHUP reloads the config (see server::reload).
     tokio::spawn(crate::server::reload::on_sighup(server.reloads()));
     server.run(traffic, admin, crate::shutdown::signal()).await;

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-pub use budgets::{BudgetsConfig, Counts, Limits, OnStoreError, StoreUrl, ENV_BUDGET_STORE};
+pub use budgets::{
+    BudgetsConfig, Counts, Limits, OnStoreError, StoreTlsConfig, StoreUrl, ENV_BUDGET_STORE,
+};
 pub use handoff::{HandoffConfig, HandoffProtocol};
 pub use queue::{OnDeadline, QueueConfig};
 pub use routing::{Affinity, BalanceLoad, PoolConfig, RoutingConfig, RuleConfig, DEFAULT_POOL};

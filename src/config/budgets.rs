@@ -5,6 +5,7 @@
 //! `[tenants.budgets.tenant."name"]`). The limits are re-read at every reload (new requests take
 //! them); the store (`memory` or a Redis URL) takes effect on restart.
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -17,11 +18,18 @@ use super::{redacted, ConfigError};
 #[serde(deny_unknown_fields, default)]
 pub struct BudgetsConfig {
     /// Where the budgets are kept: `memory` (this replica alone) or `redis://[user:password@]host:port[/db]`
-    /// (every replica that names the same Redis enforces one budget). Also
+    /// (every replica that names the same Redis enforces one budget; `rediss://` for TLS, with
+    /// `store_tls`). Also
     /// `TOKENMETER_BUDGET_STORE`, which wins, so that a URL with a password can come from a
     /// Secret. Takes effect on restart.
     #[serde(serialize_with = "super::secret_url")]
     pub store: String,
+    /// TLS to a `rediss://` store: the CA to trust instead of the system's roots, and a client
+    /// certificate for a Redis that asks for one. Takes effect on restart.
+    pub store_tls: StoreTlsConfig,
+    /// `store` is a Redis Cluster: one or more of its nodes' URLs, comma-separated (the rest and
+    /// the slots are learned from them). Takes effect on restart.
+    pub store_cluster: bool,
     /// When the store does not answer within `store_timeout` (Redis down or slow): `allow` (the
     /// request goes on unchecked; its usage is still settled once the store is back) or `deny`
     /// (503 with `retry-after`).
@@ -52,6 +60,8 @@ impl Default for BudgetsConfig {
     fn default() -> Self {
         Self {
             store: "memory".to_owned(),
+            store_tls: StoreTlsConfig::default(),
+            store_cluster: false,
             on_store_error: OnStoreError::Allow,
             store_timeout: Duration::from_millis(100),
             key_prefix: "tokenmeter".to_owned(),
@@ -68,6 +78,8 @@ impl std::fmt::Debug for BudgetsConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let Self {
             store,
+            store_tls,
+            store_cluster,
             on_store_error,
             store_timeout,
             key_prefix,
@@ -79,6 +91,8 @@ impl std::fmt::Debug for BudgetsConfig {
         } = self;
         f.debug_struct("BudgetsConfig")
             .field("store", &redacted(store))
+            .field("store_tls", store_tls)
+            .field("store_cluster", store_cluster)
             .field("on_store_error", on_store_error)
             .field("store_timeout", store_timeout)
             .field("key_prefix", key_prefix)
@@ -88,6 +102,29 @@ impl std::fmt::Debug for BudgetsConfig {
             .field("default", default)
             .field("tenant", tenant)
             .finish()
+    }
+}
+
+/// `[tenants.budgets.store_tls]`: TLS to a `rediss://` store; every key is optional. The name
+/// verified against Redis's certificate is the URL's host (a DNS name, or an IP address the
+/// certificate lists).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreTlsConfig {
+    /// PEM CA bundle trusted instead of the system's roots (a private CA).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate chain, for a Redis that verifies its clients (with `key`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key of `cert`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+}
+
+impl StoreTlsConfig {
+    fn any(&self) -> bool {
+        self.ca.is_some() || self.cert.is_some() || self.key.is_some()
     }
 }
 
@@ -197,6 +234,8 @@ impl BudgetsConfig {
     /// Copies the restart-only keys of `running` into `self`.
     pub fn keep_store(&mut self, running: &Self) {
         self.store.clone_from(&running.store);
+        self.store_tls.clone_from(&running.store_tls);
+        self.store_cluster = running.store_cluster;
         self.store_timeout = running.store_timeout;
         self.key_prefix.clone_from(&running.key_prefix);
         self.stream_lease = running.stream_lease;
@@ -221,11 +260,65 @@ impl BudgetsConfig {
             message: message.to_owned(),
         };
         let store = self.store.trim();
-        if store != "memory" && !store.starts_with("redis://") {
+        let urls: Vec<&str> = store.split(',').map(str::trim).collect();
+        let tls = urls.iter().all(|url| url.starts_with("rediss://"));
+        let redis = urls
+            .iter()
+            .all(|url| url.starts_with("redis://") || url.starts_with("rediss://"));
+        if store != "memory" && !redis {
             return Err(invalid(
                 "store",
-                "must be \"memory\" or a redis:// URL (rediss:// is not supported: reach Redis over the pod network or a TLS tunnel)",
+                "must be \"memory\", a redis:// URL, or a rediss:// URL (Redis over TLS)",
             ));
+        }
+        if urls.len() > 1 && !self.store_cluster {
+            return Err(invalid(
+                "store",
+                "names several URLs: that is a Redis Cluster's nodes, with store_cluster = true",
+            ));
+        }
+        if self.store_cluster && store == "memory" {
+            return Err(invalid(
+                "store_cluster",
+                "needs the store to be the cluster's node URLs (redis:// or rediss://)",
+            ));
+        }
+        if redis && !tls && urls.iter().any(|url| url.starts_with("rediss://")) {
+            return Err(invalid(
+                "store",
+                "mixes redis:// and rediss:// nodes: a cluster is all TLS or none",
+            ));
+        }
+        if self.store_tls.any() && !tls {
+            return Err(invalid(
+                "store_tls",
+                "applies to a rediss:// store only (the store is not one)",
+            ));
+        }
+        let files = &self.store_tls;
+        match (&files.cert, &files.key) {
+            (Some(_), None) => {
+                return Err(invalid(
+                    "store_tls.key",
+                    "is required with `cert` (the client certificate's private key)",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "store_tls.cert",
+                    "is required with `key` (the client certificate chain)",
+                ))
+            }
+            _ => {}
+        }
+        for (name, path) in [
+            ("ca", &files.ca),
+            ("cert", &files.cert),
+            ("key", &files.key),
+        ] {
+            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                return Err(invalid(&format!("store_tls.{name}"), "must be a file path"));
+            }
         }
         if self.store_timeout.is_zero() {
             return Err(invalid("store_timeout", "must be greater than zero"));

@@ -1003,3 +1003,39 @@ fn every_table_refuses_an_unknown_key() {
         "every struct table of EVERY_KEY was checked ({checked})"
     );
 }
+
+#[test]
+fn a_store_over_tls_or_a_cluster_is_checked_and_named() {
+    let refused = |toml: &str| match Config::from_toml(toml) {
+        Err(err) => err.to_string(),
+        Ok(_) => panic!("{toml} was accepted"),
+    };
+    let tls = "[tenants.budgets]\nstore = \"rediss://redis:6380/0\"\n[tenants.budgets.store_tls]\n";
+    let accepted = Config::from_toml(&format!(
+        "{tls}ca = \"/ca.crt\"\ncert = \"/c.crt\"\nkey = \"/c.key\""
+    ))
+    .expect("a rediss store with its files");
+    assert_eq!(
+        accepted.tenants.budgets.store_tls.ca.as_deref(),
+        Some(std::path::Path::new("/ca.crt"))
+    );
+    assert!(refused(&format!("{tls}cert = \"/c.crt\"")).contains("tenants.budgets.store_tls.key"));
+    assert!(refused(&format!("{tls}key = \"/c.key\"")).contains("tenants.budgets.store_tls.cert"));
+    assert!(refused(&format!("{tls}ca = \"\"")).contains("tenants.budgets.store_tls.ca"));
+    assert!(refused(&format!("{tls}server_name = \"x\"")).contains("server_name"));
+    assert!(refused(
+        "[tenants.budgets]\nstore = \"redis://redis:6379\"\n[tenants.budgets.store_tls]\nca = \"/ca.crt\""
+    )
+    .contains("tenants.budgets.store_tls"));
+
+    let seeds = "store = \"redis://a:7000,redis://b:7001\"";
+    assert!(refused(&format!("[tenants.budgets]\n{seeds}")).contains("store_cluster = true"));
+    let cluster = Config::from_toml(&format!("[tenants.budgets]\n{seeds}\nstore_cluster = true"))
+        .expect("a cluster's seeds");
+    assert!(cluster.tenants.budgets.store_cluster);
+    assert!(refused(
+        "[tenants.budgets]\nstore = \"redis://a:7000,rediss://b:7001\"\nstore_cluster = true"
+    )
+    .contains("all TLS or none"));
+    assert!(refused("[tenants.budgets]\nstore_cluster = true").contains("store_cluster"));
+}

@@ -253,6 +253,16 @@ impl Server {
         self
     }
 
+    /// Before serving: a budget store over TLS that cannot make its handshake (a CA that does
+    /// not match, a client certificate Redis refuses) stops the start with an error naming the
+    /// keys; a Redis that is merely down does not (`serve` calls this; an embedder may).
+    pub async fn verify_budget_store(&self) -> Result<(), ServerError> {
+        if !self.config.tenants.budgets.enabled() {
+            return Ok(());
+        }
+        Ok(self.budget_store.verify().await?)
+    }
+
     /// Reloads read `path` (the file `serve --config` named; `None`: the shipped defaults), and,
     /// with `server.watch_config`, the server watches it.
     pub fn with_config_source(mut self, path: Option<std::path::PathBuf>) -> Self {

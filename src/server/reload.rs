@@ -95,6 +95,11 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
     check("tenants.usage", running.tenants.usage != new.tenants.usage);
     let (rb, nb) = (&running.tenants.budgets, &new.tenants.budgets);
     check("tenants.budgets.store", rb.store != nb.store);
+    check("tenants.budgets.store_tls", rb.store_tls != nb.store_tls);
+    check(
+        "tenants.budgets.store_cluster",
+        rb.store_cluster != nb.store_cluster,
+    );
     check(
         "tenants.budgets.store_timeout",
         rb.store_timeout != nb.store_timeout,

@@ -17,9 +17,11 @@ mod support;
 
 #[cfg(feature = "testbed")]
 mod bench_report;
+mod budget_cluster;
 mod budget_e2e;
 mod budget_once;
 mod budget_redis;
+mod budget_tls;
 mod config_reload;
 #[cfg(feature = "testbed")]
 mod crosscheck;

@@ -12,6 +12,19 @@ pub struct Redis {
     child: Option<Child>,
     pub port: u16,
     dir: TempDir,
+    tls: Option<Tls>,
+    /// Started as a node of a cluster ([`Cluster`]).
+    cluster: bool,
+}
+
+/// TLS on a second port: the server's certificate and key, the CA it verifies clients with, and
+/// whether it requires a client certificate.
+pub struct Tls {
+    pub port: u16,
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub ca: std::path::PathBuf,
+    pub auth_clients: bool,
 }
 
 impl Redis {
@@ -21,9 +34,31 @@ impl Redis {
             child: None,
             port: super::ports::free_port(),
             dir: TempDir::new("redis"),
+            tls: None,
+            cluster: false,
         };
         redis.launch();
         redis
+    }
+
+    /// Starts redis-server with a plain port (what the tests read counts through) and a TLS
+    /// port (what tokenmeter is given, [`Redis::tls_url`]).
+    pub fn start_tls(tls: Tls) -> Self {
+        let mut redis = Self {
+            child: None,
+            port: super::ports::free_port(),
+            dir: TempDir::new("redis-tls"),
+            tls: Some(tls),
+            cluster: false,
+        };
+        redis.launch();
+        redis
+    }
+
+    /// The `rediss://` URL of the TLS port, by the address the test certificates name.
+    pub fn tls_url(&self) -> String {
+        let tls = self.tls.as_ref().expect("started with TLS");
+        format!("rediss://127.0.0.1:{}/0", tls.port)
     }
 
     /// The URL tokenmeter is given.
@@ -36,7 +71,28 @@ impl Redis {
             .into_iter()
             .find(|path| std::path::Path::new(path).exists())
             .expect("redis-server is installed (scripts/install-test-deps.sh installs Debian's)");
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        if self.cluster {
+            command
+                .args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-node-timeout", "5000"]);
+        }
+        if let Some(tls) = &self.tls {
+            command
+                .args(["--tls-port", &tls.port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca)
+                .args([
+                    "--tls-auth-clients",
+                    if tls.auth_clients { "yes" } else { "no" },
+                ]);
+        }
+        let child = command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -105,6 +161,16 @@ impl Redis {
         (output.status.success() && !text.contains("Could not connect")).then_some(text)
     }
 
+    /// `redis-cli` with `args`: its whole output.
+    pub fn cli_all(&self, args: &[&str]) -> String {
+        let output = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     /// The keys matching `pattern`.
     pub fn keys(&self, pattern: &str) -> Vec<String> {
         let output = Command::new("redis-cli")
@@ -128,5 +194,121 @@ impl Redis {
 impl Drop for Redis {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A Redis Cluster of three primaries on loopback (no replicas), its slots assigned by
+/// `redis-cli --cluster create`; every node killed when dropped.
+pub struct Cluster {
+    pub nodes: Vec<Redis>,
+}
+
+impl Cluster {
+    /// Starts three nodes, joins them, and waits until every node says the cluster is ok.
+    pub fn start() -> Self {
+        let nodes: Vec<Redis> = (0..3)
+            .map(|_| {
+                let mut node = Redis {
+                    child: None,
+                    port: super::ports::free_port(),
+                    dir: TempDir::new("redis-node"),
+                    tls: None,
+                    cluster: true,
+                };
+                node.launch();
+                node
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port))
+            .collect();
+        let output = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli runs");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        // Each node learns the others' slots by gossip: wait until all say ok.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        for node in &nodes {
+            while !node
+                .cli(&["CLUSTER", "INFO"])
+                .is_some_and(|info| info.contains("cluster_state:ok"))
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the cluster's node on port {} did not reach cluster_state:ok",
+                    node.port
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Self { nodes }
+    }
+
+    /// The seed URLs tokenmeter is given: every node.
+    pub fn url(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|node| format!("redis://127.0.0.1:{}/", node.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The integer at `key`, read from whichever node holds it (`redis-cli -c` follows the
+    /// redirection).
+    pub fn int(&self, key: &str) -> i64 {
+        let output = Command::new("redis-cli")
+            .args(["-c", "-p", &self.nodes[0].port.to_string(), "GET", key])
+            .output()
+            .expect("redis-cli runs");
+        let text = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+        if text.is_empty() {
+            0
+        } else {
+            text.parse().expect("an integer")
+        }
+    }
+
+    /// The keys matching `pattern` on every node.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        self.nodes
+            .iter()
+            .flat_map(|node| node.keys(pattern))
+            .collect()
+    }
+
+    /// The node holding `key`'s slot (by `CLUSTER KEYSLOT` and each node's `CLUSTER NODES`
+    /// line for itself).
+    pub fn node_of(&self, key: &str) -> u16 {
+        let slot: u16 = self.nodes[0]
+            .cli(&["CLUSTER", "KEYSLOT", key])
+            .expect("keyslot")
+            .parse()
+            .expect("a slot");
+        for node in &self.nodes {
+            let nodes = node.cli_all(&["CLUSTER", "NODES"]);
+            let myself = nodes
+                .lines()
+                .find(|line| line.contains("myself"))
+                .expect("its own line");
+            let owns = myself.split_whitespace().skip(8).any(|range| {
+                let (from, to) = range.split_once('-').unwrap_or((range, range));
+                match (from.parse::<u16>(), to.parse::<u16>()) {
+                    (Ok(from), Ok(to)) => (from..=to).contains(&slot),
+                    _ => false,
+                }
+            });
+            if owns {
+                return node.port;
+            }
+        }
+        panic!("no node owns slot {slot}");
     }
 }

@@ -236,9 +236,15 @@ pub enum StoreError {
     Unavailable(String),
     #[error("the budget store answered unexpectedly: {0}")]
     Reply(String),
+    /// The TLS handshake with the store failed (a certificate refused, either way).
+    #[error("the TLS handshake with the budget store failed: {0}")]
+    Tls(String),
     /// The store cannot be opened (at start).
     #[error("tenants.budgets.store: {0}")]
     Config(String),
+    /// A file of `tenants.budgets.store_tls` cannot be used (at start).
+    #[error(transparent)]
+    File(#[from] crate::config::ConfigError),
 }
 
 impl StoreError {
@@ -246,14 +252,19 @@ impl StoreError {
     pub fn as_str(&self) -> &'static str {
         match self {
             StoreError::Timeout => "timeout",
-            StoreError::Unavailable(_) | StoreError::Config(_) => "unavailable",
+            StoreError::Unavailable(_) | StoreError::Config(_) | StoreError::File(_) => {
+                "unavailable"
+            }
             StoreError::Reply(_) => "reply",
+            StoreError::Tls(_) => "tls",
         }
     }
 
     fn from_redis(err: &::redis::RedisError) -> Self {
         if err.is_timeout() {
             StoreError::Timeout
+        } else if let Some(detail) = tls_failure(err) {
+            StoreError::Tls(detail)
         } else if err.is_io_error()
             || err.is_connection_dropped()
             || err.is_connection_refusal()
@@ -267,11 +278,28 @@ impl StoreError {
     }
 }
 
+/// What a failed TLS handshake says, if `err` is one. The client reports rustls's own error
+/// (`invalid peer certificate: UnknownIssuer`: the CA does not match); Redis refusing the client
+/// (no certificate, or one its CA did not sign) arrives as rustls's alert (`received fatal
+/// alert: ...`). Both come wrapped as I/O errors, so they are told apart by their text: rustls's
+/// messages, never the URL.
+fn tls_failure(err: &::redis::RedisError) -> Option<String> {
+    let text = err.to_string();
+    [
+        "invalid peer certificate",
+        "received fatal alert",
+        "peer is incompatible",
+    ]
+    .iter()
+    .find_map(|needle| text.find(needle).map(|at| text[at..].to_owned()))
+}
+
 /// Where the budgets are kept, for the process's life.
 #[derive(Debug)]
 pub enum Store {
     Memory(memory::MemoryStore),
-    Redis(redis::RedisStore),
+    /// Boxed: the Redis store holds its client and connection (hundreds of bytes).
+    Redis(Box<redis::RedisStore>),
 }
 
 impl Store {
@@ -279,7 +307,9 @@ impl Store {
     pub fn open(config: &BudgetsConfig, series: Arc<BudgetSeries>) -> Result<Self, StoreError> {
         Ok(match config.store_url() {
             StoreUrl::Memory => Store::Memory(memory::MemoryStore::reporting(series)),
-            StoreUrl::Redis(url) => Store::Redis(redis::RedisStore::open(&url, config, series)?),
+            StoreUrl::Redis(url) => {
+                Store::Redis(Box::new(redis::RedisStore::open(&url, config, series)?))
+            }
         })
     }
 
@@ -307,6 +337,15 @@ impl Store {
         match self {
             Store::Memory(_) => {}
             Store::Redis(store) => store.settle(settlement),
+        }
+    }
+
+    /// At start: a shared store refuses to start over a TLS handshake it cannot make (see
+    /// [`redis::RedisStore::verify`]); anything else waits for the requests.
+    pub async fn verify(&self) -> Result<(), StoreError> {
+        match self {
+            Store::Memory(_) => Ok(()),
+            Store::Redis(store) => store.verify().await,
         }
     }
 

@@ -17,14 +17,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Script;
+use redis::cluster::ClusterClient;
+use redis::{ClientTlsConfig, Script, TlsCertificates};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::series::{BudgetSeries, Op};
 use super::window::Now;
 use super::{Ask, Counted, Limit, Settlement, StoreError, Verdict};
-use crate::config::BudgetsConfig;
+use crate::config::{BudgetsConfig, StoreTlsConfig};
+use crate::tls::pem::PemFile;
+use connection::Connection;
+
+mod connection;
+
+/// At most one diagnosis of timed-out admissions this often.
+const DIAGNOSE_EVERY: Duration = Duration::from_secs(5);
 
 /// Settlements the task takes from its queue at a time.
 const SETTLE_BATCH: usize = 64;
@@ -34,7 +42,13 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// The Redis store.
 pub struct RedisStore {
-    connection: ConnectionManager,
+    /// For [`RedisStore::verify`]'s one connection of its own (`None`: a cluster, verified
+    /// through its connection).
+    client: Option<redis::Client>,
+    connection: Connection,
+    /// When the next diagnosis may run (ms since `opened`), at most one per [`DIAGNOSE_EVERY`].
+    next_diagnosis: Arc<std::sync::atomic::AtomicU64>,
+    opened: Instant,
     admit: Script,
     keys: Keys,
     lease: Duration,
@@ -63,18 +77,23 @@ impl RedisStore {
         config: &BudgetsConfig,
         series: Arc<BudgetSeries>,
     ) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url)
-            .map_err(|err| StoreError::Config(format!("not a Redis URL ({:?})", err.kind())))?;
         let timeout = config.store_timeout;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_max_delay(RETRY_MAX)
-            .set_number_of_retries(usize::MAX);
-        let connection =
-            ConnectionManager::new_lazy_with_config(client, manager_config).map_err(|err| {
+        let (client, connection) = if config.store_cluster {
+            let cluster = cluster_client(url, &config.store_tls, timeout)?;
+            (None, Connection::cluster(cluster))
+        } else {
+            let client = client(url, &config.store_tls)?;
+            let manager_config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout))
+                .set_max_delay(RETRY_MAX)
+                .set_number_of_retries(usize::MAX);
+            let manager = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
+                .map_err(|err| {
                 StoreError::Config(format!("cannot use the Redis URL ({:?})", err.kind()))
             })?;
+            (Some(client), Connection::Single(manager))
+        };
         let (settlements, queue) = mpsc::channel(config.settle_queue);
         let pending = Arc::new(AtomicUsize::new(0));
         let keys = Keys {
@@ -92,7 +111,10 @@ impl RedisStore {
             .run(queue),
         );
         Ok(Self {
+            client,
             connection,
+            next_diagnosis: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            opened: Instant::now(),
             admit: Script::new(include_str!("admit.lua")),
             keys,
             lease: config.stream_lease,
@@ -101,6 +123,73 @@ impl RedisStore {
             pending,
             series,
         })
+    }
+
+    /// At start: connects once and asks `PING`, within `store_timeout`. A TLS handshake Redis or
+    /// tokenmeter refused is a configuration error, and its error says so; a Redis that is down or
+    /// slow is not (it is one more store error, decided by the policy), and this answers `Ok`
+    /// after a warning.
+    pub async fn verify(&self) -> Result<(), StoreError> {
+        match self.connect_once().await {
+            Err(StoreError::Tls(detail)) => Err(StoreError::Config(format!(
+                "the TLS handshake with Redis failed ({detail}): check tenants.budgets.store_tls (ca, cert, key) and the URL's host"
+            ))),
+            Err(other) => {
+                tracing::warn!(error = %other, "budget store: Redis did not answer at start; serving by on_store_error until it does");
+                Ok(())
+            }
+            Ok(()) => Ok(()),
+        }
+    }
+
+    /// After an admission timed out: why, at most once per [`DIAGNOSE_EVERY`], on a task of its
+    /// own. The shared connection keeps retrying a connection that fails, so what a request sees
+    /// is only a timeout; a handshake refused on a connection of its own is counted
+    /// (`op="connect", error="tls"`) and logged with what rustls said.
+    fn diagnose(&self) {
+        let Some(client) = self.client.clone() else {
+            return;
+        };
+        let now = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let next = self.next_diagnosis.load(Ordering::Relaxed);
+        let every = u64::try_from(DIAGNOSE_EVERY.as_millis()).unwrap_or(u64::MAX);
+        if now < next
+            || self
+                .next_diagnosis
+                .compare_exchange(
+                    next,
+                    now.saturating_add(every),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return;
+        }
+        let (series, timeout) = (Arc::clone(&self.series), self.timeout);
+        tokio::spawn(async move {
+            if let Err(StoreError::Tls(detail)) = connect(&client, timeout).await {
+                series.store_error(Op::Connect, "tls");
+                tracing::warn!(error = %detail, "budget store: the TLS handshake with Redis failed; check tenants.budgets.store_tls and the URL's host");
+            }
+        });
+    }
+
+    /// One connection of its own and a `PING`, within `store_timeout`.
+    async fn connect_once(&self) -> Result<(), StoreError> {
+        match &self.client {
+            Some(client) => connect(client, self.timeout).await,
+            None => {
+                let mut connection = self.connection.clone();
+                let command = redis::cmd("PING");
+                let ping = command.query_async::<String>(&mut connection);
+                match tokio::time::timeout(self.timeout, ping).await {
+                    Ok(Ok(_pong)) => Ok(()),
+                    Ok(Err(err)) => Err(StoreError::from_redis(&err)),
+                    Err(_elapsed) => Err(StoreError::Timeout),
+                }
+            }
+        }
     }
 
     /// One round trip: checks and charges, or says which limit refused (within `store_timeout`).
@@ -139,7 +228,10 @@ impl RedisStore {
         {
             Ok(Ok(reply)) => reply,
             Ok(Err(err)) => return Err(StoreError::from_redis(&err)),
-            Err(_elapsed) => return Err(StoreError::Timeout),
+            Err(_elapsed) => {
+                self.diagnose();
+                return Err(StoreError::Timeout);
+            }
         };
         self.series.round_trip(Op::Admit, started.elapsed());
         let count = |at: usize| {
@@ -203,6 +295,81 @@ impl RedisStore {
     }
 }
 
+/// A connection to `client` of its own and a `PING`, within `timeout`.
+async fn connect(client: &redis::Client, timeout: Duration) -> Result<(), StoreError> {
+    let ping = async {
+        let mut connection = client.get_multiplexed_async_connection().await?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut connection)
+            .await
+    };
+    match tokio::time::timeout(timeout, ping).await {
+        Ok(Ok(_pong)) => Ok(()),
+        Ok(Err(err)) => Err(StoreError::from_redis(&err)),
+        Err(_elapsed) => Err(StoreError::Timeout),
+    }
+}
+
+/// The client of `url`: plain, or for `rediss://` with the CA and the client certificate of
+/// `tls` (read and checked here, each error naming its key).
+fn client(url: &str, tls: &StoreTlsConfig) -> Result<redis::Client, StoreError> {
+    if !url.trim_start().starts_with("rediss://") {
+        return redis::Client::open(url).map_err(not_a_url);
+    }
+    redis::Client::build_with_tls(url, certificates(tls)?).map_err(not_a_url)
+}
+
+fn not_a_url(err: redis::RedisError) -> StoreError {
+    StoreError::Config(format!("not a Redis URL ({:?})", err.kind()))
+}
+
+/// The client of a cluster whose nodes `seeds` (comma-separated URLs) name some of: it learns
+/// the rest, and the slots, from the first that answers.
+fn cluster_client(
+    seeds: &str,
+    tls: &StoreTlsConfig,
+    timeout: Duration,
+) -> Result<ClusterClient, StoreError> {
+    let seeds: Vec<&str> = seeds.split(',').map(str::trim).collect();
+    let mut builder = ClusterClient::builder(seeds.clone())
+        .connection_timeout(timeout)
+        .response_timeout(timeout);
+    if seeds.iter().any(|seed| seed.starts_with("rediss://")) {
+        builder = builder
+            .tls(redis::cluster::TlsMode::Secure)
+            .certs(certificates(tls)?);
+    }
+    builder.build().map_err(not_a_url)
+}
+
+/// The CA and client certificate of `tls`, read and checked here, each error naming its key.
+fn certificates(tls: &StoreTlsConfig) -> Result<TlsCertificates, StoreError> {
+    let read = |name: &str, path: &Option<std::path::PathBuf>| {
+        path.as_ref()
+            .map(|path| PemFile::read(format!("tenants.budgets.store_tls.{name}"), path))
+            .transpose()
+    };
+    let ca = read("ca", &tls.ca)?;
+    if let Some(ca) = &ca {
+        ca.roots()?;
+    }
+    let client_tls = match (read("cert", &tls.cert)?, read("key", &tls.key)?) {
+        (Some(cert), Some(key)) => {
+            cert.certificates()?;
+            key.private_key()?;
+            Some(ClientTlsConfig {
+                client_cert: cert.bytes,
+                client_key: key.bytes,
+            })
+        }
+        _ => None,
+    };
+    Ok(TlsCertificates {
+        client_tls,
+        root_cert: ca.map(|ca| ca.bytes),
+    })
+}
+
 /// Names a tenant's keys: `<prefix>:{<tenant>}:<kind>:<window>`.
 #[derive(Debug, Clone)]
 struct Keys {
@@ -257,7 +424,7 @@ fn member(id: u64, reserved: u64) -> String {
 
 /// The settlement task.
 struct Settler {
-    connection: ConnectionManager,
+    connection: Connection,
     script: Script,
     keys: Keys,
     /// How long a request's marker is kept after its settlement.
@@ -296,10 +463,33 @@ impl Settler {
         }
     }
 
-    /// One round trip for the batch: `EVALSHA settle.lua` per settlement, pipelined; a Redis that
+    /// The batch in one round trip (one per tenant on a cluster).
+    async fn settle(&self, batch: &[Settlement]) -> Result<(), StoreError> {
+        if !self.connection.is_cluster() {
+            return self.settle_pipelined(batch).await;
+        }
+        // A cluster's pipeline stays within one slot: one per tenant, in the batch's order.
+        let mut tenants: Vec<Arc<str>> = Vec::new();
+        for settlement in batch {
+            if !tenants.contains(&settlement.tenant) {
+                tenants.push(Arc::clone(&settlement.tenant));
+            }
+        }
+        for tenant in tenants {
+            let theirs: Vec<Settlement> = batch
+                .iter()
+                .filter(|settlement| settlement.tenant == tenant)
+                .cloned()
+                .collect();
+            self.settle_pipelined(&theirs).await?;
+        }
+        Ok(())
+    }
+
+    /// One round trip for `batch`: `EVALSHA settle.lua` per settlement, pipelined; a Redis that
     /// lost its scripts (restarted) is given it again and asked once more. Each settlement that
     /// asks for it, and whose day is today's, reports the day's tokens the script answered.
-    async fn settle(&self, batch: &[Settlement]) -> Result<(), StoreError> {
+    async fn settle_pipelined(&self, batch: &[Settlement]) -> Result<(), StoreError> {
         let now = Now::wall();
         let mut pipe = redis::pipe();
         for settlement in batch {

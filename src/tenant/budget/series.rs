@@ -40,6 +40,9 @@ const STORE_BUCKETS: [f64; 13] = [
 pub enum Op {
     Admit,
     Settle,
+    /// A connection of its own that the store makes to find out why admissions time out (a
+    /// TLS handshake refused, which the reconnecting connection would only show as waiting).
+    Connect,
 }
 
 impl Op {
@@ -47,6 +50,7 @@ impl Op {
         match self {
             Op::Admit => "admit",
             Op::Settle => "settle",
+            Op::Connect => "connect",
         }
     }
 }
@@ -125,8 +129,8 @@ impl BudgetSeries {
     /// Makes the store's error and fallback series exist at zero, so that a rate over them (an
     /// alert, a panel) reads 0 rather than nothing before the first error.
     pub fn prime(&self) {
-        for op in [Op::Admit, Op::Settle] {
-            for error in ["timeout", "unavailable", "reply"] {
+        for op in [Op::Admit, Op::Settle, Op::Connect] {
+            for error in ["timeout", "unavailable", "reply", "tls"] {
                 self.metrics
                     .counter(
                         STORE_ERRORS,
@@ -147,6 +151,7 @@ impl BudgetSeries {
         let histogram = match op {
             Op::Admit => &self.admit_seconds,
             Op::Settle => &self.settle_seconds,
+            Op::Connect => return,
         };
         histogram.record(took.as_secs_f64());
     }

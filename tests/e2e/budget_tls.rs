@@ -1,0 +1,234 @@
+//! Budgets in a Redis reached over TLS (`rediss://`), as managed Redis services require: Debian's
+//! `redis-server` with a TLS port and certificates made here. A store that trusts the right CA
+//! holds the budget to the token, with a client certificate where Redis asks for one; a CA that
+//! does not match stops `serve` at start with a message naming the keys, and a handshake that
+//! fails while serving is decided by `on_store_error` and counted (`op="connect", error="tls"`).
+
+use crate::support;
+use std::process::Command;
+use std::time::Duration;
+
+use support::backend::{replay, Backend};
+use support::client::{open_with, Protocol, Streamed};
+use support::redis::{Redis, Tls};
+use support::tls::{Ca, TempDir};
+use support::{config_for, prom, start_proxy, wait_for_metric};
+use tokenmeter::config::{Config, Counts, Limits, OnStoreError, StoreTlsConfig, TenantSource};
+
+const CHAT: &str = "/v1/chat/completions";
+const BODY: &str = r#"{"model":"m1","stream":true,"stream_options":{"include_usage":true},"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
+
+/// A CA, Redis's certificate signed by it, and a client certificate signed by it, on disk.
+struct Certificates {
+    dir: TempDir,
+    ca: std::path::PathBuf,
+    server: (std::path::PathBuf, std::path::PathBuf),
+    client: (std::path::PathBuf, std::path::PathBuf),
+}
+
+impl Certificates {
+    fn new() -> Self {
+        let dir = TempDir::new("redis-certs");
+        let ca = Ca::new("redis test CA");
+        let ca_path = dir.write("ca.crt", &ca.pem);
+        let server = ca.server().write(&dir, "server");
+        let client = ca.client("tokenmeter").write(&dir, "client");
+        Self {
+            dir,
+            ca: ca_path,
+            server,
+            client,
+        }
+    }
+
+    fn redis(&self, auth_clients: bool) -> Redis {
+        Redis::start_tls(Tls {
+            port: support::ports::free_port(),
+            cert: self.server.0.clone(),
+            key: self.server.1.clone(),
+            ca: self.ca.clone(),
+            auth_clients,
+        })
+    }
+}
+
+fn config(upstream: &str, redis: &Redis, tls: StoreTlsConfig, policy: OnStoreError) -> Config {
+    let mut config = config_for(upstream);
+    config.tenants.sources = vec![TenantSource::Header];
+    let budgets = &mut config.tenants.budgets;
+    budgets.store = redis.tls_url();
+    budgets.store_tls = tls;
+    budgets.on_store_error = policy;
+    // Long enough that a loaded machine never times out a Redis that is up.
+    budgets.store_timeout = Duration::from_secs(2);
+    budgets.tenant.insert(
+        "team-a".to_owned(),
+        Limits {
+            counts: Counts::Output,
+            tokens_per_day: Some(1_000_000),
+            ..Limits::default()
+        },
+    );
+    config
+}
+
+/// One request as team-a, answered within 10 s (a request waits for Redis at most its 2 s store
+/// timeout; the rest is a zero-delay replay on loopback).
+async fn send(addr: std::net::SocketAddr) -> Streamed {
+    let request = async {
+        open_with(
+            addr,
+            Protocol::Http1,
+            "POST",
+            CHAT,
+            BODY,
+            &[("x-tenant-id", "team-a")],
+        )
+        .await
+        .collect()
+        .await
+    };
+    tokio::time::timeout(Duration::from_secs(10), request)
+        .await
+        .expect("answered within 10 s")
+}
+
+fn completion_tokens(streamed: &Streamed) -> i64 {
+    let text = streamed.text();
+    let at = text
+        .rfind("\"completion_tokens\":")
+        .expect("the stream carries usage");
+    text[at + "\"completion_tokens\":".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .expect("a number")
+}
+
+fn day_tokens(redis: &Redis) -> i64 {
+    redis
+        .keys("tokenmeter:{team-a}:day:*")
+        .iter()
+        .map(|key| redis.int(key))
+        .sum()
+}
+
+/// Serves three requests through `config` and checks Redis holds what they used.
+async fn served_to_the_token(config: Config, redis: &Redis) {
+    let proxy = start_proxy(config).await;
+    let mut served = 0;
+    for _ in 0..3 {
+        let streamed = send(proxy.traffic_addr).await;
+        assert_eq!(streamed.status, 200, "{}", streamed.text());
+        served += completion_tokens(&streamed);
+    }
+    wait_for_metric(&proxy, "tokenmeter_budget_settlements_pending", &[], 0.0).await;
+    assert_eq!(day_tokens(redis), served, "Redis holds what was served");
+    let text = proxy.metrics.render();
+    assert_eq!(
+        prom::sum(&text, "tokenmeter_budget_store_errors_total", &[]),
+        0.0,
+        "no store error over TLS"
+    );
+    assert_eq!(
+        prom::sum(
+            &text,
+            "tokenmeter_budget_store_seconds_count",
+            &[("op", "admit")]
+        ),
+        3.0,
+        "each admission one round trip to Redis"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rediss_store_holds_the_budget_with_and_without_a_client_certificate() {
+    let certs = Certificates::new();
+    let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
+    let trusting = StoreTlsConfig {
+        ca: Some(certs.ca.clone()),
+        ..StoreTlsConfig::default()
+    };
+
+    // Redis that does not ask for a client certificate: the CA is enough.
+    let redis = certs.redis(false);
+    let only_ca = config(&backend.url, &redis, trusting.clone(), OnStoreError::Deny);
+    served_to_the_token(only_ca, &redis).await;
+
+    // Redis that requires one: served with it...
+    let strict = certs.redis(true);
+    let identified = StoreTlsConfig {
+        cert: Some(certs.client.0.clone()),
+        key: Some(certs.client.1.clone()),
+        ..trusting.clone()
+    };
+    let with_cert = config(&backend.url, &strict, identified, OnStoreError::Deny);
+    served_to_the_token(with_cert, &strict).await;
+
+    // ...and without it, `deny` answers 503 once the admission timed out, and the store finds
+    // out why on a connection of its own: the handshake Redis refused, counted as TLS.
+    let proxy = start_proxy(config(&backend.url, &strict, trusting, OnStoreError::Deny)).await;
+    let refused = send(proxy.traffic_addr).await;
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    let admit = [("op", "admit"), ("error", "timeout")];
+    let connect = [("op", "connect"), ("error", "tls")];
+    wait_for_metric(&proxy, "tokenmeter_budget_store_errors_total", &admit, 1.0).await;
+    wait_for_metric(
+        &proxy,
+        "tokenmeter_budget_store_errors_total",
+        &connect,
+        1.0,
+    )
+    .await;
+    drop(certs.dir);
+}
+
+#[test]
+fn a_ca_that_does_not_match_stops_serve_at_start_naming_the_keys() {
+    let certs = Certificates::new();
+    let redis = certs.redis(false);
+    let other = Ca::new("another CA");
+    let wrong_ca = certs.dir.write("other-ca.crt", &other.pem);
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\n\
+         [tenants]\nsources = [\"header\"]\n\
+         [tenants.budgets]\nstore = \"{}\"\non_store_error = \"deny\"\nstore_timeout = \"5s\"\n\
+         [tenants.budgets.store_tls]\nca = \"{}\"\n\
+         [tenants.budgets.default]\ntokens_per_day = 1000\n",
+        support::ports::free_port(),
+        support::ports::free_port(),
+        redis.tls_url(),
+        wrong_ca.display()
+    );
+    let path = certs.dir.write("tokenmeter.toml", &config);
+    let output = Command::new(env!("CARGO_BIN_EXE_tokenmeter"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("TOKENMETER_BUDGET_STORE")
+        .env_remove("TOKENMETER_LISTEN")
+        .env_remove("TOKENMETER_ADMIN_LISTEN")
+        .output()
+        .expect("tokenmeter runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "start refused: {stderr}");
+    assert!(
+        stderr.contains("tenants.budgets.store_tls") && stderr.contains("UnknownIssuer"),
+        "names the keys and what rustls said: {stderr}"
+    );
+
+    // A CA file that is not one is refused naming its key, before any connection.
+    std::fs::write(&wrong_ca, "not a certificate").expect("write");
+    let output = Command::new(env!("CARGO_BIN_EXE_tokenmeter"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env_remove("TOKENMETER_BUDGET_STORE")
+        .output()
+        .expect("tokenmeter runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "start refused: {stderr}");
+    assert!(
+        stderr.contains("tenants.budgets.store_tls.ca"),
+        "names the key: {stderr}"
+    );
+}
