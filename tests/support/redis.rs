@@ -73,7 +73,11 @@ impl Redis {
             .expect("redis-server is installed (scripts/install-test-deps.sh installs Debian's)");
         let mut command = Command::new(binary);
         if self.cluster {
+            // The cluster bus would be on port + 10 000, which can land in the kernel's
+            // ephemeral range and be taken by anyone's connection: its own port from the
+            // allocator instead (a restarted node gets another; the others learn it by gossip).
             command
+                .args(["--cluster-port", &super::ports::free_port().to_string()])
                 .args(["--cluster-enabled", "yes"])
                 .args(["--cluster-config-file", "nodes.conf"])
                 .args(["--cluster-node-timeout", "5000"]);
