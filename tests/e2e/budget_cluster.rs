@@ -10,18 +10,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::backend::{replay, Backend};
-use support::client::{open_with, Protocol, Streamed};
+use support::budget::{completion_tokens, output_per_day, send_as, RESERVATION};
+use support::client::Streamed;
 use support::redis::Cluster;
 use support::{config_for, start_proxy, wait_for_metric};
-use tokenmeter::config::{Config, Counts, Limits, OnStoreError, TenantSource};
+use tokenmeter::config::{Config, Limits, OnStoreError, TenantSource};
 use tokenmeter::server::ServerHandle;
 
-const CHAT: &str = "/v1/chat/completions";
-const BODY: &str = r#"{"model":"m1","stream":true,"stream_options":{"include_usage":true},"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
 const TENANTS: [&str; 4] = ["team-a", "team-b", "team-c", "team-d"];
 /// team-a's day: reached within the test; the others' are not.
 const BUDGET: u64 = 200;
-const RESERVATION: u64 = 10; // max_tokens, counting output
 
 fn replica_config(upstream: &str, cluster: &Cluster) -> Config {
     let mut config = config_for(upstream);
@@ -41,10 +39,8 @@ fn replica_config(upstream: &str, cluster: &Cluster) -> Config {
         budgets.tenant.insert(
             tenant.to_owned(),
             Limits {
-                counts: Counts::Output,
-                tokens_per_day: Some(day),
                 requests_per_minute: Some(1_000_000),
-                ..Limits::default()
+                ..output_per_day(day)
             },
         );
     }
@@ -54,35 +50,7 @@ fn replica_config(upstream: &str, cluster: &Cluster) -> Config {
 /// One request as `tenant`, answered within 10 s (a request waits for the cluster at most its
 /// 2 s store timeout; the rest is a zero-delay replay on loopback).
 async fn send(addr: std::net::SocketAddr, tenant: &str) -> Streamed {
-    let request = async {
-        open_with(
-            addr,
-            Protocol::Http1,
-            "POST",
-            CHAT,
-            BODY,
-            &[("x-tenant-id", tenant)],
-        )
-        .await
-        .collect()
-        .await
-    };
-    tokio::time::timeout(Duration::from_secs(10), request)
-        .await
-        .expect("answered within 10 s")
-}
-
-fn completion_tokens(streamed: &Streamed) -> u64 {
-    let text = streamed.text();
-    let at = text
-        .rfind("\"completion_tokens\":")
-        .expect("the stream carries usage");
-    text[at + "\"completion_tokens\":".len()..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .expect("a number")
+    send_as(addr, tenant, Duration::from_secs(10)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,22 +116,15 @@ async fn a_three_node_cluster_holds_each_tenants_budget_exactly() {
         wait_for_metric(replica, "tokenmeter_budget_settlements_pending", &[], 0.0).await;
     }
 
-    let sum = |pattern: String| -> i64 {
-        cluster
-            .keys(&pattern)
-            .iter()
-            .map(|key| cluster.int(key))
-            .sum()
-    };
     for tenant in TENANTS {
         let (served, tokens, _) = totals[tenant];
         assert_eq!(
-            sum(format!("tokenmeter:{{{tenant}}}:day:*")),
+            cluster.sum(&format!("tokenmeter:{{{tenant}}}:day:*")),
             tokens as i64,
             "{tenant}: the cluster holds the tokens its clients were served"
         );
         assert_eq!(
-            sum(format!("tokenmeter:{{{tenant}}}:req:*")),
+            cluster.sum(&format!("tokenmeter:{{{tenant}}}:req:*")),
             served as i64,
             "{tenant}: and one request for each one served"
         );

@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::backend::{replay, Backend};
-use support::client::{open_with, Protocol, Streamed};
+use support::budget::{completion_tokens, output_per_day, send_as};
+use support::client::Streamed;
 use support::redis::Redis;
 use support::{config_for, start_proxy, wait_for_metric};
-use tokenmeter::config::{BudgetsConfig, Config, Counts, Limits, OnStoreError, TenantSource};
+use tokenmeter::config::{BudgetsConfig, Config, Limits, OnStoreError, TenantSource};
 use tokenmeter::metrics::Metrics;
 use tokenmeter::server::ServerHandle;
 use tokenmeter::tenant::budget::redis::RedisStore;
@@ -108,14 +109,6 @@ impl<'a> Case<'a> {
             requests: self.redis.int(&key("req", self.now.minute())),
             streams,
         }
-    }
-}
-
-fn output_per_day(limit: u64) -> Limits {
-    Limits {
-        counts: Counts::Output,
-        tokens_per_day: Some(limit),
-        ..Limits::default()
     }
 }
 
@@ -228,8 +221,6 @@ async fn each_ordering_of_a_requests_scripts_applies_it_once() {
     );
 }
 
-const CHAT: &str = "/v1/chat/completions";
-const BODY: &str = r#"{"model":"m1","stream":true,"stream_options":{"include_usage":true},"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
 /// Each replica's store timeout: what a request waits for a paused Redis.
 const STORE_TIMEOUT: Duration = Duration::from_millis(300);
 
@@ -253,35 +244,7 @@ fn replica_config(upstream: &str, redis: &Redis, policy: OnStoreError) -> Config
 /// One request as team-a, answered within 10 s: a request waits for Redis at most its store
 /// timeout, and the rest is a zero-delay replay on loopback; the seconds are for a loaded machine.
 async fn send(addr: std::net::SocketAddr) -> Streamed {
-    let request = async {
-        open_with(
-            addr,
-            Protocol::Http1,
-            "POST",
-            CHAT,
-            BODY,
-            &[("x-tenant-id", "team-a")],
-        )
-        .await
-        .collect()
-        .await
-    };
-    tokio::time::timeout(Duration::from_secs(10), request)
-        .await
-        .expect("the request was answered within 10 s")
-}
-
-fn completion_tokens(streamed: &Streamed) -> u64 {
-    let text = streamed.text();
-    let at = text
-        .rfind("\"completion_tokens\":")
-        .expect("the stream carries usage");
-    text[at + "\"completion_tokens\":".len()..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .expect("a number")
+    send_as(addr, "team-a", Duration::from_secs(10)).await
 }
 
 /// What the clients saw, summed.
@@ -387,14 +350,13 @@ async fn a_paused_redis_resumed_under_load_holds_what_was_served_to_the_token() 
             && seen.refused_paused.load(Ordering::SeqCst) > 0,
         "the outage was met: allow served and deny refused while Redis was paused"
     );
-    let sum = |pattern: &str| -> i64 { redis.keys(pattern).iter().map(|key| redis.int(key)).sum() };
     assert_eq!(
-        sum("tokenmeter:{team-a}:day:*"),
+        redis.sum("tokenmeter:{team-a}:day:*"),
         tokens as i64,
         "Redis holds the tokens the clients were served"
     );
     assert_eq!(
-        sum("tokenmeter:{team-a}:req:*"),
+        redis.sum("tokenmeter:{team-a}:req:*"),
         served as i64,
         "and one request for each one served ({} refused)",
         seen.refused.load(Ordering::SeqCst)

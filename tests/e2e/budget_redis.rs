@@ -10,16 +10,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::backend::{replay, Backend, Script};
+use support::budget::{completion_tokens, output_per_day, send_as, BODY, CHAT, RESERVATION};
 use support::client::{open_with, Protocol, Streamed};
 use support::redis::Redis;
 use support::{config_for, prom, start_proxy, wait_for_metric};
-use tokenmeter::config::{Config, Counts, Limits, OnStoreError, TenantSource};
+use tokenmeter::config::{Config, Limits, OnStoreError, TenantSource};
 use tokenmeter::server::ServerHandle;
 
+/// Team-a's tokens of the day in Redis, over the days the test spans.
+const TEAM_A_DAY: &str = "tokenmeter:{team-a}:day:*";
 /// The store timeout of the outage tests: each request waits this long for a dead Redis.
 const OUTAGE_TIMEOUT: Duration = Duration::from_millis(500);
-const CHAT: &str = "/v1/chat/completions";
-const BODY: &str = r#"{"model":"m1","stream":true,"stream_options":{"include_usage":true},"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
 
 /// `timeout`: long enough that a loaded test machine never times out a Redis that is up.
 fn shared(
@@ -39,58 +40,12 @@ fn shared(
     config
 }
 
-fn output_per_day(limit: u64) -> Limits {
-    Limits {
-        counts: Counts::Output,
-        tokens_per_day: Some(limit),
-        ..Limits::default()
-    }
-}
-
 /// Sends one request as team-a; no request may take longer than 5 s (none waits on Redis past
 /// its timeout). The property is the bound, kept generous: a request waits for Redis at most its
 /// store timeout (0.5 s in the outage tests, 2 s with Redis up), and the rest is a zero-delay
 /// replay on loopback, milliseconds; the seconds left over are for a loaded 2-core machine.
 async fn send(addr: std::net::SocketAddr) -> Streamed {
-    let request = async {
-        open_with(
-            addr,
-            Protocol::Http1,
-            "POST",
-            CHAT,
-            BODY,
-            &[("x-tenant-id", "team-a")],
-        )
-        .await
-        .collect()
-        .await
-    };
-    tokio::time::timeout(Duration::from_secs(5), request)
-        .await
-        .expect("the request was answered within 5 s")
-}
-
-/// The completion tokens the client's own usage chunk reports.
-fn completion_tokens(streamed: &Streamed) -> u64 {
-    let text = streamed.text();
-    let at = text
-        .rfind("\"completion_tokens\":")
-        .expect("the stream carries usage");
-    text[at + "\"completion_tokens\":".len()..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .expect("a number")
-}
-
-/// Team-a's tokens of the day in Redis, summed over the days the test spans.
-fn day_tokens(redis: &Redis) -> i64 {
-    redis
-        .keys("tokenmeter:{team-a}:day:*")
-        .iter()
-        .map(|key| redis.int(key))
-        .sum()
+    send_as(addr, "team-a", Duration::from_secs(5)).await
 }
 
 /// A Redis, a backend, and a proxy in front of it whose team-a has a budget it will not reach,
@@ -118,7 +73,6 @@ async fn two_replicas_in_front_of_one_redis_enforce_one_budget() {
     let redis = Redis::start();
     let backend = Backend::start(replay("vllm-chat-usage.sse", Duration::ZERO)).await;
     const BUDGET: u64 = 300;
-    const RESERVATION: u64 = 10; // max_tokens, counting output
     let config = shared(
         &backend.url,
         &redis,
@@ -184,7 +138,7 @@ async fn two_replicas_in_front_of_one_redis_enforce_one_budget() {
         settled(replica).await;
     }
     assert_eq!(
-        day_tokens(&redis),
+        redis.sum(TEAM_A_DAY),
         tokens as i64,
         "Redis holds exactly the tokens the clients were served"
     );
@@ -227,7 +181,7 @@ async fn with_allow_a_dead_redis_lets_requests_through_and_their_usage_lands_whe
         served += completion_tokens(&streamed);
     }
     settled(&proxy).await;
-    assert_eq!(day_tokens(&redis), served as i64);
+    assert_eq!(redis.sum(TEAM_A_DAY), served as i64);
     // (Counted from here: on a loaded machine a first admission can outlast the timeout too.)
     let before = proxy.metrics.render();
     let fallbacks_before = prom::value(
@@ -287,7 +241,7 @@ async fn with_allow_a_dead_redis_lets_requests_through_and_their_usage_lands_whe
     redis.restart();
     settled(&proxy).await;
     assert_eq!(
-        day_tokens(&redis),
+        redis.sum(TEAM_A_DAY),
         served as i64,
         "once Redis is back it holds every token served, the outage's included"
     );
@@ -295,7 +249,7 @@ async fn with_allow_a_dead_redis_lets_requests_through_and_their_usage_lands_whe
     assert_eq!(streamed.status, 200);
     served += completion_tokens(&streamed);
     settled(&proxy).await;
-    assert_eq!(day_tokens(&redis), served as i64);
+    assert_eq!(redis.sum(TEAM_A_DAY), served as i64);
     assert_eq!(
         prom::value(
             &proxy.metrics.render(),
@@ -374,7 +328,7 @@ async fn with_deny_a_dead_redis_answers_503_until_it_returns() {
     }
     settled(&proxy).await;
     assert_eq!(
-        day_tokens(&redis),
+        redis.sum(TEAM_A_DAY),
         14,
         "the two admitted requests' 7 output tokens each, nothing of the refused ones"
     );
@@ -451,7 +405,7 @@ async fn a_replica_that_refuses_a_tenant_at_93_percent_of_its_day_reads_93_perce
         settled(&a).await;
     }
     assert_eq!(
-        day_tokens(&redis),
+        redis.sum(TEAM_A_DAY),
         186,
         "Redis holds the three requests' usage"
     );

@@ -9,14 +9,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use support::backend::{replay, Backend};
-use support::client::{open_with, Protocol, Streamed};
+use support::budget::{completion_tokens, output_per_day, send_as};
+use support::client::Streamed;
 use support::redis::{Redis, Tls};
 use support::tls::{Ca, TempDir};
 use support::{config_for, prom, start_proxy, wait_for_metric};
-use tokenmeter::config::{Config, Counts, Limits, OnStoreError, StoreTlsConfig, TenantSource};
-
-const CHAT: &str = "/v1/chat/completions";
-const BODY: &str = r#"{"model":"m1","stream":true,"stream_options":{"include_usage":true},"max_tokens":10,"messages":[{"role":"user","content":"hi"}]}"#;
+use tokenmeter::config::{Config, OnStoreError, StoreTlsConfig, TenantSource};
 
 /// A CA, Redis's certificate signed by it, and a client certificate signed by it, on disk.
 struct Certificates {
@@ -61,57 +59,16 @@ fn config(upstream: &str, redis: &Redis, tls: StoreTlsConfig, policy: OnStoreErr
     budgets.on_store_error = policy;
     // Long enough that a loaded machine never times out a Redis that is up.
     budgets.store_timeout = Duration::from_secs(2);
-    budgets.tenant.insert(
-        "team-a".to_owned(),
-        Limits {
-            counts: Counts::Output,
-            tokens_per_day: Some(1_000_000),
-            ..Limits::default()
-        },
-    );
+    budgets
+        .tenant
+        .insert("team-a".to_owned(), output_per_day(1_000_000));
     config
 }
 
 /// One request as team-a, answered within 10 s (a request waits for Redis at most its 2 s store
 /// timeout; the rest is a zero-delay replay on loopback).
 async fn send(addr: std::net::SocketAddr) -> Streamed {
-    let request = async {
-        open_with(
-            addr,
-            Protocol::Http1,
-            "POST",
-            CHAT,
-            BODY,
-            &[("x-tenant-id", "team-a")],
-        )
-        .await
-        .collect()
-        .await
-    };
-    tokio::time::timeout(Duration::from_secs(10), request)
-        .await
-        .expect("answered within 10 s")
-}
-
-fn completion_tokens(streamed: &Streamed) -> i64 {
-    let text = streamed.text();
-    let at = text
-        .rfind("\"completion_tokens\":")
-        .expect("the stream carries usage");
-    text[at + "\"completion_tokens\":".len()..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .expect("a number")
-}
-
-fn day_tokens(redis: &Redis) -> i64 {
-    redis
-        .keys("tokenmeter:{team-a}:day:*")
-        .iter()
-        .map(|key| redis.int(key))
-        .sum()
+    send_as(addr, "team-a", Duration::from_secs(10)).await
 }
 
 /// Serves three requests through `config` and checks Redis holds what they used.
@@ -121,10 +78,14 @@ async fn served_to_the_token(config: Config, redis: &Redis) {
     for _ in 0..3 {
         let streamed = send(proxy.traffic_addr).await;
         assert_eq!(streamed.status, 200, "{}", streamed.text());
-        served += completion_tokens(&streamed);
+        served += completion_tokens(&streamed) as i64;
     }
     wait_for_metric(&proxy, "tokenmeter_budget_settlements_pending", &[], 0.0).await;
-    assert_eq!(day_tokens(redis), served, "Redis holds what was served");
+    assert_eq!(
+        redis.sum("tokenmeter:{team-a}:day:*"),
+        served,
+        "Redis holds what was served"
+    );
     let text = proxy.metrics.render();
     assert_eq!(
         prom::sum(&text, "tokenmeter_budget_store_errors_total", &[]),

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod backend;
+pub mod budget;
 pub mod client;
 pub mod gated;
 pub mod llama;

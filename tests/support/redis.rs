@@ -187,6 +187,12 @@ impl Redis {
             .collect()
     }
 
+    /// The integers at the keys matching `pattern`, summed (a count over the windows a test
+    /// spans: `tokenmeter:{team-a}:day:*`).
+    pub fn sum(&self, pattern: &str) -> i64 {
+        self.keys(pattern).iter().map(|key| self.int(key)).sum()
+    }
+
     /// The integer at `key` (0 when absent).
     pub fn int(&self, key: &str) -> i64 {
         self.cli(&["GET", key])
@@ -286,6 +292,11 @@ impl Cluster {
             .iter()
             .flat_map(|node| node.keys(pattern))
             .collect()
+    }
+
+    /// [`Redis::sum`] over every node.
+    pub fn sum(&self, pattern: &str) -> i64 {
+        self.keys(pattern).iter().map(|key| self.int(key)).sum()
     }
 
     /// The node holding `key`'s slot (by `CLUSTER KEYSLOT` and each node's `CLUSTER NODES`
