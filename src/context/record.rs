@@ -26,6 +26,9 @@ pub struct StreamRecord {
     /// The latest usage the stream reported (cumulative when continuous usage is on).
     pub usage: Usage,
     pub error_event: bool,
+    /// The stream's terminal event passed (`[DONE]` and the other dialects'): a client that
+    /// leaves after it had the whole stream (see `meter::body`).
+    pub terminal_event: bool,
     /// The body was a stream of a known framing (SSE or NDJSON): its events were read.
     pub framed: bool,
     /// SSE / NDJSON lines over `metering.max_sse_line_bytes` (skipped by the scanner, forwarded).
@@ -78,6 +81,7 @@ impl StreamRecord {
             event_tokens: 0,
             usage: Usage::default(),
             error_event: false,
+            terminal_event: false,
             framed: false,
             overflows: 0,
             max_gap: Duration::ZERO,

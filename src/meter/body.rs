@@ -68,9 +68,6 @@ pub struct MeteredBody<B> {
     /// `Pending` once (with a wake-up) lets hyper flush them first; `true` once that poll passed.
     failed: Option<(BodyError, bool)>,
     ended: bool,
-    /// The stream's terminal event has passed (see the module docs): a client that leaves now
-    /// has the whole stream.
-    terminal: bool,
     /// Where a stream the upstream cut is logged.
     cuts: &'static CutLog,
 }
@@ -121,7 +118,6 @@ impl<B: Body> MeteredBody<B> {
             tail: None,
             failed: None,
             ended: false,
-            terminal: false,
             cuts: CutLog::global(),
         };
         // A body with nothing in it (a HEAD, a 204, `content-length: 0`) is never polled: hyper
@@ -236,12 +232,7 @@ where
                     let forward = match frame.into_data() {
                         Ok(data) => match (this.meter.as_mut(), this.context.as_mut()) {
                             (Some(meter), Some(context)) => {
-                                let forward = meter.observe(
-                                    context,
-                                    data,
-                                    Instant::now(),
-                                    &mut this.terminal,
-                                );
+                                let forward = meter.observe(context, data, Instant::now());
                                 // Once per stream: when the first token's frame leaves.
                                 if context.marks.first_token_sent.is_none()
                                     && context.stream.first_token.is_some()
@@ -299,7 +290,7 @@ impl<B> Drop for MeteredBody<B> {
         // Not ended at drop: the client went away before the end of the stream. After the
         // terminal event it had the whole stream: counted by what the stream showed.
         if let Some(context) = self.context.take() {
-            let outcome = if self.terminal {
+            let outcome = if context.stream.terminal_event {
                 stream_outcome(&context)
             } else {
                 Outcome::Cancelled
@@ -362,17 +353,18 @@ fn apply(
     if summary.error {
         record.error_event = true;
     }
+    if summary.done {
+        record.terminal_event = true;
+    }
 }
 
 impl StreamMeter {
     /// Stamps and scans one data frame of `context`'s response; returns what to forward now.
-    /// `terminal` becomes true when the frame holds the stream's terminal event.
     fn observe(
         &mut self,
         context: &mut RequestContext,
         data: Bytes,
         now: Instant,
-        terminal: &mut bool,
     ) -> Option<Bytes> {
         let Self {
             handles,
@@ -399,7 +391,6 @@ impl StreamMeter {
         framer.feed(&data, |event| {
             let summary = dialect.classify(event.event, event.data);
             apply(record, handles, trace, &summary, now);
-            *terminal |= summary.done;
             if let Some(stripper) = stripper.as_mut() {
                 let role = if summary.usage_only {
                     EventRole::UsageOnly
