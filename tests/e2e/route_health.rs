@@ -8,6 +8,7 @@ use support::backend::{Backend, Script, Seen};
 use support::ports::Refusing;
 use support::{client, config_for, prom, start_proxy};
 use tokenmeter::config::Config;
+use tokenmeter::server::ServerHandle;
 
 const CHAT: &str = "/v1/chat/completions";
 const MALFORMED: &str = r#"{"model":"x","messages":["#;
@@ -45,29 +46,29 @@ async fn drain(backend: &mut Backend, n: usize) -> Vec<Seen> {
     seen
 }
 
-#[tokio::test]
-async fn malformed_bodies_never_count_against_the_backend() {
-    let mut backend = Backend::start(failing_requests(200)).await;
-    let proxy = start_proxy(config(&backend)).await;
+/// Sends ten `body`s to `path`, each answered `status` by the backend and passed on, and checks
+/// the backend was neither ejected nor even checked (`why` says whose fault the answers were);
+/// returns the proxy's metrics.
+async fn never_held_against_the_backend(
+    backend: &mut Backend,
+    proxy: &ServerHandle,
+    (path, body, status): (&str, &str, u16),
+    why: &str,
+) -> String {
     for _ in 0..10 {
-        let answered = client::post(proxy.traffic_addr, CHAT, MALFORMED).await;
+        let answered = client::post(proxy.traffic_addr, path, body).await;
         assert_eq!(
-            answered.status, 500,
+            answered.status, status,
             "the backend's own answer is passed on"
         );
     }
-    let seen = drain(&mut backend, 10).await;
+    let seen = drain(backend, 10).await;
     assert_eq!(
         requests_to(&seen, "POST "),
         10,
         "every request reached the backend"
     );
     let text = proxy.metrics.render();
-    assert_eq!(
-        prom::sum(&text, "tokenmeter_backend_healthy", &[]),
-        1.0,
-        "still in rotation"
-    );
     assert_eq!(
         prom::sum(&text, "tokenmeter_backend_ejections_total", &[]),
         0.0,
@@ -76,7 +77,26 @@ async fn malformed_bodies_never_count_against_the_backend() {
     assert_eq!(
         prom::sum(&text, "tokenmeter_backend_health_confirmations_total", &[]),
         0.0,
-        "not even a check: a body that is not JSON is the client's fault"
+        "not even a check: {why}"
+    );
+    text
+}
+
+#[tokio::test]
+async fn malformed_bodies_never_count_against_the_backend() {
+    let mut backend = Backend::start(failing_requests(200)).await;
+    let proxy = start_proxy(config(&backend)).await;
+    let text = never_held_against_the_backend(
+        &mut backend,
+        &proxy,
+        (CHAT, MALFORMED, 500),
+        "a body that is not JSON is the client's fault",
+    )
+    .await;
+    assert_eq!(
+        prom::sum(&text, "tokenmeter_backend_healthy", &[]),
+        1.0,
+        "still in rotation"
     );
     assert_eq!(
         prom::sum(
@@ -102,31 +122,13 @@ async fn not_implemented_never_counts_against_the_backend() {
     })
     .await;
     let proxy = start_proxy(config(&backend)).await;
-    for _ in 0..10 {
-        let answered =
-            client::post(proxy.traffic_addr, "/v1/embeddings", r#"{"input":"hi"}"#).await;
-        assert_eq!(
-            answered.status, 501,
-            "the backend's own answer is passed on"
-        );
-    }
-    let seen = drain(&mut backend, 10).await;
-    assert_eq!(
-        requests_to(&seen, "POST "),
-        10,
-        "every request reached the backend"
-    );
-    let text = proxy.metrics.render();
-    assert_eq!(
-        prom::sum(&text, "tokenmeter_backend_ejections_total", &[]),
-        0.0,
-        "never ejected"
-    );
-    assert_eq!(
-        prom::sum(&text, "tokenmeter_backend_health_confirmations_total", &[]),
-        0.0,
-        "not even a check: a 501 says what the backend does not do, not that it failed"
-    );
+    let text = never_held_against_the_backend(
+        &mut backend,
+        &proxy,
+        ("/v1/embeddings", r#"{"input":"hi"}"#, 501),
+        "a 501 says what the backend does not do, not that it failed",
+    )
+    .await;
     assert_eq!(
         prom::sum(
             &text,
