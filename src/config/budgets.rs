@@ -296,30 +296,12 @@ impl BudgetsConfig {
             ));
         }
         let files = &self.store_tls;
-        match (&files.cert, &files.key) {
-            (Some(_), None) => {
-                return Err(invalid(
-                    "store_tls.key",
-                    "is required with `cert` (the client certificate's private key)",
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(invalid(
-                    "store_tls.cert",
-                    "is required with `key` (the client certificate chain)",
-                ))
-            }
-            _ => {}
-        }
-        for (name, path) in [
-            ("ca", &files.ca),
-            ("cert", &files.cert),
-            ("key", &files.key),
-        ] {
-            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
-                return Err(invalid(&format!("store_tls.{name}"), "must be a file path"));
-            }
-        }
+        super::tls::check_client_files(
+            "tenants.budgets.store_tls",
+            &files.ca,
+            &files.cert,
+            &files.key,
+        )?;
         if self.store_timeout.is_zero() {
             return Err(invalid("store_timeout", "must be greater than zero"));
         }

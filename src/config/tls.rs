@@ -69,29 +69,42 @@ impl ServerTlsConfig {
     }
 }
 
+/// The files of a TLS client (an upstream's, the budget store's) under `table`: `cert` and `key`
+/// come together, and no path is empty.
+pub(super) fn check_client_files(
+    table: &str,
+    ca: &Option<PathBuf>,
+    cert: &Option<PathBuf>,
+    key: &Option<PathBuf>,
+) -> Result<(), ConfigError> {
+    match (cert, key) {
+        (Some(_), None) => {
+            return Err(invalid(
+                format!("{table}.key"),
+                "is required with `cert` (the client certificate's private key)",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                format!("{table}.cert"),
+                "is required with `key` (the client certificate chain)",
+            ))
+        }
+        _ => {}
+    }
+    for (name, path) in [("ca", ca), ("cert", cert), ("key", key)] {
+        if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+            return Err(invalid(format!("{table}.{name}"), "must be a file path"));
+        }
+    }
+    Ok(())
+}
+
 impl UpstreamTlsConfig {
-    /// `cert` and `key` come together; `server_name` must be a DNS name or an IP address.
+    /// The files as [`check_client_files`] wants them; `server_name` must be a DNS name or an
+    /// IP address.
     pub(super) fn validate(&self, table: &str) -> Result<(), ConfigError> {
-        match (&self.cert, &self.key) {
-            (Some(_), None) => {
-                return Err(invalid(
-                    format!("{table}.key"),
-                    "is required with `cert` (the client certificate's private key)",
-                ))
-            }
-            (None, Some(_)) => {
-                return Err(invalid(
-                    format!("{table}.cert"),
-                    "is required with `key` (the client certificate chain)",
-                ))
-            }
-            _ => {}
-        }
-        for (name, path) in [("ca", &self.ca), ("cert", &self.cert), ("key", &self.key)] {
-            if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
-                return Err(invalid(format!("{table}.{name}"), "must be a file path"));
-            }
-        }
+        check_client_files(table, &self.ca, &self.cert, &self.key)?;
         if let Some(name) = &self.server_name {
             if rustls_pki_types::ServerName::try_from(name.as_str()).is_err() {
                 return Err(invalid(
