@@ -163,16 +163,7 @@ fn a_ca_that_does_not_match_stops_serve_at_start_naming_the_keys() {
         wrong_ca.display()
     );
     let path = certs.dir.write("tokenmeter.toml", &config);
-    let output = Command::new(env!("CARGO_BIN_EXE_tokenmeter"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env_remove("TOKENMETER_BUDGET_STORE")
-        .env_remove("TOKENMETER_LISTEN")
-        .env_remove("TOKENMETER_ADMIN_LISTEN")
-        .output()
-        .expect("tokenmeter runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "start refused: {stderr}");
+    let stderr = refused_start(&path);
     assert!(
         stderr.contains("tenants.budgets.store_tls") && stderr.contains("UnknownIssuer"),
         "names the keys and what rustls said: {stderr}"
@@ -180,16 +171,43 @@ fn a_ca_that_does_not_match_stops_serve_at_start_naming_the_keys() {
 
     // A CA file that is not one is refused naming its key, before any connection.
     std::fs::write(&wrong_ca, "not a certificate").expect("write");
-    let output = Command::new(env!("CARGO_BIN_EXE_tokenmeter"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env_remove("TOKENMETER_BUDGET_STORE")
-        .output()
-        .expect("tokenmeter runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "start refused: {stderr}");
+    let stderr = refused_start(&path);
     assert!(
         stderr.contains("tenants.budgets.store_tls.ca"),
         "names the key: {stderr}"
     );
+}
+
+/// Runs `tokenmeter serve --config path` (none of the variables that would override the file),
+/// which must refuse to start: exit status 1, within 30 s (it connects to Redis once, with a 5 s
+/// store timeout; a binary that started serving instead is killed and the test fails). Its
+/// stderr.
+fn refused_start(path: &std::path::Path) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tokenmeter"))
+        .args(["serve", "--config"])
+        .arg(path)
+        .env_remove("TOKENMETER_BUDGET_STORE")
+        .env_remove("TOKENMETER_LISTEN")
+        .env_remove("TOKENMETER_ADMIN_LISTEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tokenmeter runs");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("tokenmeter serve was still running after 30 s: it did not refuse to start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut stderr)
+        .expect("stderr");
+    assert_eq!(status.code(), Some(1), "start refused: {stderr}");
+    stderr
 }
