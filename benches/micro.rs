@@ -14,7 +14,7 @@ use tokenmeter::config::{Affinity, PoolConfig};
 use tokenmeter::dialect::{openai, Dialect};
 use tokenmeter::request;
 use tokenmeter::route::affinity::{AffinityKeys, PoolAffinity};
-use tokenmeter::route::pools::Pool;
+use tokenmeter::route::members::Members;
 use tokenmeter::sse::{Framer, StreamFormat};
 use tokenmeter::sse::{Scanner, DEFAULT_MAX_LINE};
 
@@ -135,9 +135,9 @@ fn per_request(c: &mut Criterion) {
 /// prompts on each (the decision #27 keeps under 10 µs at 16 backends).
 fn placement(c: &mut Criterion) {
     use tokenmeter::config::{BalanceLoad, Config};
+    use tokenmeter::route::backend::predict::{Ask, Load, Outcome};
     use tokenmeter::route::backend::LoadGuard;
-    use tokenmeter::route::predict::{Ask, Load, Outcome};
-    use tokenmeter::route::slo::{choose, Demand, PoolSlo};
+    use tokenmeter::route::placement::{choose, Demand, PoolSlo};
 
     let mut group = c.benchmark_group("route");
     for n in [4usize, 16, 64] {
@@ -149,7 +149,7 @@ fn placement(c: &mut Criterion) {
             balance: BalanceLoad::Slo,
             ..PoolConfig::default()
         };
-        let pool = Pool::new(&config, None, None).expect("a pool");
+        let pool = Members::new(&config, None, None).expect("a pool");
         let slo = PoolSlo::new(0, "replicas", &Config::default(), None);
         let mut guards = Vec::new();
         for (i, backend) in pool.backends().iter().enumerate() {
@@ -199,7 +199,7 @@ fn placement(c: &mut Criterion) {
     group.finish();
 }
 
-fn affinity_pool() -> (Pool, PoolAffinity) {
+fn affinity_pool() -> (Members, PoolAffinity) {
     let config = PoolConfig {
         name: "chat".to_owned(),
         urls: (0..4)
@@ -208,7 +208,7 @@ fn affinity_pool() -> (Pool, PoolAffinity) {
         affinity: Affinity::Prefix,
         ..PoolConfig::default()
     };
-    let pool = Pool::new(&config, None, None).expect("a pool");
+    let pool = Members::new(&config, None, None).expect("a pool");
     let affinity = PoolAffinity::new(&config, None).expect("prefix affinity");
     (pool, affinity)
 }

@@ -58,7 +58,7 @@ def rebuild_queues(rows):
 
 class Rls:
     """Recursive least squares with forgetting and a capped covariance trace, as
-    src/route/predict/rls.rs."""
+    src/route/backend/predict/rls.rs."""
 
     def __init__(self, prior, memory):
         n = len(prior)

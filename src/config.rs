@@ -1,5 +1,8 @@
 //! Typed configuration: defaults, validation, environment overrides.
 //!
+//! Long on purpose: the root table: its defaults, environment overrides and the check that ties
+//! them to config/tokenmeter.toml, which must change together.
+//!
 //! The shipped `config/tokenmeter.toml` holds every key with its default value; a unit test keeps the
 //! file and [`Config::default`] identical, so `tokenmeter serve` without `--config` behaves exactly as
 //! with the shipped file. Unknown keys and bad values are rejected at start with the full key path

@@ -41,7 +41,7 @@ pub struct QueueConfig {
     /// Holds a tenant to an equal part of the work (prompt + output tokens) the gate let through
     /// and not ended, among the tenants with streams: past it, its requests go only to a backend
     /// close to idle, else wait behind the others'; under it, they go first
-    /// (src/route/slo/share.rs). Under a 5x flood it kept the quiet tenants' TTFT p99 within
+    /// (src/route/placement/share.rs). Under a 5x flood it kept the quiet tenants' TTFT p99 within
     /// -9..+24 % of their own and 98-99 % of their SLOs met, at the flood's expense
     /// (docs/routing.md). Off by default: it holds a tenant with more legitimate traffic than the
     /// others to the same share.

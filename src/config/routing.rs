@@ -75,7 +75,7 @@ pub enum BalanceLoad {
     RoundRobin,
     /// Latency-predicting placement: each request goes where its predicted TTFT has the most
     /// headroom under the `[slo]` target without pushing the backend's streams past the TPOT
-    /// target, from each backend's latency model learned online (see `route::slo`).
+    /// target, from each backend's latency model learned online (see `route::placement`).
     Slo,
 }
 

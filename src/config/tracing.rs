@@ -1,6 +1,9 @@
 //! `[tracing]`: OpenTelemetry spans over OTLP, and the opt-in `server-timing` header (see
 //! [`crate::trace`]).
 //!
+//! Long on purpose: one table (`[tracing]`), each key beside its environment override and its
+//! check.
+//!
 //! Off by default: with no endpoint in the file and none in the environment, no span is built and
 //! nothing is exported. The standard OpenTelemetry environment variables work as in every SDK
 //! ([`TracingConfig::apply_env`]); where the file and the environment both give a key, the file

@@ -1,5 +1,8 @@
 //! The response body on its way to the client, and the end of its request.
 //!
+//! Long on purpose: the body's one state, taken exactly once (at the end, on an error, or on drop),
+//! and every path that ends it.
+//!
 //! In the linkerd style: a small wrapper whose request lives in a state that is taken exactly
 //! once — at the end of the stream, on an upstream error, or on drop (the client went away:
 //! `cancelled`) — and handed to the one finish point ([`crate::context::finish`]). A generation

@@ -10,17 +10,20 @@
 //!
 //! ```no_run
 //! # use tokenmeter::{config::Config, meter::{layer::MeterLayer, series::MeterSeries}, metrics::Metrics, proxy, route};
+//! # use tokenmeter::proxy::phase::Then;
 //! # use std::sync::Arc;
 //! let config = Config::default();
 //! let metrics = Arc::new(Metrics::new(&config).unwrap());
 //! let client = proxy::client::build(&config.upstream);
 //! let router = Arc::new(route::Router::from_config(&config, Arc::clone(&metrics)).unwrap());
 //! let series = Arc::new(MeterSeries::new(metrics, &config));
+//! let phases = Then::new(
+//!     route::Plan::new(Arc::clone(&router)),
+//!     Then::new(route::Dispatch::new(router), proxy::Forward::new(client, &config.upstream)),
+//! );
 //! let stack = tower::ServiceBuilder::new()
 //!     .layer(MeterLayer::new(&config, series))
-//!     .layer(route::PlanLayer::new(Arc::clone(&router)))
-//!     .layer(route::DispatchLayer::new(router))
-//!     .service(proxy::Forward::new(client, &config.upstream));
+//!     .service(phases);
 //! ```
 use std::convert::Infallible;
 use std::future::Future;
@@ -35,7 +38,7 @@ use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use tokio::time::Instant;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 
 /// The W3C Server Timing header (not among `http`'s constants).
 const SERVER_TIMING: http::HeaderName = http::HeaderName::from_static("server-timing");
@@ -49,6 +52,7 @@ use crate::config::{Affinity, Config, SloConfig, SloTargets};
 use crate::context::phases::Phases;
 use crate::context::{Generation, RequestContext};
 use crate::dialect::{Dialect, Operation};
+use crate::proxy::phase::Next;
 use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
 use crate::request::{self, Injection};
 use crate::sse::{Framer, StreamFormat};
@@ -101,46 +105,49 @@ impl MeterLayer {
     }
 }
 
-impl<S> Layer<S> for MeterLayer {
-    type Service = Meter<S>;
+impl<N> Layer<N> for MeterLayer {
+    type Service = Meter<N>;
 
-    fn layer(&self, inner: S) -> Meter<S> {
+    fn layer(&self, phases: N) -> Meter<N> {
         Meter {
-            inner,
+            phases: Arc::new(phases),
             metering: Arc::clone(&self.metering),
         }
     }
 }
 
-/// Meters every request passing to `S`.
-#[derive(Debug, Clone)]
-pub struct Meter<S> {
-    inner: S,
+/// Meters every request passing to the phases below it, `N`.
+#[derive(Debug)]
+pub struct Meter<N> {
+    phases: Arc<N>,
     metering: Arc<Metering>,
 }
 
-impl<S> Service<Request<Incoming>> for Meter<S>
-where
-    S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-{
+impl<N> Clone for Meter<N> {
+    fn clone(&self) -> Self {
+        Self {
+            phases: Arc::clone(&self.phases),
+            metering: Arc::clone(&self.metering),
+        }
+    }
+}
+
+impl<N: Next> Service<Request<Incoming>> for Meter<N> {
     type Response = Response<ResponseBody>;
     type Error = Infallible;
-    // One allocation per request (not per frame): the future spans body buffering and forwarding.
+    // The request's one allocation for its future (not per frame, nor per phase): the phases'
+    // futures nest inside it unboxed, and it spans body buffering and forwarding.
     type Future = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, Infallible>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // Readiness of the inner stack is awaited per request inside the future.
+        // The phases have no readiness of their own.
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
-        let inner = self.inner.clone();
+        let phases = Arc::clone(&self.phases);
         let metering = Arc::clone(&self.metering);
-        Box::pin(async move { Ok(metering.meter(inner, req).await) })
+        Box::pin(async move { Ok(metering.meter(&*phases, req).await) })
     }
 }
 
@@ -158,10 +165,7 @@ impl Metering {
         self.slo.targets(model, class)
     }
 
-    async fn meter<S>(&self, inner: S, req: Request<Incoming>) -> Response<ResponseBody>
-    where
-        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
-    {
+    async fn meter<N: Next>(&self, phases: &N, req: Request<Incoming>) -> Response<ResponseBody> {
         let (mut parts, body) = req.into_parts();
         let Some(mut context) = RequestContext::take(&mut parts.extensions, "meter") else {
             return ProxyError::ContextLost.to_response().map(Either::Right);
@@ -176,7 +180,7 @@ impl Metering {
         }
         let Some(dialect) = context.dialect else {
             return self
-                .forward(inner, parts, RequestBody::Streaming(body), context)
+                .forward(phases, parts, RequestBody::Streaming(body), context)
                 .await;
         };
         context.model = dialect.model_from_path(parts.uri.path()).map(str::to_owned);
@@ -219,24 +223,20 @@ impl Metering {
         context.model_label = Some(model);
         context.slo = Some(self.targets(context.model.as_deref(), &parts.headers));
         context.active = true;
-        self.forward(inner, parts, body, context).await
+        self.forward(phases, parts, body, context).await
     }
 
     /// Sends the request down the stack and wraps what comes back: a metered body for a
     /// generation response, a passthrough body for any other, an error answer for a failure.
-    async fn forward<S>(
+    async fn forward<N: Next>(
         &self,
-        inner: S,
-        mut parts: Parts,
+        phases: &N,
+        parts: Parts,
         body: RequestBody,
         context: Box<RequestContext>,
-    ) -> Response<ResponseBody>
-    where
-        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
-    {
+    ) -> Response<ResponseBody> {
         let dialect = context.dialect;
-        context.put(&mut parts.extensions);
-        let response = match call(inner, Request::from_parts(parts, body)).await {
+        let response = match phases.call(context, Request::from_parts(parts, body)).await {
             Ok(response) => response,
             Err(Failure { error, context }) => {
                 let Some(context) = context else {
@@ -401,12 +401,4 @@ fn connection_ended(err: &(dyn std::error::Error + 'static)) -> bool {
         source = err.source();
     }
     false
-}
-
-/// Waits for the inner service to be ready, then calls it.
-async fn call<S>(mut inner: S, req: Request<RequestBody>) -> Result<Response<UpstreamBody>, Failure>
-where
-    S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
-{
-    inner.ready().await?.call(req).await
 }

@@ -1,6 +1,9 @@
 //! The meter's series: the per-request latencies, tokens, outcomes and SLO verdicts, their names,
 //! help texts and buckets, and the per-stream handles resolved once per label set.
 //!
+//! Long on purpose: every series of the meter with its name, help text and buckets, read together
+//! when a dashboard, a rule or the docs name one.
+//!
 //! Names follow the OpenTelemetry GenAI semantic conventions where one exists (Prometheus
 //! spelling), `tokenmeter_` otherwise. The latency histograms (TTFT, TPOT, E2E, ITL, TTFB) keep
 //! native buckets and exemplars, and each SLO target is an exact bucket edge of the classic ones,

@@ -1,17 +1,15 @@
 //! The innermost service: sends a request to the backend its context names, over the shared client.
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::uri::{PathAndQuery, Uri};
 use http::{Request, Response, Version};
 use tokio::time::Instant;
-use tower::Service;
 
 use super::client::UpstreamClient;
 use super::h1::Error as ClientError;
-use super::{headers, Failure, ProxyError, RequestBody, TimeoutBody, UpstreamBody};
+use super::phase::{Answer, Next};
+use super::{headers, Failure, ProxyError, RequestBody, TimeoutBody};
 use crate::config::UpstreamConfig;
 use crate::context::trace;
 use crate::context::RequestContext;
@@ -37,19 +35,15 @@ impl Forward {
     }
 }
 
-impl Service<Request<RequestBody>> for Forward {
-    type Response = Response<UpstreamBody>;
-    type Error = Failure;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Failure>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
-        // The pooled client has no readiness of its own: it opens connections on demand.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<RequestBody>) -> Self::Future {
-        let this = self.clone();
-        Box::pin(async move { this.forward(req).await })
+/// The innermost phase: the pooled client has no readiness of its own (it opens connections on
+/// demand).
+impl Next for Forward {
+    fn call(
+        &self,
+        context: Box<RequestContext>,
+        req: Request<RequestBody>,
+    ) -> impl Future<Output = Answer> + Send {
+        self.forward(context, req)
     }
 }
 
@@ -57,13 +51,11 @@ impl Forward {
     /// Sends the request to `context.backend`; the context comes back in the response's
     /// extensions (or in the failure), its load guard moved into the response body.
     async fn forward(
-        self,
+        &self,
+        mut context: Box<RequestContext>,
         mut req: Request<RequestBody>,
-    ) -> Result<Response<UpstreamBody>, Failure> {
+    ) -> Answer {
         let started = Instant::now();
-        let Some(mut context) = RequestContext::take(req.extensions_mut(), "forward") else {
-            return Err(Failure::lost());
-        };
         let Some(target) = context.backend.clone() else {
             return Err(Failure::new(ProxyError::NoUpstream, context));
         };

@@ -12,6 +12,7 @@ pub mod error;
 pub mod forward;
 pub mod h1;
 pub mod headers;
+pub mod phase;
 pub mod timeout;
 
 pub use body::RequestBody;

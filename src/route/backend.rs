@@ -7,11 +7,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::health::{EjectPolicy, Fault, Health, Verdict};
-use super::predict::{Ask, LatencyModel, Load, Outcome, Predicted};
 use super::series::BackendMetrics;
 use crate::config::BalanceLoad;
 use crate::metrics::Metrics;
 use crate::upstream::{BodyGuard, Target};
+use predict::{Ask, LatencyModel, Load, Outcome, Predicted};
+
+pub mod predict;
 
 /// A backend as the prefix index names it: its id and its ejection epoch at the time. An entry
 /// whose backend has left the pool, or has been ejected since (its epoch moved on), is dead.

@@ -12,12 +12,12 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use super::backend::Backend;
-use super::pools::Pool;
+use super::members::Members;
 use crate::config::BalanceLoad;
 
 /// Chooses a healthy backend of `pool` for one request, or `None` when no candidate is left.
 pub fn choose(
-    pool: &Pool,
+    pool: &Members,
     now: Instant,
     exclude: &[Arc<Backend>],
     rng: &mut impl Rng,
@@ -30,7 +30,7 @@ pub fn choose(
 /// replica dead, and a refused connection costs as little as a 503. So the request is balanced over
 /// the pool's backends whatever their health, still never twice to the same one.
 pub fn choose_ignoring_health(
-    pool: &Pool,
+    pool: &Members,
     exclude: &[Arc<Backend>],
     rng: &mut impl Rng,
 ) -> Option<Arc<Backend>> {
@@ -43,7 +43,7 @@ fn excluded(exclude: &[Arc<Backend>], backend: &Arc<Backend>) -> bool {
 
 /// P2C (or round-robin) over the backends for which `eligible` holds.
 fn choose_among(
-    pool: &Pool,
+    pool: &Members,
     eligible: impl Fn(&Arc<Backend>) -> bool,
     rng: &mut impl Rng,
 ) -> Option<Arc<Backend>> {

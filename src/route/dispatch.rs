@@ -1,6 +1,6 @@
-//! The dispatch: a tower service between the plan ([`super::plan`]) and forwarding.
+//! The dispatch: the phase between the plan ([`super::plan`]) and forwarding.
 //!
-//! In a pool with a gateway queue ([`super::slo::gate`]), a request first waits there until a
+//! In a pool with a gateway queue ([`super::placement::gate`]), a request first waits there until a
 //! backend is predicted to meet its targets, or is shed. Then per attempt: pick a backend of the planned pools by power of two choices ([`Router::pick`]),
 //! write it and a [`LoadGuard`] into the request's context for [`crate::proxy::Forward`], and
 //! forward. A failure before any response byte (connect refused or timed out, a connection that
@@ -11,38 +11,53 @@
 //! failures (5xx, a response-head timeout) make a run that the backend's health endpoint must
 //! confirm, and a 5xx to a body that is not valid JSON does not count.
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use http::{Extensions, HeaderMap, Method, Request, Response, Uri, Version};
-use http_body::Body;
+use http::Request;
 use tokio::time::Instant;
-use tower::{Layer, Service, ServiceExt};
 
 use super::backend::{Backend, LoadGuard};
 use super::health::Fault;
-use super::slo::gate::Admission;
-use super::slo::share;
-use super::slo::Demand;
+use super::placement::gate::Admission;
+use super::placement::share;
+use super::placement::Demand;
+use super::replay::Replay;
 use super::Router;
 use crate::context::{answer_failed, RequestContext, RouteDecision};
-use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
+use crate::proxy::phase::{Answer, Next, Phase};
+use crate::proxy::{Failure, ProxyError, RequestBody};
+
+/// The dispatch phase: sends each request to a backend of its planned pools.
+#[derive(Debug, Clone)]
+pub struct Dispatch {
+    router: Arc<Router>,
+}
+
+impl Dispatch {
+    pub fn new(router: Arc<Router>) -> Self {
+        Self { router }
+    }
+}
+
+impl Phase for Dispatch {
+    fn run<N: Next>(
+        &self,
+        context: Box<RequestContext>,
+        req: Request<RequestBody>,
+        next: &N,
+    ) -> impl Future<Output = Answer> + Send {
+        self.router.dispatch(context, req, next)
+    }
+}
 
 impl Router {
-    async fn dispatch<S>(
-        self: Arc<Self>,
-        mut inner: S,
-        mut req: Request<RequestBody>,
-    ) -> Result<Response<UpstreamBody>, Failure>
-    where
-        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
-    {
-        let Some(mut context) = RequestContext::take(req.extensions_mut(), "dispatch") else {
-            return Err(Failure::lost());
-        };
-        let replay = if self.retries > 0 {
+    async fn dispatch<N: Next>(
+        &self,
+        mut context: Box<RequestContext>,
+        req: Request<RequestBody>,
+        next: &N,
+    ) -> Answer {
+        let replay = if self.settings.retries > 0 {
             Replay::of(&req, &context)
         } else {
             None
@@ -79,7 +94,7 @@ impl Router {
                 }
             }
         }
-        for _attempt in 0..=self.retries {
+        for _attempt in 0..=self.settings.retries {
             let now = Instant::now();
             let (pick, guard, slot) = match admitted.take() {
                 Some(admitted) => admitted,
@@ -93,7 +108,7 @@ impl Router {
             };
             context.marks.dispatched.get_or_insert(now);
             let (index, backend, reason) = (pick.pool, pick.backend, pick.reason);
-            let Some(mut request) = pending
+            let Some(request) = pending
                 .take()
                 .or_else(|| replay.as_ref().map(Replay::build))
             else {
@@ -129,11 +144,7 @@ impl Router {
             });
             context.prediction = pick.prediction;
             context.attempts += 1;
-            context.put(request.extensions_mut());
-            let result = match inner.ready().await {
-                Ok(service) => service.call(request).await,
-                Err(failure) => Err(failure),
-            };
+            let result = next.call(context, request).await;
             let failure = match result {
                 Ok(response) => {
                     // The meter's rule (`answer_failed`): a 501 or a 5xx to a malformed body is
@@ -171,105 +182,5 @@ impl Router {
             last_error.unwrap_or(ProxyError::NoUpstream),
             context,
         ))
-    }
-}
-
-/// What is needed to send a request again: its head and its (buffered or empty) body.
-#[derive(Debug)]
-pub(super) struct Replay {
-    method: Method,
-    uri: Uri,
-    version: Version,
-    headers: HeaderMap,
-    extensions: Extensions,
-    body: Bytes,
-}
-
-impl Replay {
-    /// `None` for a streamed body: once sent it is gone, so such a request is not retried.
-    fn of(req: &Request<RequestBody>, context: &RequestContext) -> Option<Self> {
-        let body = match req.body() {
-            RequestBody::Buffered(_) => context.generation.as_ref()?.body.clone(),
-            RequestBody::Streaming(incoming) if incoming.is_end_stream() => Bytes::new(),
-            RequestBody::Streaming(_) => return None,
-        };
-        Some(Self::with_body(req, body))
-    }
-
-    /// `req`'s head with `body` (which must be what its `content-length` says).
-    pub(super) fn with_body(req: &Request<RequestBody>, body: Bytes) -> Self {
-        Self {
-            method: req.method().clone(),
-            uri: req.uri().clone(),
-            version: req.version(),
-            headers: req.headers().clone(),
-            extensions: req.extensions().clone(),
-            body,
-        }
-    }
-
-    pub(super) fn build(&self) -> Request<RequestBody> {
-        let mut req = Request::new(RequestBody::buffered(self.body.clone()));
-        *req.method_mut() = self.method.clone();
-        *req.uri_mut() = self.uri.clone();
-        *req.version_mut() = self.version;
-        *req.headers_mut() = self.headers.clone();
-        *req.extensions_mut() = self.extensions.clone();
-        req
-    }
-}
-
-/// Configures [`Dispatch`].
-#[derive(Debug, Clone)]
-pub struct DispatchLayer {
-    router: Arc<Router>,
-}
-
-impl DispatchLayer {
-    pub fn new(router: Arc<Router>) -> Self {
-        Self { router }
-    }
-}
-
-impl<S> Layer<S> for DispatchLayer {
-    type Service = Dispatch<S>;
-
-    fn layer(&self, inner: S) -> Dispatch<S> {
-        Dispatch {
-            inner,
-            router: Arc::clone(&self.router),
-        }
-    }
-}
-
-/// Sends each request to a backend of its planned pools.
-#[derive(Debug, Clone)]
-pub struct Dispatch<S> {
-    inner: S,
-    router: Arc<Router>,
-}
-
-impl<S> Service<Request<RequestBody>> for Dispatch<S>
-where
-    S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-{
-    type Response = Response<UpstreamBody>;
-    type Error = Failure;
-    // One allocation per request: the future spans the retries.
-    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Failure>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
-        // The inner service's readiness is awaited per attempt inside the future.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<RequestBody>) -> Self::Future {
-        let inner = self.inner.clone();
-        let router = Arc::clone(&self.router);
-        Box::pin(router.dispatch(inner, req))
     }
 }

@@ -4,21 +4,26 @@
 //! token streams for the length of its prefill. The router protects decode latency by sending long
 //! prompts to a pool of replicas tuned for prefill and short ones to a pool tuned for decode.
 //!
-//! Per request, in two layers, three where a pool hands its prefills off (the stack reads
+//! The unit is the [`pool::Pool`]: its [`members`] (backends, DNS, health), how a request chooses
+//! among them (balancing, an [`affinity`], or the latency models' [`placement`] with its gateway
+//! queue) and its [`handoff`] to a prefill pool. The [`Router`] is the list of pools, the
+//! [`rules`] that plan for them, the prompt calibration and the [`settings`].
+//!
+//! Per request, in two phases, three where a pool hands its prefills off (the stack reads
 //! `admission -> meter -> plan -> dispatch -> [handoff ->] forward`):
-//! 1. the **plan** ([`plan`], [`PlanLayer`], once the meter has read the body):
+//! 1. the **plan** ([`plan`], [`Plan`], once the meter has read the body):
 //!    [`estimate`] measures the prompt (text bytes times the model's tokens-per-byte ratio, which
 //!    every finished request's `usage.prompt_tokens` calibrates at the finish point, and
 //!    [`tokenize`] asks a backend's own tokenizer while a model is untrusted); [`rules`] list the
 //!    candidate pools, best first;
-//! 2. the **dispatch** ([`dispatch`], [`DispatchLayer`], before forwarding): in a pool with an
+//! 2. the **dispatch** ([`dispatch`], [`Dispatch`], before forwarding): in a pool with an
 //!    [`affinity`], the backend whose prompt cache likely holds the prompt's prefix (or a session's
 //!    home) goes first, within a load bound; otherwise [`balance`] picks a backend
 //!    by power of two choices on the pool's load (streams in flight, or prompt tokens not yet past
 //!    their first byte), kept by a [`backend::LoadGuard`] that the response body carries to the end
 //!    of the stream; a failure before the first response byte is retried on another backend;
 //!    every outcome feeds passive [`health`];
-//! 3. the **handoff** ([`handoff`], [`HandoffLayer`], only when a pool has `[pools.handoff]`):
+//! 3. the **handoff** ([`handoff`], [`Handoff`], only when a pool has `[pools.handoff]`):
 //!    prefill/decode disaggregation. A long prompt prefills on the pool's prefill pool and its KV
 //!    cache moves to the decode backend the dispatch chose, so its prefill never stalls the
 //!    streams that backend is decoding; any failure of that phase leaves the decode backend to
@@ -33,14 +38,16 @@
 //!
 //! ```no_run
 //! # use tokenmeter::{config::Config, metrics::Metrics, proxy, route};
+//! # use tokenmeter::proxy::phase::Then;
 //! # use std::sync::Arc;
 //! let config = Config::default();
 //! let metrics = Arc::new(Metrics::new(&config).unwrap());
 //! let router = Arc::new(route::Router::from_config(&config, Arc::clone(&metrics)).unwrap());
-//! let stack = tower::ServiceBuilder::new()
-//!     .layer(route::PlanLayer::new(Arc::clone(&router)))
-//!     .layer(route::DispatchLayer::new(router))
-//!     .service(proxy::Forward::new(proxy::client::build(&config.upstream), &config.upstream));
+//! let forward = proxy::Forward::new(proxy::client::build(&config.upstream), &config.upstream);
+//! let phases = Then::new(
+//!     route::Plan::new(Arc::clone(&router)),
+//!     Then::new(route::Dispatch::new(router), forward),
+//! );
 //! ```
 pub mod affinity;
 pub mod backend;
@@ -49,21 +56,22 @@ pub mod dispatch;
 pub mod estimate;
 pub mod handoff;
 pub mod health;
+pub mod members;
+pub mod placement;
 pub mod plan;
-pub mod pools;
-pub mod predict;
+pub mod pool;
 pub mod probe;
-pub mod queue;
+pub mod replay;
 mod router;
 pub mod rules;
 pub mod series;
-pub mod slo;
+pub mod settings;
 pub mod tokenize;
 
-pub use dispatch::{Dispatch, DispatchLayer};
+pub use dispatch::Dispatch;
 pub use estimate::Calibrator;
-pub use handoff::{Handoff, HandoffLayer};
-pub use plan::{Plan, PlanLayer};
+pub use handoff::Handoff;
+pub use plan::Plan;
 pub use router::Router;
 
 /// Why the router could not be built from the configuration.

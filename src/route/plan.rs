@@ -1,4 +1,4 @@
-//! The plan phase: a tower service between the meter (which read the body) and the dispatch.
+//! The plan phase: between the meter (which read the body) and the dispatch.
 //!
 //! It writes the request's `estimate`, `plan` and `pool` ([`Router::plan`]): the prompt's size
 //! from the meter's one walk of the body, times the model's calibrated tokens-per-byte ratio
@@ -12,31 +12,30 @@
 //!
 //! ```no_run
 //! # use tokenmeter::{config::Config, metrics::Metrics, proxy, route};
+//! # use tokenmeter::proxy::phase::Then;
 //! # use std::sync::Arc;
 //! let config = Config::default();
 //! let metrics = Arc::new(Metrics::new(&config).unwrap());
 //! let router = Arc::new(route::Router::from_config(&config, metrics).unwrap());
-//! let stack = tower::ServiceBuilder::new()
-//!     .layer(route::PlanLayer::new(Arc::clone(&router)))
-//!     .layer(route::DispatchLayer::new(router))
-//!     .service(proxy::Forward::new(proxy::client::build(&config.upstream), &config.upstream));
+//! let forward = proxy::Forward::new(proxy::client::build(&config.upstream), &config.upstream);
+//! let below_the_meter = Then::new(
+//!     route::Plan::new(Arc::clone(&router)),
+//!     Then::new(route::Dispatch::new(router), forward),
+//! );
 //! ```
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::Request;
 use tokio::time::Instant;
-use tower::{Layer, Service, ServiceExt};
 
 use super::backend::Backend;
 use super::rules::RuleInput;
 use super::tokenize;
 use super::Router;
 use crate::context::{Estimate, RequestContext};
-use crate::proxy::{Failure, RequestBody, UpstreamBody};
+use crate::proxy::phase::{Answer, Next, Phase};
+use crate::proxy::RequestBody;
 use crate::request::{self, Inspection, PromptSize};
 
 /// Background tokenizer samples are taken of prompts at least this long: a shorter one says more
@@ -95,7 +94,7 @@ impl Router {
         body: &Bytes,
     ) -> Option<u64> {
         let client = self.client.get()?;
-        if !self.tokenize || size.text_bytes == 0 || self.calibrator.trusted(label) {
+        if !self.settings.tokenize || size.text_bytes == 0 || self.calibrator.trusted(label) {
             return None;
         }
         let (low, high) = self.calibrator.range(label, size);
@@ -129,7 +128,10 @@ impl Router {
         let client = client.clone();
         let model = model.map(str::to_owned);
         let label = Arc::clone(label);
-        let timeout = self.probe_timeout.max(self.tokenize_timeout);
+        let timeout = self
+            .settings
+            .probe_timeout
+            .max(self.settings.tokenize_timeout);
         let ask = tokio::spawn(async move {
             let counted = tokenize::ask(&client, &backend, model.as_deref(), &text, timeout).await;
             match &counted {
@@ -146,7 +148,7 @@ impl Router {
         if !decides {
             return None;
         }
-        match tokio::time::timeout(self.tokenize_timeout, ask).await {
+        match tokio::time::timeout(self.settings.tokenize_timeout, ask).await {
             Ok(joined) => joined.ok().flatten(),
             Err(_elapsed) => None,
         }
@@ -166,64 +168,26 @@ impl Router {
     }
 }
 
-/// Configures [`Plan`].
+/// The plan phase: plans each request, then passes it on.
 #[derive(Debug, Clone)]
-pub struct PlanLayer {
+pub struct Plan {
     router: Arc<Router>,
 }
 
-impl PlanLayer {
+impl Plan {
     pub fn new(router: Arc<Router>) -> Self {
         Self { router }
     }
 }
 
-impl<S> Layer<S> for PlanLayer {
-    type Service = Plan<S>;
-
-    fn layer(&self, inner: S) -> Plan<S> {
-        Plan {
-            inner,
-            router: Arc::clone(&self.router),
-        }
-    }
-}
-
-/// Plans each request, then passes it on.
-#[derive(Debug, Clone)]
-pub struct Plan<S> {
-    inner: S,
-    router: Arc<Router>,
-}
-
-impl<S> Service<Request<RequestBody>> for Plan<S>
-where
-    S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-{
-    type Response = Response<UpstreamBody>;
-    type Error = Failure;
-    // One allocation per request: planning may wait for a tokenizer.
-    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Failure>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
-        // The inner service's readiness is awaited per request inside the future.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut req: Request<RequestBody>) -> Self::Future {
-        let mut inner = self.inner.clone();
-        let router = Arc::clone(&self.router);
-        Box::pin(async move {
-            let Some(mut context) = RequestContext::take(req.extensions_mut(), "plan") else {
-                return Err(Failure::lost());
-            };
-            router.plan(req.uri().path(), &mut context).await;
-            context.put(req.extensions_mut());
-            inner.ready().await?.call(req).await
-        })
+impl Phase for Plan {
+    async fn run<N: Next>(
+        &self,
+        mut context: Box<RequestContext>,
+        req: Request<RequestBody>,
+        next: &N,
+    ) -> Answer {
+        self.router.plan(req.uri().path(), &mut context).await;
+        next.call(context, req).await
     }
 }

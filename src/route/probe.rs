@@ -13,45 +13,54 @@ use tokio::time::Instant;
 
 use super::backend::{Backend, Confirmation};
 use super::health::EjectPolicy;
-use super::pools::Pool;
-use super::Router;
+use super::members::Members;
+use super::settings::Settings;
 use crate::proxy::client::UpstreamClient;
 use crate::proxy::RequestBody;
 
 /// Largest `/metrics` body read from a backend.
 const MAX_SCRAPE_BYTES: usize = 4 * 1024 * 1024;
 
-/// Starts every background task the pools need.
-pub fn spawn(router: &Router, client: &UpstreamClient) -> Vec<JoinHandle<()>> {
+/// Starts every background task the pools' members need.
+pub fn spawn<'a>(
+    pools: impl Iterator<Item = &'a Arc<Members>>,
+    settings: &Settings,
+    client: &UpstreamClient,
+) -> Vec<JoinHandle<()>> {
+    let (dns_refresh, policy, timeout) = (
+        settings.dns_refresh,
+        settings.policy,
+        settings.probe_timeout,
+    );
     let mut tasks = Vec::new();
-    for pool in router.pools() {
+    for pool in pools {
         if let Some(name) = &pool.dns {
             tasks.push(tokio::spawn(resolve_loop(
                 Arc::clone(pool),
                 name.clone(),
-                router.dns_refresh,
+                dns_refresh,
             )));
         }
         if !pool.health_check.is_zero() {
             tasks.push(tokio::spawn(health_loop(
                 Arc::clone(pool),
                 client.clone(),
-                router.policy,
-                router.probe_timeout,
+                policy,
+                timeout,
             )));
         }
         if !pool.scrape_metrics.is_zero() {
             tasks.push(tokio::spawn(scrape_loop(
                 Arc::clone(pool),
                 client.clone(),
-                router.probe_timeout,
+                timeout,
             )));
         }
     }
     tasks
 }
 
-async fn resolve_loop(pool: Arc<Pool>, name: String, every: Duration) {
+async fn resolve_loop(pool: Arc<Members>, name: String, every: Duration) {
     let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
@@ -71,7 +80,7 @@ async fn resolve_loop(pool: Arc<Pool>, name: String, every: Duration) {
 }
 
 async fn health_loop(
-    pool: Arc<Pool>,
+    pool: Arc<Members>,
     client: UpstreamClient,
     policy: EjectPolicy,
     timeout: Duration,
@@ -95,7 +104,7 @@ async fn health_loop(
     }
 }
 
-async fn scrape_loop(pool: Arc<Pool>, client: UpstreamClient, timeout: Duration) {
+async fn scrape_loop(pool: Arc<Members>, client: UpstreamClient, timeout: Duration) {
     let mut tick = tokio::time::interval(pool.scrape_metrics);
     loop {
         tick.tick().await;

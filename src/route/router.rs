@@ -1,35 +1,34 @@
-//! The router: pools, rules, calibration and health policy, shared by every request.
+//! The router: the pools, the rules that plan for them, the prompt calibration, and the settings
+//! every request shares.
 //!
-//! It acts twice per request, in two layers of its own: the **plan** ([`super::plan`]: estimate
+//! It acts twice per request, in two phases of its own: the **plan** ([`super::plan`]: estimate
 //! the prompt, then let the rules list the candidate pools, best first) and the **dispatch**
-//! ([`super::dispatch`]: pick a backend of the planned pools ([`Router::pick`]), forward, retry,
-//! and report to health ([`Router::report`])). Its calibration learns at the finish point
-//! ([`Calibrator`] is a finish hook).
-use std::collections::BTreeMap;
+//! ([`super::dispatch`]: pick a backend of the planned pools ([`Router::pick`]; each [`Pool`]
+//! chooses among its own members), forward, retry, and report to health ([`Router::report`])).
+//! Its calibration learns at the finish point ([`Calibrator`] is a finish hook).
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::affinity::{AffinityKeys, Decision, PoolAffinity};
+use super::affinity::AffinityKeys;
 use super::backend::Backend;
 use super::estimate::Calibrator;
 use super::handoff::finish::HandoffHook;
 use super::handoff::slots::SlotTables;
-use super::handoff::PoolHandoff;
-use super::health::{EjectPolicy, Fault, Verdict};
-use super::pools::Pool;
+use super::health::{Fault, Verdict};
+use super::placement::hook::SloHook;
+use super::placement::{Demand, Placed};
+use super::pool::{Pool, Recipe};
+use super::probe;
 use super::rules::Rules;
-use super::slo::gate::Gate;
-use super::slo::hook::SloHook;
-use super::slo::{self, Decision as SloDecision, Demand, Placed, PoolSlo};
-use super::{balance, probe, series, RouteError};
-use crate::config::{Affinity, BalanceLoad, Config, PoolConfig};
+use super::settings::Settings;
+use super::{balance, series, RouteError};
+use crate::config::{Affinity, Config};
 use crate::context::{Prediction, RequestContext, RoutePlan};
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
 use crate::request::prefix;
-use crate::tls::TlsClient;
 
 /// The backend a request goes to next ([`Router::pick`]).
 #[derive(Debug, Clone)]
@@ -48,72 +47,29 @@ pub struct Pick {
     pub prediction: Option<Prediction>,
 }
 
-/// A backend chosen within a pool, and what its affinity and latency model said.
-#[derive(Debug)]
-struct Chosen {
-    backend: Arc<Backend>,
-    cached_bytes: Option<u64>,
-    affinity: Option<&'static str>,
-    prediction: Option<Prediction>,
-}
-
-/// The pools, rules, calibration and health policy, shared by every request.
+/// The pools, rules, calibration and settings, shared by every request.
 #[derive(Debug)]
 pub struct Router {
     pub(crate) pools: Vec<Arc<Pool>>,
-    /// Each pool's affinity (`None`: balancing alone), in pool order.
-    affinities: Vec<Option<Arc<PoolAffinity>>>,
-    /// Each pool's handoff to a prefill pool (`None`: it prefills its own requests), in pool
-    /// order.
-    pub(super) handoffs: Vec<Option<Arc<PoolHandoff>>>,
-    /// Counts what the handoffs did, at the finish point; `None` when no pool hands off.
-    handoff_hook: Option<Arc<HandoffHook>>,
-    /// Each pool's latency-predicting placement (`None`: not `balance = "slo"`), in pool order.
-    pub(super) slo: Vec<Option<Arc<PoolSlo>>>,
-    /// Each `balance = "slo"` pool's gateway queue (`[pools.queue]`), in pool order.
-    gates: Vec<Option<Arc<Gate>>>,
-    /// Teaches the latency models at the finish point; `None` when no pool places by them.
-    slo_hook: Option<Arc<SloHook>>,
-    /// The slots of llama.cpp servers the handoffs reserve, kept across reloads.
-    pub(super) slot_tables: Arc<SlotTables>,
     pub(crate) rules: Rules,
     pub(super) calibrator: Arc<Calibrator>,
-    /// What the calibrator was made from (prior, window, per-model priors): a reload that
-    /// changes none keeps it, and what it learned.
-    calibration: (f64, u32, BTreeMap<String, f64>),
+    pub(crate) settings: Settings,
+    hooks: Hooks,
+    /// The slots of llama.cpp servers the handoffs reserve, kept across reloads.
+    pub(super) slot_tables: Arc<SlotTables>,
     pub(super) metrics: Arc<Metrics>,
-    pub(crate) policy: EjectPolicy,
-    pub(crate) retries: u32,
-    fallback: bool,
-    pub(crate) dns_refresh: Duration,
-    /// Bound on one active health check or scrape.
-    pub(crate) probe_timeout: Duration,
-    pub(super) tokenize: bool,
-    pub(super) tokenize_timeout: Duration,
-    prefix_block_bytes: usize,
-    prefix_key_blocks: usize,
     /// The client for the router's own requests (confirming checks, tokenizer calls); set once
     /// by [`Router::connect`]. Without it (a router used on its own) neither happens.
     pub(super) client: OnceLock<UpstreamClient>,
 }
 
-/// The TLS client of a pool with `https://` backends: its own `tls` table, else `[upstream.tls]`
-/// (loaded only where needed, so a plain-HTTP config never reads the system's trust roots). The
-/// previous one is kept when neither its table nor its files changed.
-fn pool_tls(
-    config: &Config,
-    index: usize,
-    pool: &PoolConfig,
-    previous: Option<&TlsClient>,
-) -> Result<Option<TlsClient>, RouteError> {
-    if !pool.urls.iter().any(|url| url.starts_with("https://")) {
-        return Ok(None);
-    }
-    let loaded = match &pool.tls {
-        Some(own) => TlsClient::reload(&format!("pools[{index}].tls"), own, previous),
-        None => TlsClient::reload("upstream.tls", &config.upstream.tls, previous),
-    };
-    loaded.map(Some).map_err(RouteError::Tls)
+/// The router's finish hooks: each `None` when no pool needs it.
+#[derive(Debug)]
+struct Hooks {
+    /// Counts what the handoffs did.
+    handoff: Option<Arc<HandoffHook>>,
+    /// Teaches the latency models.
+    slo: Option<Arc<SloHook>>,
 }
 
 impl Router {
@@ -137,141 +93,77 @@ impl Router {
         previous: Option<&Router>,
     ) -> Result<Self, RouteError> {
         series::describe(&metrics);
+        let settings = Settings::of(config);
         let effective = config.effective_pools();
-        let before = |name: &str| {
-            previous.and_then(|p| {
-                let index = p.pools.iter().position(|pool| &*pool.name == name)?;
-                Some((index, p))
-            })
-        };
+        let names: Vec<&str> = effective.iter().map(|pool| pool.name.as_str()).collect();
+        let same_blocks = previous.is_some_and(|p| {
+            p.settings.prefix_block_bytes == settings.prefix_block_bytes
+                && p.settings.prefix_key_blocks == settings.prefix_key_blocks
+        });
         let pools = effective
             .iter()
             .enumerate()
             .map(|(index, pool)| {
-                let old = before(&pool.name).map(|(i, p)| &p.pools[i]);
-                let tls = pool_tls(config, index, pool, old.and_then(|p| p.tls.as_ref()))?;
-                Pool::reconfigured(
-                    pool,
-                    Some(Arc::clone(&metrics)),
-                    tls.as_ref(),
-                    old.map(|p| &**p),
-                )
-                .map(Arc::new)
-                .map_err(|source| RouteError::Target {
-                    pool: pool.name.clone(),
-                    source,
-                })
+                let before = previous
+                    .and_then(|p| p.pools.iter().find(|old| *old.name == *pool.name))
+                    .map(|old| &**old);
+                let recipe = Recipe {
+                    index,
+                    config: pool,
+                    whole: config,
+                    names: &names,
+                    metrics: &metrics,
+                    same_blocks,
+                };
+                Pool::build(&recipe, before).map(Arc::new)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let same_blocks = previous.is_some_and(|p| {
-            p.prefix_block_bytes == config.routing.prefix_block_bytes
-                && p.prefix_key_blocks == config.routing.prefix_key_blocks
-        });
-        let affinities: Vec<Option<Arc<PoolAffinity>>> = effective
-            .iter()
-            .map(|pool| {
-                let kept = before(&pool.name).and_then(|(i, p)| {
-                    let old = p.affinities[i].as_ref()?;
-                    (same_blocks && old.settings_match(pool)).then(|| Arc::clone(old))
-                });
-                kept.or_else(|| PoolAffinity::new(pool, Some(&metrics)).map(Arc::new))
-            })
-            .collect();
-        let names: Vec<&str> = pools.iter().map(|p| &*p.name).collect();
         let rules = Rules::new(&config.rules, &names)?;
-        let handoffs = effective
-            .iter()
-            .map(|pool| {
-                let Some(handoff) = &pool.handoff else {
-                    return Ok(None);
-                };
-                PoolHandoff::new(handoff, &names)
-                    .map(|compiled| Some(Arc::new(compiled)))
-                    .ok_or_else(|| RouteError::HandoffPool {
-                        pool: pool.name.clone(),
-                        prefill: handoff.prefill_pool.clone(),
-                    })
-            })
-            .collect::<Result<Vec<_>, RouteError>>()?;
-        let slo: Vec<Option<Arc<PoolSlo>>> = effective
-            .iter()
-            .enumerate()
-            .map(|(index, pool)| {
-                (pool.balance == BalanceLoad::Slo)
-                    .then(|| Arc::new(PoolSlo::new(index, &pool.name, config, Some(&metrics))))
-            })
-            .collect();
-        let gates = effective
-            .iter()
-            .zip(&slo)
-            .enumerate()
-            .map(|(index, (pool, placement))| {
-                let (Some(queue), Some(placement)) = (&pool.queue, placement) else {
-                    return None;
-                };
-                Some(Arc::new(Gate::new(
-                    Arc::clone(&pools[index]),
-                    Arc::clone(placement),
-                    affinities[index].clone(),
-                    queue.clone(),
-                    Some(&metrics),
-                )))
-            })
-            .collect();
-        let slo_hook = slo
-            .iter()
-            .any(Option::is_some)
-            .then(|| Arc::new(SloHook::new(pools.clone(), slo.clone())));
-        let handoff_hook = handoffs
-            .iter()
-            .any(Option::is_some)
-            .then(|| Arc::new(HandoffHook::new(Arc::clone(&metrics), config)));
-        let routing = &config.routing;
-        let priors: Vec<(Arc<str>, f64)> = routing
-            .model_tokens_per_byte
-            .iter()
-            .map(|(model, ratio)| (metrics.model_label(Some(model)), *ratio))
-            .collect();
-        let calibration = (
-            routing.prior_tokens_per_byte,
-            routing.calibration_window,
-            routing.model_tokens_per_byte.clone(),
-        );
-        let calibrator = match previous.filter(|p| p.calibration == calibration) {
+        let placing = pools.iter().any(|pool| pool.placement.is_some());
+        let hooks = Hooks {
+            handoff: pools
+                .iter()
+                .any(|pool| pool.handoff.is_some())
+                .then(|| Arc::new(HandoffHook::new(Arc::clone(&metrics), config))),
+            slo: placing.then(|| {
+                Arc::new(SloHook::new(
+                    pools.iter().map(|pool| Arc::clone(&pool.members)).collect(),
+                    pools
+                        .iter()
+                        .map(|pool| pool.placement.as_ref().map(|p| Arc::clone(&p.slo)))
+                        .collect(),
+                ))
+            }),
+        };
+        let calibrator = match previous.filter(|p| p.settings.calibration == settings.calibration) {
             Some(p) => Arc::clone(&p.calibrator),
-            None => Arc::new(
-                Calibrator::new(
-                    routing.prior_tokens_per_byte,
-                    routing.calibration_window,
-                    Some(Arc::clone(&metrics)),
+            None => {
+                let routing = &config.routing;
+                let priors: Vec<(Arc<str>, f64)> = routing
+                    .model_tokens_per_byte
+                    .iter()
+                    .map(|(model, ratio)| (metrics.model_label(Some(model)), *ratio))
+                    .collect();
+                Arc::new(
+                    Calibrator::new(
+                        routing.prior_tokens_per_byte,
+                        routing.calibration_window,
+                        Some(Arc::clone(&metrics)),
+                    )
+                    .with_priors(priors),
                 )
-                .with_priors(priors),
-            ),
+            }
         };
         let client = previous.map_or_else(OnceLock::new, |p| p.client.clone());
         let slot_tables = previous.map_or_else(Arc::default, |p| Arc::clone(&p.slot_tables));
         Ok(Self {
             pools,
-            affinities,
-            handoffs,
-            handoff_hook,
-            slo,
-            gates,
-            slo_hook,
-            slot_tables,
             rules,
             calibrator,
-            calibration,
+            settings,
+            hooks,
+            slot_tables,
             metrics,
-            policy: EjectPolicy::from_config(routing),
-            retries: routing.retries,
-            fallback: routing.fallback,
-            dns_refresh: routing.dns_refresh,
-            probe_timeout: config.upstream.connect_timeout + Duration::from_secs(1),
-            tokenize: routing.tokenize,
-            tokenize_timeout: routing.tokenize_timeout,
-            prefix_block_bytes: routing.prefix_block_bytes,
-            prefix_key_blocks: routing.prefix_key_blocks,
             client,
         })
     }
@@ -292,14 +184,22 @@ impl Router {
         &self.calibrator
     }
 
-    /// Whether a pool hands its prefills off to another (then the stack has a handoff layer).
+    /// Whether a pool hands its prefills off to another (then the stack has a handoff phase).
     pub fn hands_off(&self) -> bool {
-        self.handoff_hook.is_some()
+        self.hooks.handoff.is_some()
+    }
+
+    /// Starts the background tasks of the pools' members (DNS, active health checks, scrapes);
+    /// the server aborts them at shutdown or replaces them at a reload.
+    pub fn spawn_probes(&self, client: &UpstreamClient) -> Vec<JoinHandle<()>> {
+        let members = self.pools.iter().map(|pool| &pool.members);
+        probe::spawn(members, &self.settings, client)
     }
 
     /// The finish hook that counts the handoffs; `None` when no pool hands off.
     pub fn handoff_hook(&self) -> Option<Arc<dyn crate::context::FinishHook>> {
-        self.handoff_hook
+        self.hooks
+            .handoff
             .as_ref()
             .map(|hook| Arc::clone(hook) as Arc<dyn crate::context::FinishHook>)
     }
@@ -307,7 +207,8 @@ impl Router {
     /// The finish hook that teaches the latency models; `None` when no pool has
     /// `balance = "slo"`.
     pub fn slo_hook(&self) -> Option<Arc<dyn crate::context::FinishHook>> {
-        self.slo_hook
+        self.hooks
+            .slo
             .as_ref()
             .map(|hook| Arc::clone(hook) as Arc<dyn crate::context::FinishHook>)
     }
@@ -329,20 +230,20 @@ impl Router {
         let mut rng = rand::thread_rng();
         let mut reason = "rule";
         for (i, &index) in plan.pools.iter().enumerate() {
-            if i > 0 && reason == "fallback" && !self.fallback {
+            if i > 0 && reason == "fallback" && !self.settings.fallback {
                 break;
             }
             let pool = &self.pools[index];
             let spill = i == 0
                 && plan.pools.len() > 1
-                && plan
-                    .spill_queue_tokens
-                    .is_some_and(|limit| pool.shortest_queue(now).is_some_and(|q| q > limit));
+                && plan.spill_queue_tokens.is_some_and(|limit| {
+                    pool.members.shortest_queue(now).is_some_and(|q| q > limit)
+                });
             if spill {
                 reason = "spill";
                 continue;
             }
-            if let Some(chosen) = self.choose_in(index, keys, demand, tried, now, &mut rng) {
+            if let Some(chosen) = pool.choose(keys, demand, tried, now, &mut rng) {
                 return Some(Pick {
                     pool: index,
                     backend: chosen.backend,
@@ -355,7 +256,8 @@ impl Router {
             reason = "fallback";
         }
         let first = *plan.pools.first()?;
-        balance::choose_ignoring_health(&self.pools[first], tried, &mut rng).map(|backend| Pick {
+        let members = &self.pools[first].members;
+        balance::choose_ignoring_health(members, tried, &mut rng).map(|backend| Pick {
             pool: first,
             backend,
             reason: "panic",
@@ -365,140 +267,10 @@ impl Router {
         })
     }
 
-    /// A backend of `pool`: affinity's preference within its load bound, else balancing; and,
-    /// in a prefix-affinity pool, the prompt bytes the chosen backend was known to hold before
-    /// this request (read before the request is remembered as its own).
-    fn choose_in(
-        &self,
-        index: usize,
-        keys: &AffinityKeys,
-        demand: Demand,
-        tried: &[Arc<Backend>],
-        now: Instant,
-        rng: &mut impl rand::Rng,
-    ) -> Option<Chosen> {
-        let pool = &self.pools[index];
-        if let Some(slo) = &self.slo[index] {
-            return self.place(index, slo, keys, demand, tried, now, rng);
-        }
-        let Some(affinity) = &self.affinities[index] else {
-            return balance::choose(pool, now, tried, rng).map(|backend| Chosen {
-                backend,
-                cached_bytes: None,
-                affinity: None,
-                prediction: None,
-            });
-        };
-        let backends = pool.backends();
-        let (preferred, decision) = affinity.prefer(&backends, keys, |b| {
-            b.available(now) && !tried.iter().any(|t| Arc::ptr_eq(t, b))
-        });
-        let chosen = preferred.or_else(|| balance::choose(pool, now, tried, rng))?;
-        // Only a handoff weighs it: other pools do not walk the index twice per request.
-        let cached_bytes = self.handoffs[index]
-            .is_some()
-            .then(|| affinity.cached_bytes(keys, &chosen))
-            .flatten();
-        affinity.remember(keys, &chosen);
-        if let (Some(decision), true) = (decision, tried.is_empty()) {
-            affinity.count(decision);
-        }
-        Some(Chosen {
-            backend: chosen,
-            cached_bytes,
-            affinity: decision.map(Decision::as_str),
-            prediction: None,
-        })
-    }
-
-    /// A backend of `balance = "slo"` pool `index` by predicted latency ([`slo::choose`]); with
-    /// prefix affinity, the prompt tokens each backend's cache holds shorten its prediction, and
-    /// the decision is a `hit` when the chosen backend held some.
-    #[allow(clippy::too_many_arguments)]
-    fn place(
-        &self,
-        index: usize,
-        slo: &PoolSlo,
-        keys: &AffinityKeys,
-        demand: Demand,
-        tried: &[Arc<Backend>],
-        now: Instant,
-        rng: &mut impl rand::Rng,
-    ) -> Option<Chosen> {
-        let affinity = self.affinities[index].as_ref();
-        let runs = affinity.and_then(|affinity| affinity.cached_runs(keys));
-        let cached_tokens = |backend: &Backend| {
-            runs.as_ref().map_or(0, |runs| {
-                runs.tokens_of(backend.owner(), demand.prompt_tokens)
-            })
-        };
-        let placed = slo::choose(
-            &self.pools[index],
-            slo,
-            demand,
-            now,
-            tried,
-            cached_tokens,
-            rng,
-        )?;
-        Some(self.adopt(index, slo, keys, placed, tried.is_empty()))
-    }
-
-    /// Takes `placed` as pool `index`'s choice: marks the backend stalling when the request's
-    /// prefill will stall it (in a pool without a prefill pool), counts the decision (on a
-    /// request's first attempt only), and tells the pool's affinity the backend now holds the
-    /// prompt.
-    fn adopt(
-        &self,
-        index: usize,
-        slo: &PoolSlo,
-        keys: &AffinityKeys,
-        placed: Placed,
-        first: bool,
-    ) -> Chosen {
-        let affinity = self.affinities[index].as_ref();
-        // Only a handoff weighs the cached bytes, as in other pools.
-        let cached_bytes = self.handoffs[index]
-            .is_some()
-            .then(|| affinity?.cached_bytes(keys, &placed.backend))
-            .flatten()
-            .filter(|&bytes| bytes > 0);
-        // A pool that hands prefills off marks a stall once its handoff keeps the prefill on the
-        // backend (`handoff::predicted`): most of those prefills run elsewhere.
-        if let (Some(until), None) = (placed.stalls_until, &self.handoffs[index]) {
-            placed.backend.stall_until(until);
-        }
-        if first {
-            slo.decided(if placed.met {
-                SloDecision::Met
-            } else {
-                SloDecision::Missed
-            });
-        }
-        let decision = affinity.map(|affinity| {
-            affinity.remember(keys, &placed.backend);
-            let decision = if placed.prediction.cached_tokens > 0 {
-                Decision::Hit
-            } else {
-                Decision::Miss
-            };
-            if first && keys.generation {
-                affinity.count(decision);
-            }
-            decision
-        });
-        Chosen {
-            backend: placed.backend,
-            cached_bytes,
-            affinity: decision.map(Decision::as_str),
-            prediction: Some(placed.prediction),
-        }
-    }
-
-    /// The gateway queue of the plan's first pool, when it has one: a request waits there for a
-    /// backend predicted to meet its targets (see [`slo::gate`]).
-    pub(crate) fn gate(&self, plan: &RoutePlan) -> Option<&Arc<Gate>> {
-        self.gates[*plan.pools.first()?].as_ref()
+    /// The pool of the plan's first choice, when it has a gateway queue: a request waits there
+    /// for a backend predicted to meet its targets (see [`super::placement::gate`]).
+    pub(crate) fn gate(&self, plan: &RoutePlan) -> Option<&Arc<super::placement::gate::Gate>> {
+        self.pools.get(*plan.pools.first()?)?.gate()
     }
 
     /// The pick of a request its pool's gate placed, counted as [`Router::pick`] counts one.
@@ -508,8 +280,7 @@ impl Router {
         placed: Placed,
         pool: usize,
     ) -> Option<Pick> {
-        let slo = self.slo[pool].as_ref()?;
-        let chosen = self.adopt(pool, slo, keys, placed, true);
+        let chosen = self.pools.get(pool)?.admitted(keys, placed)?;
         Some(Pick {
             pool,
             backend: chosen.backend,
@@ -542,7 +313,7 @@ impl Router {
             ..AffinityKeys::default()
         };
         for &index in pools {
-            match self.affinities[index].as_ref().map(|a| &a.mode) {
+            match self.pools[index].affinity.as_ref().map(|a| &a.mode) {
                 Some(Affinity::Prefix) if keys.prefix.is_none() => {
                     // Named from where the meter's one walk located the prompt members.
                     keys.prefix = context.generation.as_ref().and_then(|generation| {
@@ -550,8 +321,8 @@ impl Router {
                             &generation.body,
                             generation.read.as_ref()?.prompt_spans.as_ref()?,
                             context.model.as_deref(),
-                            self.prefix_block_bytes,
-                            self.prefix_key_blocks,
+                            self.settings.prefix_block_bytes,
+                            self.settings.prefix_key_blocks,
                         )
                     });
                 }
@@ -573,15 +344,15 @@ impl Router {
     /// Reports a failure to the backend's health; a run of answer failures has its health
     /// endpoint checked (see [`probe::confirm`]).
     pub(crate) fn report(&self, pool: usize, backend: &Arc<Backend>, fault: Fault) {
-        let verdict = backend.on_failure(Instant::now(), &self.policy, fault);
+        let verdict = backend.on_failure(Instant::now(), &self.settings.policy, fault);
         if verdict == Verdict::Confirm {
             if let Some(client) = self.client.get() {
                 probe::confirm(
                     client,
                     backend,
-                    &self.pools[pool].health_path,
-                    self.policy,
-                    self.probe_timeout,
+                    &self.pools[pool].members.health_path,
+                    self.settings.policy,
+                    self.settings.probe_timeout,
                 );
             }
         }

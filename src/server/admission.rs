@@ -1,6 +1,9 @@
 //! Admission limits on the traffic port: open connections and requests in flight; and the loop
 //! guard, which refuses a request that has come back to this tokenmeter.
 //!
+//! Long on purpose: the two limits and the loop guard share one future and one body wrapper (a
+//! stream's permit must outlive its response body).
+//!
 //! A sidecar must never be the reason a pod falls over, so past a limit it answers at once — 503
 //! with `retry-after` and an OpenAI-style JSON error (SDKs retry on exactly that) — instead of
 //! queueing without bound. Both limits are semaphores whose permits live as long as what they
@@ -302,7 +305,7 @@ pub struct Admission<S> {
 impl<S, B> Service<Request<B>> for Admission<S>
 where
     S: Service<Request<B>, Response = Response<ResponseBody>, Error = Infallible>,
-    S::Future: Send + 'static,
+    S::Future: Unpin,
 {
     type Response = Response<Admitted<ResponseBody>>;
     type Error = Infallible;
@@ -325,7 +328,7 @@ where
         }
         match self.limits.try_stream() {
             Some(permit) => AdmissionFuture::Admitted {
-                inner: Box::pin(self.inner.call(req)),
+                inner: self.inner.call(req),
                 permit: Some(permit),
             },
             None => {
@@ -343,7 +346,8 @@ where
 /// of its own (a loop's 508), taken once.
 pub enum AdmissionFuture<F> {
     Admitted {
-        inner: Pin<Box<F>>,
+        /// The meter's future, boxed there (the request's one box): `Unpin`.
+        inner: F,
         permit: Option<OwnedSemaphorePermit>,
     },
     Rejected,
@@ -352,15 +356,15 @@ pub enum AdmissionFuture<F> {
 
 impl<F> Future for AdmissionFuture<F>
 where
-    F: Future<Output = Result<Response<ResponseBody>, Infallible>>,
+    F: Future<Output = Result<Response<ResponseBody>, Infallible>> + Unpin,
 {
     type Output = Result<Response<Admitted<ResponseBody>>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // Every field is Unpin (the inner future is boxed).
+        // Every field is Unpin (the inner future is, by its bound).
         match self.get_mut() {
             AdmissionFuture::Admitted { inner, permit } => {
-                let Ok(response) = std::task::ready!(inner.as_mut().poll(cx));
+                let Ok(response) = std::task::ready!(Pin::new(inner).poll(cx));
                 let permit = permit.take();
                 Poll::Ready(Ok(response.map(|body| Admitted {
                     inner: body,

@@ -18,7 +18,7 @@ use arc_swap::ArcSwap;
 use http::Request;
 use hyper::body::Incoming;
 use tokio::time::Instant;
-use tower::util::{Either, Oneshot};
+use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
 use super::admission::{Admission, AdmissionLayer, Limits};
@@ -30,9 +30,10 @@ use crate::meter::layer::{Meter, MeterLayer};
 use crate::meter::series::MeterSeries;
 use crate::proxy::client::UpstreamClient;
 use crate::proxy::headers;
+use crate::proxy::phase::Then;
 use crate::proxy::Forward;
-use crate::route::{Dispatch, DispatchLayer, Handoff, HandoffLayer, Plan, PlanLayer, Router};
-use crate::tenant::budget::layer::{Budget, BudgetLayer};
+use crate::route::{Dispatch, Handoff, Plan, Router};
+use crate::tenant::budget::layer::Budget;
 use crate::tenant::budget::series::BudgetSeries;
 use crate::tenant::budget::settle::BudgetHook;
 use crate::tenant::budget::{Budgets, Store};
@@ -44,11 +45,12 @@ use crate::trace::export::Exporter;
 use crate::trace::series::PhaseSeries;
 use crate::trace::{TraceHook, Tracing};
 
-/// The stack below the plan (and the budget phase, when on).
-type Dispatched = Dispatch<Either<Handoff<Forward>, Forward>>;
+/// The phases below the meter, each a [`Phase`](crate::proxy::phase::Phase) (the budget and the
+/// handoff only when configured).
+type Phases = Then<Plan, Then<Option<Budget>, Then<Dispatch, Then<Option<Handoff>, Forward>>>>;
 
 /// One revision's tower stack.
-pub type Stack = Admission<Meter<Plan<Either<Budget<Dispatched>, Dispatched>>>>;
+pub type Stack = Admission<Meter<Phases>>;
 
 /// One revision of the request stack: the layers, the hooks that end its requests, and its
 /// tracing (`None`: off).
@@ -95,22 +97,25 @@ pub fn build(
         budgets: (store, budget_series),
     } = shared;
     let budgets = Budgets::new(&config.tenants.budgets, store, budget_series).map(Arc::new);
+    let below = Then::new(
+        Plan::new(Arc::clone(router)),
+        Then::new(
+            budgets
+                .as_ref()
+                .map(|budgets| Budget::new(Arc::clone(budgets))),
+            Then::new(
+                Dispatch::new(Arc::clone(router)),
+                Then::new(
+                    router.hands_off().then(|| Handoff::new(Arc::clone(router))),
+                    Forward::new(client, &config.upstream),
+                ),
+            ),
+        ),
+    );
     let stack = tower::ServiceBuilder::new()
         .layer(AdmissionLayer::new(Arc::clone(limits)))
         .layer(MeterLayer::new(config, Arc::clone(meter)))
-        .layer(PlanLayer::new(Arc::clone(router)))
-        .option_layer(
-            budgets
-                .as_ref()
-                .map(|budgets| BudgetLayer::new(Arc::clone(budgets))),
-        )
-        .layer(DispatchLayer::new(Arc::clone(router)))
-        .option_layer(
-            router
-                .hands_off()
-                .then(|| HandoffLayer::new(Arc::clone(router))),
-        )
-        .service(Forward::new(client, &config.upstream));
+        .service(below);
     let slo = config.slo.defaults();
     let metered: Arc<dyn FinishHook> = Arc::new(MeterHook::new(Arc::clone(meter), slo));
     let calibration: Arc<dyn FinishHook> = router.calibrator().clone();

@@ -37,7 +37,7 @@ use crate::context::FinishHook;
 use crate::meter::series::MeterSeries;
 use crate::metrics::{Metrics, MetricsError};
 use crate::proxy::client::{self, UpstreamClient};
-use crate::route::{self, RouteError, Router};
+use crate::route::{RouteError, Router};
 use crate::tenant::budget::series::BudgetSeries;
 use crate::tenant::budget::{Store, StoreError};
 use crate::tenant::keys::KeysError;
@@ -335,7 +335,7 @@ impl Server {
             &self.hooks,
         ));
         probes.iter().for_each(JoinHandle::abort);
-        *probes = route::probe::spawn(&router, &client);
+        *probes = router.spawn_probes(&client);
         self.router = router;
         self.config = new;
         Ok(Applied { restart_required })
@@ -350,7 +350,7 @@ impl Server {
     ) {
         let client = client::build(&self.config.upstream).naming(self.limits.instance().clone());
         self.router.connect(&client);
-        let mut probes = route::probe::spawn(&self.router, &client);
+        let mut probes = self.router.spawn_probes(&client);
         self.exporter = self.exporter_for(&self.config).unwrap_or_else(|err| {
             tracing::error!(error = %err, "tracing: the exporter did not start; serving without spans");
             None

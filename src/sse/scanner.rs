@@ -1,5 +1,8 @@
 //! The incremental scanner: bytes in, [`Event`]s out, frames never modified or retained.
 //!
+//! Long on purpose: one state machine over raw bytes (the WHATWG rules, on the per-chunk path);
+//! split, each of its states would be read in another file.
+//!
 //! It implements the WHATWG event-stream interpretation (REFERENCE.md §5) on raw bytes: one
 //! leading BOM stripped, lines ended by CRLF, LF or a lone CR, `:` comments, `data` lines joined
 //! with `\n`, `event` naming the event, a blank line dispatching it, and an event whose data

@@ -1,6 +1,9 @@
 //! A finished request's spans, built once at its finish from the context (see
 //! [`crate::context::trace`] for which spans there are).
 //!
+//! Long on purpose: every span of a finished request is built from the same context in one pass,
+//! and the GenAI attribute names are one table to check against the conventions.
+//!
 //! Names and attributes follow the OpenTelemetry GenAI semantic conventions (REFERENCE §11):
 //! the server span is `{gen_ai.operation.name} {gen_ai.request.model}` (`chat llama-3-8b`) with
 //! `gen_ai.*` request and usage attributes and `server.address` / `server.port` of the backend

@@ -281,7 +281,7 @@ fn a_backend_that_leaves_the_pool_leaves_the_index() {
     let addrs: Vec<SocketAddr> = (0..BACKENDS)
         .map(|i| SocketAddr::from(([10, 0, 0, 1 + i as u8], 8000)))
         .collect();
-    pool.set_resolved(&addrs);
+    pool.members.set_resolved(&addrs);
     let none = http::HeaderMap::new();
     let mut homes = Vec::new();
     for id in 0..30 {
@@ -298,7 +298,7 @@ fn a_backend_that_leaves_the_pool_leaves_the_index() {
         .filter(|a| a.to_string() != gone)
         .copied()
         .collect();
-    pool.set_resolved(&left);
+    pool.members.set_resolved(&left);
     for (id, before) in homes.iter().enumerate() {
         let now = route(&router, &turn(id, 0, 2), &none)
             .target
@@ -397,7 +397,7 @@ fn requests_that_are_not_generations_are_balanced_and_not_counted() {
 
 #[test]
 fn rendezvous_moves_only_what_the_leaver_held() {
-    let pool = crate::route::pools::Pool::new(&config("prefix", |_| {}).pools[0], None, None)
+    let pool = crate::route::members::Members::new(&config("prefix", |_| {}).pools[0], None, None)
         .expect("a pool");
     let backends = pool.backends();
     let all: Vec<&Arc<Backend>> = backends.iter().collect();

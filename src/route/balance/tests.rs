@@ -6,7 +6,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::time::Duration;
 
-fn pool(n: usize, balance: BalanceLoad) -> Pool {
+fn pool(n: usize, balance: BalanceLoad) -> Members {
     let config = PoolConfig {
         name: "p".to_owned(),
         urls: (0..n)
@@ -15,7 +15,7 @@ fn pool(n: usize, balance: BalanceLoad) -> Pool {
         balance,
         ..PoolConfig::default()
     };
-    Pool::new(&config, None, None).expect("valid pool")
+    Members::new(&config, None, None).expect("valid pool")
 }
 
 fn policy() -> EjectPolicy {

@@ -1,4 +1,4 @@
-//! The handoff: prefill/decode disaggregation, as a tower service between the dispatch and
+//! The handoff: prefill/decode disaggregation, as the phase between the dispatch and
 //! forwarding (`admission -> meter -> plan -> dispatch -> handoff -> forward`).
 //!
 //! A prefill on the replica that is decoding other streams stalls every one of them for as long
@@ -26,19 +26,10 @@
 //! (whose connection closes: vLLM aborts it). What happened is the context's
 //! [`HandoffRecord`], counted at the finish point ([`finish`]). A request retried on another
 //! decode backend (a connection that failed before any byte) goes through the handoff again.
-use std::future::Future;
 use std::path::PathBuf;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Request, Response};
-use tower::{Layer, Service};
-
-use super::Router;
 use crate::config::{HandoffConfig, HandoffProtocol};
-use crate::proxy::{Failure, RequestBody, UpstreamBody};
 
 pub mod finish;
 pub mod llamacpp;
@@ -51,6 +42,8 @@ mod serve;
 pub mod slots;
 pub mod splice;
 pub mod vllm;
+
+pub use serve::Handoff;
 
 /// A decode pool's compiled `[pools.handoff]`.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,60 +73,5 @@ impl PoolHandoff {
             slot_dir: config.slot_dir.clone(),
             slot_wait: config.slot_wait,
         })
-    }
-}
-
-/// Configures [`Handoff`].
-#[derive(Debug, Clone)]
-pub struct HandoffLayer {
-    router: Arc<Router>,
-}
-
-impl HandoffLayer {
-    pub fn new(router: Arc<Router>) -> Self {
-        Self { router }
-    }
-}
-
-impl<S> Layer<S> for HandoffLayer {
-    type Service = Handoff<S>;
-
-    fn layer(&self, inner: S) -> Handoff<S> {
-        Handoff {
-            inner,
-            router: Arc::clone(&self.router),
-        }
-    }
-}
-
-/// Runs the prefill of a handoff pool's request where the policy says, then forwards it.
-#[derive(Debug, Clone)]
-pub struct Handoff<S> {
-    inner: S,
-    router: Arc<Router>,
-}
-
-impl<S> Service<Request<RequestBody>> for Handoff<S>
-where
-    S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-{
-    type Response = Response<UpstreamBody>;
-    type Error = Failure;
-    // One allocation per request: the prefill phase is awaited inside.
-    type Future = Pin<Box<dyn Future<Output = Result<Response<UpstreamBody>, Failure>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Failure>> {
-        // The inner service's readiness is awaited per request inside the future.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: Request<RequestBody>) -> Self::Future {
-        let inner = self.inner.clone();
-        let router = Arc::clone(&self.router);
-        Box::pin(router.handoff(inner, req))
     }
 }

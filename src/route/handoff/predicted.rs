@@ -7,7 +7,7 @@
 //! pool is the best available prefill backend's predicted prefill (its latency model learns from
 //! the prefills it served, [`Router::prefilled`]), then what the pool's handoffs measured from a
 //! prefill's answer to the first token (the transfer and the decode replica's first step,
-//! [`crate::route::slo::PoolSlo::handoff_overhead`]); before any was measured, the decode
+//! [`crate::route::placement::PoolSlo::handoff_overhead`]); before any was measured, the decode
 //! backend's predicted first token for a prompt it need not compute.
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,14 +15,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::policy::{self, Choice, Forecast};
+use super::Handoff;
 use super::PoolHandoff;
 use crate::context::RequestContext;
+use crate::route::backend::predict::{self, Ask, Load};
 use crate::route::backend::Backend;
-use crate::route::predict::{self, Ask, Load};
-use crate::route::slo::{for_prompt, STALL_LINGER, STALL_TARGETS};
-use crate::route::Router;
+use crate::route::placement::{for_prompt, stalling_until, stalls};
 
-impl Router {
+impl Handoff {
     /// Where the request of `context` (its estimated `prompt_tokens`) prefills, by
     /// [`policy::decide_predicted`], when its decode pool places by `balance = "slo"`; `None`
     /// otherwise. A prefill kept where it decodes that stalls the streams there marks the decode
@@ -37,7 +37,7 @@ impl Router {
         let (forecast, decode) = self.predict_handoff(handoff, context, prompt_tokens)?;
         let choice = policy::decide_predicted(forecast);
         if matches!(choice, Choice::Local(_)) && forecast.local_stalls {
-            let until = Instant::now() + forecast.local.saturating_add(STALL_LINGER);
+            let until = stalling_until(Instant::now(), forecast.local);
             decode.stall_until(until);
         }
         Some(choice)
@@ -51,7 +51,13 @@ impl Router {
         prompt_tokens: u64,
     ) -> Option<(Forecast, Arc<Backend>)> {
         let prediction = context.prediction?;
-        let slo = self.slo.get(prediction.pool)?.as_ref()?;
+        let slo = &self
+            .router
+            .pools
+            .get(prediction.pool)?
+            .placement
+            .as_ref()?
+            .slo;
         let decode = self.backend_of(context.pool.as_deref()?, &context.backend.as_ref()?.label)?;
         let now = Instant::now();
         let own = Ask {
@@ -82,8 +88,7 @@ impl Router {
         let forecast = Forecast {
             local: prediction.ttft.saturating_sub(since_dispatch),
             remote_times_out: prefill.is_some_and(|prefill| prefill > handoff.prefill_timeout),
-            local_stalls: prediction.streams > 0
-                && here.stall > targets.tpot.mul_f64(STALL_TARGETS),
+            local_stalls: prediction.streams > 0 && stalls(here.stall, targets.tpot),
             remote,
             budget: targets
                 .ttft
@@ -100,7 +105,8 @@ impl Router {
             prompt_tokens,
             cached_tokens: 0,
         };
-        self.pools
+        self.router
+            .pools
             .get(index)?
             .backends()
             .iter()
@@ -120,10 +126,17 @@ impl Router {
         prompt_tokens: u64,
         took: Duration,
     ) {
-        let Some(slo) = context
-            .prediction
-            .and_then(|prediction| self.slo.get(prediction.pool)?.clone())
-        else {
+        let Some(slo) = context.prediction.and_then(|prediction| {
+            Some(Arc::clone(
+                &self
+                    .router
+                    .pools
+                    .get(prediction.pool)?
+                    .placement
+                    .as_ref()?
+                    .slo,
+            ))
+        }) else {
             return;
         };
         let ask = Ask {

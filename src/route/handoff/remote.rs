@@ -10,25 +10,25 @@ use tokio::time::Instant;
 use super::llamacpp::{self, TransferFile};
 use super::prefill::{self, PrefillError};
 use super::slots::{Placement, SlotGuard, SlotTable};
+use super::Handoff;
 use super::{vllm, PoolHandoff};
 use crate::context::trace::TraceState;
 use crate::context::{HandoffResult, RequestContext, RoutePlan};
 use crate::proxy::RequestBody;
 use crate::route::backend::{Backend, LoadGuard};
 use crate::route::health::Fault;
-use crate::route::slo::Demand;
-use crate::route::Router;
+use crate::route::placement::Demand;
 
-impl Router {
+impl Handoff {
     /// The handoff of the pool named `name`, when it has one.
     pub(super) fn handoff_of(&self, name: &str) -> Option<Arc<PoolHandoff>> {
-        let index = self.pools.iter().position(|pool| &*pool.name == name)?;
-        self.handoffs.get(index)?.clone()
+        let pool = self.router.pools.iter().find(|pool| &*pool.name == name)?;
+        pool.handoff.clone()
     }
 
     /// The backend of pool `pool` labelled `label`.
     pub(super) fn backend_of(&self, pool: &str, label: &str) -> Option<Arc<Backend>> {
-        let pool = self.pools.iter().find(|p| &*p.name == pool)?;
+        let pool = self.router.pools.iter().find(|p| &*p.name == pool)?;
         let backends = pool.backends();
         backends
             .iter()
@@ -38,12 +38,13 @@ impl Router {
 
     /// The slot table of a llama.cpp server, its size learned from `GET /props` the first time.
     pub(super) async fn slot_table(&self, backend: &Arc<Backend>) -> Option<Arc<SlotTable>> {
-        if let Some(table) = self.slot_tables.get(&backend.target.label) {
+        if let Some(table) = self.router.slot_tables.get(&backend.target.label) {
             return Some(table);
         }
-        let client = self.client.get()?;
-        let slots = llamacpp::total_slots(client, backend, self.probe_timeout).await?;
-        Some(self.slot_tables.of(&backend.target.label, slots))
+        let client = self.router.client.get()?;
+        let slots =
+            llamacpp::total_slots(client, backend, self.router.settings.probe_timeout).await?;
+        Some(self.router.slot_tables.of(&backend.target.label, slots))
     }
 
     /// The request's conversation key (its prompt's prefix name), when its pool names prompts.
@@ -52,7 +53,8 @@ impl Router {
         context: &RequestContext,
         headers: &HeaderMap,
     ) -> Option<u64> {
-        self.affinity_keys(context, headers)
+        self.router
+            .affinity_keys(context, headers)
             .prefix
             .map(|prefix| prefix.key)
     }
@@ -69,9 +71,10 @@ impl Router {
             pools: vec![handoff.prefill],
             spill_queue_tokens: None,
         };
-        let keys = self.affinity_keys_in(context, headers, &plan.pools);
+        let keys = self.router.affinity_keys_in(context, headers, &plan.pools);
         let now = Instant::now();
         let pick = self
+            .router
             .pick(&plan, &keys, Demand::of(context, now), &[], now)
             .filter(|pick| pick.reason != "panic")
             .ok_or(HandoffResult::PrefillUnavailable)?;
@@ -97,7 +100,11 @@ impl Router {
             .tracing
             .as_deref_mut()
             .and_then(TraceState::start_prefill);
-        let client = self.client.get().ok_or(HandoffResult::PrefillUnavailable)?;
+        let client = self
+            .router
+            .client
+            .get()
+            .ok_or(HandoffResult::PrefillUnavailable)?;
         let path = req.uri().path_and_query().map_or("/", |path| path.as_str());
         let before = backend.load(Instant::now());
         let started = Instant::now();
@@ -114,7 +121,7 @@ impl Router {
         .await;
         drop(load);
         let failed = |fault: Fault, result: HandoffResult| {
-            self.report(handoff.prefill, backend, fault);
+            self.router.report(handoff.prefill, backend, fault);
             Err(result)
         };
         match sent {
@@ -164,7 +171,11 @@ impl Router {
         body: &Bytes,
         uncached: u64,
     ) -> Result<TransferFile, HandoffResult> {
-        let client = self.client.get().ok_or(HandoffResult::PrefillUnavailable)?;
+        let client = self
+            .router
+            .client
+            .get()
+            .ok_or(HandoffResult::PrefillUnavailable)?;
         let dir = handoff
             .slot_dir
             .as_deref()
@@ -216,7 +227,11 @@ impl Router {
         slot: &SlotGuard,
         file: &TransferFile,
     ) -> Result<(), HandoffResult> {
-        let client = self.client.get().ok_or(HandoffResult::TransferFailed)?;
+        let client = self
+            .router
+            .client
+            .get()
+            .ok_or(HandoffResult::TransferFailed)?;
         llamacpp::slot_action(
             client,
             decode,

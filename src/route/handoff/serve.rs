@@ -1,12 +1,12 @@
 //! The handoff phase of one request: where its prefill runs, the protocol's prefill phase, and the
 //! decode request (sent again without the KV when the decode backend refuses it).
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
-use http::{HeaderName, HeaderValue, Request, Response};
+use http::{HeaderName, HeaderValue, Request};
 use tokio::time::Instant;
-use tower::{Service, ServiceExt};
 
 use super::policy::{self, Choice, PolicyInput};
 use super::slots::{Held, Placement, SlotGuard};
@@ -14,8 +14,9 @@ use super::{llamacpp, vllm, PoolHandoff};
 use crate::config::HandoffProtocol;
 use crate::context::{HandoffRecord, HandoffResult, RequestContext};
 use crate::dialect::Dialect;
-use crate::proxy::{Failure, RequestBody, UpstreamBody};
-use crate::route::dispatch::Replay;
+use crate::proxy::phase::{Answer, Next, Phase};
+use crate::proxy::{Failure, RequestBody};
+use crate::route::replay::Replay;
 use crate::route::Router;
 use crate::upstream::InFlight;
 
@@ -34,31 +35,50 @@ struct Decode {
     slot: Option<SlotGuard>,
 }
 
-impl Router {
-    pub(super) async fn handoff<S>(
-        self: Arc<Self>,
-        mut inner: S,
+/// The handoff phase: runs the prefill of a handoff pool's request where the policy says, then
+/// forwards it.
+#[derive(Debug, Clone)]
+pub struct Handoff {
+    /// Its methods are spread over this folder's files (the policy's input here, the prefill
+    /// pool's side in `remote.rs`, the predictions in `predicted.rs`), all asking the router.
+    pub(super) router: Arc<Router>,
+}
+
+impl Handoff {
+    pub fn new(router: Arc<Router>) -> Self {
+        Self { router }
+    }
+}
+
+impl Phase for Handoff {
+    fn run<N: Next>(
+        &self,
+        context: Box<RequestContext>,
+        req: Request<RequestBody>,
+        next: &N,
+    ) -> impl Future<Output = Answer> + Send {
+        self.handoff(context, req, next)
+    }
+}
+
+impl Handoff {
+    async fn handoff<N: Next>(
+        &self,
+        mut context: Box<RequestContext>,
         mut req: Request<RequestBody>,
-    ) -> Result<Response<UpstreamBody>, Failure>
-    where
-        S: Service<Request<RequestBody>, Response = Response<UpstreamBody>, Error = Failure>,
-    {
-        let Some(mut context) = RequestContext::take(req.extensions_mut(), "handoff") else {
-            return Err(Failure::lost());
-        };
+        next: &N,
+    ) -> Answer {
         let handoff = context
             .pool
             .as_deref()
             .and_then(|name| self.handoff_of(name));
         let (Some(handoff), Some(generation)) = (handoff, context.generation.as_ref()) else {
-            context.put(req.extensions_mut());
-            return inner.ready().await?.call(req).await;
+            return next.call(context, req).await;
         };
         let body = generation.body.clone();
         if !supported(&handoff, &context, &body) {
             context.handoff = Some(HandoffRecord::new(HandoffResult::Unsupported, 0));
-            context.put(req.extensions_mut());
-            return inner.ready().await?.call(req).await;
+            return next.call(context, req).await;
         }
         let (choice, uncached) = self.choose(&handoff, &context);
         if choice == Choice::Remote {
@@ -100,13 +120,11 @@ impl Router {
             record.decode_sent = Some(Instant::now());
         }
         let Some(retry) = retry else {
-            context.put(req.extensions_mut());
-            return inner.ready().await?.call(req).await;
+            return next.call(context, req).await;
         };
         // The decode backend's load guard outlives a refused transfer's answer, for the retry.
         let guard = context.in_flight.clone();
-        context.put(req.extensions_mut());
-        let mut response = inner.ready().await?.call(req).await?;
+        let mut response = next.call(context, req).await?;
         if !response.status().is_server_error() {
             return Ok(response);
         }
@@ -122,9 +140,7 @@ impl Router {
             record.result = HandoffResult::TransferFailed;
             record.decode_sent = Some(Instant::now());
         }
-        let mut again = retry.build();
-        context.put(again.extensions_mut());
-        inner.ready().await?.call(again).await
+        next.call(context, retry.build()).await
     }
 
     /// Where the prefill runs ([`policy::decide_predicted`] in a decode pool that places by
@@ -140,7 +156,9 @@ impl Router {
         let input = PolicyInput {
             prompt_tokens,
             uncached_tokens: uncached,
-            prefill_queue: self.pools[handoff.prefill].shortest_queue(Instant::now()),
+            prefill_queue: self.router.pools[handoff.prefill]
+                .members
+                .shortest_queue(Instant::now()),
         };
         (policy::decide(handoff, input), uncached)
     }

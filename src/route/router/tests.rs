@@ -73,8 +73,8 @@ async fn falls_back_when_the_pool_has_no_healthy_backend() {
         "a long prompt goes to prefill"
     );
     let prefill = Arc::clone(&router.pools[0].backends()[0]);
-    for _ in 0..router.policy.after {
-        prefill.on_failure(Instant::now(), &router.policy, Fault::Connection);
+    for _ in 0..router.settings.policy.after {
+        prefill.on_failure(Instant::now(), &router.settings.policy, Fault::Connection);
     }
     assert_eq!(
         picked(&router, &plan),
@@ -83,8 +83,8 @@ async fn falls_back_when_the_pool_has_no_healthy_backend() {
     );
     let strict = self::router(|c| c.routing.fallback = false);
     let prefill = Arc::clone(&strict.pools[0].backends()[0]);
-    for _ in 0..strict.policy.after {
-        prefill.on_failure(Instant::now(), &strict.policy, Fault::Connection);
+    for _ in 0..strict.settings.policy.after {
+        prefill.on_failure(Instant::now(), &strict.settings.policy, Fault::Connection);
     }
     assert_eq!(
         picked(&strict, &long_plan(&strict)),
@@ -92,8 +92,8 @@ async fn falls_back_when_the_pool_has_no_healthy_backend() {
         "fallback disabled: the rule's pool, whatever its health (panic mode)"
     );
     let decode = Arc::clone(&router.pools[1].backends()[0]);
-    for _ in 0..router.policy.after {
-        decode.on_failure(Instant::now(), &router.policy, Fault::Connection);
+    for _ in 0..router.settings.policy.after {
+        decode.on_failure(Instant::now(), &router.settings.policy, Fault::Connection);
     }
     assert_eq!(
         picked(&router, &plan),
@@ -128,8 +128,8 @@ async fn a_reload_keeps_what_the_router_learned_about_backends_that_stay() {
     let before = router(|_| {});
     let plan = long_plan(&before);
     let prefill = Arc::clone(&before.pools[0].backends()[0]);
-    for _ in 0..before.policy.after {
-        prefill.on_failure(Instant::now(), &before.policy, Fault::Connection);
+    for _ in 0..before.settings.policy.after {
+        prefill.on_failure(Instant::now(), &before.settings.policy, Fault::Connection);
     }
     let _in_flight = LoadGuard::new(Arc::clone(&before.pools[1].backends()[0]), 0);
 

@@ -72,9 +72,12 @@ fn connection_permits_are_bounded_and_released_on_drop() {
 #[tokio::test]
 async fn a_stream_permit_lives_until_the_body_ends() {
     let limits = Arc::new(limits(1, 10));
-    let inner = tower::service_fn(|_req: Request<()>| async {
-        let body: ResponseBody = Either::Right(Full::new(Bytes::from_static(b"hello")));
-        Ok::<_, Infallible>(Response::new(body))
+    // Boxed, as the meter's future is (admission takes an `Unpin` one).
+    let inner = tower::service_fn(|_req: Request<()>| {
+        Box::pin(async {
+            let body: ResponseBody = Either::Right(Full::new(Bytes::from_static(b"hello")));
+            Ok::<_, Infallible>(Response::new(body))
+        })
     });
     let ended = Arc::new(Ended::default());
     let hooks = FinishHooks::new([ended.clone() as Arc<dyn FinishHook>]);
@@ -131,10 +134,10 @@ async fn a_request_back_at_this_tokenmeter_is_refused_at_once_and_others_pass() 
                 .get(crate::proxy::headers::VIA)
                 .map(|value| value.to_str().expect("ascii").to_owned());
             seen.lock().expect("lock").push(via);
-            async {
+            Box::pin(async {
                 let body: ResponseBody = Either::Right(Full::new(Bytes::from_static(b"ok")));
                 Ok::<_, Infallible>(Response::new(body))
-            }
+            })
         })
     };
     let ended = Arc::new(Ended::default());

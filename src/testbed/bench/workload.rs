@@ -1,5 +1,7 @@
 //! Workloads: the distributions of prompt and output lengths, and mixes of request classes.
 //!
+//! Long on purpose: one grammar (the workload syntax) and its parser.
+//!
 //! Syntax (also in `tokenmeter bench --help`):
 //! - a length distribution `DIST` is `fixed:N` (or just `N`), `uniform:A-B` (inclusive), or
 //!   `lognormal:MEDIAN,SIGMA[,MAX]` (rounded and clamped to `1..=MAX`; MAX defaults to

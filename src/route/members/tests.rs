@@ -1,13 +1,13 @@
 use super::*;
 use crate::route::backend::LoadGuard;
 
-fn pool(urls: &[&str]) -> Pool {
+fn pool(urls: &[&str]) -> Members {
     let config = PoolConfig {
         name: "p".to_owned(),
         urls: urls.iter().map(|u| (*u).to_owned()).collect(),
         ..PoolConfig::default()
     };
-    Pool::new(&config, None, None).expect("valid pool")
+    Members::new(&config, None, None).expect("valid pool")
 }
 
 #[test]

@@ -9,11 +9,11 @@ use rand::SeedableRng;
 
 use super::*;
 use crate::config::{BalanceLoad, PoolConfig};
+use crate::route::backend::predict::Outcome;
 use crate::route::backend::LoadGuard;
 use crate::route::health::{EjectPolicy, Fault};
-use crate::route::predict::Outcome;
 
-fn pool(n: usize) -> Pool {
+fn pool(n: usize) -> Members {
     let config = PoolConfig {
         name: "p".to_owned(),
         urls: (0..n)
@@ -22,7 +22,7 @@ fn pool(n: usize) -> Pool {
         balance: BalanceLoad::Slo,
         ..PoolConfig::default()
     };
-    Pool::new(&config, None, None).expect("valid pool")
+    Members::new(&config, None, None).expect("valid pool")
 }
 
 fn slo() -> PoolSlo {

@@ -1,4 +1,5 @@
-//! Pools of backends ([`super::backend`] is one backend's load and health).
+//! A pool's members: its backends, how they are found (static URLs, DNS) and checked
+//! ([`super::backend`] is one backend's load and health; [`super::pool`] the pool as a whole).
 //!
 //! A pool's backend set is a snapshot (`Arc<[Arc<Backend>]>`) swapped whole when DNS re-resolution
 //! changes it; a backend that stays keeps its `Arc`, so its load counts and health survive, and a
@@ -17,9 +18,9 @@ use crate::metrics::Metrics;
 use crate::tls::TlsClient;
 use crate::upstream::Target;
 
-/// A named set of interchangeable backends.
+/// A pool's named set of interchangeable backends.
 #[derive(Debug)]
-pub struct Pool {
+pub struct Members {
     pub name: Arc<str>,
     pub balance: BalanceLoad,
     /// `host:port` re-resolved periodically, if configured.
@@ -37,7 +38,7 @@ pub struct Pool {
     metrics: Option<Arc<Metrics>>,
 }
 
-impl Pool {
+impl Members {
     /// A pool of `config`'s backends; its `https://` ones are connected with `tls`.
     pub fn new(
         config: &PoolConfig,
@@ -47,7 +48,7 @@ impl Pool {
         Self::reconfigured(config, metrics, tls, None)
     }
 
-    /// [`Pool::new`] after a reload: a backend `previous` (the pool of the same name) already has
+    /// [`Members::new`] after a reload: a backend `previous` (the pool of the same name) already has
     /// is kept, with its health, load and ejections, and so is what DNS resolved while `dns` is
     /// the same name. A backend no longer listed is not in the new pool; its streams in flight
     /// finish on it.
@@ -55,7 +56,7 @@ impl Pool {
         config: &PoolConfig,
         metrics: Option<Arc<Metrics>>,
         tls: Option<&TlsClient>,
-        previous: Option<&Pool>,
+        previous: Option<&Members>,
     ) -> Result<Self, crate::upstream::UpstreamError> {
         let name: Arc<str> = Arc::from(config.name.as_str());
         let statics = config
@@ -63,7 +64,7 @@ impl Pool {
             .iter()
             .map(|url| Target::from_url_with_tls(url, tls))
             .collect::<Result<Vec<_>, _>>()?;
-        let known = previous.map(Pool::backends).unwrap_or_default();
+        let known = previous.map(Members::backends).unwrap_or_default();
         let kept = |target: &Target| {
             known
                 .iter()

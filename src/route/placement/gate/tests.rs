@@ -11,7 +11,7 @@ use super::*;
 use crate::config::{BalanceLoad, Config, PoolConfig};
 use crate::context::Estimate;
 use crate::request::PromptSize;
-use crate::route::predict::{Ask, Load, Outcome};
+use crate::route::backend::predict::{Ask, Load, Outcome};
 
 /// How long a test waits for the release task before it calls a wait lost (on the paused clock:
 /// it passes in no time once nothing else can happen).
@@ -19,7 +19,7 @@ const PATIENCE: Duration = Duration::from_secs(5);
 
 struct Fixture {
     gate: Arc<Gate>,
-    pool: Arc<Pool>,
+    pool: Arc<Members>,
     metrics: Metrics,
 }
 
@@ -32,7 +32,7 @@ fn fixture(ttft_target: Duration, queue: QueueConfig) -> Fixture {
         balance: BalanceLoad::Slo,
         ..PoolConfig::default()
     };
-    let pool = Arc::new(Pool::new(&pool_config, None, None).expect("valid pool"));
+    let pool = Arc::new(Members::new(&pool_config, None, None).expect("valid pool"));
     let mut config = Config::default();
     config.slo.ttft = ttft_target;
     config.slo.tpot = Duration::from_millis(35);

@@ -2,6 +2,9 @@
 //! backend is predicted to meet its targets, instead of joining a backend's queue and missing
 //! them there along with the requests behind it.
 //!
+//! Long on purpose: the queue is one state machine (enter, release, shed, late) under one lock; its
+//! docs are a third of the file.
+//!
 //! A request enters ([`Gate::enter`]) after the plan:
 //! - nothing is waiting (or, with shares held, nothing of its tenant's, and the tenant is under its
 //!   share) and a backend is predicted to meet both targets: it goes there at once;
@@ -62,8 +65,8 @@ use crate::context::RequestContext;
 use crate::metrics::Metrics;
 use crate::route::affinity::{AffinityKeys, PoolAffinity};
 use crate::route::backend::{Backend, LoadGuard};
-use crate::route::pools::Pool;
-use crate::route::queue::{Entry, FairQueue, Key};
+use crate::route::members::Members;
+use crate::route::placement::queue::{Entry, FairQueue, Key};
 use crate::route::series::QueueMetrics;
 
 /// How often the release task looks again while entries wait.
@@ -107,7 +110,7 @@ struct Waiter {
 /// One pool's gateway queue.
 #[derive(Debug)]
 pub struct Gate {
-    pool: Arc<Pool>,
+    pool: Arc<Members>,
     slo: Arc<PoolSlo>,
     affinity: Option<Arc<PoolAffinity>>,
     config: QueueConfig,
@@ -123,7 +126,7 @@ pub struct Gate {
 
 impl Gate {
     pub fn new(
-        pool: Arc<Pool>,
+        pool: Arc<Members>,
         slo: Arc<PoolSlo>,
         affinity: Option<Arc<PoolAffinity>>,
         config: QueueConfig,

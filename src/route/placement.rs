@@ -1,10 +1,13 @@
 //! `balance = "slo"`: latency-predicting placement.
 //!
+//! Long on purpose: about seventy lines of module docs are the placement's design and its
+//! measurements; the code is one choice (`choose`) and its scoring.
+//!
 //! Power of two choices on streams in flight treats every backend as equally fast and every
 //! request as equally heavy; length rules treat every prefill pool as free. Neither sees that a
 //! backend is slow today, that a document queued on it will hold back the next chat's first token
 //! for half a second, or that its prompt cache already holds most of this conversation. A pool
-//! with `balance = "slo"` asks each healthy backend's latency model ([`super::predict`]) instead:
+//! with `balance = "slo"` asks each healthy backend's latency model ([`super::backend::predict`]) instead:
 //!
 //! - its predicted TTFT for this request: the time the request has already spent in the proxy,
 //!   plus the prefill work queued on the backend and the request's own, less what the backend's
@@ -66,9 +69,9 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
+use super::backend::predict::{Ask, Load, Predicted};
 use super::backend::Backend;
-use super::pools::Pool;
-use super::predict::{Ask, Load, Predicted};
+use super::members::Members;
 use super::series::SloMetrics;
 use crate::config::{Config, SloTargets};
 use crate::context::{Prediction, RequestContext};
@@ -76,6 +79,7 @@ use crate::metrics::Metrics;
 
 pub mod gate;
 pub mod hook;
+pub mod queue;
 pub mod share;
 
 /// How much longer than its own prefill a request whose prompt alone misses the TTFT target may
@@ -138,12 +142,24 @@ pub struct Placed {
 /// A prefill longer than this many TPOT targets stalls the streams beside it: one gap that long
 /// is one a user sees, and a stream of a hundred tokens with one such gap has spent its mean's
 /// margin.
-pub const STALL_TARGETS: f64 = 4.0;
+pub(crate) const STALL_TARGETS: f64 = 4.0;
 
 /// How long a backend stays marked as stalling after a stalling prefill's predicted first token:
 /// about a chat's life (150 tokens at 15 ms), so that a chat does not start where the next
 /// document is likely to go.
-pub const STALL_LINGER: Duration = Duration::from_secs(2);
+pub(crate) const STALL_LINGER: Duration = Duration::from_secs(2);
+
+/// Whether a prefill that would make one decode step `stall` long stalls the streams held to
+/// `tpot_target` ([`STALL_TARGETS`] of it: a gap a user sees).
+pub fn stalls(stall: Duration, tpot_target: Duration) -> bool {
+    stall > tpot_target.mul_f64(STALL_TARGETS)
+}
+
+/// Until when a backend stays marked as stalling, for a stalling prefill whose first token is
+/// predicted `first_token` from `now` ([`STALL_LINGER`] after it).
+pub fn stalling_until(now: Instant, first_token: Duration) -> Instant {
+    now + first_token.saturating_add(STALL_LINGER)
+}
 
 /// Requests a backend's model must have learned from before its predictions alone decide.
 pub const EXPLORE: u64 = 8;
@@ -253,7 +269,7 @@ impl Decision {
 /// `cached_tokens` says how many of its prompt tokens a backend's prompt cache holds. `None` when
 /// no backend is left.
 pub fn choose(
-    pool: &Pool,
+    pool: &Members,
     slo: &PoolSlo,
     demand: Demand,
     now: Instant,
@@ -398,7 +414,7 @@ impl Ranked<'_> {
             alone,
             ttft_target: targets.ttft,
             tpot_target: targets.tpot,
-            stalls_until: (predicted.stall > stall).then(|| now + predicted.ttft + STALL_LINGER),
+            stalls_until: (predicted.stall > stall).then(|| stalling_until(now, predicted.ttft)),
         }
     }
 }

@@ -32,7 +32,7 @@
 //! ```
 //! # use std::sync::Arc;
 //! # use std::time::Duration;
-//! # use tokenmeter::route::queue::{Entry, FairQueue};
+//! # use tokenmeter::route::placement::queue::{Entry, FairQueue};
 //! let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
 //! let entry = |tenant: &str, payload| Entry {
 //!     tenant: Arc::from(tenant),

@@ -16,20 +16,20 @@ use std::sync::Arc;
 
 use super::PoolSlo;
 use crate::context::{FinishHook, Finished, HandoffResult, Outcome};
+use crate::route::backend::predict::{self, Ask, Load};
 use crate::route::backend::Backend;
-use crate::route::pools::Pool;
-use crate::route::predict::{self, Ask, Load};
+use crate::route::members::Members;
 
 /// The finish hook of a router with `balance = "slo"` pools.
 #[derive(Debug)]
 pub struct SloHook {
-    pools: Vec<Arc<Pool>>,
+    pools: Vec<Arc<Members>>,
     /// Each pool's placement (`None`: not `slo`), in pool order.
     slo: Vec<Option<Arc<PoolSlo>>>,
 }
 
 impl SloHook {
-    pub fn new(pools: Vec<Arc<Pool>>, slo: Vec<Option<Arc<PoolSlo>>>) -> Self {
+    pub fn new(pools: Vec<Arc<Members>>, slo: Vec<Option<Arc<PoolSlo>>>) -> Self {
         Self { pools, slo }
     }
 
