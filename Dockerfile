@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1
 # tokenmeter container image: the slim sidecar build (`serve` only: no testbed, so none of the
 # simulator's, load generator's or demo's code and dependencies) on a distroless, non-root runtime,
-# without its debug info (18.0 MB instead of 82.9 MB, measured in README.md's "Running it";
-# function names stay, for panic backtraces).
+# without its debug info (18.0 MB instead of 82.9 MB, measured in docs/deploying.md's "The slim
+# sidecar build"; function names stay, for panic backtraces).
 #   docker build -t tokenmeter:0.1.0 .
 #   docker run --rm -p 8000:8000 -p 9464:9464 -e TOKENMETER_UPSTREAM=http://vllm:8001 tokenmeter:0.1.0
 # The debug info of the same build, for perf / gdb / addr2line (they find tokenmeter.debug beside

@@ -1,6 +1,7 @@
 //! The end-to-end suite in one test binary (one link of the crate, not sixty): the proxy, the
 //! testbed and the real servers (nginx, Redis, Prometheus, llama-server, the OpenAI SDK) over
-//! loopback, and the checks of the repository's own files (README's map, dashboards, manifests).
+//! loopback, and the checks of the repository's own files (docs/architecture.md's map,
+//! dashboards, manifests).
 //!
 //! Tests here run in parallel with each other, so none may depend on the machine being idle or
 //! measure the process as a whole: a timing bound is causal or generous (`support/timeline.rs`),
@@ -15,6 +16,7 @@ mod sim_support;
 #[path = "../support/mod.rs"]
 mod support;
 
+mod architecture_map;
 #[cfg(feature = "testbed")]
 mod bench_report;
 mod budget_cluster;
@@ -52,7 +54,6 @@ mod proxy_loop;
 #[cfg(feature = "testbed")]
 mod proxy_nonstream;
 mod proxy_stream;
-mod readme_map;
 #[cfg(feature = "testbed")]
 mod real_clients;
 mod reliability_binary;

@@ -92,7 +92,7 @@ async fn client_disconnect_closes_the_upstream_before_it_answers_and_counts_canc
         closed < pause_ends,
         "closed at {closed:?}, before the pause's end at {pause_ends:?}"
     );
-    // What README cites ("closed at once"): printed, not asserted (a figure of the machine).
+    // What docs/metering.md cites ("closed at once"): printed, not asserted (a figure of the machine).
     eprintln!(
         "the upstream connection closed {:?} after the client hung up",
         closed.saturating_duration_since(hung_up)

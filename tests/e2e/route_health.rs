@@ -136,7 +136,7 @@ async fn not_implemented_never_counts_against_the_backend() {
             &[("outcome", "client_error")]
         ),
         10.0,
-        "counted as the client's, as README's metrics table says"
+        "counted as the client's, as the metrics table of docs/metering.md says"
     );
 }
 

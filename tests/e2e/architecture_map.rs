@@ -1,6 +1,7 @@
-//! README's map of the code cannot drift from the code: its module table names every module of
-//! `src/` and every file of each (a new file without a line in the map fails), every file it names
-//! exists, and its diagram shows the stack's layers in the order `src/server/live.rs` builds them.
+//! The map of the code in docs/architecture.md cannot drift from the code: its module table names
+//! every module of `src/` and every file of each (a new file without a line in the map fails),
+//! every file it names exists, and its diagram shows the stack's layers in the order
+//! `src/server/live.rs` builds them.
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -8,16 +9,18 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn readme() -> String {
-    std::fs::read_to_string(root().join("README.md")).expect("README.md")
+fn architecture() -> String {
+    std::fs::read_to_string(root().join("docs/architecture.md")).expect("docs/architecture.md")
 }
 
 /// The rows of the table headed `| module | owns |`: (first cell, second cell).
-fn module_rows(readme: &str) -> Vec<(String, String)> {
-    let mut lines = readme
+fn module_rows(map: &str) -> Vec<(String, String)> {
+    let mut lines = map
         .lines()
         .skip_while(|line| !line.starts_with("| module | owns |"));
-    lines.next().expect("README has the module table");
+    lines
+        .next()
+        .expect("docs/architecture.md has the module table");
     lines
         .skip(1)
         .take_while(|line| line.starts_with('|'))
@@ -79,11 +82,11 @@ fn top_level_modules() -> BTreeSet<String> {
 
 #[test]
 fn the_module_table_names_every_module_and_file() {
-    let readme = readme();
+    let map = architecture();
     let src = root().join("src");
     let mut problems = Vec::new();
     let mut seen = BTreeSet::new();
-    for (module_cell, owns) in module_rows(&readme) {
+    for (module_cell, owns) in module_rows(&map) {
         let Some(path) = backticked(&module_cell).into_iter().next() else {
             problems.push(format!("a row names no module: {module_cell}"));
             continue;
@@ -150,7 +153,7 @@ fn the_module_table_names_every_module_and_file() {
     }
     assert!(
         problems.is_empty(),
-        "README's module table and src/ disagree:\n{}",
+        "docs/architecture.md's module table and src/ disagree:\n{}",
         problems.join("\n")
     );
 }
@@ -194,8 +197,8 @@ fn the_diagram_shows_the_stack_in_the_order_it_is_built() {
         "the stack live.rs builds (update the diagram and this list together)"
     );
 
-    let readme = readme();
-    let diagram = readme
+    let map = architecture();
+    let diagram = map
         .split("## How it works")
         .nth(1)
         .and_then(|section| section.split("```").nth(1))
