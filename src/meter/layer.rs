@@ -35,7 +35,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::request::Parts;
 use http::{HeaderMap, HeaderValue, Request, Response};
-use http_body_util::{BodyExt, Either, Full, Limited};
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 use tower::{Layer, Service};
@@ -45,6 +45,7 @@ const SERVER_TIMING: http::HeaderName = http::HeaderName::from_static("server-ti
 
 use super::body::{MeteredBody, StreamMeter};
 use super::finish::labels_of;
+use super::read;
 use super::series::MeterSeries;
 use super::strip::UsageStripper;
 use super::whole::WholeBody;
@@ -189,7 +190,7 @@ impl Metering {
         let body = if dialect == Dialect::Unknown {
             RequestBody::Streaming(body)
         } else {
-            let bytes = match self.read_body(&parts.headers, body).await {
+            let bytes = match read::body(&parts.headers, body, self.max_body).await {
                 Ok(bytes) => bytes,
                 Err(err) => return self.reject(context, err),
             };
@@ -309,32 +310,6 @@ impl Metering {
         Response::from_parts(parts, Either::Left(body))
     }
 
-    /// Buffers a request body up to the configured limit.
-    async fn read_body(
-        &self,
-        headers: &http::HeaderMap,
-        body: Incoming,
-    ) -> Result<Bytes, ProxyError> {
-        let too_large = ProxyError::BodyTooLarge {
-            limit: self.max_body,
-        };
-        let declared = headers
-            .get(CONTENT_LENGTH)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.parse::<u64>().ok());
-        if declared.is_some_and(|length| length > self.max_body as u64) {
-            return Err(too_large);
-        }
-        match Limited::new(body, self.max_body).collect().await {
-            Ok(collected) => Ok(collected.to_bytes()),
-            Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(too_large),
-            Err(err) => Err(ProxyError::ClientBody {
-                detail: err.to_string(),
-                client_gone: connection_ended(&*err),
-            }),
-        }
-    }
-
     /// Adds `include_usage` to a streaming request when configured; returns the body to send and
     /// whether the usage chunk must be stripped from the response. An injection is counted once
     /// its answer is known (`injected`, `rejected`, `unanswered`), the other outcomes here.
@@ -382,23 +357,4 @@ fn names_prompts(config: &Config) -> bool {
         .effective_pools()
         .iter()
         .any(|pool| pool.affinity == Affinity::Prefix)
-}
-
-/// Whether a request-body error is the client's connection ending or being reset (hyper reports
-/// an early end of a body as an `UnexpectedEof` I/O error), rather than a malformed body.
-fn connection_ended(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(err);
-    while let Some(err) = source {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                std::io::ErrorKind::UnexpectedEof
-                    | std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::BrokenPipe
-            );
-        }
-        source = err.source();
-    }
-    false
 }

@@ -12,6 +12,7 @@ pub mod body;
 pub mod cut;
 pub mod finish;
 pub mod layer;
+pub mod read;
 pub mod series;
 pub mod strip;
 pub mod whole;

@@ -158,31 +158,42 @@ fn the_module_table_names_every_module_and_file() {
     );
 }
 
+/// The identifier that ends `text`.
+fn last_word(text: &str) -> &str {
+    let start = text
+        .rfind(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+        .map_or(0, |at| at + 1);
+    &text[start..]
+}
+
 #[test]
 fn the_diagram_shows_the_stack_in_the_order_it_is_built() {
     let live = std::fs::read_to_string(root().join("src/server/live.rs")).expect("live.rs");
-    let built = live
+    // The tower layers in the order the builder stacks them (`.layer(AdmissionLayer::new` ->
+    // admission, `.layer(MeterLayer::new` -> meter), then the phases below the meter in the order
+    // their `Then` chain nests them (`Plan::new` -> plan, ..., `Handoff::new` -> handoff, a phase
+    // only some configs have, `Forward::new` -> forward).
+    let builder = live
         .split("tower::ServiceBuilder::new()")
         .nth(1)
         .expect("live.rs builds the stack with a ServiceBuilder");
-    let built = &built[..built.find(';').expect("the builder ends")];
-    // `.layer(AdmissionLayer::new` -> admission, ..., `.option_layer(... HandoffLayer::new` ->
-    // handoff (a layer only some configs have), `.service(Forward::new` -> forward.
-    let mut layers: Vec<String> = built
+    let builder = &builder[..builder.find(';').expect("the builder ends")];
+    let mut layers: Vec<String> = builder
         .split("Layer::new")
         .filter(|item| item.contains("layer("))
-        .map(|before| {
-            let name: String = before
-                .chars()
-                .rev()
-                .take_while(|c| c.is_ascii_alphanumeric())
-                .collect();
-            name.chars().rev().collect::<String>().to_lowercase()
-        })
+        .map(|before| last_word(before).to_lowercase())
         .collect();
-    if let Some(service) = built.split(".service(").nth(1) {
-        layers.push(service.split("::new").next().unwrap_or("").to_lowercase());
-    }
+    let (_, chain) = live
+        .split_once("Then::new(")
+        .expect("live.rs chains the phases with Then::new");
+    let chain = &chain[..chain.find(';').expect("the chain ends")];
+    layers.extend(
+        chain
+            .split("::new(")
+            .map(last_word)
+            .filter(|name| name.chars().next().is_some_and(char::is_uppercase) && *name != "Then")
+            .map(str::to_lowercase),
+    );
     assert_eq!(
         layers,
         [

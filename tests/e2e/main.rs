@@ -32,6 +32,7 @@ mod dialect_fixtures;
 mod dialect_routing;
 mod dialect_skim;
 mod docs_config;
+mod file_length;
 mod finish_point;
 mod llama_handoff;
 mod llama_server;

@@ -34,128 +34,26 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{BudgetsConfig, Counts, Limits, OnStoreError, StoreUrl};
+use crate::config::{BudgetsConfig, Counts, Limits, OnStoreError};
 use crate::context::{BudgetHold, RequestContext};
 use crate::proxy::ProxyError;
 
+mod counted;
 pub mod layer;
 pub mod memory;
 pub mod redis;
 pub mod series;
 pub mod settle;
+mod store;
 pub mod window;
 
 #[cfg(test)]
 mod tests;
 
+pub use counted::{Counted, Limit};
 use series::{BudgetSeries, Op};
+pub use store::{Store, StoreError};
 use window::Now;
-
-/// A limit a request can be refused by: the `limit` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
-    TokensPerMinute,
-    TokensPerDay,
-    RequestsPerMinute,
-    ConcurrentStreams,
-}
-
-impl Limit {
-    pub const ALL: [Limit; 4] = [
-        Limit::TokensPerMinute,
-        Limit::TokensPerDay,
-        Limit::RequestsPerMinute,
-        Limit::ConcurrentStreams,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Limit::TokensPerMinute => "tokens_per_minute",
-            Limit::TokensPerDay => "tokens_per_day",
-            Limit::RequestsPerMinute => "requests_per_minute",
-            Limit::ConcurrentStreams => "concurrent_streams",
-        }
-    }
-
-    fn of(self, limits: &Limits) -> Option<u64> {
-        match self {
-            Limit::TokensPerMinute => limits.tokens_per_minute,
-            Limit::TokensPerDay => limits.tokens_per_day,
-            Limit::RequestsPerMinute => limits.requests_per_minute,
-            Limit::ConcurrentStreams => limits.concurrent_streams,
-        }
-    }
-}
-
-/// What a store had counted for a tenant before a request.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counted {
-    /// Tokens of the previous and the current minute.
-    pub tokens: [u64; 2],
-    /// Requests of the previous and the current minute.
-    pub requests: [u64; 2],
-    /// Tokens of the UTC day.
-    pub day_tokens: u64,
-    /// Streams in flight.
-    pub streams: u64,
-}
-
-impl Counted {
-    /// What the tenant has used of `limit` at `now`.
-    pub fn used(&self, limit: Limit, now: Now) -> u64 {
-        match limit {
-            Limit::TokensPerMinute => window::sliding(self.tokens[0], self.tokens[1], now),
-            Limit::TokensPerDay => self.day_tokens,
-            Limit::RequestsPerMinute => window::sliding(self.requests[0], self.requests[1], now),
-            Limit::ConcurrentStreams => self.streams,
-        }
-    }
-
-    /// What a request takes of `limit`: its reservation of a token limit, or one.
-    fn need(limit: Limit, reserve: u64) -> u64 {
-        match limit {
-            Limit::TokensPerMinute | Limit::TokensPerDay => reserve,
-            Limit::RequestsPerMinute | Limit::ConcurrentStreams => 1,
-        }
-    }
-
-    /// The first limit (streams, requests, tokens per minute, per day: the order `admit.lua`
-    /// checks in) one more request reserving `reserve` tokens would pass.
-    pub fn over(&self, limits: &Limits, reserve: u64, now: Now) -> Option<Limit> {
-        [
-            Limit::ConcurrentStreams,
-            Limit::RequestsPerMinute,
-            Limit::TokensPerMinute,
-            Limit::TokensPerDay,
-        ]
-        .into_iter()
-        .find(|&limit| {
-            limit.of(limits).is_some_and(|cap| {
-                self.used(limit, now)
-                    .saturating_add(Self::need(limit, reserve))
-                    > cap
-            })
-        })
-    }
-
-    /// How long a request refused by `limit` should wait; `None` when waiting cannot help (it
-    /// alone is over the limit).
-    pub fn wait(&self, limit: Limit, limits: &Limits, reserve: u64, now: Now) -> Option<Duration> {
-        let cap = limit.of(limits)?;
-        let need = Self::need(limit, reserve);
-        match limit {
-            Limit::TokensPerMinute => {
-                window::minute_wait(self.tokens[0], self.tokens[1], now, cap, need)
-            }
-            Limit::RequestsPerMinute => {
-                window::minute_wait(self.requests[0], self.requests[1], now, cap, need)
-            }
-            Limit::TokensPerDay => (need <= cap).then(|| window::day_wait(now)),
-            // A slot frees when a stream ends, which nothing here can foresee.
-            Limit::ConcurrentStreams => Some(Duration::from_secs(1)),
-        }
-    }
-}
 
 /// One admission's question to a store.
 #[derive(Debug)]
@@ -224,138 +122,6 @@ impl Settlement {
     pub fn difference(&self) -> i64 {
         let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         clamp(self.used) - clamp(self.reserved)
-    }
-}
-
-/// Why the store did not answer.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("the budget store did not answer within tenants.budgets.store_timeout")]
-    Timeout,
-    #[error("the budget store is unavailable: {0}")]
-    Unavailable(String),
-    #[error("the budget store answered unexpectedly: {0}")]
-    Reply(String),
-    /// The TLS handshake with the store failed (a certificate refused, either way).
-    #[error("the TLS handshake with the budget store failed: {0}")]
-    Tls(String),
-    /// The store cannot be opened (at start).
-    #[error("tenants.budgets.store: {0}")]
-    Config(String),
-    /// A file of `tenants.budgets.store_tls` cannot be used (at start).
-    #[error(transparent)]
-    File(#[from] crate::config::ConfigError),
-}
-
-impl StoreError {
-    /// The `error` label.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            StoreError::Timeout => "timeout",
-            StoreError::Unavailable(_) | StoreError::Config(_) | StoreError::File(_) => {
-                "unavailable"
-            }
-            StoreError::Reply(_) => "reply",
-            StoreError::Tls(_) => "tls",
-        }
-    }
-
-    fn from_redis(err: &::redis::RedisError) -> Self {
-        if err.is_timeout() {
-            StoreError::Timeout
-        } else if let Some(detail) = tls_failure(err) {
-            StoreError::Tls(detail)
-        } else if err.is_io_error()
-            || err.is_connection_dropped()
-            || err.is_connection_refusal()
-            || err.is_unrecoverable_error()
-        {
-            // The kind, not the message: a message may quote the URL.
-            StoreError::Unavailable(format!("{:?}", err.kind()))
-        } else {
-            StoreError::Reply(format!("{:?}", err.kind()))
-        }
-    }
-}
-
-/// What a failed TLS handshake says, if `err` is one. The client reports rustls's own error
-/// (`invalid peer certificate: UnknownIssuer`: the CA does not match); Redis refusing the client
-/// (no certificate, or one its CA did not sign) arrives as rustls's alert (`received fatal
-/// alert: ...`). Both come wrapped as I/O errors, so they are told apart by their text: rustls's
-/// messages, never the URL.
-fn tls_failure(err: &::redis::RedisError) -> Option<String> {
-    let text = err.to_string();
-    [
-        "invalid peer certificate",
-        "received fatal alert",
-        "peer is incompatible",
-    ]
-    .iter()
-    .find_map(|needle| text.find(needle).map(|at| text[at..].to_owned()))
-}
-
-/// Where the budgets are kept, for the process's life.
-#[derive(Debug)]
-pub enum Store {
-    Memory(memory::MemoryStore),
-    /// Boxed: the Redis store holds its client and connection (hundreds of bytes).
-    Redis(Box<redis::RedisStore>),
-}
-
-impl Store {
-    /// The store `config` names (Redis connects on first use). Call from within the runtime.
-    pub fn open(config: &BudgetsConfig, series: Arc<BudgetSeries>) -> Result<Self, StoreError> {
-        Ok(match config.store_url() {
-            StoreUrl::Memory => Store::Memory(memory::MemoryStore::reporting(series)),
-            StoreUrl::Redis(url) => {
-                Store::Redis(Box::new(redis::RedisStore::open(&url, config, series)?))
-            }
-        })
-    }
-
-    async fn admit(&self, ask: &Ask<'_>) -> Result<Verdict, StoreError> {
-        match self {
-            Store::Memory(store) => Ok(store.admit(ask)),
-            Store::Redis(store) => store.admit(ask).await,
-        }
-    }
-
-    /// Settles a finished request; the store reports the tenant's day where the settlement asks
-    /// (the memory store at once, Redis once its settlement task has charged it).
-    fn settle(&self, settlement: Settlement) {
-        match self {
-            Store::Memory(store) => {
-                store.settle(&settlement, Now::wall());
-            }
-            Store::Redis(store) => store.settle(settlement),
-        }
-    }
-
-    /// Takes back the reservation of a request refused after its admission failed, should the
-    /// admission have reached the store after all (only a shared store can fail).
-    fn withdraw(&self, settlement: Settlement) {
-        match self {
-            Store::Memory(_) => {}
-            Store::Redis(store) => store.settle(settlement),
-        }
-    }
-
-    /// At start: a shared store refuses to start over a TLS handshake it cannot make (see
-    /// [`redis::RedisStore::verify`]); anything else waits for the requests.
-    pub async fn verify(&self) -> Result<(), StoreError> {
-        match self {
-            Store::Memory(_) => Ok(()),
-            Store::Redis(store) => store.verify().await,
-        }
-    }
-
-    /// At shutdown: waits, at most `within`, for the settlements still queued; returns how many
-    /// were left.
-    pub async fn flush(&self, within: Duration) -> usize {
-        match self {
-            Store::Memory(_) => 0,
-            Store::Redis(store) => store.flush(within).await,
-        }
     }
 }
 

@@ -17,26 +17,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
-use redis::{ClientTlsConfig, Script, TlsCertificates};
+use redis::Script;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::series::{BudgetSeries, Op};
-use super::window::Now;
 use super::{Ask, Counted, Limit, Settlement, StoreError, Verdict};
-use crate::config::{BudgetsConfig, StoreTlsConfig};
-use crate::tls::pem::PemFile;
+use crate::config::BudgetsConfig;
+use client::{client, cluster_client};
 use connection::Connection;
+use keys::{member, Keys};
+use settler::Settler;
 
+mod client;
 mod connection;
+mod keys;
+mod settler;
 
 /// At most one diagnosis of timed-out admissions this often.
 const DIAGNOSE_EVERY: Duration = Duration::from_secs(5);
 
-/// Settlements the task takes from its queue at a time.
-const SETTLE_BATCH: usize = 64;
-/// The settlement task's pause after Redis failed it, doubling up to the maximum.
+/// The settlement task's pause after Redis failed it, doubling up to the maximum (also the
+/// connection's reconnection back-off).
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
@@ -307,258 +309,5 @@ async fn connect(client: &redis::Client, timeout: Duration) -> Result<(), StoreE
         Ok(Ok(_pong)) => Ok(()),
         Ok(Err(err)) => Err(StoreError::from_redis(&err)),
         Err(_elapsed) => Err(StoreError::Timeout),
-    }
-}
-
-/// The client of `url`: plain, or for `rediss://` with the CA and the client certificate of
-/// `tls` (read and checked here, each error naming its key).
-fn client(url: &str, tls: &StoreTlsConfig) -> Result<redis::Client, StoreError> {
-    if !url.trim_start().starts_with("rediss://") {
-        return redis::Client::open(url).map_err(not_a_url);
-    }
-    redis::Client::build_with_tls(url, certificates(tls)?).map_err(not_a_url)
-}
-
-fn not_a_url(err: redis::RedisError) -> StoreError {
-    StoreError::Config(format!("not a Redis URL ({:?})", err.kind()))
-}
-
-/// The client of a cluster whose nodes `seeds` (comma-separated URLs) name some of: it learns
-/// the rest, and the slots, from the first that answers.
-fn cluster_client(
-    seeds: &str,
-    tls: &StoreTlsConfig,
-    timeout: Duration,
-) -> Result<ClusterClient, StoreError> {
-    let seeds: Vec<&str> = seeds.split(',').map(str::trim).collect();
-    let mut builder = ClusterClient::builder(seeds.clone())
-        .connection_timeout(timeout)
-        .response_timeout(timeout);
-    if seeds.iter().any(|seed| seed.starts_with("rediss://")) {
-        builder = builder
-            .tls(redis::cluster::TlsMode::Secure)
-            .certs(certificates(tls)?);
-    }
-    builder.build().map_err(not_a_url)
-}
-
-/// The CA and client certificate of `tls`, read and checked here, each error naming its key.
-fn certificates(tls: &StoreTlsConfig) -> Result<TlsCertificates, StoreError> {
-    let read = |name: &str, path: &Option<std::path::PathBuf>| {
-        path.as_ref()
-            .map(|path| PemFile::read(format!("tenants.budgets.store_tls.{name}"), path))
-            .transpose()
-    };
-    let ca = read("ca", &tls.ca)?;
-    if let Some(ca) = &ca {
-        ca.roots()?;
-    }
-    let client_tls = match (read("cert", &tls.cert)?, read("key", &tls.key)?) {
-        (Some(cert), Some(key)) => {
-            cert.certificates()?;
-            key.private_key()?;
-            Some(ClientTlsConfig {
-                client_cert: cert.bytes,
-                client_key: key.bytes,
-            })
-        }
-        _ => None,
-    };
-    Ok(TlsCertificates {
-        client_tls,
-        root_cert: ca.map(|ca| ca.bytes),
-    })
-}
-
-/// Names a tenant's keys: `<prefix>:{<tenant>}:<kind>:<window>`.
-#[derive(Debug, Clone)]
-struct Keys {
-    prefix: String,
-}
-
-impl Keys {
-    fn tenant(&self, tenant: &str) -> TenantKeys {
-        // The tenant is the hash tag: braces inside it would end the tag early.
-        let mut tagged = String::with_capacity(self.prefix.len() + tenant.len() + 3);
-        tagged.push_str(&self.prefix);
-        tagged.push_str(":{");
-        for c in tenant.chars() {
-            match c {
-                '%' => tagged.push_str("%25"),
-                '{' => tagged.push_str("%7B"),
-                '}' => tagged.push_str("%7D"),
-                c => tagged.push(c),
-            }
-        }
-        tagged.push('}');
-        TenantKeys(tagged)
-    }
-}
-
-struct TenantKeys(String);
-
-impl TenantKeys {
-    fn tokens(&self, minute: u64) -> String {
-        format!("{}:tok:{minute}", self.0)
-    }
-    fn requests(&self, minute: u64) -> String {
-        format!("{}:req:{minute}", self.0)
-    }
-    fn day(&self, day: u64) -> String {
-        format!("{}:day:{day}", self.0)
-    }
-    fn slots(&self) -> String {
-        format!("{}:slots", self.0)
-    }
-    /// What already happened to the request (admit.lua's header).
-    fn marker(&self, id: u64) -> String {
-        format!("{}:once:{id}", self.0)
-    }
-}
-
-/// A request's member in the set of streams: its id and what it reserved, so that a settlement
-/// can find the reservation even of a request whose admission reply was lost.
-fn member(id: u64, reserved: u64) -> String {
-    format!("{id}:{reserved}")
-}
-
-/// The settlement task.
-struct Settler {
-    connection: Connection,
-    script: Script,
-    keys: Keys,
-    /// How long a request's marker is kept after its settlement.
-    lease: Duration,
-    pending: Arc<AtomicUsize>,
-    series: Arc<BudgetSeries>,
-}
-
-impl Settler {
-    /// Settles what the queue brings, a batch at a time in one pipelined round trip; a batch
-    /// Redis fails is retried whole (after a pause that doubles) until it is in, so that usage is
-    /// never lost to an outage shorter than the queue. Retrying whole is safe: each settlement
-    /// applies once however often it is sent (`settle.lua`).
-    async fn run(self, mut queue: mpsc::Receiver<Settlement>) {
-        let mut batch = Vec::with_capacity(SETTLE_BATCH);
-        let mut pause = RETRY_FIRST;
-        loop {
-            if batch.is_empty() && queue.recv_many(&mut batch, SETTLE_BATCH).await == 0 {
-                return;
-            }
-            match self.settle(&batch).await {
-                Ok(()) => {
-                    let done = batch.len();
-                    batch.clear();
-                    let pending = self.pending.fetch_sub(done, Ordering::Relaxed) - done;
-                    self.series.pending.set(pending as f64);
-                    pause = RETRY_FIRST;
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, settlements = batch.len(), "budget settlement failed; retrying");
-                    self.series.store_error(Op::Settle, err.as_str());
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(RETRY_MAX);
-                }
-            }
-        }
-    }
-
-    /// The batch in one round trip (one per tenant on a cluster).
-    async fn settle(&self, batch: &[Settlement]) -> Result<(), StoreError> {
-        if !self.connection.is_cluster() {
-            return self.settle_pipelined(batch).await;
-        }
-        // A cluster's pipeline stays within one slot: one per tenant, in the batch's order.
-        let mut tenants: Vec<Arc<str>> = Vec::new();
-        for settlement in batch {
-            if !tenants.contains(&settlement.tenant) {
-                tenants.push(Arc::clone(&settlement.tenant));
-            }
-        }
-        for tenant in tenants {
-            let theirs: Vec<Settlement> = batch
-                .iter()
-                .filter(|settlement| settlement.tenant == tenant)
-                .cloned()
-                .collect();
-            self.settle_pipelined(&theirs).await?;
-        }
-        Ok(())
-    }
-
-    /// One round trip for `batch`: `EVALSHA settle.lua` per settlement, pipelined; a Redis that
-    /// lost its scripts (restarted) is given it again and asked once more. Each settlement that
-    /// asks for it, and whose day is today's, reports the day's tokens the script answered.
-    async fn settle_pipelined(&self, batch: &[Settlement]) -> Result<(), StoreError> {
-        let now = Now::wall();
-        let mut pipe = redis::pipe();
-        for settlement in batch {
-            pipe.add_command(self.command(settlement, now));
-        }
-        let mut connection = self.connection.clone();
-        let started = Instant::now();
-        let mut result: redis::RedisResult<Vec<i64>> = pipe.query_async(&mut connection).await;
-        if matches!(&result, Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
-        {
-            self.script
-                .load_async(&mut connection)
-                .await
-                .map_err(|err| StoreError::from_redis(&err))?;
-            result = pipe.query_async(&mut connection).await;
-        }
-        match result {
-            Ok(days) => {
-                self.series.round_trip(Op::Settle, started.elapsed());
-                for (settlement, day_tokens) in batch.iter().zip(days) {
-                    if let (Some(report), Ok(day_tokens)) =
-                        (&settlement.report, u64::try_from(day_tokens))
-                    {
-                        if settlement.day == now.day() {
-                            report.report(&self.series, day_tokens);
-                        }
-                    }
-                }
-                Ok(())
-            }
-            Err(err) => Err(StoreError::from_redis(&err)),
-        }
-    }
-
-    /// `EVALSHA settle.lua` for one settlement.
-    fn command(&self, settlement: &Settlement, now: Now) -> redis::Cmd {
-        let tenant = self.keys.tenant(&settlement.tenant);
-        let minute_counts = now.minute() <= settlement.minute + 1;
-        let mut command = redis::cmd("EVALSHA");
-        command
-            .arg(self.script.get_hash())
-            .arg(5)
-            .arg(tenant.tokens(settlement.minute))
-            .arg(tenant.day(settlement.day))
-            .arg(tenant.slots())
-            .arg(tenant.marker(settlement.id))
-            .arg(tenant.requests(settlement.minute))
-            .arg(settlement.used)
-            .arg(settlement.reserved)
-            .arg(member(settlement.id, settlement.reserved))
-            .arg(u8::from(settlement.in_store))
-            .arg(u8::from(minute_counts))
-            .arg(u8::from(settlement.withdrawn))
-            .arg(u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX));
-        command
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_tenant_is_the_hash_tag_of_its_keys_whatever_its_name() {
-        let keys = Keys {
-            prefix: "tm".to_owned(),
-        };
-        assert_eq!(keys.tenant("team-a").tokens(7), "tm:{team-a}:tok:7");
-        assert_eq!(keys.tenant("a}b{c%").slots(), "tm:{a%7Db%7Bc%25}:slots");
-        assert_eq!(keys.tenant("x").day(3), "tm:{x}:day:3");
     }
 }
