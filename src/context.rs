@@ -82,7 +82,8 @@ pub struct RequestContext {
     /// The request's tenant: its bounded label (`anonymous` when no source named one), when
     /// tenants are on ([`crate::tenant`]).
     pub tenant: Option<Arc<str>>,
-    /// The tenant's name (cut at 256 bytes), for the usage records; `None` when anonymous.
+    /// The tenant's name (cut at 256 bytes), for the usage records and the span; `None` when
+    /// anonymous.
     pub tenant_name: Option<Arc<str>>,
     /// The tenant is tracked (`tenants.tracked`): its latencies get histograms of their own.
     pub tenant_tracked: bool,
