@@ -54,6 +54,7 @@ pub mod admission;
 mod connection;
 pub mod h2guard;
 mod handle;
+mod head;
 mod listen;
 pub mod live;
 pub mod reload;
@@ -444,7 +445,7 @@ impl Server {
                     };
                     let _ = stream.set_nodelay(true);
                     let Some(permit) = self.limits.try_connection() else {
-                        connections.spawn(connection::refuse(stream, peer, stack.hooks()));
+                        connections.spawn(connection::refuse(stream, peer, stack.clone()));
                         continue;
                     };
                     connections.spawn(Arc::clone(&serving).serve(
