@@ -5,10 +5,12 @@
 //! stops early (`tokenmeter serve --check | head -1`) ends the output instead of panicking the
 //! process.
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::Config;
+use crate::server::Server;
 
 /// tokenmeter: meter LLM token streams (TTFT, ITL, TPOT) as they pass.
 #[derive(Parser, Debug)]
@@ -56,8 +58,9 @@ pub struct ServeArgs {
     /// TOKENMETER_ADMIN_LISTEN and TOKENMETER_UPSTREAM override either.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
-    /// Check the configuration, print it as TOML (the file, the defaults and the environment's
-    /// overrides; secrets shown as ***) and exit.
+    /// Check the configuration: build everything `serve` would (every file it names read, every
+    /// URL parsed, the router built) without listening or connecting, then print it as TOML (the
+    /// file, the defaults and the environment's overrides; secrets shown as ***) and exit.
     #[arg(long)]
     pub check: bool,
 }
@@ -78,6 +81,9 @@ pub async fn run(cli: Cli) -> Result<(), crate::BoxError> {
 async fn serve(args: ServeArgs) -> Result<(), crate::BoxError> {
     let config = Config::load(args.config.as_deref())?;
     if args.check {
+        // Everything `serve` builds, built and dropped: a file that does not load stops the check
+        // as it would stop the start, its key named. Nothing binds or connects.
+        Server::check(&config)?;
         // Itself a config `serve --check` accepts, and that reads back to this one (but for the
         // secrets), so it can be saved, diffed and edited.
         crate::stdout::print(format_args!(
@@ -88,10 +94,15 @@ async fn serve(args: ServeArgs) -> Result<(), crate::BoxError> {
         ))?;
         return Ok(());
     }
+    // Every subsystem first, then the listeners: a start that cannot be whole stops before it
+    // binds, and before it says it is serving.
+    let metrics = Arc::new(crate::metrics::Metrics::new(&config)?);
+    let server = Server::new(config.clone(), metrics)?.with_config_source(args.config.clone());
     // The environment wins over the file (Config::load), so an address that cannot be bound is
     // named by the variable that set it, or else by its key.
     let origins = crate::server::ListenOrigins::from_env(|var| std::env::var(var).is_ok());
     let (traffic, admin) = crate::server::bind_from(&config, &origins).await?;
+    server.verify_budget_store().await?;
     tracing::info!(
         listen = %config.server.listen,
         admin = %config.server.admin_listen,
@@ -102,10 +113,6 @@ async fn serve(args: ServeArgs) -> Result<(), crate::BoxError> {
             .collect::<Vec<_>>(),
         "tokenmeter serving"
     );
-    let metrics = std::sync::Arc::new(crate::metrics::Metrics::new(&config)?);
-    let server =
-        crate::server::Server::new(config, metrics)?.with_config_source(args.config.clone());
-    server.verify_budget_store().await?;
     // SIGHUP reloads the config (see server::reload).
     tokio::spawn(crate::server::reload::on_sighup(server.reloads()));
     server.run(traffic, admin, crate::shutdown::signal()).await;

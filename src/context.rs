@@ -6,7 +6,7 @@
 //!
 //! | phase | writes |
 //! |---|---|
-//! | server (the head is in: [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `conflicting_framing`, `dialect`, `trace`, `tracing` (the span ids and the sampling decision), `tenant`, `tenant_name` and `tenant_tracked`, or `tenant_refused`, the finish hooks |
+//! | server (the head is in: `server/head.rs`, with [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `conflicting_framing`, `dialect`, `trace`, `tracing` (the span ids and the sampling decision), `tenant`, `tenant_name` and `tenant_tracked`, or `tenant_refused`, the finish hooks |
 //! | meter, head ([`crate::meter::layer`]) | `marks.admitted`, `marks.body_read`, `generation` (the buffered body and the one walk over it), `model`, `model_label`, `slo` (the request's targets), `usage_injected`, `active`; `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
 //! | route, plan ([`crate::route::plan`]) | `estimate`, `plan`, `pool` (the first planned pool) |
 //! | tenant, budget ([`crate::tenant::budget`]) | `budget`: the reservation the request holds on its tenant's budget |
@@ -82,7 +82,8 @@ pub struct RequestContext {
     /// The request's tenant: its bounded label (`anonymous` when no source named one), when
     /// tenants are on ([`crate::tenant`]).
     pub tenant: Option<Arc<str>>,
-    /// The tenant's name (cut at 256 bytes), for the usage records; `None` when anonymous.
+    /// The tenant's name (cut at 256 bytes), for the usage records and the span; `None` when
+    /// anonymous.
     pub tenant_name: Option<Arc<str>>,
     /// The tenant is tracked (`tenants.tracked`): its latencies get histograms of their own.
     pub tenant_tracked: bool,

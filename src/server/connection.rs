@@ -15,15 +15,14 @@ use hyper_util::server::graceful::Watcher;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use super::admission::{self, ConnectionPermit, Limit};
 use super::h2guard::{self, AbuseCounters, Budgets, H2Guard};
+use super::head;
 use super::live::LiveStack;
 use super::smuggling::{ConnectionFraming, GuardedStream};
 use super::sniff;
 use crate::config::ServerConfig;
-use crate::context::{FinishHooks, RequestContext};
 use crate::metrics::Metrics;
 use crate::tenant::certificate::CertificateNames;
 use crate::tls::{self, ServerTls};
@@ -218,19 +217,27 @@ const H2_MAX_SEND_BUF_BYTES: usize = 64 * 1024;
 const REFUSE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Answers every request of a connection past `max_connections` with 503 and closes it. Bounded in
-/// time, so a flood of refused connections cannot pile up. Each request ends at the finish point
-/// like any other (outcome `overloaded`).
-pub(super) async fn refuse(stream: TcpStream, peer: SocketAddr, hooks: FinishHooks) {
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let mut context = RequestContext::for_head(
-            Instant::now(),
-            req.method(),
-            req.uri(),
-            req.headers(),
-            hooks.clone(),
-        );
-        context.client = Some(peer);
-        admission::refused(context);
+/// time, so a flood of refused connections cannot pile up. Each request starts as every other does
+/// ([`head`]: its tenant, its trace, the current revision's hooks) and ends at the finish point at
+/// once (outcome `overloaded`).
+pub(super) async fn refuse(stream: TcpStream, peer: SocketAddr, stack: LiveStack) {
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        // No TLS handshake is spent on a connection refused for load (so a TLS client's request
+        // never gets this far), and the connection closes after this answer: nothing for the
+        // smuggling guard to follow.
+        let connection = head::Connection {
+            peer,
+            tls: false,
+            certificate: None,
+            conflicting_framing: false,
+        };
+        let revision = stack.current();
+        let parts = head::Parts {
+            hooks: &revision.hooks,
+            tenants: revision.tenants.as_deref(),
+            tracing: revision.tracing.as_deref(),
+        };
+        admission::refused(head::start(parts, &mut req, connection));
         let mut response = admission::overloaded(Limit::Connections);
         response
             .headers_mut()

@@ -17,19 +17,18 @@ use std::task::{Context, Poll};
 use arc_swap::ArcSwap;
 use http::Request;
 use hyper::body::Incoming;
-use tokio::time::Instant;
 use tower::util::Oneshot;
 use tower::{Service, ServiceExt};
 
 use super::admission::{Admission, AdmissionLayer, Limits};
+use super::head;
 use super::smuggling::ConnectionFraming;
 use crate::config::Config;
-use crate::context::{FinishHook, FinishHooks, RequestContext};
+use crate::context::{FinishHook, FinishHooks};
 use crate::meter::finish::MeterHook;
 use crate::meter::layer::{Meter, MeterLayer};
 use crate::meter::series::MeterSeries;
 use crate::proxy::client::UpstreamClient;
-use crate::proxy::headers;
 use crate::proxy::phase::Then;
 use crate::proxy::Forward;
 use crate::route::{Dispatch, Handoff, Plan, Router};
@@ -174,9 +173,10 @@ impl LiveStack {
         self.current.store(Arc::new(revision));
     }
 
-    /// The finish hooks of the current revision (for requests answered outside the stack).
-    pub fn hooks(&self) -> FinishHooks {
-        self.current.load().hooks.clone()
+    /// The current revision, for requests answered outside the stack (refused at
+    /// `server.max_connections`): their context starts as the stack's do (`server/head.rs`).
+    pub fn current(&self) -> Arc<Revision> {
+        self.current.load_full()
     }
 
     /// The stack as one connection serves it: each request's context starts there.
@@ -221,42 +221,19 @@ impl Service<Request<Incoming>> for ConnectionStack {
     }
 
     fn call(&mut self, mut req: Request<Incoming>) -> Self::Future {
-        let received = Instant::now();
         let revision = self.live.current.load();
-        let mut context = RequestContext::for_head(
-            received,
-            req.method(),
-            req.uri(),
-            req.headers(),
-            revision.hooks.clone(),
-        );
-        if let Some(gate) = &revision.tenants {
-            match gate.identify(req.headers(), self.client_certificate.as_deref()) {
-                Ok(named) => {
-                    context.tenant = Some(named.label);
-                    context.tenant_name = named.name;
-                    context.tenant_tracked = named.tracked;
-                }
-                Err(unnamed) => context.tenant_refused = Some(unnamed.message()),
-            }
-            // After the client's key named the tenant: from here on, and upstream, the request
-            // carries the backend's key.
-            if let Some(backend) = gate.identity().upstream_authorization() {
-                headers::authorize_upstream(req.headers_mut(), backend);
-            }
-        }
-        if let Some(tracing) = &revision.tracing {
-            let state = tracing.begin(req.method(), req.uri(), req.headers());
-            if state.sampled && context.trace.is_none() {
-                // The exemplars of a request the proxy traces lead to its trace.
-                context.trace = Some(state.trace);
-            }
-            context.tracing = Some(state);
-        }
-        context.client = Some(self.peer);
-        context.client_tls = self.client_tls;
-        context.conflicting_framing = self.framing.next_request_conflicts();
-        context.put(req.extensions_mut());
+        let parts = head::Parts {
+            hooks: &revision.hooks,
+            tenants: revision.tenants.as_deref(),
+            tracing: revision.tracing.as_deref(),
+        };
+        let connection = head::Connection {
+            peer: self.peer,
+            tls: self.client_tls,
+            certificate: self.client_certificate.as_deref(),
+            conflicting_framing: self.framing.next_request_conflicts(),
+        };
+        head::start(parts, &mut req, connection).put(req.extensions_mut());
         revision.stack.clone().oneshot(req)
     }
 }

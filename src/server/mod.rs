@@ -54,6 +54,7 @@ pub mod admission;
 mod connection;
 pub mod h2guard;
 mod handle;
+mod head;
 mod listen;
 pub mod live;
 pub mod reload;
@@ -93,6 +94,9 @@ pub enum ServerError {
     /// The budgets' store cannot be used (the error names the key, never the URL).
     #[error(transparent)]
     Budgets(#[from] StoreError),
+    /// The span exporter cannot be built (the error names the key).
+    #[error("{0}")]
+    Tracing(String),
 }
 
 /// What set each listener's address (a config key, an environment variable, a command-line
@@ -190,12 +194,38 @@ pub struct Server {
     hooks: Vec<Arc<dyn FinishHook>>,
 }
 
+/// How far [`Server::build`] goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// Everything, to serve.
+    Serve,
+    /// Everything but what writes: `serve --check` leaves no file behind.
+    Check,
+}
+
 impl Server {
+    /// Builds every subsystem of `config`: the router (the upstream's and the pools' TLS files),
+    /// the listeners' TLS files, the tenants' keys and the backend's key, the usage records' file,
+    /// the budget store (its URL and TLS files) and the span exporter (its endpoint). Nothing is
+    /// bound and nothing connects (the budget store's handshake is [`Server::verify_budget_store`],
+    /// the upstreams' at [`Server::run`]); the first problem stops it, its error naming the key.
+    /// `serve` calls it before it binds its listeners, so a start that cannot be whole stops
+    /// before it says it is serving.
     pub fn new(config: Config, metrics: Arc<Metrics>) -> Result<Self, ServerError> {
+        Self::build(config, metrics, Start::Serve)
+    }
+
+    /// `serve --check`: builds what [`Server::new`] builds, then drops it. The one difference:
+    /// the usage records' file is opened only when it exists (its directory checked otherwise),
+    /// never created.
+    pub fn check(config: &Config) -> Result<(), ServerError> {
+        let metrics = Arc::new(Metrics::new(config)?);
+        Self::build(config.clone(), metrics, Start::Check).map(drop)
+    }
+
+    fn build(config: Config, metrics: Arc<Metrics>, start: Start) -> Result<Self, ServerError> {
         let router = Arc::new(Router::from_config(&config, Arc::clone(&metrics))?);
         let limits = Arc::new(Limits::new(&config.server));
-        // Named in the 508 of a request that loops back here, and in x-tokenmeter-via upstream.
-        tracing::info!(instance = %limits.instance(), "loop guard: this tokenmeter's id");
         let (reload_tx, reload_rx) = mpsc::channel(8);
         let load = |table: &str, tls: &Option<ServerTlsConfig>, alpn| match tls {
             Some(tls) => ServerTls::load(table, tls, alpn).map(|tls| Some(Arc::new(tls))),
@@ -209,10 +239,15 @@ impl Server {
         let tenants = Arc::new(Tenants::new(&metrics, &config));
         let gate = Gate::load(&config, &tenants)?.map(Arc::new);
         tenants.reload(&config, gate.as_deref().map(Gate::identity));
-        let usage = if config.tenants.usage.enabled() {
-            Some(UsageLog::start(&config.tenants.usage, &metrics).map_err(ServerError::Usage)?)
-        } else {
-            None
+        let usage = match (config.tenants.usage.enabled(), start) {
+            (false, _) => None,
+            (true, Start::Serve) => {
+                Some(UsageLog::start(&config.tenants.usage, &metrics).map_err(ServerError::Usage)?)
+            }
+            (true, Start::Check) => {
+                UsageLog::check(&config.tenants.usage).map_err(ServerError::Usage)?;
+                None
+            }
         };
         let shared_store = config.tenants.budgets.store_url() != crate::config::StoreUrl::Memory;
         let budget_series = Arc::new(BudgetSeries::new(Arc::clone(&metrics), shared_store));
@@ -223,12 +258,20 @@ impl Server {
             &config.tenants.budgets,
             Arc::clone(&budget_series),
         )?);
+        // Started here, not when serving: an exporter that cannot be built stops the start (and
+        // the check) with its key named, rather than serving without spans.
+        let exporter = match config.tracing.export() {
+            Some(settings) => {
+                Some(Exporter::start(&settings, &metrics).map_err(ServerError::Tracing)?)
+            }
+            None => None,
+        };
         Ok(Self {
             config,
             metrics,
             meter,
             phases,
-            exporter: None,
+            exporter,
             tenants,
             gate,
             usage,
@@ -348,13 +391,11 @@ impl Server {
         admin: TcpListener,
         shutdown: impl Future<Output = ()>,
     ) {
+        // Named in the 508 of a request that loops back here, and in x-tokenmeter-via upstream.
+        tracing::info!(instance = %self.limits.instance(), "loop guard: this tokenmeter's id");
         let client = client::build(&self.config.upstream).naming(self.limits.instance().clone());
         self.router.connect(&client);
         let mut probes = self.router.spawn_probes(&client);
-        self.exporter = self.exporter_for(&self.config).unwrap_or_else(|err| {
-            tracing::error!(error = %err, "tracing: the exporter did not start; serving without spans");
-            None
-        });
         let stack = LiveStack::new(live::build(
             &self.config,
             self.shared(),
@@ -444,7 +485,7 @@ impl Server {
                     };
                     let _ = stream.set_nodelay(true);
                     let Some(permit) = self.limits.try_connection() else {
-                        connections.spawn(connection::refuse(stream, peer, stack.hooks()));
+                        connections.spawn(connection::refuse(stream, peer, stack.clone()));
                         continue;
                     };
                     connections.spawn(Arc::clone(&serving).serve(

@@ -4,9 +4,10 @@
 //! point by [`finish`]).
 //!
 //! The identity is read once, when the request's head is in (where its context starts,
-//! [`crate::server::live`]): the context gets the tenant's bounded label, or the reason it is
-//! refused, which the meter answers with a 401 before reading the body (as it refuses conflicting
-//! framing). Nothing of it runs per chunk. Off by default (`[tenants] sources = []`).
+//! `server/head.rs`, for a request refused at `server.max_connections` too): the context gets the
+//! tenant's bounded label, or the reason it is refused, which the meter answers with a 401 before
+//! reading the body (as it refuses conflicting framing). Nothing of it runs per chunk. Off by
+//! default (`[tenants] sources = []`).
 //!
 //! [`usage`] writes one JSON line per finished request. [`budget`] admits each request against
 //! its tenant's token budgets and rate limits, kept in process or shared through Redis.

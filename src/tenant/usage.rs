@@ -153,6 +153,30 @@ impl UsageLog {
         Ok(log)
     }
 
+    /// What [`UsageLog::start`] would refuse, without writing (`serve --check`): an existing file
+    /// is opened for appending (and closed), a missing one needs its directory; the error names
+    /// the key. (Whether the directory lets a file be created is known only by creating one.)
+    pub fn check(config: &UsageConfig) -> Result<(), String> {
+        let path = config.path.trim();
+        if path == "-" {
+            return Ok(());
+        }
+        let path = std::path::Path::new(path);
+        let named = |err: std::io::Error| format!("tenants.usage.path {}: {err}", path.display());
+        match OpenOptions::new().append(true).open(path) {
+            Ok(_) => Ok(()),
+            // Not there: start would create it, in a directory that must be there.
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                let dir = match path.parent() {
+                    Some(dir) if !dir.as_os_str().is_empty() => dir,
+                    _ => std::path::Path::new("."),
+                };
+                std::fs::metadata(dir).map(drop).map_err(named)
+            }
+            Err(err) => Err(named(err)),
+        }
+    }
+
     /// Queues a line, or drops and counts it when the queue is full. Never waits.
     pub fn offer(&self, line: String) {
         match self.tx.try_send(Message::Line(line)) {

@@ -238,6 +238,10 @@ fn server_attributes(
     if let Some(client) = context.client {
         out.push(KeyValue::new("client.address", client.ip().to_string()));
     }
+    if let Some(tenant) = &context.tenant_name {
+        // The name, not the bounded label: a span is one request, not a series.
+        out.push(KeyValue::new("tokenmeter.tenant", tenant.to_string()));
+    }
     if let Some(status) = context.status {
         out.push(KeyValue::new(
             "http.response.status_code",

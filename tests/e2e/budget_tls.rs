@@ -209,5 +209,9 @@ fn refused_start(path: &std::path::Path) -> String {
     std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut stderr)
         .expect("stderr");
     assert_eq!(status.code(), Some(1), "start refused: {stderr}");
+    assert!(
+        !stderr.contains("tokenmeter serving"),
+        "refused before it said it was serving: {stderr}"
+    );
     stderr
 }

@@ -2,9 +2,10 @@
 //! one gets what the text around it says, not a refusal at start.
 //!
 //! A fenced block with the info string `toml` is a whole config: [`Config::from_toml`] accepts it
-//! (the parse and validation `serve --check` runs, before the environment's overrides), and the
-//! config it prints reads back to the same config. A word after `toml` in the info string (GitHub
-//! still highlights the block as TOML) says the block is something else:
+//! (the parse and validation `serve --check` starts with, before the environment's overrides and
+//! the files the config names), and the config it prints reads back to the same config. A word
+//! after `toml` in the info string (GitHub still highlights the block as TOML) says the block is
+//! something else:
 //! - ```` ```toml partial ````: a piece of a config, its tables named in full, that leans on keys
 //!   it leaves out (a `[[rules]]` list naming pools another snippet defines). Every key must exist
 //!   and every value have its type (the parse), but the checks across keys may refuse it.

@@ -226,6 +226,149 @@ fn check_prints_the_effective_config_as_toml_that_checks_again() {
     );
 }
 
+/// `tokenmeter serve --config PATH` (none of the variables that would override the file), which
+/// must refuse to start: its output, once it has exited (within [`PATIENCE`]; a binary that
+/// started serving instead is killed and the test fails).
+fn refused_serve(path: &std::path::Path) -> std::process::Output {
+    let mut command = Command::new(BIN);
+    command.args(["serve", "--config"]).arg(path);
+    for var in ENV_VARS {
+        command.env_remove(var);
+    }
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tokenmeter runs");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while child.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("wait");
+            panic!(
+                "tokenmeter serve {} was still running after {PATIENCE:?}: it did not refuse to \
+                 start: {}",
+                path.display(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("wait")
+}
+
+/// Every file `serve` reads and every URL it parses, `serve --check` reads and parses too: a
+/// file that is not there fails both, with the same message naming its key and the path, and
+/// `serve` fails before it binds or says it is serving.
+#[test]
+fn check_and_serve_refuse_a_file_that_is_not_there_naming_its_key() {
+    let dir = TempDir::new("check-files");
+    let gone = |name: &str| dir.0.join("gone").join(name).display().to_string();
+    let not_found = "No such file or directory (os error 2)";
+    let cases = [
+        (
+            "the tenants' keys",
+            format!(
+                "[tenants]\nsources = [\"api_key\"]\nkeys_file = \"{}\"\n",
+                gone("keys")
+            ),
+            format!("tenants.keys_file {}: {not_found}", gone("keys")),
+        ),
+        (
+            "the backend's key",
+            format!(
+                "[tenants]\nsources = [\"header\"]\nupstream_key_file = \"{}\"\n",
+                gone("upstream-key")
+            ),
+            format!(
+                "tenants.upstream_key_file {}: {not_found}",
+                gone("upstream-key")
+            ),
+        ),
+        (
+            "the traffic listener's certificate",
+            format!(
+                "[server.tls]\ncert = \"{}\"\nkey = \"{}\"\n",
+                gone("server.crt"),
+                gone("server.key")
+            ),
+            format!(
+                "config: server.tls.cert: cannot read {}: {not_found}",
+                gone("server.crt")
+            ),
+        ),
+        (
+            "the upstreams' CA",
+            format!(
+                "[upstream]\nurls = [\"https://127.0.0.1:9\"]\n[upstream.tls]\nca = \"{}\"\n",
+                gone("upstream-ca.crt")
+            ),
+            format!(
+                "config: upstream.tls.ca: cannot read {}: {not_found}",
+                gone("upstream-ca.crt")
+            ),
+        ),
+        (
+            "the budget store's CA",
+            format!(
+                "[tenants.budgets]\nstore = \"rediss://127.0.0.1:9\"\n\
+                 [tenants.budgets.store_tls]\nca = \"{}\"\n",
+                gone("redis-ca.crt")
+            ),
+            format!(
+                "config: tenants.budgets.store_tls.ca: cannot read {}: {not_found}",
+                gone("redis-ca.crt")
+            ),
+        ),
+        (
+            "the usage records' directory",
+            format!("[tenants.usage]\npath = \"{}\"\n", gone("usage.jsonl")),
+            format!("tenants.usage.path {}: {not_found}", gone("usage.jsonl")),
+        ),
+    ];
+    for (i, (what, table, message)) in cases.iter().enumerate() {
+        let listeners = format!(
+            "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"127.0.0.1:{}\"\n",
+            free_port(),
+            free_port()
+        );
+        let path = dir.write(&format!("{i}.toml"), &format!("{listeners}{table}"));
+        let expected = format!("tokenmeter: {message}\n");
+
+        let checked = check(&path, &[]);
+        assert_eq!(checked.status.code(), Some(1), "{what}: --check fails");
+        assert_eq!(
+            String::from_utf8_lossy(&checked.stderr),
+            expected,
+            "{what}: --check names the key and the path, and says nothing else"
+        );
+        assert!(checked.stdout.is_empty(), "{what}: no config printed");
+
+        let served = refused_serve(&path);
+        assert_eq!(served.status.code(), Some(1), "{what}: serve fails");
+        assert_eq!(
+            String::from_utf8_lossy(&served.stderr),
+            expected,
+            "{what}: serve fails with the same words, before it logs that it is serving"
+        );
+    }
+
+    // A usage file that is not there yet, in a directory that is: --check passes, and leaves no
+    // file behind (serve would create it).
+    let usage = dir.0.join("usage.jsonl");
+    let path = dir.write(
+        "usage.toml",
+        &format!("[tenants.usage]\npath = \"{}\"\n", usage.display()),
+    );
+    let checked = check(&path, &[]);
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    assert!(!usage.exists(), "--check created no usage file");
+}
+
 #[test]
 fn check_into_a_pipe_closed_after_one_line_exits_cleanly() {
     use std::io::BufRead;

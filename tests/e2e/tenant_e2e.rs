@@ -409,3 +409,115 @@ async fn usage_records_sum_to_the_counters_and_the_clients_usage() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A request refused at `server.max_connections` starts where every request does: it is counted
+/// under its tenant, and exported as a span of its client's trace carrying its tenant and its 503.
+#[tokio::test]
+async fn a_request_refused_at_the_connection_limit_has_its_tenant_and_its_trace() {
+    use support::otlp::{Protocol as Otlp, Receiver};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const PARENT: &str = "00f067aa0ba902b7";
+    let receiver = Receiver::start(Otlp::HttpProtobuf).await;
+    let backend = Backend::start(|_| support::backend::Script::json(200, r#"{"data":[]}"#)).await;
+    let mut config = config_for(&backend.url);
+    config.tenants.sources = vec![TenantSource::Header];
+    config.server.max_connections = 1;
+    config.tracing.endpoint = Some(receiver.endpoint());
+    config.tracing.protocol = Some(tokenmeter::config::OtlpProtocol::HttpProtobuf);
+    config.tracing.batch_delay = Duration::from_millis(20);
+    // Only a bound for a collector that fails: an export to the in-process receiver takes
+    // milliseconds.
+    config.tracing.export_timeout = Some(Duration::from_secs(5));
+    let proxy = start_proxy(config).await;
+
+    // The one connection the limit allows, held open, proven accepted by team-b's request (read
+    // to its last chunk, so that request has ended).
+    let mut held = tokio::net::TcpStream::connect(proxy.traffic_addr)
+        .await
+        .expect("connect");
+    held.write_all(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nx-tenant-id: team-b\r\n\r\n")
+        .await
+        .expect("send");
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"0\r\n\r\n") {
+        let mut buffer = [0u8; 1024];
+        let n = held.read(&mut buffer).await.expect("read");
+        assert!(n > 0, "answered: {}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&buffer[..n]);
+    }
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200 "),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    let traceparent = format!("00-{TRACE}-{PARENT}-01");
+    let refused = send(
+        proxy.traffic_addr,
+        &[("x-tenant-id", "team-a"), ("traceparent", &traceparent)],
+    )
+    .await;
+    assert_eq!(refused.status, 503, "past the connection limit");
+    assert_eq!(refused.headers["connection"], "close");
+
+    support::wait_for_metric(
+        &proxy,
+        "tokenmeter_tenant_requests_total",
+        &[("tenant", "team-b")],
+        1.0,
+    )
+    .await;
+    let text = proxy.metrics.render();
+    let mut lines: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("tokenmeter_tenant_requests_total{"))
+        .collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            r#"tokenmeter_tenant_requests_total{tenant="team-a",outcome="overloaded"} 1"#,
+            r#"tokenmeter_tenant_requests_total{tenant="team-b",outcome="ok"} 1"#,
+        ],
+        "the refused request is counted under its tenant"
+    );
+
+    // team-b's server span and its attempt, and the refused request's server span.
+    let spans = receiver.wait_for_spans(3, Duration::from_secs(10)).await;
+    assert_eq!(spans.len(), 3, "{spans:#?}");
+    let refused: Vec<_> = spans
+        .iter()
+        .filter(|span| span.int_attr("http.response.status_code") == Some(503))
+        .collect();
+    assert_eq!(
+        refused.len(),
+        1,
+        "one span of the refused request: {spans:#?}"
+    );
+    let span = refused[0];
+    assert_eq!(span.kind_name(), "server");
+    assert_eq!(
+        (span.trace_id.as_str(), span.parent_span_id.as_str()),
+        (TRACE, PARENT),
+        "it continues the client's trace"
+    );
+    assert_eq!(span.str_attr("tokenmeter.tenant"), Some("team-a"));
+    assert_eq!(span.str_attr("tokenmeter.outcome"), Some("overloaded"));
+    assert_eq!(span.int_attr("tokenmeter.attempts"), Some(0));
+    assert_eq!(
+        (span.status_code, span.status_message.as_str()),
+        (2, "overloaded"),
+        "an error status: overloaded is the server's error"
+    );
+    let served: Vec<_> = spans
+        .iter()
+        .filter(|span| {
+            span.kind_name() == "server" && span.str_attr("tokenmeter.tenant") == Some("team-b")
+        })
+        .collect();
+    assert_eq!(served.len(), 1, "team-b's span carries its tenant too");
+    drop(held);
+    proxy.shutdown().await;
+}

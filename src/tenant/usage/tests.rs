@@ -91,3 +91,59 @@ fn a_path_that_does_not_open_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn the_check_refuses_what_start_refuses_and_writes_nothing() {
+    let dir = temp_dir("check");
+    let at = |path: &std::path::Path| UsageConfig {
+        path: path.display().to_string(),
+        ..UsageConfig::default()
+    };
+    let missing = dir.join("usage.jsonl");
+    assert_eq!(
+        UsageLog::check(&at(&missing)),
+        Ok(()),
+        "a file start would create"
+    );
+    assert!(!missing.exists(), "the check did not create it");
+    std::fs::write(&missing, "kept\n").expect("write");
+    assert_eq!(UsageLog::check(&at(&missing)), Ok(()), "an existing file");
+    assert_eq!(
+        std::fs::read_to_string(&missing).expect("read"),
+        "kept\n",
+        "the check did not write to it"
+    );
+    let no_dir = dir.join("none").join("usage.jsonl");
+    assert_eq!(
+        UsageLog::check(&at(&no_dir)),
+        Err(format!(
+            "tenants.usage.path {}: No such file or directory (os error 2)",
+            no_dir.display()
+        )),
+        "a directory that is not there"
+    );
+    let metrics = Metrics::new(&Config::default()).expect("metrics");
+    assert_eq!(
+        UsageLog::start(&at(&no_dir), &metrics).map(drop),
+        UsageLog::check(&at(&no_dir)),
+        "start refuses it with the same words"
+    );
+    let file_as_dir = missing.join("usage.jsonl");
+    assert_eq!(
+        UsageLog::check(&at(&file_as_dir)),
+        Err(format!(
+            "tenants.usage.path {}: Not a directory (os error 20)",
+            file_as_dir.display()
+        )),
+        "a file where its directory should be"
+    );
+    assert_eq!(
+        UsageLog::check(&UsageConfig {
+            path: "-".to_owned(),
+            ..UsageConfig::default()
+        }),
+        Ok(()),
+        "stdout"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
