@@ -34,7 +34,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::load::{run_point_until, ArrivalProcess, Progress};
-use super::report::{tool, BenchReport, PointReport, SCHEMA_VERSION};
+use super::report::{BenchReport, PointReport};
 use super::session::{self, SessionReport};
 use super::stats::ClassStats;
 use super::{BenchClient, BenchError, LoadMode, LoadSpec, SessionSpec, Stop};
@@ -110,18 +110,9 @@ impl MixedSpec {
         if !keep_records {
             point.requests.clear();
         }
-        let spec = &self.requests;
         BenchReport {
-            schema_version: SCHEMA_VERSION,
-            tool: tool(),
-            url: spec.url.clone(),
-            endpoint: spec.endpoint,
-            workload: spec.workload.to_string(),
-            slo: spec.slo,
-            stop: spec.stop,
-            seed: spec.seed,
-            points: vec![point],
             sessions: Some(sessions),
+            ..BenchReport::new(&self.requests, vec![point])
         }
     }
 }
