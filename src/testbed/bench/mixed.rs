@@ -103,13 +103,7 @@ impl MixedSpec {
     /// The JSON report (`docs/bench-results.md`): the requests' workload and stop, the run as
     /// its one point, and the `sessions` object. Per-request records only with `keep_records`.
     pub fn bench_report(&self, report: SessionReport, keep_records: bool) -> BenchReport {
-        let SessionReport {
-            mut point,
-            sessions,
-        } = report;
-        if !keep_records {
-            point.requests.clear();
-        }
+        let (point, sessions) = report.into_report_parts(keep_records);
         BenchReport {
             sessions: Some(sessions),
             ..BenchReport::new(&self.requests, vec![point])
