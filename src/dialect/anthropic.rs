@@ -17,7 +17,7 @@
 //! - **Error**: an `error` event (`{"type":"error","error":{...}}`) after the 200.
 //! - **End**: `message_stop`.
 
-use serde::de::{IgnoredAny, MapAccess};
+use serde::de::MapAccess;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -192,9 +192,8 @@ struct TopPick;
 impl<'de> Pick<'de> for TopPick {
     type Out = Top;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
-        let mut top = Top::default();
-        while let Some(key) = map.next_key::<TopKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
+        walk::members(map, Top::default(), |top, key: TopKey, map| {
             match key {
                 TopKey::Type => top.kind = Kind::of_raw(map.next_value()?),
                 TopKey::Delta => top.delta = map.next_value_seed(Lenient(DeltaPick))?,
@@ -202,12 +201,10 @@ impl<'de> Pick<'de> for TopPick {
                 TopKey::Message => {
                     top.message_usage = map.next_value_seed(Lenient(UsageMember(CountsPick)))?;
                 }
-                TopKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                TopKey::Other => walk::skip(map)?,
             }
-        }
-        Ok(top)
+            Ok(())
+        })
     }
 }
 
@@ -217,19 +214,16 @@ struct DeltaPick;
 impl<'de> Pick<'de> for DeltaPick {
     type Out = bool;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-        let mut output = false;
-        while let Some(key) = map.next_key::<DeltaKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
+        walk::members(map, false, |output, key: DeltaKey, map| {
             match key {
                 DeltaKey::Text | DeltaKey::Thinking | DeltaKey::PartialJson => {
-                    output |= is_nonempty_string(map.next_value()?);
+                    *output |= is_nonempty_string(map.next_value()?);
                 }
-                DeltaKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                DeltaKey::Other => walk::skip(map)?,
             }
-        }
-        Ok(output)
+            Ok(())
+        })
     }
 }
 
@@ -239,21 +233,18 @@ struct CountsPick;
 impl<'de> Pick<'de> for CountsPick {
     type Out = Option<Counts>;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Counts>, A::Error> {
-        let mut counts = Counts::default();
-        while let Some(key) = map.next_key::<UsageKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Option<Counts>, A::Error> {
+        let counts = walk::members(map, Counts::default(), |counts, key: UsageKey, map| {
             let slot = match key {
                 UsageKey::InputTokens => &mut counts.input,
                 UsageKey::CacheCreationInputTokens => &mut counts.cache_creation,
                 UsageKey::CacheReadInputTokens => &mut counts.cache_read,
                 UsageKey::OutputTokens => &mut counts.output,
-                UsageKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
+                UsageKey::Other => return walk::skip(map),
             };
             *slot = map.next_value_seed(Lenient(Count))?;
-        }
+            Ok(())
+        })?;
         Ok(Some(counts))
     }
 }

@@ -1,5 +1,11 @@
 //! The vocabulary every dialect reports in: what one event means to the meter ([`EventSummary`])
-//! and the token counts a server reports ([`Usage`]).
+//! and the token counts a server reports ([`Usage`]), with the picks that read the counts the
+//! OpenAI APIs share.
+
+use serde::de::MapAccess;
+use serde::Deserialize;
+
+use super::walk::{self, Count, Lenient, Pick};
 
 /// Token counts reported by the server in a `usage` object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -23,7 +29,7 @@ pub struct Usage {
 #[derive(Clone, Copy)]
 pub(super) struct CachedTokensPick;
 
-#[derive(serde::Deserialize)]
+#[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
 enum DetailsKey {
     CachedTokens,
@@ -31,22 +37,70 @@ enum DetailsKey {
     Other,
 }
 
-impl<'de> super::walk::Pick<'de> for CachedTokensPick {
+impl<'de> Pick<'de> for CachedTokensPick {
     type Out = Option<u64>;
 
-    fn map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Option<u64>, A::Error> {
-        let mut cached = None;
-        while let Some(key) = map.next_key::<DetailsKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Option<u64>, A::Error> {
+        walk::members(map, None, |cached, key: DetailsKey, map| {
             match key {
-                DetailsKey::CachedTokens => {
-                    cached = map.next_value_seed(super::walk::Lenient(super::walk::Count))?;
-                }
-                DetailsKey::Other => {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                }
+                DetailsKey::CachedTokens => *cached = map.next_value_seed(Lenient(Count))?,
+                DetailsKey::Other => walk::skip(map)?,
             }
-        }
-        Ok(cached)
+            Ok(())
+        })
+    }
+}
+
+/// A `usage` object of the two OpenAI APIs, which name the same three members differently:
+/// the prompt count, the output count and the `…_details` object of cached prompt tokens.
+/// `None` unless one of the two counts is a valid integer, so a usage object the meter cannot
+/// read does not mark a chunk as usage-only. A key in the other API's spelling is skipped.
+#[derive(Clone, Copy)]
+pub(super) enum UsagePick {
+    /// Chat completions and completions: `prompt_tokens`, `completion_tokens`,
+    /// `prompt_tokens_details`.
+    OpenAi,
+    /// Responses: `input_tokens`, `output_tokens`, `input_tokens_details`.
+    Responses,
+}
+
+/// Both APIs' spellings; [`UsagePick`] reads only its own.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum UsageKey {
+    PromptTokens,
+    CompletionTokens,
+    PromptTokensDetails,
+    InputTokens,
+    OutputTokens,
+    InputTokensDetails,
+    #[serde(other)]
+    Other,
+}
+
+impl<'de> Pick<'de> for UsagePick {
+    type Out = Option<Usage>;
+
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Option<Usage>, A::Error> {
+        use UsageKey::*;
+        let usage = walk::members(map, Usage::default(), |usage, key: UsageKey, map| {
+            match (self, key) {
+                (UsagePick::OpenAi, PromptTokens) | (UsagePick::Responses, InputTokens) => {
+                    usage.prompt_tokens = map.next_value_seed(Lenient(Count))?;
+                }
+                (UsagePick::OpenAi, CompletionTokens) | (UsagePick::Responses, OutputTokens) => {
+                    usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
+                }
+                (UsagePick::OpenAi, PromptTokensDetails)
+                | (UsagePick::Responses, InputTokensDetails) => {
+                    usage.cached_tokens = map.next_value_seed(Lenient(CachedTokensPick))?;
+                }
+                _ => walk::skip(map)?,
+            }
+            Ok(())
+        })?;
+        let readable = usage.prompt_tokens.is_some() || usage.completion_tokens.is_some();
+        Ok(readable.then_some(usage))
     }
 }
 

@@ -14,7 +14,7 @@
 //! - **Error**: a non-null `error` (`{"error":{"code":..,"message":..,"type":..}}`).
 //! - **End**: `"stop": true`.
 
-use serde::de::{IgnoredAny, MapAccess};
+use serde::de::MapAccess;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -94,9 +94,8 @@ struct TopPick;
 impl<'de> Pick<'de> for TopPick {
     type Out = Top;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
-        let mut top = Top::default();
-        while let Some(key) = map.next_key::<TopKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
+        walk::members(map, Top::default(), |top, key: TopKey, map| {
             match key {
                 TopKey::Content => top.content = is_nonempty_string(map.next_value()?),
                 TopKey::Stop => top.stop = map.next_value_seed(Lenient(Flag))? == Some(true),
@@ -108,12 +107,10 @@ impl<'de> Pick<'de> for TopPick {
                 }
                 TopKey::Timings => top.timings = map.next_value_seed(Lenient(TimingsPick))?,
                 TopKey::Error => top.error = is_non_null(map.next_value::<&RawValue>()?),
-                TopKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                TopKey::Other => walk::skip(map)?,
             }
-        }
-        Ok(top)
+            Ok(())
+        })
     }
 }
 
@@ -126,19 +123,21 @@ pub(super) struct TimingsPick;
 impl<'de> Pick<'de> for TimingsPick {
     type Out = Usage;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Usage, A::Error> {
-        let (mut computed, mut cached, mut predicted, mut prefill) = (None, None, None, None);
-        while let Some(key) = map.next_key::<TimingsKey>()? {
-            match key {
-                TimingsKey::PromptN => computed = map.next_value_seed(Lenient(Count))?,
-                TimingsKey::CacheN => cached = map.next_value_seed(Lenient(Count))?,
-                TimingsKey::PredictedN => predicted = map.next_value_seed(Lenient(Count))?,
-                TimingsKey::PromptMs => prefill = map.next_value_seed(Lenient(Millis))?,
-                TimingsKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Usage, A::Error> {
+        let (computed, cached, predicted, prefill) = walk::members(
+            map,
+            (None, None, None, None),
+            |(computed, cached, predicted, prefill), key: TimingsKey, map| {
+                match key {
+                    TimingsKey::PromptN => *computed = map.next_value_seed(Lenient(Count))?,
+                    TimingsKey::CacheN => *cached = map.next_value_seed(Lenient(Count))?,
+                    TimingsKey::PredictedN => *predicted = map.next_value_seed(Lenient(Count))?,
+                    TimingsKey::PromptMs => *prefill = map.next_value_seed(Lenient(Millis))?,
+                    TimingsKey::Other => walk::skip(map)?,
                 }
-            }
-        }
+                Ok(())
+            },
+        )?;
         Ok(Usage {
             prompt_tokens: computed.map(|computed| computed.saturating_add(cached.unwrap_or(0))),
             completion_tokens: predicted,

@@ -11,7 +11,7 @@
 //! - **Error**: a non-null `error` (`{"error":"..."}` once the 200 is out).
 //! - **End**: `"done": true`.
 
-use serde::de::{IgnoredAny, MapAccess};
+use serde::de::MapAccess;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -87,9 +87,8 @@ struct TopPick;
 impl<'de> Pick<'de> for TopPick {
     type Out = Top;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
-        let mut top = Top::default();
-        while let Some(key) = map.next_key::<TopKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
+        walk::members(map, Top::default(), |top, key: TopKey, map| {
             match key {
                 TopKey::Message => top.output |= map.next_value_seed(Lenient(MessagePick))?,
                 TopKey::Response | TopKey::Thinking => {
@@ -103,12 +102,10 @@ impl<'de> Pick<'de> for TopPick {
                     top.usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
                 }
                 TopKey::Error => top.error = is_non_null(map.next_value::<&RawValue>()?),
-                TopKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                TopKey::Other => walk::skip(map)?,
             }
-        }
-        Ok(top)
+            Ok(())
+        })
     }
 }
 
@@ -118,20 +115,17 @@ struct MessagePick;
 impl<'de> Pick<'de> for MessagePick {
     type Out = bool;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-        let mut output = false;
-        while let Some(key) = map.next_key::<MessageKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
+        walk::members(map, false, |output, key: MessageKey, map| {
             match key {
                 MessageKey::Content | MessageKey::Thinking => {
-                    output |= is_nonempty_string(map.next_value()?);
+                    *output |= is_nonempty_string(map.next_value()?);
                 }
-                MessageKey::ToolCalls => output |= is_nonempty_array(map.next_value()?),
-                MessageKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                MessageKey::ToolCalls => *output |= is_nonempty_array(map.next_value()?),
+                MessageKey::Other => walk::skip(map)?,
             }
-        }
-        Ok(output)
+            Ok(())
+        })
     }
 }
 

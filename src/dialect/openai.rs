@@ -12,7 +12,7 @@
 //! serde visitors that keep nothing but a few booleans and counters. Strings are never decoded —
 //! a field is borrowed as a [`RawValue`] (a slice of the input) and a string is non-empty exactly
 //! when its raw text is longer than `""`. Everything the meter does not need is skipped with
-//! [`IgnoredAny`].
+//! [`IgnoredAny`](serde::de::IgnoredAny).
 //!
 //! Usage: `usage.prompt_tokens`, `completion_tokens`, and the cached prompt tokens
 //! `usage.prompt_tokens_details.cached_tokens` (OpenAI, SGLang, vLLM with
@@ -24,14 +24,14 @@
 //! discarding the whole event, so one quirky field cannot hide a token. Input that is not JSON at
 //! all gives [`EventSummary::default()`]. Nothing here panics on any bytes.
 
-use serde::de::{IgnoredAny, MapAccess, SeqAccess};
+use serde::de::{MapAccess, SeqAccess};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::event::{CachedTokensPick, EventSummary, Usage};
+use super::event::{EventSummary, Usage, UsagePick};
 use super::llamacpp::TimingsPick;
 use super::walk::{
-    self, is_non_null, is_nonempty_array, is_nonempty_string, Count, Lenient, Pick, UsageMember,
+    self, is_non_null, is_nonempty_array, is_nonempty_string, Lenient, Pick, UsageMember,
 };
 
 mod fast;
@@ -114,7 +114,7 @@ fn done() -> EventSummary {
 /// `text_completion` object): its top-level `usage.prompt_tokens` / `usage.completion_tokens`.
 /// The choices are skipped unread. `None` when the body is not JSON or carries no readable usage.
 pub fn body_usage(body: &[u8]) -> Option<Usage> {
-    walk::parse(body, UsageMember(UsagePick))?
+    walk::parse(body, UsageMember(UsagePick::OpenAi))?
 }
 
 /// What the walk found at the top level.
@@ -171,16 +171,6 @@ enum DeltaKey {
     Other,
 }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum UsageKey {
-    PromptTokens,
-    CompletionTokens,
-    PromptTokensDetails,
-    #[serde(other)]
-    Other,
-}
-
 /// The top-level object. A repeated key is folded in (last `usage` wins, tokens accumulate):
 /// the event is still worth metering.
 struct ChunkPick;
@@ -188,9 +178,8 @@ struct ChunkPick;
 impl<'de> Pick<'de> for ChunkPick {
     type Out = Chunk;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Chunk, A::Error> {
-        let mut chunk = Chunk::default();
-        while let Some(key) = map.next_key::<ChunkKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Chunk, A::Error> {
+        walk::members(map, Chunk::default(), |chunk, key: ChunkKey, map| {
             match key {
                 ChunkKey::Choices => {
                     if let Some(found) = map.next_value_seed(Lenient(ChoicesPick))? {
@@ -205,15 +194,13 @@ impl<'de> Pick<'de> for ChunkPick {
                         });
                     }
                 }
-                ChunkKey::Usage => chunk.usage = map.next_value_seed(Lenient(UsagePick))?,
+                ChunkKey::Usage => chunk.usage = map.next_value_seed(Lenient(UsagePick::OpenAi))?,
                 ChunkKey::Timings => chunk.timings = map.next_value_seed(Lenient(TimingsPick))?,
                 ChunkKey::Error => chunk.error = map.next_value::<&RawValue>()?.get() != "null",
-                ChunkKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                ChunkKey::Other => walk::skip(map)?,
             }
-        }
-        Ok(chunk)
+            Ok(())
+        })
     }
 }
 
@@ -243,19 +230,16 @@ struct ChoicePick;
 impl<'de> Pick<'de> for ChoicePick {
     type Out = Choices;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Choices, A::Error> {
-        let mut choice = Choices::default();
-        while let Some(key) = map.next_key::<ChoiceKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Choices, A::Error> {
+        walk::members(map, Choices::default(), |choice, key: ChoiceKey, map| {
             match key {
                 ChoiceKey::Delta => choice.token |= map.next_value_seed(Lenient(DeltaPick))?,
                 ChoiceKey::Text => choice.token |= is_nonempty_string(map.next_value()?),
                 ChoiceKey::FinishReason => choice.finish |= is_non_null(map.next_value()?),
-                ChoiceKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                ChoiceKey::Other => walk::skip(map)?,
             }
-        }
-        Ok(choice)
+            Ok(())
+        })
     }
 }
 
@@ -265,50 +249,16 @@ struct DeltaPick;
 impl<'de> Pick<'de> for DeltaPick {
     type Out = bool;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
-        let mut token = false;
-        while let Some(key) = map.next_key::<DeltaKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
+        walk::members(map, false, |token, key: DeltaKey, map| {
             match key {
                 DeltaKey::Content | DeltaKey::Reasoning | DeltaKey::ReasoningContent => {
-                    token |= is_nonempty_string(map.next_value()?);
+                    *token |= is_nonempty_string(map.next_value()?);
                 }
-                DeltaKey::ToolCalls => token |= is_nonempty_array(map.next_value()?),
-                DeltaKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                DeltaKey::ToolCalls => *token |= is_nonempty_array(map.next_value()?),
+                DeltaKey::Other => walk::skip(map)?,
             }
-        }
-        Ok(token)
-    }
-}
-
-/// The `usage` object; `None` unless at least one count is a valid integer, so a usage object
-/// the meter cannot read does not mark a chunk as usage-only.
-#[derive(Clone, Copy)]
-struct UsagePick;
-
-impl<'de> Pick<'de> for UsagePick {
-    type Out = Option<Usage>;
-
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Usage>, A::Error> {
-        let mut usage = Usage::default();
-        while let Some(key) = map.next_key::<UsageKey>()? {
-            match key {
-                UsageKey::PromptTokens => {
-                    usage.prompt_tokens = map.next_value_seed(Lenient(Count))?
-                }
-                UsageKey::CompletionTokens => {
-                    usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
-                }
-                UsageKey::PromptTokensDetails => {
-                    usage.cached_tokens = map.next_value_seed(Lenient(CachedTokensPick))?;
-                }
-                UsageKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        let readable = usage.prompt_tokens.is_some() || usage.completion_tokens.is_some();
-        Ok(readable.then_some(usage))
+            Ok(())
+        })
     }
 }

@@ -15,12 +15,12 @@
 //! The type comes from the payload's `type` (the SSE `event:` name when the payload has none),
 //! and fields are read in whatever order they come.
 
-use serde::de::{IgnoredAny, MapAccess};
+use serde::de::MapAccess;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::event::{CachedTokensPick, EventSummary, Usage};
-use super::walk::{self, is_nonempty_string, Count, Lenient, Pick, UsageMember};
+use super::event::{EventSummary, Usage, UsagePick};
+use super::walk::{self, is_nonempty_string, Lenient, Pick, UsageMember};
 
 /// Classifies one event; `event` is its SSE `event:` field. The skimming fast path
 /// ([`classify_fast`]) answers for the frequent events, the serde walk ([`classify_parsed`]) for
@@ -56,7 +56,7 @@ pub fn classify_parsed(event: &[u8], data: &[u8]) -> EventSummary {
 /// top-level `usage.input_tokens` / `usage.output_tokens`. The output items are skipped unread.
 /// `None` when the body is not JSON or carries no readable usage.
 pub fn body_usage(body: &[u8]) -> Option<Usage> {
-    walk::parse(body, UsageMember(UsagePick))?
+    walk::parse(body, UsageMember(UsagePick::Responses))?
 }
 
 /// The event types the meter tells apart.
@@ -112,67 +112,23 @@ enum TopKey {
     Other,
 }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum UsageKey {
-    InputTokens,
-    OutputTokens,
-    InputTokensDetails,
-    #[serde(other)]
-    Other,
-}
-
 struct TopPick;
 
 impl<'de> Pick<'de> for TopPick {
     type Out = Top;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
-        let mut top = Top::default();
-        while let Some(key) = map.next_key::<TopKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
+        walk::members(map, Top::default(), |top, key: TopKey, map| {
             match key {
                 TopKey::Type => top.kind = Kind::of_raw(map.next_value()?),
                 TopKey::Delta => top.delta = is_nonempty_string(map.next_value()?),
                 TopKey::Response => {
-                    top.usage = map.next_value_seed(Lenient(UsageMember(UsagePick)))?;
+                    top.usage = map.next_value_seed(Lenient(UsageMember(UsagePick::Responses)))?;
                 }
-                TopKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                TopKey::Other => walk::skip(map)?,
             }
-        }
-        Ok(top)
-    }
-}
-
-/// `usage`: `input_tokens` / `output_tokens` (and `input_tokens_details.cached_tokens`); `None`
-/// unless one of the two counts is valid.
-#[derive(Clone, Copy)]
-struct UsagePick;
-
-impl<'de> Pick<'de> for UsagePick {
-    type Out = Option<Usage>;
-
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Usage>, A::Error> {
-        let mut usage = Usage::default();
-        while let Some(key) = map.next_key::<UsageKey>()? {
-            match key {
-                UsageKey::InputTokens => {
-                    usage.prompt_tokens = map.next_value_seed(Lenient(Count))?
-                }
-                UsageKey::OutputTokens => {
-                    usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
-                }
-                UsageKey::InputTokensDetails => {
-                    usage.cached_tokens = map.next_value_seed(Lenient(CachedTokensPick))?;
-                }
-                UsageKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        let readable = usage.prompt_tokens.is_some() || usage.completion_tokens.is_some();
-        Ok(readable.then_some(usage))
+            Ok(())
+        })
     }
 }
 

@@ -1,4 +1,15 @@
-use super::Dialect;
+use super::{Dialect, Usage};
+
+/// The usage most classifier tests expect: `prompt` and `completion` tokens, no cache or prefill
+/// figure.
+pub(super) fn usage(prompt: Option<u64>, completion: Option<u64>) -> Option<Usage> {
+    Some(Usage {
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        cached_tokens: None,
+        prefill_micros: None,
+    })
+}
 
 #[test]
 fn all_lists_every_dialect_once() {

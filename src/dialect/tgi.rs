@@ -12,7 +12,7 @@
 //! - **Error**: a non-null top-level `error` (`{"error":"...","error_type":"..."}`).
 //! - **End**: the event with a non-null `generated_text`.
 
-use serde::de::{IgnoredAny, MapAccess};
+use serde::de::MapAccess;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -83,20 +83,17 @@ struct TopPick;
 impl<'de> Pick<'de> for TopPick {
     type Out = Top;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Top, A::Error> {
-        let mut top = Top::default();
-        while let Some(key) = map.next_key::<TopKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
+        walk::members(map, Top::default(), |top, key: TopKey, map| {
             match key {
                 TopKey::Token => top.token = map.next_value_seed(Lenient(TokenPick))?,
                 TopKey::Details => top.usage = map.next_value_seed(Lenient(DetailsPick))?,
                 TopKey::GeneratedText => top.done = is_non_null(map.next_value::<&RawValue>()?),
                 TopKey::Error => top.error = is_non_null(map.next_value::<&RawValue>()?),
-                TopKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                TopKey::Other => walk::skip(map)?,
             }
-        }
-        Ok(top)
+            Ok(())
+        })
     }
 }
 
@@ -106,19 +103,17 @@ struct TokenPick;
 impl<'de> Pick<'de> for TokenPick {
     type Out = Option<bool>;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<bool>, A::Error> {
-        let mut special = false;
-        while let Some(key) = map.next_key::<TokenKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Option<bool>, A::Error> {
+        walk::members(map, false, |special, key: TokenKey, map| {
             match key {
                 TokenKey::Special => {
-                    special = map.next_value_seed(Lenient(Flag))?.unwrap_or(false);
+                    *special = map.next_value_seed(Lenient(Flag))?.unwrap_or(false);
                 }
-                TokenKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                TokenKey::Other => walk::skip(map)?,
             }
-        }
-        Ok(Some(special))
+            Ok(())
+        })
+        .map(Some)
     }
 }
 
@@ -128,9 +123,8 @@ struct DetailsPick;
 impl<'de> Pick<'de> for DetailsPick {
     type Out = Option<Usage>;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<Usage>, A::Error> {
-        let mut usage = Usage::default();
-        while let Some(key) = map.next_key::<DetailsKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Option<Usage>, A::Error> {
+        let usage = walk::members(map, Usage::default(), |usage, key: DetailsKey, map| {
             match key {
                 DetailsKey::GeneratedTokens => {
                     usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
@@ -138,11 +132,10 @@ impl<'de> Pick<'de> for DetailsPick {
                 DetailsKey::InputLength => {
                     usage.prompt_tokens = map.next_value_seed(Lenient(Count))?;
                 }
-                DetailsKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                DetailsKey::Other => walk::skip(map)?,
             }
-        }
+            Ok(())
+        })?;
         Ok((usage != Usage::default()).then_some(usage))
     }
 }

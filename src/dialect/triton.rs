@@ -10,7 +10,7 @@
 //!
 //! The model is named by the path, not the payload ([`super::Dialect::model_from_path`]).
 
-use serde::de::{IgnoredAny, MapAccess};
+use serde::de::MapAccess;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -44,21 +44,18 @@ struct TopPick;
 impl<'de> Pick<'de> for TopPick {
     type Out = (bool, bool);
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<(bool, bool), A::Error> {
-        let (mut token, mut error) = (false, false);
-        while let Some(key) = map.next_key::<TopKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<(bool, bool), A::Error> {
+        walk::members(map, (false, false), |(token, error), key: TopKey, map| {
             match key {
                 TopKey::TextOutput => {
                     let raw: &RawValue = map.next_value()?;
-                    token |= is_nonempty_string(raw) || is_nonempty_array(raw);
+                    *token |= is_nonempty_string(raw) || is_nonempty_array(raw);
                 }
-                TopKey::Error => error = is_non_null(map.next_value()?),
-                TopKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                TopKey::Error => *error = is_non_null(map.next_value()?),
+                TopKey::Other => walk::skip(map)?,
             }
-        }
-        Ok((token, error))
+            Ok(())
+        })
     }
 }
 

@@ -64,6 +64,30 @@ pub(super) fn is_non_null(raw: &RawValue) -> bool {
     raw.get() != "null"
 }
 
+/// Walks an object member by member, the one loop of every pick of an object: `read` is handed
+/// each key (an enum whose `#[serde(other)]` variant stands for every key the pick does not
+/// want) with the map to read its value from, and fills `out`; it must read or [`skip`] exactly
+/// one value per key. A repeated key is simply read again.
+pub(super) fn members<'de, K, A, O>(
+    mut map: A,
+    mut out: O,
+    mut read: impl FnMut(&mut O, K, &mut A) -> Result<(), A::Error>,
+) -> Result<O, A::Error>
+where
+    K: Deserialize<'de>,
+    A: MapAccess<'de>,
+{
+    while let Some(key) = map.next_key::<K>()? {
+        read(&mut out, key, &mut map)?;
+    }
+    Ok(out)
+}
+
+/// Skips the value of a member the pick does not want, unread.
+pub(super) fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    map.next_value::<IgnoredAny>().map(drop)
+}
+
 /// One level of the walk: what to extract when the value has the expected shape. Every other
 /// shape yields `Out::default()` (see [`Lenient`]).
 pub(super) trait Pick<'de>: Sized {
@@ -198,16 +222,13 @@ enum UsageMemberKey {
 impl<'de, P: Pick<'de> + Copy> Pick<'de> for UsageMember<P> {
     type Out = P::Out;
 
-    fn map<A: MapAccess<'de>>(self, mut map: A) -> Result<P::Out, A::Error> {
-        let mut out = P::Out::default();
-        while let Some(key) = map.next_key::<UsageMemberKey>()? {
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<P::Out, A::Error> {
+        members(map, P::Out::default(), |out, key: UsageMemberKey, map| {
             match key {
-                UsageMemberKey::Usage => out = map.next_value_seed(Lenient(self.0))?,
-                UsageMemberKey::Other => {
-                    map.next_value::<IgnoredAny>()?;
-                }
+                UsageMemberKey::Usage => *out = map.next_value_seed(Lenient(self.0))?,
+                UsageMemberKey::Other => skip(map)?,
             }
-        }
-        Ok(out)
+            Ok(())
+        })
     }
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::dialect::tests::usage;
 
 fn summary(event: &str, data: &str) -> EventSummary {
     classify(event.as_bytes(), data.as_bytes())
@@ -8,15 +9,6 @@ fn cached(prompt: u64, completion: Option<u64>, cached: u64) -> Option<Usage> {
     usage(Some(prompt), completion).map(|usage| Usage {
         cached_tokens: Some(cached),
         ..usage
-    })
-}
-
-fn usage(prompt: Option<u64>, completion: Option<u64>) -> Option<Usage> {
-    Some(Usage {
-        prompt_tokens: prompt,
-        completion_tokens: completion,
-        cached_tokens: None,
-        prefill_micros: None,
     })
 }
 

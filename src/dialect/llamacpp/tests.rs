@@ -1,4 +1,5 @@
 use super::*;
+use crate::dialect::tests::usage;
 
 fn summary(data: &str) -> EventSummary {
     classify(data.as_bytes())
@@ -12,12 +13,7 @@ fn content_events_are_tokens_with_running_counts() {
         ),
         EventSummary {
             token: true,
-            usage: Some(Usage {
-                prompt_tokens: Some(9),
-                completion_tokens: Some(1),
-                cached_tokens: None,
-                prefill_micros: None
-            }),
+            usage: usage(Some(9), Some(1)),
             ..EventSummary::default()
         },
         "content is a token; the running counts are cumulative usage"
@@ -47,12 +43,7 @@ fn the_stop_event_ends_with_final_counts() {
         summary(r#"{"content":"","stop":true,"timings":{"prompt_n":4,"predicted_n":6}}"#);
     assert_eq!(
         timings_only.usage,
-        Some(Usage {
-            prompt_tokens: Some(4),
-            completion_tokens: Some(6),
-            cached_tokens: None,
-            prefill_micros: None
-        }),
+        usage(Some(4), Some(6)),
         "timings stand in for missing counts"
     );
     for (prompt_ms, micros) in [("12", Some(12_000)), ("-1", None), ("\"x\"", None)] {
@@ -92,12 +83,7 @@ fn body_usage_reads_a_whole_answer() {
     let timings_only = r#"{"content":"x","stop":true,"timings":{"prompt_n":4,"predicted_n":1}}"#;
     assert_eq!(
         body_usage(timings_only.as_bytes()),
-        Some(Usage {
-            prompt_tokens: Some(4),
-            completion_tokens: Some(1),
-            cached_tokens: None,
-            prefill_micros: None
-        }),
+        usage(Some(4), Some(1)),
         "timings stand in for missing top-level counts"
     );
     for body in [

@@ -1,4 +1,5 @@
 use super::*;
+use crate::dialect::tests::usage;
 
 fn summary(data: &str) -> EventSummary {
     classify(data.as_bytes())
@@ -29,12 +30,7 @@ fn the_done_line_reports_usage() {
     assert_eq!(
         last,
         EventSummary {
-            usage: Some(Usage {
-                prompt_tokens: Some(26),
-                completion_tokens: Some(259),
-                cached_tokens: None,
-                prefill_micros: None
-            }),
+            usage: usage(Some(26), Some(259)),
             done: true,
             ..EventSummary::default()
         },
@@ -68,23 +64,13 @@ fn body_usage_reads_a_whole_answer() {
     let chat = r#"{"model":"llama3.2","created_at":"2023-12-12T14:13:43.416799Z","message":{"role":"assistant","content":"Hello! How are you today?"},"done":true,"total_duration":5191566416,"load_duration":2154458,"prompt_eval_count":26,"prompt_eval_duration":383809000,"eval_count":298,"eval_duration":4799921000}"#;
     assert_eq!(
         body_usage(chat.as_bytes()),
-        Some(Usage {
-            prompt_tokens: Some(26),
-            completion_tokens: Some(298),
-            cached_tokens: None,
-            prefill_micros: None
-        }),
+        usage(Some(26), Some(298)),
         "/api/chat: prompt_eval_count / eval_count"
     );
     let generate = r#"{"model":"llama3.2","created_at":"2023-08-04T19:22:45.499127Z","response":"The sky is blue because it is the color of the sky.","done":true,"context":[1,2,3],"total_duration":5043500667,"load_duration":5025959,"prompt_eval_count":26,"prompt_eval_duration":325953000,"eval_count":290,"eval_duration":4709213000}"#;
     assert_eq!(
         body_usage(generate.as_bytes()),
-        Some(Usage {
-            prompt_tokens: Some(26),
-            completion_tokens: Some(290),
-            cached_tokens: None,
-            prefill_micros: None
-        }),
+        usage(Some(26), Some(290)),
         "/api/generate: prompt_eval_count / eval_count"
     );
     for body in [

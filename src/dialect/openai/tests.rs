@@ -1,4 +1,5 @@
 use super::{classify, EventSummary, Usage};
+use crate::dialect::tests::usage;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/openai");
 
@@ -28,15 +29,6 @@ fn token_only() -> EventSummary {
         token: true,
         ..EventSummary::default()
     }
-}
-
-fn usage(prompt: Option<u64>, completion: Option<u64>) -> Option<Usage> {
-    Some(Usage {
-        prompt_tokens: prompt,
-        completion_tokens: completion,
-        cached_tokens: None,
-        prefill_micros: None,
-    })
 }
 
 /// Totals over one fixture stream, in the shape of `NAME.expected.json`.
@@ -424,12 +416,7 @@ fn body_usage_reads_whole_chat_and_completions_answers() {
     let completion = r#"{"id":"cmpl-uqkvlQyYK7bGYrRHQ0eXlWi7","object":"text_completion","created":1589478378,"model":"gpt-3.5-turbo-instruct","usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12},"choices":[{"text":"\n\nThis is indeed a test","index":0,"logprobs":null,"finish_reason":"length"}]}"#;
     assert_eq!(
         body_usage(completion.as_bytes()),
-        Some(Usage {
-            prompt_tokens: Some(5),
-            completion_tokens: Some(7),
-            cached_tokens: None,
-            prefill_micros: None
-        }),
+        usage(Some(5), Some(7)),
         "text_completion, usage before the choices"
     );
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::dialect::tests::usage;
 
 fn summary(data: &str) -> EventSummary {
     classify(data.as_bytes())
@@ -27,12 +28,7 @@ fn the_special_last_token_ends_with_details() {
     assert_eq!(
         last,
         EventSummary {
-            usage: Some(Usage {
-                prompt_tokens: Some(7),
-                completion_tokens: Some(5),
-                cached_tokens: None,
-                prefill_micros: None
-            }),
+            usage: usage(Some(7), Some(5)),
             done: true,
             ..EventSummary::default()
         },

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::load::{run_point_until, ArrivalProcess, Progress};
-use super::report::{tool, BenchReport, PointReport, SCHEMA_VERSION};
+use super::report::{BenchReport, PointReport};
 use super::session::{self, SessionReport};
 use super::stats::ClassStats;
 use super::{BenchClient, BenchError, LoadMode, LoadSpec, SessionSpec, Stop};
@@ -103,25 +103,10 @@ impl MixedSpec {
     /// The JSON report (`docs/bench-results.md`): the requests' workload and stop, the run as
     /// its one point, and the `sessions` object. Per-request records only with `keep_records`.
     pub fn bench_report(&self, report: SessionReport, keep_records: bool) -> BenchReport {
-        let SessionReport {
-            mut point,
-            sessions,
-        } = report;
-        if !keep_records {
-            point.requests.clear();
-        }
-        let spec = &self.requests;
+        let (point, sessions) = report.into_report_parts(keep_records);
         BenchReport {
-            schema_version: SCHEMA_VERSION,
-            tool: tool(),
-            url: spec.url.clone(),
-            endpoint: spec.endpoint,
-            workload: spec.workload.to_string(),
-            slo: spec.slo,
-            stop: spec.stop,
-            seed: spec.seed,
-            points: vec![point],
             sessions: Some(sessions),
+            ..BenchReport::new(&self.requests, vec![point])
         }
     }
 }

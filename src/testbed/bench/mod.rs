@@ -87,15 +87,13 @@ pub async fn run(args: BenchArgs) -> Result<(), crate::BoxError> {
         };
         let progress = Arc::new(Progress::default());
         let label = format!("[{}/{}] {}", i + 1, modes.len(), mode.label());
-        let ticker = std::io::stderr()
-            .is_terminal()
-            .then(|| spawn_progress_line(label, spec.stop, Arc::clone(&progress)));
-        let result = run_point_with(&client, &point_spec, &progress).await;
-        if let Some((stop_tx, handle)) = ticker {
-            let _ = stop_tx.send(());
-            let _ = handle.await;
-        }
-        let report = result?;
+        let report = with_progress_line(
+            std::io::stderr().is_terminal().then_some(label),
+            spec.stop,
+            &progress,
+            run_point_with(&client, &point_spec, &progress),
+        )
+        .await?;
         ok_total += report.all().map_or(0, |c| c.ok);
         crate::stdout::print(format_args!("{}\n", report.render_table()))?;
         points.push(report);
@@ -130,25 +128,16 @@ async fn run_session_load(
             .await,
     );
     let progress = Arc::new(Progress::default());
-    let ticker = std::io::stderr()
-        .is_terminal()
-        .then(|| spawn_progress_line(spec.mode().label(), spec.stop, Arc::clone(&progress)));
-    let result = run_sessions_with(&client, &spec, &progress).await;
-    if let Some((stop_tx, handle)) = ticker {
-        let _ = stop_tx.send(());
-        let _ = handle.await;
-    }
-    let report = result?;
-    crate::stdout::print(format_args!("{}\n", report.render_table()))?;
-    let ok = report.point.all().map_or(0, |c| c.ok);
-    if let Some(path) = json {
-        report.into_bench_report(&spec, raw).write_json(path)?;
-        eprintln!("results written to {}", path.display());
-    }
-    if ok == 0 {
-        return Err(format!("no request succeeded (is {} serving?)", spec.url).into());
-    }
-    Ok(())
+    let report = with_progress_line(
+        std::io::stderr().is_terminal().then(|| spec.mode().label()),
+        spec.stop,
+        &progress,
+        run_sessions_with(&client, &spec, &progress),
+    )
+    .await?;
+    print_session_run(report, json, &spec.url, |report| {
+        report.into_bench_report(&spec, raw)
+    })
 }
 
 /// A mixed run from the command line: the progress line, the table, the JSON file.
@@ -159,33 +148,59 @@ async fn run_mixed_load(
 ) -> Result<(), crate::BoxError> {
     let client = BenchClient::new();
     let progress = Arc::new(Progress::default());
-    let ticker = std::io::stderr().is_terminal().then(|| {
-        spawn_progress_line(
-            spec.mode().label(),
-            spec.requests.stop,
-            Arc::clone(&progress),
-        )
-    });
-    let result = run_mixed_with(&client, &spec, &progress).await;
-    if let Some((stop_tx, handle)) = ticker {
-        let _ = stop_tx.send(());
-        let _ = handle.await;
-    }
-    let report = result?;
+    let report = with_progress_line(
+        std::io::stderr().is_terminal().then(|| spec.mode().label()),
+        spec.requests.stop,
+        &progress,
+        run_mixed_with(&client, &spec, &progress),
+    )
+    .await?;
+    print_session_run(report, json, &spec.requests.url, |report| {
+        spec.bench_report(report, raw)
+    })
+}
+
+/// The end of a session or mixed run: its table on stdout, its JSON file when asked (`to_json`
+/// builds it), and an error when no request succeeded (the server at `url` is likely not
+/// serving).
+fn print_session_run(
+    report: SessionReport,
+    json: Option<&std::path::Path>,
+    url: &str,
+    to_json: impl FnOnce(SessionReport) -> BenchReport,
+) -> Result<(), crate::BoxError> {
     crate::stdout::print(format_args!("{}\n", report.render_table()))?;
     let ok = report.point.all().map_or(0, |c| c.ok);
     if let Some(path) = json {
-        spec.bench_report(report, raw).write_json(path)?;
+        to_json(report).write_json(path)?;
         eprintln!("results written to {}", path.display());
     }
     if ok == 0 {
-        return Err(format!("no request succeeded (is {} serving?)", spec.requests.url).into());
+        return Err(format!("no request succeeded (is {url} serving?)").into());
     }
     Ok(())
 }
 
+/// Runs `work` with a progress line on stderr while it runs (when there is a `label`: the
+/// caller shows it on terminals only), counting `progress` toward `stop`; the line is cleared
+/// before the result is returned.
+pub(crate) async fn with_progress_line<T>(
+    label: Option<String>,
+    stop: Stop,
+    progress: &Arc<Progress>,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    let ticker = label.map(|label| spawn_progress_line(label, stop, Arc::clone(progress)));
+    let result = work.await;
+    if let Some((stop_tx, handle)) = ticker {
+        let _ = stop_tx.send(());
+        let _ = handle.await;
+    }
+    result
+}
+
 /// Rewrites one stderr line a few times a second until told to stop, then clears it.
-pub(crate) fn spawn_progress_line(
+fn spawn_progress_line(
     label: String,
     stop: Stop,
     progress: Arc<Progress>,

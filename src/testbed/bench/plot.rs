@@ -4,7 +4,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::{BenchError, LoadMode, PointReport};
+use super::{BenchError, ClassStats, LoadMode, PointReport, Summary};
 
 /// The series drawn, in legend order.
 pub const SERIES: [&str; 4] = ["TTFT p50", "TTFT p99", "ITL p50", "ITL p99"];
@@ -28,23 +28,18 @@ pub fn write_plot(points: &[PointReport], path: &Path) -> Result<(), BenchError>
         Some(LoadMode::Sessions { .. }) => "session rate (sessions/s)",
         _ => "concurrency",
     };
-    let series: [Vec<(f64, f64)>; 4] = [
+    // One curve: a quantile (in ms) of one latency, over the points that measured it.
+    let curve = |latency: fn(&ClassStats) -> &Summary, quantile: fn(&Summary) -> f64| {
         rows.iter()
-            .filter(|r| r.1.ttft.count > 0)
-            .map(|(x, c)| (*x, c.ttft.p50 * 1e3))
-            .collect(),
-        rows.iter()
-            .filter(|r| r.1.ttft.count > 0)
-            .map(|(x, c)| (*x, c.ttft.p99 * 1e3))
-            .collect(),
-        rows.iter()
-            .filter(|r| r.1.itl.count > 0)
-            .map(|(x, c)| (*x, c.itl.p50 * 1e3))
-            .collect(),
-        rows.iter()
-            .filter(|r| r.1.itl.count > 0)
-            .map(|(x, c)| (*x, c.itl.p99 * 1e3))
-            .collect(),
+            .filter(|(_, c)| latency(c).count > 0)
+            .map(|(x, c)| (*x, quantile(latency(c)) * 1e3))
+            .collect::<Vec<(f64, f64)>>()
+    };
+    let series = [
+        curve(|c| &c.ttft, |s| s.p50),
+        curve(|c| &c.ttft, |s| s.p99),
+        curve(|c| &c.itl, |s| s.p50),
+        curve(|c| &c.itl, |s| s.p99),
     ];
     let (mut x_min, mut x_max) = rows
         .iter()

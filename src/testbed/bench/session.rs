@@ -197,9 +197,9 @@ impl SessionReport {
         out
     }
 
-    /// The JSON report (`docs/bench-results.md`): the usual fields with the run as its one
-    /// point, and the `sessions` object. Per-request records only with `keep_records`.
-    pub fn into_bench_report(self, spec: &SessionSpec, keep_records: bool) -> BenchReport {
+    /// The run's one point and its `sessions` object as a JSON report holds them (this run's
+    /// and a mixed run's): per-request records only with `keep_records`.
+    pub(crate) fn into_report_parts(self, keep_records: bool) -> (PointReport, SessionResults) {
         let SessionReport {
             mut point,
             sessions,
@@ -207,6 +207,13 @@ impl SessionReport {
         if !keep_records {
             point.requests.clear();
         }
+        (point, sessions)
+    }
+
+    /// The JSON report (`docs/bench-results.md`): the usual fields with the run as its one
+    /// point, and the `sessions` object. Per-request records only with `keep_records`.
+    pub fn into_bench_report(self, spec: &SessionSpec, keep_records: bool) -> BenchReport {
+        let (point, sessions) = self.into_report_parts(keep_records);
         BenchReport {
             schema_version: SCHEMA_VERSION,
             tool: tool(),

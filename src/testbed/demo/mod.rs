@@ -170,14 +170,13 @@ pub async fn run_quiet(args: &DemoArgs, chatty: bool) -> Result<DemoOutcome, cra
         ..LoadSpec::new(format!("http://{}", proxy.traffic_addr))
     };
     let progress = Arc::new(Progress::default());
-    let ticker = (chatty && std::io::stderr().is_terminal())
-        .then(|| bench::spawn_progress_line("demo".to_owned(), spec.stop, Arc::clone(&progress)));
-    let result = bench::run_point_with(&bench::BenchClient::new(), &spec, &progress).await;
-    if let Some((stop, handle)) = ticker {
-        let _ = stop.send(());
-        let _ = handle.await;
-    }
-    let client = result?;
+    let client = bench::with_progress_line(
+        (chatty && std::io::stderr().is_terminal()).then(|| "demo".to_owned()),
+        spec.stop,
+        &progress,
+        bench::run_point_with(&bench::BenchClient::new(), &spec, &progress),
+    )
+    .await?;
     proxy.metrics.run_upkeep();
     let proxy_metrics = proxy.metrics.render();
 

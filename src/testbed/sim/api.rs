@@ -12,6 +12,7 @@ use std::fmt::Write;
 use serde::Deserialize;
 
 use super::kv_transfer::KvTransfer;
+use super::tokenizer::chat_token_ids;
 
 /// The generation endpoints the sim serves. `stream` formats the two OpenAI-compatible ones;
 /// `responses` and `messages` format the others.
@@ -55,6 +56,36 @@ pub struct SimRequest {
     /// What the request's `kv_transfer_params` ask (prefill/decode disaggregation; chat and
     /// completions only).
     pub kv_transfer: KvTransfer,
+}
+
+impl SimRequest {
+    /// A request of the Responses or Messages API: its prompt is the chat template over `texts`
+    /// (role, text) and its usage is always reported at the end (these APIs have no
+    /// `stream_options`); it asks no KV transfer, the KV-connector protocol being vLLM's OpenAI
+    /// endpoints' only.
+    pub(super) fn chat(
+        endpoint: Endpoint,
+        model: Option<String>,
+        texts: &[(String, String)],
+        max_tokens: u64,
+        stream: bool,
+    ) -> SimRequest {
+        let prompt_ids = chat_token_ids(
+            texts
+                .iter()
+                .map(|(role, text)| (role.as_str(), text.as_str())),
+        );
+        SimRequest {
+            endpoint,
+            model,
+            prompt_tokens: prompt_ids.len() as u64,
+            prompt_ids,
+            max_tokens,
+            stream,
+            usage: UsageOptions::default(),
+            kv_transfer: KvTransfer::default(),
+        }
+    }
 }
 
 /// Why a request is a 400.

@@ -16,11 +16,8 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use serde::Deserialize;
 
-use super::api::{
-    from_json, json_string, tokens_text, BadRequest, Content, Endpoint, SimRequest, UsageOptions,
-};
+use super::api::{from_json, json_string, tokens_text, BadRequest, Content, Endpoint, SimRequest};
 use super::scheduler::Progress;
-use super::tokenizer::chat_token_ids;
 
 #[derive(Deserialize)]
 struct Body {
@@ -78,22 +75,13 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, BadRequest> {
             (m.role, text)
         }))
         .collect();
-    let prompt_ids = chat_token_ids(
-        texts
-            .iter()
-            .map(|(role, text)| (role.as_str(), text.as_str())),
-    );
-    Ok(SimRequest {
-        endpoint: Endpoint::Messages,
+    Ok(SimRequest::chat(
+        Endpoint::Messages,
         model,
-        prompt_tokens: prompt_ids.len() as u64,
-        prompt_ids,
+        &texts,
         max_tokens,
-        stream: stream.unwrap_or(false),
-        usage: UsageOptions::default(),
-        // The KV-connector protocol is vLLM's OpenAI endpoints' only.
-        kv_transfer: Default::default(),
-    })
+        stream.unwrap_or(false),
+    ))
 }
 
 /// `usage` in Anthropic's key order.

@@ -20,11 +20,10 @@ use bytes::Bytes;
 use serde::Deserialize;
 
 use super::api::{
-    from_json, json_string, tokens_text, BadRequest, Content, Endpoint, SimRequest, UsageOptions,
+    from_json, json_string, tokens_text, BadRequest, Content, Endpoint, SimRequest,
     DEFAULT_MAX_TOKENS,
 };
 use super::scheduler::Progress;
-use super::tokenizer::chat_token_ids;
 
 #[derive(Deserialize)]
 struct Body {
@@ -88,22 +87,13 @@ pub fn parse(body: &[u8]) -> Result<SimRequest, BadRequest> {
             "max_output_tokens must be at least 1, got 0.".to_owned(),
         ));
     }
-    let prompt_ids = chat_token_ids(
-        texts
-            .iter()
-            .map(|(role, text)| (role.as_str(), text.as_str())),
-    );
-    Ok(SimRequest {
-        endpoint: Endpoint::Responses,
+    Ok(SimRequest::chat(
+        Endpoint::Responses,
         model,
-        prompt_tokens: prompt_ids.len() as u64,
-        prompt_ids,
+        &texts,
         max_tokens,
-        stream: stream.unwrap_or(false),
-        usage: UsageOptions::default(),
-        // The KV-connector protocol is vLLM's OpenAI endpoints' only.
-        kv_transfer: Default::default(),
-    })
+        stream.unwrap_or(false),
+    ))
 }
 
 /// What every event of one response repeats.

@@ -98,6 +98,16 @@ fn record(class: &str, index: u64, ttft_s: f64, turn: Option<u32>) -> RequestRec
     }
 }
 
+/// Each row of the report's point, in order: its class and how many requests it holds.
+fn requests_per_row(report: &SessionReport) -> Vec<(&str, u64)> {
+    report
+        .point
+        .classes
+        .iter()
+        .map(|c| (c.class.as_str(), c.requests))
+        .collect()
+}
+
 #[test]
 fn the_merged_report_has_a_row_per_class_and_one_for_sessions() {
     let spec = spec("http://127.0.0.1:1", Duration::from_secs(1));
@@ -131,12 +141,7 @@ fn the_merged_report_has_a_row_per_class_and_one_for_sessions() {
         ),
     };
     let merged = merge(&spec, requests, sessions);
-    let rows: Vec<(&str, u64)> = merged
-        .point
-        .classes
-        .iter()
-        .map(|c| (c.class.as_str(), c.requests))
-        .collect();
+    let rows = requests_per_row(&merged);
     assert_eq!(
         rows,
         [("all", 5), ("chat", 2), ("document", 1), ("session", 2)],
@@ -291,12 +296,7 @@ async fn requests_arrive_until_the_last_session_ends() {
             })
             .count() as u64
     };
-    let rows: Vec<(&str, u64)> = report
-        .point
-        .classes
-        .iter()
-        .map(|c| (c.class.as_str(), c.requests))
-        .collect();
+    let rows = requests_per_row(&report);
     assert_eq!(
         rows,
         [

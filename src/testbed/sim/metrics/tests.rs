@@ -61,48 +61,46 @@ fn every_histogram_has_its_reference_edges() {
     }
 }
 
+/// The sources of one `prompt` of which `cached` tokens were not computed here, `transferred`
+/// of them received from another replica.
+fn sources_of(prompt: u64, cached: u64, transferred: u64) -> PromptSources {
+    let mut sources = PromptSources::default();
+    sources.record(prompt, cached, transferred);
+    sources
+}
+
 #[test]
 fn prompt_sources_follow_vllms_arithmetic() {
-    let mut sources = PromptSources::default();
-    sources.record(100, 0, 0);
+    let partial = sources_of(100, 96, 0);
     assert_eq!(
-        sources,
-        PromptSources {
-            local_compute: 100,
-            local_cache_hit: 0,
-            external_kv_transfer: 0
-        },
-        "a cold prompt is computed"
-    );
-    let mut sources = PromptSources::default();
-    sources.record(100, 96, 0);
-    assert_eq!(
-        (sources.local_compute, sources.local_cache_hit),
+        (partial.local_compute, partial.local_cache_hit),
         (4, 96),
         "a partial prefix-cache hit"
     );
-    let mut sources = PromptSources::default();
-    sources.record(4000, 3999, 3999);
-    assert_eq!(
-        sources,
-        PromptSources {
-            local_compute: 1,
-            local_cache_hit: 1,
-            external_kv_transfer: 3999
-        },
-        "a pulled prompt: its last token is computed, and counted as a recomputed hit as vLLM does"
-    );
-    let mut sources = PromptSources::default();
-    sources.record(100, 99, 3);
-    assert_eq!(
-        sources,
-        PromptSources {
-            local_compute: 1,
-            local_cache_hit: 97,
-            external_kv_transfer: 3
-        },
-        "local hits first, the rest of the prompt but one received"
-    );
+    // (prompt, cached, transferred) recorded, (local compute, local hits, received) counted.
+    for ((prompt, cached, transferred), (compute, hit, received), what) in [
+        ((100, 0, 0), (100, 0, 0), "a cold prompt is computed"),
+        (
+            (4000, 3999, 3999),
+            (1, 1, 3999),
+            "a pulled prompt: its last token is computed, and counted as a recomputed hit as vLLM does",
+        ),
+        (
+            (100, 99, 3),
+            (1, 97, 3),
+            "local hits first, the rest of the prompt but one received",
+        ),
+    ] {
+        assert_eq!(
+            sources_of(prompt, cached, transferred),
+            PromptSources {
+                local_compute: compute,
+                local_cache_hit: hit,
+                external_kv_transfer: received
+            },
+            "{what}"
+        );
+    }
 }
 
 #[test]

@@ -4,6 +4,18 @@ fn parse(text: &str) -> Result<SimOverrides, SimError> {
     SimOverrides::from_toml(text, Path::new("test.toml"))
 }
 
+/// The error of a file that must be refused (`why`), as text.
+fn parse_error(text: &str, why: &str) -> String {
+    parse(text).expect_err(why).to_string()
+}
+
+/// The error of resolving flags that must be refused (`why`) over an empty file, as text.
+fn flags_error(flags: SimOverrides, why: &str) -> String {
+    resolve(&SimOverrides::default(), &flags)
+        .expect_err(why)
+        .to_string()
+}
+
 #[test]
 fn file_then_flags_override_the_profile() {
     let file = parse(
@@ -48,9 +60,7 @@ fn example_files_resolve() {
 
 #[test]
 fn unknown_keys_are_named() {
-    let err = parse("max_num_seq = 4\n")
-        .expect_err("typo must be rejected")
-        .to_string();
+    let err = parse_error("max_num_seq = 4\n", "typo must be rejected");
     assert!(
         err.contains("max_num_seq") && err.contains("test.toml"),
         "error names key and file: {err}"
@@ -59,9 +69,7 @@ fn unknown_keys_are_named() {
 
 #[test]
 fn bad_values_are_placed() {
-    let err = parse("t_fixed = \"soon\"\n")
-        .expect_err("bad duration")
-        .to_string();
+    let err = parse_error("t_fixed = \"soon\"\n", "bad duration");
     assert!(err.contains("t_fixed"), "error names the key: {err}");
 }
 
@@ -71,9 +79,7 @@ fn unknown_profile_lists_the_known_ones() {
         profile: Some("gpt-9".to_owned()),
         ..SimOverrides::default()
     };
-    let err = resolve(&SimOverrides::default(), &flags)
-        .expect_err("unknown profile")
-        .to_string();
+    let err = flags_error(flags, "unknown profile");
     assert!(
         err.contains("gpt-9") && err.contains("llama-3.1-8b-h100"),
         "helpful error: {err}"
@@ -86,9 +92,7 @@ fn invalid_result_is_rejected() {
         eff_compute: Some(0.0),
         ..SimOverrides::default()
     };
-    let err = resolve(&SimOverrides::default(), &flags)
-        .expect_err("zero efficiency")
-        .to_string();
+    let err = flags_error(flags, "zero efficiency");
     assert!(err.contains("eff_compute"), "error names the knob: {err}");
 }
 
@@ -122,9 +126,7 @@ fn kv_transfer_knobs_from_file_and_flags() {
 
 #[test]
 fn kv_transfer_knob_errors_name_the_key() {
-    let err = parse("kv_transfer_fault = \"sometimes\"\n")
-        .expect_err("unknown fault")
-        .to_string();
+    let err = parse_error("kv_transfer_fault = \"sometimes\"\n", "unknown fault");
     assert!(
         err.contains("kv_transfer_fault") && err.contains("decode"),
         "error names the key and the choices: {err}"
@@ -133,9 +135,7 @@ fn kv_transfer_knob_errors_name_the_key() {
         kv_link_bandwidth: Some(0.0),
         ..SimOverrides::default()
     };
-    let err = resolve(&SimOverrides::default(), &flags)
-        .expect_err("zero bandwidth")
-        .to_string();
+    let err = flags_error(flags, "zero bandwidth");
     assert!(
         err.contains("kv_link_bandwidth"),
         "error names the knob: {err}"

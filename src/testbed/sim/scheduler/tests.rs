@@ -10,6 +10,39 @@ fn limits(budget: u64, seqs: u64, kv: u64) -> Limits {
     }
 }
 
+fn without_prefix_caching(limits: Limits) -> Limits {
+    Limits {
+        prefix_caching: false,
+        ..limits
+    }
+}
+
+/// A scheduler with `requests` added in order, each `(id, prompt tokens, max tokens)`.
+fn with_requests(limits: Limits, requests: &[(RequestId, u64, u64)]) -> Scheduler {
+    let mut sched = Scheduler::new(limits);
+    for &(id, prompt_tokens, max_tokens) in requests {
+        sched.add(id, prompt_tokens, max_tokens);
+    }
+    sched
+}
+
+/// The progress of the step that completes a prefill: the request's first token.
+fn first_token(id: RequestId, finished: bool, cached: u64, transferred: u64) -> Progress {
+    Progress {
+        id,
+        new_tokens: 1,
+        first: true,
+        finished,
+        cached_tokens: cached,
+        transferred_tokens: transferred,
+    }
+}
+
+/// A 100-token prompt (6 full blocks and 4 tokens).
+fn prompt_of_100() -> Arc<[u64]> {
+    (0..100).collect::<Vec<u64>>().into()
+}
+
 fn s(id: RequestId, tokens: u64) -> Scheduled {
     Scheduled { id, tokens }
 }
@@ -23,9 +56,7 @@ fn step(sched: &mut Scheduler) -> (StepPlan, Vec<Progress>) {
 
 #[test]
 fn decodes_first_then_prefill_fills_the_budget() {
-    let mut sched = Scheduler::new(limits(50, 8, 10_000));
-    sched.add(1, 10, 100);
-    sched.add(2, 10, 100);
+    let mut sched = with_requests(limits(50, 8, 10_000), &[(1, 10, 100), (2, 10, 100)]);
     let (plan, progress) = step(&mut sched);
     assert_eq!(
         plan.prefills,
@@ -58,8 +89,7 @@ fn decodes_first_then_prefill_fills_the_budget() {
 
 #[test]
 fn chunked_prefill_continues_next_step_and_gives_no_output_until_done() {
-    let mut sched = Scheduler::new(limits(40, 8, 10_000));
-    sched.add(1, 100, 4);
+    let mut sched = with_requests(limits(40, 8, 10_000), &[(1, 100, 4)]);
     let (plan, progress) = step(&mut sched);
     assert_eq!(plan.prefills, vec![s(1, 40)], "first chunk is the budget");
     assert!(
@@ -72,26 +102,15 @@ fn chunked_prefill_continues_next_step_and_gives_no_output_until_done() {
     let (plan, progress) = step(&mut sched);
     assert_eq!(plan.prefills, vec![s(1, 20)], "the remainder");
     assert_eq!(plan.admitted, Vec::<RequestId>::new(), "admitted only once");
-    assert_eq!(
-        progress,
-        vec![Progress {
-            id: 1,
-            new_tokens: 1,
-            first: true,
-            finished: false,
-            cached_tokens: 0,
-            transferred_tokens: 0,
-        }],
-        "first token"
-    );
+    assert_eq!(progress, vec![first_token(1, false, 0, 0)], "first token");
 }
 
 #[test]
 fn prefills_go_in_arrival_order_and_the_last_is_chunked() {
-    let mut sched = Scheduler::new(limits(105, 8, 10_000));
-    sched.add(7, 100, 4);
-    sched.add(3, 10, 4);
-    sched.add(5, 10, 4);
+    let mut sched = with_requests(
+        limits(105, 8, 10_000),
+        &[(7, 100, 4), (3, 10, 4), (5, 10, 4)],
+    );
     let plan = sched.plan();
     assert_eq!(
         plan.prefills,
@@ -116,10 +135,10 @@ fn prefills_go_in_arrival_order_and_the_last_is_chunked() {
 
 #[test]
 fn max_num_seqs_caps_the_batch() {
-    let mut sched = Scheduler::new(limits(1000, 2, 10_000));
-    sched.add(1, 10, 2);
-    sched.add(2, 10, 3);
-    sched.add(3, 10, 2);
+    let mut sched = with_requests(
+        limits(1000, 2, 10_000),
+        &[(1, 10, 2), (2, 10, 3), (3, 10, 2)],
+    );
     let (plan, _) = step(&mut sched);
     assert_eq!(plan.admitted, vec![1, 2], "only two slots");
     assert_eq!(
@@ -143,10 +162,7 @@ fn max_num_seqs_caps_the_batch() {
 
 #[test]
 fn kv_capacity_limits_admission_first_come_first_served() {
-    let mut sched = Scheduler::new(limits(1000, 8, 100));
-    sched.add(1, 50, 10);
-    sched.add(2, 50, 10);
-    sched.add(3, 5, 5);
+    let mut sched = with_requests(limits(1000, 8, 100), &[(1, 50, 10), (2, 50, 10), (3, 5, 5)]);
     let plan = sched.plan();
     assert_eq!(
         plan.admitted,
@@ -202,28 +218,14 @@ fn tokens_per_step_and_finish() {
 
 #[test]
 fn single_token_request_finishes_at_prefill() {
-    let mut sched = Scheduler::new(limits(100, 8, 1000));
-    sched.add(1, 4, 1);
+    let mut sched = with_requests(limits(100, 8, 1000), &[(1, 4, 1)]);
     let (_, progress) = step(&mut sched);
-    assert_eq!(
-        progress,
-        vec![Progress {
-            id: 1,
-            new_tokens: 1,
-            first: true,
-            finished: true,
-            cached_tokens: 0,
-            transferred_tokens: 0,
-        }],
-        "one token"
-    );
+    assert_eq!(progress, vec![first_token(1, true, 0, 0)], "one token");
 }
 
 #[test]
 fn abort_frees_slot_and_kv_and_skips_planned_work() {
-    let mut sched = Scheduler::new(limits(100, 1, 1000));
-    sched.add(1, 10, 100);
-    sched.add(2, 10, 100);
+    let mut sched = with_requests(limits(100, 1, 1000), &[(1, 10, 100), (2, 10, 100)]);
     let plan = sched.plan();
     assert!(sched.abort(1), "admitted request is aborted");
     assert!(
@@ -295,7 +297,7 @@ fn run_to_end(sched: &mut Scheduler, id: RequestId) -> (Vec<u64>, Option<Progres
 #[test]
 fn a_cached_prefix_is_not_computed_again() {
     let mut sched = Scheduler::new(limits(10_000, 8, 100_000));
-    let prompt: Arc<[u64]> = (0..100).collect::<Vec<u64>>().into();
+    let prompt = prompt_of_100();
     sched.add_prompt(1, Arc::clone(&prompt), 2);
     let (prefills, first) = run_to_end(&mut sched, 1);
     assert_eq!(prefills, vec![100], "a cold prompt is computed whole");
@@ -335,11 +337,8 @@ fn a_cached_prefix_is_not_computed_again() {
 
 #[test]
 fn prefix_caching_off_computes_everything() {
-    let mut sched = Scheduler::new(Limits {
-        prefix_caching: false,
-        ..limits(10_000, 8, 100_000)
-    });
-    let prompt: Arc<[u64]> = (0..100).collect::<Vec<u64>>().into();
+    let mut sched = Scheduler::new(without_prefix_caching(limits(10_000, 8, 100_000)));
+    let prompt = prompt_of_100();
     for id in 1..=2 {
         sched.add_prompt(id, Arc::clone(&prompt), 2);
         let (prefills, _) = run_to_end(&mut sched, id);
@@ -351,7 +350,7 @@ fn prefix_caching_off_computes_everything() {
 #[test]
 fn a_pulled_prompt_computes_only_its_last_token() {
     let mut sched = Scheduler::new(limits(10_000, 8, 100_000));
-    let prompt: Arc<[u64]> = (0..100).collect::<Vec<u64>>().into();
+    let prompt = prompt_of_100();
     sched.add_pulled(1, Arc::clone(&prompt), 3);
     let plan = sched.plan();
     assert_eq!(
@@ -366,14 +365,7 @@ fn a_pulled_prompt_computes_only_its_last_token() {
     let progress = sched.complete(&plan);
     assert_eq!(
         progress,
-        vec![Progress {
-            id: 1,
-            new_tokens: 1,
-            first: true,
-            finished: false,
-            cached_tokens: 99,
-            transferred_tokens: 99,
-        }],
+        vec![first_token(1, false, 99, 99)],
         "the first token comes out of that one step; all but the last token were received"
     );
     assert_eq!(
@@ -391,7 +383,7 @@ fn a_pulled_prompt_computes_only_its_last_token() {
 #[test]
 fn a_pulled_prompt_takes_local_cache_hits_first() {
     let mut sched = Scheduler::new(limits(10_000, 8, 100_000));
-    let prompt: Arc<[u64]> = (0..100).collect::<Vec<u64>>().into();
+    let prompt = prompt_of_100();
     sched.add_prompt(1, Arc::clone(&prompt), 2);
     run_to_end(&mut sched, 1);
     sched.add_pulled(2, Arc::clone(&prompt), 2);
@@ -411,10 +403,7 @@ fn a_pulled_prompt_takes_local_cache_hits_first() {
 
 #[test]
 fn a_pulled_one_token_prompt_still_computes_it() {
-    let mut sched = Scheduler::new(Limits {
-        prefix_caching: false,
-        ..limits(10_000, 8, 100_000)
-    });
+    let mut sched = Scheduler::new(without_prefix_caching(limits(10_000, 8, 100_000)));
     sched.add_pulled(1, vec![7].into(), 1);
     let (prefills, first) = run_to_end(&mut sched, 1);
     assert_eq!(prefills, vec![1], "the only token is the last one");

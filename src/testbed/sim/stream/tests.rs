@@ -12,6 +12,21 @@ fn fixture(name: &str) -> Vec<String> {
     text.split_inclusive("\n\n").map(str::to_owned).collect()
 }
 
+/// A formatter as the vLLM fixtures were recorded (their model and creation time), with usage
+/// asked for at the end or, `continuous`, on every chunk.
+fn as_recorded(
+    endpoint: Endpoint,
+    id: &str,
+    prompt_tokens: u64,
+    continuous: bool,
+) -> StreamFormatter {
+    let usage = UsageOptions {
+        include_usage: true,
+        continuous,
+    };
+    StreamFormatter::new(endpoint, id, 1764400000, MODEL, prompt_tokens, usage)
+}
+
 /// Runs a whole stream of `n` tokens, one per step, through a formatter.
 fn render(formatter: &mut StreamFormatter, n: u64, per_step: u64) -> Vec<String> {
     let mut out = VecDeque::new();
@@ -86,18 +101,7 @@ fn assert_same_shape(ours: &[String], theirs: &[String]) {
 
 #[test]
 fn chat_stream_with_usage_matches_vllm() {
-    let usage = UsageOptions {
-        include_usage: true,
-        continuous: false,
-    };
-    let mut f = StreamFormatter::new(
-        Endpoint::Chat,
-        "chatcmpl-7f3a",
-        1764400000,
-        MODEL,
-        12,
-        usage,
-    );
+    let mut f = as_recorded(Endpoint::Chat, "chatcmpl-7f3a", 12, false);
     let ours = render(&mut f, 7, 1);
     assert_same_shape(&ours, &fixture("vllm-chat-usage.sse"));
     assert_eq!(ours[1], "data: {\"id\":\"chatcmpl-7f3a\",\"object\":\"chat.completion.chunk\",\"created\":1764400000,\"model\":\"meta-llama/Llama-3.1-8B-Instruct\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" tok0\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n", "first content chunk, literally");
@@ -105,18 +109,7 @@ fn chat_stream_with_usage_matches_vllm() {
 
 #[test]
 fn chat_stream_with_continuous_usage_matches_vllm() {
-    let usage = UsageOptions {
-        include_usage: true,
-        continuous: true,
-    };
-    let mut f = StreamFormatter::new(
-        Endpoint::Chat,
-        "chatcmpl-c0u5",
-        1764400000,
-        MODEL,
-        30,
-        usage,
-    );
+    let mut f = as_recorded(Endpoint::Chat, "chatcmpl-c0u5", 30, true);
     assert_same_shape(
         &render(&mut f, 5, 1),
         &fixture("vllm-chat-continuous-usage.sse"),
@@ -125,18 +118,7 @@ fn chat_stream_with_continuous_usage_matches_vllm() {
 
 #[test]
 fn completions_stream_matches_vllm() {
-    let usage = UsageOptions {
-        include_usage: true,
-        continuous: false,
-    };
-    let mut f = StreamFormatter::new(
-        Endpoint::Completions,
-        "cmpl-91",
-        1764400000,
-        MODEL,
-        3,
-        usage,
-    );
+    let mut f = as_recorded(Endpoint::Completions, "cmpl-91", 3, false);
     assert_same_shape(&render(&mut f, 4, 1), &fixture("vllm-completions.sse"));
 }
 
