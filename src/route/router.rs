@@ -25,7 +25,7 @@ use super::rules::Rules;
 use super::settings::Settings;
 use super::{balance, series, RouteError};
 use crate::config::{Affinity, Config};
-use crate::context::{Prediction, RequestContext, RoutePlan};
+use crate::context::{FinishHook, Prediction, RequestContext, RoutePlan};
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
 use crate::request::prefix;
@@ -196,21 +196,17 @@ impl Router {
         probe::spawn(members, &self.settings, client)
     }
 
-    /// The finish hook that counts the handoffs; `None` when no pool hands off.
-    pub fn handoff_hook(&self) -> Option<Arc<dyn crate::context::FinishHook>> {
-        self.hooks
-            .handoff
-            .as_ref()
-            .map(|hook| Arc::clone(hook) as Arc<dyn crate::context::FinishHook>)
-    }
-
-    /// The finish hook that teaches the latency models; `None` when no pool has
-    /// `balance = "slo"`.
-    pub fn slo_hook(&self) -> Option<Arc<dyn crate::context::FinishHook>> {
-        self.hooks
-            .slo
-            .as_ref()
-            .map(|hook| Arc::clone(hook) as Arc<dyn crate::context::FinishHook>)
+    /// The router's finish hooks, in order: the prompt calibration, then the handoffs' counts
+    /// and the latency models' lessons where a pool needs them.
+    pub fn hooks(&self) -> Vec<Arc<dyn FinishHook>> {
+        let calibration = Arc::clone(&self.calibrator) as Arc<dyn FinishHook>;
+        let handoff = self.hooks.handoff.clone().map(|h| h as Arc<dyn FinishHook>);
+        let slo = self.hooks.slo.clone().map(|h| h as Arc<dyn FinishHook>);
+        [calibration]
+            .into_iter()
+            .chain(handoff)
+            .chain(slo)
+            .collect()
     }
 
     /// The backend to try next, and why its pool: `rule`, `spill`, `fallback`, or `panic` when

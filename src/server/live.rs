@@ -33,16 +33,11 @@ use crate::proxy::phase::Then;
 use crate::proxy::Forward;
 use crate::route::{Dispatch, Handoff, Plan, Router};
 use crate::tenant::budget::layer::Budget;
-use crate::tenant::budget::series::BudgetSeries;
-use crate::tenant::budget::settle::BudgetHook;
-use crate::tenant::budget::{Budgets, Store};
 use crate::tenant::certificate::CertificateNames;
-use crate::tenant::finish::TenantHook;
-use crate::tenant::usage::{UsageHook, UsageLog};
-use crate::tenant::{Gate, Tenants};
-use crate::trace::export::Exporter;
-use crate::trace::series::PhaseSeries;
-use crate::trace::{TraceHook, Tracing};
+use crate::tenant::system::TenantSystem;
+use crate::tenant::Gate;
+use crate::trace::system::TraceSystem;
+use crate::trace::Tracing;
 
 /// The phases below the meter, each a [`Phase`](crate::proxy::phase::Phase) (the budget and the
 /// handoff only when configured).
@@ -61,47 +56,38 @@ pub struct Revision {
     pub tenants: Option<Arc<Gate>>,
 }
 
-/// What every revision shares: the server's own subsystems, built once (a reload resizes the
-/// limits in place and keeps an exporter whose settings did not change).
+/// What every revision is built from: the subsystems the server built once (a reload resizes
+/// the limits in place; each subsystem keeps what its reload leaves meaningful).
 pub struct Shared<'a> {
     pub meter: &'a Arc<MeterSeries>,
-    pub phases: &'a Arc<PhaseSeries>,
     pub limits: &'a Arc<Limits>,
-    /// The span exporter of `[tracing]`, when it names an endpoint.
-    pub exporter: Option<&'a Arc<Exporter>>,
-    /// The tenant labels, and this revision's identity sources (`None`: tenants off).
-    pub tenants: (&'a Arc<Tenants>, Option<Arc<Gate>>),
-    /// The usage records' log, when `tenants.usage.path` is set.
-    pub usage: Option<&'a Arc<UsageLog>>,
-    /// The budgets' store (for the process's life) and series.
-    pub budgets: (&'a Arc<Store>, &'a Arc<BudgetSeries>),
+    pub router: &'a Arc<Router>,
+    pub trace: &'a TraceSystem,
+    pub tenants: &'a TenantSystem,
 }
 
-/// Builds the revision of `config` over `router`; `extra` hooks (an embedder's, a test's) run
-/// after the proxy's own (the meter's, the router's, the handoff's, the trace's).
+/// Builds the revision of `config`; `extra` hooks (an embedder's, a test's) run after the
+/// proxy's own: the meter's, the router's (the calibration, the handoffs, the latency models),
+/// the trace's, then the tenants' (the settlement, the counters, the usage record).
 pub fn build(
     config: &Config,
     shared: Shared<'_>,
-    router: &Arc<Router>,
     client: UpstreamClient,
     extra: &[Arc<dyn FinishHook>],
 ) -> Revision {
     let Shared {
         meter,
-        phases,
         limits,
-        exporter,
-        tenants: (tenants, gate),
-        usage,
-        budgets: (store, budget_series),
+        router,
+        trace,
+        tenants,
     } = shared;
-    let budgets = Budgets::new(&config.tenants.budgets, store, budget_series).map(Arc::new);
+    let trace = trace.revision(config);
+    let tenants = tenants.revision(config);
     let below = Then::new(
         Plan::new(Arc::clone(router)),
         Then::new(
-            budgets
-                .as_ref()
-                .map(|budgets| Budget::new(Arc::clone(budgets))),
+            tenants.budget,
             Then::new(
                 Dispatch::new(Arc::clone(router)),
                 Then::new(
@@ -115,43 +101,20 @@ pub fn build(
         .layer(AdmissionLayer::new(Arc::clone(limits)))
         .layer(MeterLayer::new(config, Arc::clone(meter)))
         .service(below);
-    let slo = config.slo.defaults();
-    let metered: Arc<dyn FinishHook> = Arc::new(MeterHook::new(Arc::clone(meter), slo));
-    let calibration: Arc<dyn FinishHook> = router.calibrator().clone();
-    let tracing =
-        exporter.map(|exporter| Arc::new(Tracing::new(&config.tracing, Arc::clone(exporter))));
-    let traced: Arc<dyn FinishHook> = Arc::new(TraceHook::new(Arc::clone(phases), tracing.clone()));
-    let tenant_hook = gate.as_ref().map(|_| {
-        Arc::new(TenantHook::new(
-            Arc::clone(meter.metrics()),
-            Arc::clone(tenants),
-            slo,
-        )) as Arc<dyn FinishHook>
-    });
+    let metered = Arc::new(MeterHook::new(Arc::clone(meter), config.slo.defaults()));
     let hooks = FinishHooks::new(
-        [metered, calibration]
+        [metered as Arc<dyn FinishHook>]
             .into_iter()
-            .chain(router.handoff_hook())
-            .chain(router.slo_hook())
-            .chain([traced])
-            // Every revision settles (a request admitted before a reload that removed its
-            // limits still holds a reservation); before the tenant counters, so that a request
-            // counted there is settled.
-            .chain([
-                Arc::new(BudgetHook::new(Arc::clone(store), budgets.clone()))
-                    as Arc<dyn FinishHook>,
-            ])
-            .chain(tenant_hook)
-            .chain(
-                usage.map(|log| Arc::new(UsageHook::new(Arc::clone(log))) as Arc<dyn FinishHook>),
-            )
+            .chain(router.hooks())
+            .chain([trace.hook])
+            .chain(tenants.hooks)
             .chain(extra.iter().cloned()),
     );
     Revision {
         stack,
         hooks,
-        tracing,
-        tenants: gate,
+        tracing: trace.tracing,
+        tenants: tenants.gate,
     }
 }
 

@@ -38,15 +38,11 @@ use crate::meter::series::MeterSeries;
 use crate::metrics::{Metrics, MetricsError};
 use crate::proxy::client::{self, UpstreamClient};
 use crate::route::{RouteError, Router};
-use crate::tenant::budget::series::BudgetSeries;
-use crate::tenant::budget::{Store, StoreError};
-use crate::tenant::keys::KeysError;
-use crate::tenant::usage::UsageLog;
-use crate::tenant::{Gate, Tenants};
+use crate::tenant::budget::StoreError;
+use crate::tenant::system::{TenantError, TenantSystem};
 use crate::tls::acceptor::{ALPN_ADMIN, ALPN_TRAFFIC};
 use crate::tls::{self, ServerTls};
-use crate::trace::export::Exporter;
-use crate::trace::series::PhaseSeries;
+use crate::trace::system::TraceSystem;
 use crate::upstream::UpstreamError;
 
 mod admin;
@@ -85,13 +81,11 @@ pub enum ServerError {
     /// A listener's TLS files do not load (the error names the key).
     #[error(transparent)]
     Tls(#[from] ConfigError),
-    /// The tenants' keys file does not load (the error names the file and line).
+    /// The tenant subsystem cannot be built: its keys file, its usage records' file, its budget
+    /// store (each error names its key, never the store's URL).
     #[error(transparent)]
-    Tenants(#[from] KeysError),
-    /// The usage records' file does not open (the error names the key).
-    #[error("{0}")]
-    Usage(String),
-    /// The budgets' store cannot be used (the error names the key, never the URL).
+    Tenants(#[from] TenantError),
+    /// The budgets' store refused the start (a TLS handshake it cannot make).
     #[error(transparent)]
     Budgets(#[from] StoreError),
     /// The span exporter cannot be built (the error names the key).
@@ -160,38 +154,35 @@ pub async fn bind_from(
     Ok((traffic, admin))
 }
 
-/// The proxy: its config, metrics, and readiness.
+/// The proxy: its config, metrics, and readiness, and the subsystems it composes.
 pub struct Server {
     config: Config,
     metrics: Arc<Metrics>,
     /// The meter's series, shared by every stack revision.
     meter: Arc<MeterSeries>,
-    /// The TTFT split's and the proxy's overhead series, shared by every stack revision.
-    phases: Arc<PhaseSeries>,
-    /// The span exporter of `[tracing]` (`None`: tracing off); kept by a reload that does not
-    /// change its settings.
-    exporter: Option<Arc<Exporter>>,
-    /// The tenant labels, shared by every revision, and the current identity sources.
-    tenants: Arc<Tenants>,
-    gate: Option<Arc<Gate>>,
-    /// The usage records' log (`tenants.usage.path`; restart-only).
-    usage: Option<Arc<UsageLog>>,
-    /// Where the budgets are kept (`tenants.budgets.store`; restart-only), and their series.
-    budget_store: Arc<Store>,
-    budget_series: Arc<BudgetSeries>,
     router: Arc<Router>,
+    /// The phase series and the span exporter.
+    trace: TraceSystem,
+    /// The tenant labels, identity, usage records and budgets.
+    tenants: TenantSystem,
     limits: Arc<Limits>,
     ready: Arc<AtomicBool>,
     /// TLS of the traffic and admin listeners (`[server.tls]`, `[server.admin_tls]`).
-    tls: Option<Arc<ServerTls>>,
-    admin_tls: Option<Arc<ServerTls>>,
+    tls: ListenerTls,
     /// Where reloads read the config (and the file the watch looks at).
     source: ConfigSource,
-    reload_tx: mpsc::Sender<ReloadRequest>,
-    /// Taken by [`Server::run`].
-    reload_rx: Option<mpsc::Receiver<ReloadRequest>>,
+    reloads: (
+        mpsc::Sender<ReloadRequest>,
+        Option<mpsc::Receiver<ReloadRequest>>,
+    ),
     /// Finish hooks of the embedder (or a test), run after the proxy's own in every revision.
     hooks: Vec<Arc<dyn FinishHook>>,
+}
+
+/// The TLS of the two listeners, each `None` when plain.
+struct ListenerTls {
+    traffic: Option<Arc<ServerTls>>,
+    admin: Option<Arc<ServerTls>>,
 }
 
 /// How far [`Server::build`] goes.
@@ -226,65 +217,33 @@ impl Server {
     fn build(config: Config, metrics: Arc<Metrics>, start: Start) -> Result<Self, ServerError> {
         let router = Arc::new(Router::from_config(&config, Arc::clone(&metrics))?);
         let limits = Arc::new(Limits::new(&config.server));
-        let (reload_tx, reload_rx) = mpsc::channel(8);
         let load = |table: &str, tls: &Option<ServerTlsConfig>, alpn| match tls {
             Some(tls) => ServerTls::load(table, tls, alpn).map(|tls| Some(Arc::new(tls))),
             None => Ok(None),
         };
-        let tls = load("server.tls", &config.server.tls, ALPN_TRAFFIC)?;
-        let admin_tls = load("server.admin_tls", &config.server.admin_tls, ALPN_ADMIN)?;
+        let tls = ListenerTls {
+            traffic: load("server.tls", &config.server.tls, ALPN_TRAFFIC)?,
+            admin: load("server.admin_tls", &config.server.admin_tls, ALPN_ADMIN)?,
+        };
         series::register(&metrics, &config);
         let meter = Arc::new(MeterSeries::new(Arc::clone(&metrics), &config));
-        let phases = Arc::new(PhaseSeries::new(Arc::clone(&metrics), &config));
-        let tenants = Arc::new(Tenants::new(&metrics, &config));
-        let gate = Gate::load(&config, &tenants)?.map(Arc::new);
-        tenants.reload(&config, gate.as_deref().map(Gate::identity));
-        let usage = match (config.tenants.usage.enabled(), start) {
-            (false, _) => None,
-            (true, Start::Serve) => {
-                Some(UsageLog::start(&config.tenants.usage, &metrics).map_err(ServerError::Usage)?)
-            }
-            (true, Start::Check) => {
-                UsageLog::check(&config.tenants.usage).map_err(ServerError::Usage)?;
-                None
-            }
-        };
-        let shared_store = config.tenants.budgets.store_url() != crate::config::StoreUrl::Memory;
-        let budget_series = Arc::new(BudgetSeries::new(Arc::clone(&metrics), shared_store));
-        if shared_store && config.tenants.budgets.enabled() {
-            budget_series.prime();
-        }
-        let budget_store = Arc::new(Store::open(
-            &config.tenants.budgets,
-            Arc::clone(&budget_series),
-        )?);
+        let tenants = TenantSystem::build(&config, &metrics, start == Start::Check)?;
         // Started here, not when serving: an exporter that cannot be built stops the start (and
         // the check) with its key named, rather than serving without spans.
-        let exporter = match config.tracing.export() {
-            Some(settings) => {
-                Some(Exporter::start(&settings, &metrics).map_err(ServerError::Tracing)?)
-            }
-            None => None,
-        };
+        let trace = TraceSystem::build(&config, &metrics).map_err(ServerError::Tracing)?;
+        let (reload_tx, reload_rx) = mpsc::channel(8);
         Ok(Self {
             config,
             metrics,
             meter,
-            phases,
-            exporter,
-            tenants,
-            gate,
-            usage,
-            budget_store,
-            budget_series,
             router,
+            trace,
+            tenants,
             limits,
             ready: Arc::new(AtomicBool::new(true)),
             tls,
-            admin_tls,
             source: ConfigSource::default(),
-            reload_tx,
-            reload_rx: Some(reload_rx),
+            reloads: (reload_tx, Some(reload_rx)),
             hooks: Vec::new(),
         })
     }
@@ -300,10 +259,7 @@ impl Server {
     /// not match, a client certificate Redis refuses) stops the start with an error naming the
     /// keys; a Redis that is merely down does not (`serve` calls this; an embedder may).
     pub async fn verify_budget_store(&self) -> Result<(), ServerError> {
-        if !self.config.tenants.budgets.enabled() {
-            return Ok(());
-        }
-        Ok(self.budget_store.verify().await?)
+        Ok(self.tenants.verify(&self.config).await?)
     }
 
     /// Reloads read `path` (the file `serve --config` named; `None`: the shipped defaults), and,
@@ -315,7 +271,7 @@ impl Server {
 
     /// A sender of reload requests (SIGHUP's, a handle's).
     pub fn reloads(&self) -> mpsc::Sender<ReloadRequest> {
-        self.reload_tx.clone()
+        self.reloads.0.clone()
     }
 
     /// The file watch's interval while `server.watch_config` is on.
@@ -343,21 +299,23 @@ impl Server {
         let restart_required = reload::restart_only_changes(&self.config, &new);
         reload::keep_restart_only(&self.config, &mut new);
         let router = Arc::new(self.router.reloaded(&new).map_err(|err| err.to_string())?);
-        let exporter = self.exporter_for(&new)?;
-        let gate = Gate::load(&new, &self.tenants)
-            .map_err(|err| err.to_string())?
-            .map(Arc::new);
+        let exporter = self.trace.prepare(&new)?;
+        let identity = self.tenants.prepare(&new).map_err(|err| err.to_string())?;
         let prepare =
             |tls: &Option<Arc<ServerTls>>, table: &Option<ServerTlsConfig>| match (tls, table) {
                 (Some(tls), Some(table)) => tls.prepare(table).map(Some),
                 _ => Ok(None),
             };
-        let traffic_tls = prepare(&self.tls, &new.server.tls).map_err(|err| err.to_string())?;
+        let traffic_tls =
+            prepare(&self.tls.traffic, &new.server.tls).map_err(|err| err.to_string())?;
         let admin_tls =
-            prepare(&self.admin_tls, &new.server.admin_tls).map_err(|err| err.to_string())?;
+            prepare(&self.tls.admin, &new.server.admin_tls).map_err(|err| err.to_string())?;
 
         // Everything loaded: commit.
-        for (tls, prepared) in [(&self.tls, traffic_tls), (&self.admin_tls, admin_tls)] {
+        for (tls, prepared) in [
+            (&self.tls.traffic, traffic_tls),
+            (&self.tls.admin, admin_tls),
+        ] {
             if let (Some(tls), Some(prepared)) = (tls, prepared) {
                 tls.commit(prepared);
             }
@@ -366,20 +324,17 @@ impl Server {
         self.metrics.reload_models(&new);
         self.meter.reload(&new);
         let client = client.with_connect_timeout(new.upstream.connect_timeout);
-        self.exporter = exporter;
-        self.tenants
-            .reload(&new, gate.as_deref().map(Gate::identity));
-        self.gate = gate;
+        self.trace.commit(exporter);
+        self.tenants.commit(&new, identity);
+        self.router = router;
         stack.store(live::build(
             &new,
             self.shared(),
-            &router,
             client.clone(),
             &self.hooks,
         ));
         probes.iter().for_each(JoinHandle::abort);
-        *probes = router.spawn_probes(&client);
-        self.router = router;
+        *probes = self.router.spawn_probes(&client);
         self.config = new;
         Ok(Applied { restart_required })
     }
@@ -399,7 +354,6 @@ impl Server {
         let stack = LiveStack::new(live::build(
             &self.config,
             self.shared(),
-            &self.router,
             client.clone(),
             &self.hooks,
         ));
@@ -408,10 +362,10 @@ impl Server {
             tokio::spawn(reload::watch_file(
                 path,
                 move || *watch_every_rx.borrow(),
-                self.reload_tx.clone(),
+                self.reloads.0.clone(),
             ))
         });
-        let mut reload_rx = self.reload_rx.take();
+        let mut reload_rx = self.reloads.1.take();
 
         // Registered before the admin port serves, so every kind is scraped from 0.
         let h2_budgets = Budgets::for_server(self.config.server.max_header_bytes);
@@ -419,25 +373,26 @@ impl Server {
         let upkeep = tokio::spawn(upkeep(Arc::clone(&self.metrics)));
         let admin_task = tokio::spawn(admin::serve(
             admin,
-            self.admin_tls.clone(),
+            self.tls.admin.clone(),
             Arc::clone(&self.metrics),
             Arc::clone(&self.limits),
             Arc::clone(&self.ready),
         ));
-        let reloads: Vec<JoinHandle<()>> = [("traffic", &self.tls), ("admin", &self.admin_tls)]
-            .into_iter()
-            .filter_map(|(listener, tls)| {
-                let tls = Arc::clone(tls.as_ref()?);
-                let metrics = Arc::clone(&self.metrics);
-                Some(tokio::spawn(tls.watch(move |result| {
-                    tls::series::reloaded(&metrics, listener, result)
-                })))
-            })
-            .collect();
+        let reloads: Vec<JoinHandle<()>> =
+            [("traffic", &self.tls.traffic), ("admin", &self.tls.admin)]
+                .into_iter()
+                .filter_map(|(listener, tls)| {
+                    let tls = Arc::clone(tls.as_ref()?);
+                    let metrics = Arc::clone(&self.metrics);
+                    Some(tokio::spawn(tls.watch(move |result| {
+                        tls::series::reloaded(&metrics, listener, result)
+                    })))
+                })
+                .collect();
 
         let serving = Arc::new(Traffic::new(
             &self.config.server,
-            self.tls.clone(),
+            self.tls.traffic.clone(),
             Arc::clone(&self.metrics),
             (h2_budgets, h2_abuse),
         ));
@@ -521,43 +476,21 @@ impl Server {
         watcher_task.iter().for_each(JoinHandle::abort);
         upkeep.abort();
         probes.iter().for_each(JoinHandle::abort);
-        if let Some(exporter) = &self.exporter {
-            // Every request has ended: its spans are queued. Sent now, within a bound.
-            exporter.flush(SPAN_FLUSH).await;
-        }
-        let unsettled = self.budget_store.flush(SPAN_FLUSH).await;
-        if unsettled > 0 {
-            tracing::warn!(unsettled, "budget settlements not in the store at exit");
-        }
-        if let Some(usage) = self.usage.clone() {
-            // Every request has ended: its record is queued. On disk before the process exits.
-            let _ = tokio::task::spawn_blocking(move || usage.close(SPAN_FLUSH)).await;
-        }
+        // Every request has ended: its spans, settlements and usage records are queued. Sent
+        // and written now, each within a bound.
+        self.trace.shutdown(SPAN_FLUSH).await;
+        self.tenants.shutdown(SPAN_FLUSH).await;
         self.metrics.run_upkeep();
     }
 
-    /// What every stack revision shares.
+    /// What every stack revision is built from.
     fn shared(&self) -> live::Shared<'_> {
         live::Shared {
             meter: &self.meter,
-            phases: &self.phases,
             limits: &self.limits,
-            exporter: self.exporter.as_ref(),
-            tenants: (&self.tenants, self.gate.clone()),
-            usage: self.usage.as_ref(),
-            budgets: (&self.budget_store, &self.budget_series),
-        }
-    }
-
-    /// The span exporter of `config`: the running one when its settings are the same, a new one
-    /// otherwise, none when tracing is off.
-    fn exporter_for(&self, config: &Config) -> Result<Option<Arc<Exporter>>, String> {
-        let Some(settings) = config.tracing.export() else {
-            return Ok(None);
-        };
-        match &self.exporter {
-            Some(running) if running.settings() == &settings => Ok(Some(Arc::clone(running))),
-            _ => Exporter::start(&settings, &self.metrics).map(Some),
+            router: &self.router,
+            trace: &self.trace,
+            tenants: &self.tenants,
         }
     }
 }

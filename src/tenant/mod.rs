@@ -25,6 +25,7 @@ pub mod finish;
 pub mod identity;
 pub mod keys;
 pub mod series;
+pub mod system;
 pub mod usage;
 
 use certificate::CertificateNames;

@@ -32,6 +32,7 @@ pub mod export;
 pub mod sampler;
 pub mod series;
 pub mod span;
+pub mod system;
 
 use export::Exporter;
 use sampler::Sampling;
