@@ -912,7 +912,8 @@ fn file_graph(sources: &[(String, String)]) -> Edges {
     }
     // A type's methods in a file other than the type's (`impl super::Router { ... }` in
     // `dispatch.rs`) are items of that file: a file that names the type and calls one of them
-    // (`router.handoff(...)`) depends on the file that defines the method.
+    // (`router.handoff(...)`, `Router::handoff`, `Self::handoff`) depends on the file that
+    // defines the method.
     let mut methods_elsewhere = Vec::new();
     for facts in files.values() {
         for (path, methods) in &facts.impls {
@@ -935,16 +936,31 @@ fn file_graph(sources: &[(String, String)]) -> Edges {
             if !names_type || facts.file == **defined_in {
                 continue;
             }
-            let called = methods.iter().find(|method| {
-                facts.code.contains(&format!(".{method}("))
-                    || facts.code.contains(&format!(".{method}::<"))
+            let called = methods.iter().find_map(|method| {
+                [
+                    format!(".{method}("),
+                    format!(".{method}::<"),
+                    format!("{name}::{method}"),
+                    format!("Self::{method}"),
+                ]
+                .into_iter()
+                .find(|call| match call.strip_prefix('.') {
+                    Some(_) => facts.code.contains(call.as_str()),
+                    None => has_word(&facts.code, call),
+                })
             });
-            if let Some(method) = called {
+            if let Some(call) = called {
+                let call = call.trim_end_matches(['(', ':', '<']);
+                let call = if call.starts_with('.') {
+                    format!("{call}()")
+                } else {
+                    call.to_owned()
+                };
                 edges
                     .entry(facts.file.clone())
                     .or_default()
                     .entry((*defined_in).clone())
-                    .or_insert(format!(".{method}(), a method of {name}"));
+                    .or_insert(format!("{call}, a method of {name}"));
             }
         }
     }
@@ -1222,13 +1238,19 @@ fn the_file_graph_follows_reexports_and_child_paths() {
         ("c/d.rs", "pub struct D;"),
         (
             "m.rs",
-            "mod extra;\nmod kind;\nuse kind::Kind;\npub fn f(k: &Kind) { k.more(); }",
+            "mod extra;\nmod kind;\nmod last;\nmod other;\nuse kind::Kind;\npub fn f(k: &Kind) { k.more(); }",
         ),
         ("m/kind.rs", "pub struct Kind;"),
         (
             "m/extra.rs",
-            "use super::kind::Kind;\nimpl Kind {\n    pub(super) fn more(&self) {}\n}",
+            "use super::kind::Kind;\nimpl Kind {\n    pub(super) fn more(&self) {}\n    \
+             pub(super) fn make() -> Kind { Kind }\n    fn private(&self) {}\n}",
         ),
+        (
+            "m/other.rs",
+            "use super::kind::Kind;\nfn g() -> Kind { Kind::make() }",
+        ),
+        ("m/last.rs", "use super::kind::Kind;\nfn h(k: &Kind) { k.private(); }"),
         ("lib.rs", "pub mod a;\npub mod b;\npub mod c;\npub mod m;"),
     ]
     .into_iter()
@@ -1248,6 +1270,9 @@ fn the_file_graph_follows_reexports_and_child_paths() {
         ("m.rs", "m/kind.rs"),
         ("m.rs", "m/extra.rs"),
         ("m/extra.rs", "m/kind.rs"),
+        ("m/other.rs", "m/kind.rs"),
+        ("m/other.rs", "m/extra.rs"),
+        ("m/last.rs", "m/kind.rs"),
     ]);
     assert_eq!(
         pairs, expected,
@@ -1255,7 +1280,8 @@ fn the_file_graph_follows_reexports_and_child_paths() {
          re-exports (through `inner`'s own) to the files that define them; the `pub use` lines of \
          `a` and `inner` are no edges, `c`'s is one because `c` uses `D` itself; `super::Arc` \
          leaves the crate; `use super::*` in an inline module stays in its file; comments and \
-         strings are skipped; `k.more()` is an edge to the file with `impl Kind`'s `more`"
+         strings are skipped; `k.more()` and `Kind::make()` are edges to the file with that \
+         `impl Kind`, a call of a method that is not `pub` is none"
     );
     assert_eq!(
         tangles(&edges),
