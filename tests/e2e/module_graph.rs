@@ -1120,10 +1120,6 @@ const KNOWN_FILE_CYCLES: &[(&[&str], &str)] = &[
         "untangled next (#38)",
     ),
     (
-        &["metrics/protobuf.rs", "metrics/protobuf/text.rs"],
-        "untangled next (#38)",
-    ),
-    (
         &[
             "request.rs",
             "request/measure.rs",
