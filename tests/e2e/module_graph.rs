@@ -1129,10 +1129,6 @@ const KNOWN_FILE_CYCLES: &[(&[&str], &str)] = &[
         "untangled next (#38)",
     ),
     (
-        &["server/h2guard.rs", "server/h2guard/budget.rs"],
-        "untangled next (#38)",
-    ),
-    (
         &[
             "tenant/budget/memory.rs",
             "tenant/budget/mod.rs",
