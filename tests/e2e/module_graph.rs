@@ -1100,23 +1100,11 @@ const KNOWN_FILE_CYCLES: &[(&[&str], &str)] = &[
     ),
     (&["context.rs", "context/finish.rs"], "untangled next (#38)"),
     (
-        &["dialect/anthropic.rs", "dialect/anthropic/fast.rs"],
-        "untangled next (#38)",
-    ),
-    (
         &[
             "dialect/choose.rs",
             "dialect/mod.rs",
             "dialect/operation.rs",
         ],
-        "untangled next (#38)",
-    ),
-    (
-        &["dialect/openai.rs", "dialect/openai/fast.rs"],
-        "untangled next (#38)",
-    ),
-    (
-        &["dialect/responses.rs", "dialect/responses/fast.rs"],
         "untangled next (#38)",
     ),
     (
