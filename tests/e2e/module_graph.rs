@@ -1101,14 +1101,6 @@ const KNOWN_FILE_CYCLES: &[(&[&str], &str)] = &[
     (&["context.rs", "context/finish.rs"], "untangled next (#38)"),
     (
         &[
-            "dialect/choose.rs",
-            "dialect/mod.rs",
-            "dialect/operation.rs",
-        ],
-        "untangled next (#38)",
-    ),
-    (
-        &[
             "request.rs",
             "request/measure.rs",
             "request/members.rs",
