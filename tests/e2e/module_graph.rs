@@ -1101,15 +1101,6 @@ const KNOWN_FILE_CYCLES: &[(&[&str], &str)] = &[
     (&["context.rs", "context/finish.rs"], "untangled next (#38)"),
     (
         &[
-            "request.rs",
-            "request/measure.rs",
-            "request/members.rs",
-            "request/usage.rs",
-        ],
-        "untangled next (#38)",
-    ),
-    (
-        &[
             "tenant/budget/memory.rs",
             "tenant/budget/mod.rs",
             "tenant/budget/redis.rs",
