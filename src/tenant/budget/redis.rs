@@ -22,9 +22,10 @@ use redis::{ClientTlsConfig, Script, TlsCertificates};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::exchange::{Ask, Counted, Settlement, StoreError, Verdict};
+use super::limit::Limit;
 use super::series::{BudgetSeries, Op};
 use super::window::Now;
-use super::{Ask, Counted, Limit, Settlement, StoreError, Verdict};
 use crate::config::{BudgetsConfig, StoreTlsConfig};
 use crate::tls::pem::PemFile;
 use connection::Connection;
