@@ -1084,20 +1084,6 @@ const KNOWN_FILE_CYCLES: &[(&[&str], &str)] = &[
         ],
         "src/route is being reshaped (#38)",
     ),
-    (
-        &[
-            "config.rs",
-            "config/budgets.rs",
-            "config/handoff.rs",
-            "config/routing.rs",
-            "config/slo.rs",
-            "config/tenants.rs",
-            "config/tls.rs",
-            "config/tracing.rs",
-            "config/validate.rs",
-        ],
-        "untangled next (#38)",
-    ),
     (&["context.rs", "context/finish.rs"], "untangled next (#38)"),
 ];
 
