@@ -1084,7 +1084,11 @@ const KNOWN_FILE_CYCLES: &[(&[&str], &str)] = &[
         ],
         "src/route is being reshaped (#38)",
     ),
-    (&["context.rs", "context/finish.rs"], "untangled next (#38)"),
+    (
+        &["context.rs", "context/finish.rs"],
+        "a type loop: the context holds its finish hooks, which see the whole context; only \
+         merging finish.rs into context.rs breaks it, to be decided (#38)",
+    ),
 ];
 
 /// The sources of the library, each relative to `src/` (`main.rs` is the binary's crate: it names
