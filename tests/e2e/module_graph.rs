@@ -156,10 +156,11 @@ fn ends_with_word(text: &str, word: &str) -> bool {
         .is_some_and(|before| !before.bytes().last().is_some_and(is_ident))
 }
 
-/// Whether the keyword `word` stands at `at` (not inside a longer identifier).
+/// Whether the keyword `word` stands at `at` (not inside a longer identifier). Compares bytes, so
+/// any `at` will do (`code_only` keeps a non-ASCII byte of code as a char of two bytes).
 fn keyword_at(code: &str, at: usize, word: &str) -> bool {
     let bytes = code.as_bytes();
-    code[at..].starts_with(word)
+    bytes[at..].starts_with(word.as_bytes())
         && (at == 0 || !is_ident(bytes[at - 1]))
         && !bytes.get(at + word.len()).copied().is_some_and(is_ident)
 }
@@ -510,24 +511,7 @@ fn modules_declared(code: &str) -> (Vec<InlineModule>, Vec<(usize, String)>) {
         let next = skip_space(code, name_end);
         match bytes.get(next) {
             Some(b';') => declared.push((at, name)),
-            Some(b'{') => {
-                let mut depth = 0usize;
-                let mut close = bytes.len();
-                for (i, byte) in bytes.iter().enumerate().skip(next) {
-                    match byte {
-                        b'{' => depth += 1,
-                        b'}' => {
-                            depth -= 1;
-                            if depth == 0 {
-                                close = i;
-                                break;
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                inline.push((next + 1..close, name));
-            }
+            Some(b'{') => inline.push((next + 1..block_end(code, next), name)),
             _ => {}
         }
     }
@@ -666,11 +650,14 @@ fn inherent_impls(code: &str) -> Vec<(Vec<String>, Vec<String>)> {
     let bytes = code.as_bytes();
     let mut found = Vec::new();
     for at in 0..bytes.len() {
+        if !keyword_at(code, at, "impl") {
+            continue;
+        }
         let before = code[..at].trim_end();
         let item = before.is_empty()
             || before.ends_with(['}', ';', ']', '{'])
             || ends_with_word(before, "unsafe");
-        if !item || !keyword_at(code, at, "impl") {
+        if !item {
             continue;
         }
         let mut i = skip_space(code, at + 4);
@@ -926,10 +913,11 @@ fn file_graph(sources: &[(String, String)]) -> Edges {
             }
         }
     }
+    let by_path = edges.clone();
     for facts in files.values() {
         for (owner, name, defined_in, methods) in &methods_elsewhere {
             let names_type = facts.file == *owner
-                || edges
+                || by_path
                     .get(&facts.file)
                     .is_some_and(|to| to.contains_key(owner))
                     && has_word(&facts.code, name);
@@ -1184,7 +1172,7 @@ fn the_file_graph_follows_reexports_and_child_paths() {
             "m.rs",
             "mod extra;\nmod kind;\nmod last;\nmod other;\nuse kind::Kind;\npub fn f(k: &Kind) { k.more(); }",
         ),
-        ("m/kind.rs", "pub struct Kind;"),
+        ("m/kind.rs", "pub struct Kind;\nconst E: char = 'é'; impl Kind {}"),
         (
             "m/extra.rs",
             "use super::kind::Kind;\nimpl Kind {\n    pub(super) fn more(&self) {}\n    \
@@ -1225,7 +1213,8 @@ fn the_file_graph_follows_reexports_and_child_paths() {
          `a` and `inner` are no edges, `c`'s is one because `c` uses `D` itself; `super::Arc` \
          leaves the crate; `use super::*` in an inline module stays in its file; comments and \
          strings are skipped; `k.more()` and `Kind::make()` are edges to the file with that \
-         `impl Kind`, a call of a method that is not `pub` is none"
+         `impl Kind`, a call of a method that is not `pub` is none; a non-ASCII char in code \
+         reads fine"
     );
     assert_eq!(
         tangles(&edges),
