@@ -12,19 +12,26 @@
 //! The config also serializes ([`Config::to_toml`], what `serve --check` prints): back to TOML
 //! that reads to the same config, durations as the human strings it accepts, secrets replaced by
 //! [`REDACTED`] (a URL's password, the tracing exporter's header values).
+//!
+//! This file holds the types and their defaults; each table's own types are in a file of its
+//! own, and so are reading a config (`load.rs`: TOML, a file, the environment), checking it
+//! (`validate.rs`), how values are spelled (`spelling.rs`) and the error (`error.rs`), so that
+//! they all depend on this file and it depends only on the tables.
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 
 pub use budgets::{
     BudgetsConfig, Counts, Limits, OnStoreError, StoreTlsConfig, StoreUrl, ENV_BUDGET_STORE,
 };
+pub use error::ConfigError;
 pub use handoff::{HandoffConfig, HandoffProtocol};
+pub use load::{ENV_ADMIN_LISTEN, ENV_LISTEN, ENV_UPSTREAM};
 pub use queue::{OnDeadline, QueueConfig};
 pub use routing::{Affinity, BalanceLoad, PoolConfig, RoutingConfig, RuleConfig, DEFAULT_POOL};
 pub use slo::{SloConfig, SloTargets, TargetsOverride, DEFAULT_CLASS_HEADER};
+pub use spelling::{redacted, REDACTED};
 pub use tenants::{
     Anonymous, CertField, TenantSource, TenantsConfig, UsageConfig, ENV_TENANT_KEYS_FILE,
     ENV_UPSTREAM_KEY_FILE,
@@ -33,30 +40,19 @@ pub use tls::{ServerTlsConfig, UpstreamTlsConfig};
 pub use tracing::{ExportSettings, OtlpProtocol, Sampler, TracingConfig};
 
 mod budgets;
+mod error;
 mod handoff;
+mod load;
 mod queue;
 mod routing;
 mod slo;
+mod spelling;
 mod tenants;
 pub mod tls;
 pub mod tracing;
 mod validate;
 
-use validate::validate_upstream_url;
-
-/// Where a configuration problem was found, and what it is.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("config: {key}: {message}")]
-    Invalid { key: String, message: String },
-    #[error("environment variable {var}: {message}")]
-    Env { var: &'static str, message: String },
-}
+use spelling::{duration, human, secret_urls};
 
 /// The whole configuration of `tokenmeter serve`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -267,113 +263,7 @@ impl Default for BucketConfig {
 /// The shipped configuration file, which doubles as the documentation of every key.
 pub const SHIPPED: &str = include_str!("../config/tokenmeter.toml");
 
-/// Environment variables a sidecar sets per pod; they win over the file.
-pub const ENV_LISTEN: &str = "TOKENMETER_LISTEN";
-pub const ENV_ADMIN_LISTEN: &str = "TOKENMETER_ADMIN_LISTEN";
-pub const ENV_UPSTREAM: &str = "TOKENMETER_UPSTREAM";
-
 impl Config {
-    /// Parses TOML text, naming the full key path of the first problem.
-    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        let deserializer = toml::Deserializer::new(text);
-        let config: Config = serde_path_to_error::deserialize(deserializer).map_err(|err| {
-            let key = err.path().to_string();
-            let message = err.inner().message().trim().to_owned();
-            ConfigError::Invalid { key, message }
-        })?;
-        config.validate()?;
-        Ok(config)
-    }
-
-    /// The config as a TOML document (what `serve --check` prints): every key with a value (an
-    /// unset optional key is left out, as a file would leave it out), durations as the human
-    /// strings [`Config::from_toml`] accepts, and each secret replaced by [`REDACTED`] (a URL's
-    /// password, the tracing exporter's header values; file paths are shown, never read).
-    /// [`Config::from_toml`] reads it back to the same config, but for those secrets.
-    pub fn to_toml(&self) -> Result<String, toml::ser::Error> {
-        toml::to_string(self)
-    }
-
-    /// Reads a file, or the shipped defaults when no path is given, then applies the environment.
-    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let mut config = match path {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                    path: path.display().to_string(),
-                    source,
-                })?;
-                Self::from_toml(&text)?
-            }
-            None => Self::default(),
-        };
-        config.apply_env(|var| std::env::var(var).ok())?;
-        Ok(config)
-    }
-
-    /// Applies `TOKENMETER_LISTEN`, `TOKENMETER_ADMIN_LISTEN` and `TOKENMETER_UPSTREAM` (a URL, or
-    /// several separated by commas), and the OpenTelemetry variables to the `[tracing]` keys the
-    /// file left out ([`TracingConfig::apply_env`]). `lookup` is injectable so tests need not
-    /// touch the process env.
-    pub fn apply_env(
-        &mut self,
-        lookup: impl Fn(&'static str) -> Option<String>,
-    ) -> Result<(), ConfigError> {
-        let addr = |var: &'static str, text: String| {
-            text.trim()
-                .parse::<SocketAddr>()
-                .map_err(|err| ConfigError::Env {
-                    var,
-                    message: format!("{err} (expected HOST:PORT, e.g. 0.0.0.0:8000)"),
-                })
-        };
-        if let Some(text) = lookup(ENV_LISTEN) {
-            self.server.listen = addr(ENV_LISTEN, text)?;
-        }
-        if let Some(text) = lookup(ENV_ADMIN_LISTEN) {
-            self.server.admin_listen = addr(ENV_ADMIN_LISTEN, text)?;
-        }
-        if let Some(text) = lookup(ENV_UPSTREAM) {
-            let urls: Vec<String> = text
-                .split(',')
-                .map(str::trim)
-                .filter(|url| !url.is_empty())
-                .map(str::to_owned)
-                .collect();
-            for url in &urls {
-                validate_upstream_url(url).map_err(|message| ConfigError::Env {
-                    var: ENV_UPSTREAM,
-                    message,
-                })?;
-            }
-            if urls.is_empty() {
-                return Err(ConfigError::Env {
-                    var: ENV_UPSTREAM,
-                    message: "is empty".to_owned(),
-                });
-            }
-            self.upstream.urls = urls;
-        }
-        self.tracing.apply_env(&lookup)?;
-        if let Some(path) = lookup(ENV_TENANT_KEYS_FILE).filter(|path| !path.trim().is_empty()) {
-            self.tenants.keys_file = Some(path.trim().into());
-        }
-        self.tenants.apply_env(&lookup);
-        if let Some(store) = lookup(ENV_BUDGET_STORE).filter(|store| !store.trim().is_empty()) {
-            self.tenants.budgets.store = store.trim().to_owned();
-            self.tenants
-                .budgets
-                .validate()
-                .map_err(|err| ConfigError::Env {
-                    var: ENV_BUDGET_STORE,
-                    message: match err {
-                        ConfigError::Invalid { message, .. } => message,
-                        other => other.to_string(),
-                    },
-                })?;
-        }
-        Ok(())
-    }
-
     /// The pools requests are routed to: the configured ones, or the implicit `default` pool of
     /// `upstream.urls` (so a sidecar config stays a one-liner).
     pub fn effective_pools(&self) -> Vec<PoolConfig> {
@@ -386,83 +276,6 @@ impl Config {
             ..PoolConfig::default()
         }]
     }
-}
-
-/// What a secret is printed as (see [`redacted`]).
-pub const REDACTED: &str = "***";
-
-/// Human durations (`"800ms"`, `"2s"`, `"1m 30s"`), never bare numbers whose unit a reader must guess.
-fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    humantime::parse_duration(&text).map_err(|err| {
-        serde::de::Error::custom(format!(
-            "invalid duration {text:?}: {err} (write e.g. \"800ms\" or \"2s\")"
-        ))
-    })
-}
-
-/// A duration written as [`duration`] reads it (`"800ms"`, `"1m 30s"`, `"0s"`).
-fn human<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.collect_str(&humantime::format_duration(*value))
-}
-
-/// An optional [`human`] duration; `None` is left out (the field has `skip_serializing_if`).
-fn some_human<S: Serializer>(value: &Option<Duration>, serializer: S) -> Result<S::Ok, S::Error> {
-    match value {
-        Some(value) => human(value, serializer),
-        None => serializer.serialize_none(),
-    }
-}
-
-/// A header name as the config spells it (lower case).
-fn header_text<S: Serializer>(name: &http::HeaderName, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(name.as_str())
-}
-
-/// An optional [`header_text`]; `None` is left out (the field has `skip_serializing_if`).
-fn some_header_text<S: Serializer>(
-    name: &Option<http::HeaderName>,
-    serializer: S,
-) -> Result<S::Ok, S::Error> {
-    match name {
-        Some(name) => header_text(name, serializer),
-        None => serializer.serialize_none(),
-    }
-}
-
-/// A URL with the password of its authority (between the user's `:` and the `@`) replaced by
-/// [`REDACTED`]; a user without a password too (`redis://TOKEN@host` carries a secret there).
-/// Anything else is returned as it is.
-pub fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, path) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{scheme}://{user}:{REDACTED}@{host}{path}"),
-        None => format!("{scheme}://{REDACTED}@{host}{path}"),
-    }
-}
-
-/// A URL that may carry a password (`http://user:password@host`), printed without it.
-fn secret_url<S: Serializer>(url: &str, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&redacted(url))
-}
-
-/// An optional [`secret_url`]; `None` is left out (the field has `skip_serializing_if`).
-fn some_secret_url<S: Serializer>(url: &Option<String>, serializer: S) -> Result<S::Ok, S::Error> {
-    match url {
-        Some(url) => secret_url(url, serializer),
-        None => serializer.serialize_none(),
-    }
-}
-
-/// URLs, each printed as [`secret_url`].
-fn secret_urls<S: Serializer>(urls: &[String], serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.collect_seq(urls.iter().map(|url| redacted(url)))
 }
 
 #[cfg(test)]

@@ -17,23 +17,24 @@
 //! a zero that would route a huge prompt to the decode pool.
 
 use std::fmt;
-use std::marker::PhantomData;
 
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 mod measure;
+mod member_name;
 mod members;
 pub mod prefix;
 #[cfg(test)]
 mod tests;
 pub mod usage;
 
+pub use measure::PromptSize;
 use measure::{add, measure_raw, Measure, Shape};
 pub use members::{PromptSpans, PROMPT_MEMBERS};
-pub use usage::{inject_include_usage, Injection, UsageSplice};
 use usage::{usage_edit, Seen};
+pub use usage::{Injection, UsageSplice};
 
 /// What the proxy learns from a request body before forwarding it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,15 +51,6 @@ pub struct RequestFacts {
     /// (llama.cpp) that is a non-negative integer; `None` when none is (a budget then reserves
     /// its default).
     pub max_tokens: Option<u64>,
-}
-
-/// What a request's prompt is made of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PromptSize {
-    /// Bytes of prompt text (unescaped UTF-8).
-    pub text_bytes: u64,
-    /// Tokens given directly as token ids (completions `prompt: [1, 2, 3]`).
-    pub token_ids: u64,
 }
 
 /// Everything one walk of a body yields.
@@ -146,6 +138,22 @@ pub fn inspect(body: &[u8]) -> Option<RequestFacts> {
     read(body).map(|inspection| inspection.facts)
 }
 
+/// Rewrites a streaming request so that the backend ends the stream with a usage chunk.
+///
+/// The splice, by case:
+/// - no `stream_options`: `,"stream_options":{"include_usage":true}` right after the last
+///   top-level value (before any whitespace that precedes the closing `}`);
+/// - `stream_options` is `null`: it becomes `{"include_usage":true}`;
+/// - `stream_options` is an object without `include_usage`: `"include_usage":true` (plus `,`
+///   when the object has members) right after its `{`;
+/// - `include_usage` is `false` or `null`: that value becomes `true`.
+pub fn inject_include_usage(body: &[u8]) -> Injection {
+    match read(body) {
+        Some(mut inspection) => inspection.inject(body),
+        None => Injection::Declined("body is not a JSON object"),
+    }
+}
+
 /// The prompt's size, from [`read`] when the body reads, else the whole body.
 pub fn prompt_size(body: &[u8]) -> PromptSize {
     Inspection::prompt_of(read(body).as_ref(), body)
@@ -200,6 +208,22 @@ impl Inspection {
     /// The prompt's size of a body `read` (or could not read: then the whole body).
     pub fn prompt_of(inspection: Option<&Inspection>, body: &[u8]) -> PromptSize {
         inspection.map_or_else(|| whole(body), |inspection| inspection.prompt)
+    }
+
+    /// Applies the usage splice to `body` (the bytes this inspection read). Once it injected, the
+    /// prompt spans locate the members in the body it returned.
+    pub fn inject(&mut self, body: &[u8]) -> Injection {
+        let injection = match &self.usage_splice {
+            Ok(Some(splice)) => splice.apply(body),
+            Ok(None) => Injection::NotNeeded,
+            Err(reason) => Injection::Declined(reason),
+        };
+        if let (Injection::Injected(_), Ok(Some(splice)), Some(spans)) =
+            (&injection, &self.usage_splice, self.prompt_spans.as_mut())
+        {
+            spans.moved_by(&splice.range, splice.text.len());
+        }
+        injection
     }
 }
 
@@ -315,27 +339,5 @@ impl<'de> Visitor<'de> for TopVisitor {
             top.prompt = None;
         }
         Ok(top)
-    }
-}
-
-/// An object member's name, unescaped (borrowed when it has no escapes).
-pub(crate) struct MemberName<'de>(pub(crate) std::borrow::Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for MemberName<'de> {
-    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        struct Name<'de>(PhantomData<&'de ()>);
-        impl<'de> Visitor<'de> for Name<'de> {
-            type Value = MemberName<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_borrowed_str<E>(self, name: &'de str) -> Result<Self::Value, E> {
-                Ok(MemberName(std::borrow::Cow::Borrowed(name)))
-            }
-            fn visit_str<E>(self, name: &str) -> Result<Self::Value, E> {
-                Ok(MemberName(std::borrow::Cow::Owned(name.to_owned())))
-            }
-        }
-        de.deserialize_str(Name(PhantomData))
     }
 }

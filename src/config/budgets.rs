@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{redacted, ConfigError};
+use super::spelling::redacted;
+use super::ConfigError;
 
 /// The `[tenants.budgets]` table. Its `Debug` and its `Serialize` hide the store URL's password
 /// (`serve --check` prints the config).
@@ -22,7 +23,7 @@ pub struct BudgetsConfig {
     /// `store_tls`). Also
     /// `TOKENMETER_BUDGET_STORE`, which wins, so that a URL with a password can come from a
     /// Secret. Takes effect on restart.
-    #[serde(serialize_with = "super::secret_url")]
+    #[serde(serialize_with = "super::spelling::secret_url")]
     pub store: String,
     /// TLS to a `rediss://` store: the CA to trust instead of the system's roots, and a client
     /// certificate for a Redis that asks for one. Takes effect on restart.
@@ -35,7 +36,10 @@ pub struct BudgetsConfig {
     /// (503 with `retry-after`).
     pub on_store_error: OnStoreError,
     /// How long an admission waits for the store, at most.
-    #[serde(deserialize_with = "super::duration", serialize_with = "super::human")]
+    #[serde(
+        deserialize_with = "super::spelling::duration",
+        serialize_with = "super::spelling::human"
+    )]
     pub store_timeout: Duration,
     /// Redis keys start with this (`<prefix>:{tenant}:...`).
     pub key_prefix: String,
@@ -44,7 +48,10 @@ pub struct BudgetsConfig {
     pub default_max_tokens: u64,
     /// Redis only: a concurrent-stream slot whose replica died without releasing it is freed
     /// after this long (a stream that outlives it stops being counted).
-    #[serde(deserialize_with = "super::duration", serialize_with = "super::human")]
+    #[serde(
+        deserialize_with = "super::spelling::duration",
+        serialize_with = "super::spelling::human"
+    )]
     pub stream_lease: Duration,
     /// Settlements waiting for the store, at most (Redis only): past it one is dropped and
     /// counted, never waited for.

@@ -26,7 +26,7 @@ pub struct QueueConfig {
     /// (absent or unreadable: 0); none by default.
     #[serde(
         deserialize_with = "header_name",
-        serialize_with = "super::some_header_text",
+        serialize_with = "super::spelling::some_header_text",
         skip_serializing_if = "Option::is_none"
     )]
     pub priority_header: Option<http::HeaderName>,
@@ -34,7 +34,7 @@ pub struct QueueConfig {
     /// `[tenants]` names none; without either, every request shares one.
     #[serde(
         deserialize_with = "header_name",
-        serialize_with = "super::some_header_text",
+        serialize_with = "super::spelling::some_header_text",
         skip_serializing_if = "Option::is_none"
     )]
     pub tenant_header: Option<http::HeaderName>,

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::duration;
+use super::spelling::duration;
 
 /// The targets one stream is judged against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,15 +45,21 @@ pub struct SloTargets {
 #[serde(deny_unknown_fields, default)]
 pub struct SloConfig {
     /// The default TTFT target.
-    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
+    #[serde(
+        deserialize_with = "duration",
+        serialize_with = "super::spelling::human"
+    )]
     pub ttft: Duration,
     /// The default TPOT target (also the ITL histogram's bucket edge).
-    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
+    #[serde(
+        deserialize_with = "duration",
+        serialize_with = "super::spelling::human"
+    )]
     pub tpot: Duration,
     /// The request header that names a request's class.
     #[serde(
         deserialize_with = "header_name",
-        serialize_with = "super::header_text"
+        serialize_with = "super::spelling::header_text"
     )]
     pub class_header: http::HeaderName,
     /// Targets of the requests that name a model, by the model's name as the request body gives
@@ -69,13 +75,13 @@ pub struct SloConfig {
 pub struct TargetsOverride {
     #[serde(
         deserialize_with = "some_duration",
-        serialize_with = "super::some_human",
+        serialize_with = "super::spelling::some_human",
         skip_serializing_if = "Option::is_none"
     )]
     pub ttft: Option<Duration>,
     #[serde(
         deserialize_with = "some_duration",
-        serialize_with = "super::some_human",
+        serialize_with = "super::spelling::some_human",
         skip_serializing_if = "Option::is_none"
     )]
     pub tpot: Option<Duration>,

@@ -62,7 +62,10 @@ pub struct UsageConfig {
     /// waited for.
     pub queue_records: usize,
     /// Written records reach the file at least this often (a crash loses at most this much).
-    #[serde(deserialize_with = "super::duration", serialize_with = "super::human")]
+    #[serde(
+        deserialize_with = "super::spelling::duration",
+        serialize_with = "super::spelling::human"
+    )]
     pub flush_interval: std::time::Duration,
 }
 

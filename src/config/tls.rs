@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{duration, ConfigError};
+use super::spelling::duration;
+use super::ConfigError;
 
 /// TLS on a listener. Absent: plain HTTP (as a sidecar on localhost needs).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -27,7 +28,7 @@ pub struct ServerTlsConfig {
     #[serde(
         default = "default_reload_interval",
         deserialize_with = "duration",
-        serialize_with = "super::human"
+        serialize_with = "super::spelling::human"
     )]
     pub reload_interval: Duration,
 }

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{duration, ConfigError};
+use super::spelling::duration;
+use super::ConfigError;
 
 /// The `[tracing]` table. The keys that an `OTEL_*` variable can also give are `Option`s, so that
 /// a key the file leaves out is taken from the environment.
@@ -24,7 +25,7 @@ pub struct TracingConfig {
     /// URL without a path gets `/v1/traces`). Unset: tracing is off unless the environment names
     /// one; `""`: off whatever the environment says.
     #[serde(
-        serialize_with = "super::some_secret_url",
+        serialize_with = "super::spelling::some_secret_url",
         skip_serializing_if = "Option::is_none"
     )]
     pub endpoint: Option<String>,
@@ -50,7 +51,7 @@ pub struct TracingConfig {
     /// The longest one export may take (retries included); past it its spans are dropped.
     #[serde(
         deserialize_with = "optional_duration",
-        serialize_with = "super::some_human",
+        serialize_with = "super::spelling::some_human",
         skip_serializing_if = "Option::is_none"
     )]
     pub export_timeout: Option<Duration>,
@@ -60,7 +61,10 @@ pub struct TracingConfig {
     /// Spans sent in one export, at most.
     pub max_batch_spans: usize,
     /// How long a span may wait for a batch to fill before it is sent.
-    #[serde(deserialize_with = "duration", serialize_with = "super::human")]
+    #[serde(
+        deserialize_with = "duration",
+        serialize_with = "super::spelling::human"
+    )]
     pub batch_delay: Duration,
     /// Answer every generation request with a `server-timing` header that splits its time before
     /// the response head (and names its trace). Off: the proxy adds nothing a client sees.

@@ -19,10 +19,10 @@
 
 use serde::de::MapAccess;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage};
 use super::walk::{self, is_nonempty_string, Count, Lenient, Pick, UsageMember};
+use kind::Kind;
 
 /// Classifies one event; `event` is its SSE `event:` field. The skimming fast path
 /// ([`classify_fast`]) answers for the frequent events, the serde walk ([`classify_parsed`]) for
@@ -88,33 +88,6 @@ pub fn body_usage(body: &[u8]) -> Option<Usage> {
         prefill_micros: None,
     };
     (usage != Usage::default()).then_some(usage)
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    MessageStart,
-    Delta,
-    MessageDelta,
-    Stop,
-    Error,
-    Other,
-}
-
-impl Kind {
-    fn of(name: &[u8]) -> Kind {
-        match name {
-            b"message_start" => Kind::MessageStart,
-            b"content_block_delta" => Kind::Delta,
-            b"message_delta" => Kind::MessageDelta,
-            b"message_stop" => Kind::Stop,
-            b"error" => Kind::Error,
-            _ => Kind::Other,
-        }
-    }
-
-    fn of_raw(raw: &RawValue) -> Option<Kind> {
-        walk::raw_str(raw).map(|name| Kind::of(name.as_bytes()))
-    }
 }
 
 /// The counts of an Anthropic `usage` object.
@@ -250,5 +223,6 @@ impl<'de> Pick<'de> for CountsPick {
 }
 
 mod fast;
+mod kind;
 #[cfg(test)]
 mod tests;

@@ -31,6 +31,11 @@
 //! it to the native handler; `/v1/completions` is its OpenAI one), so it is llama.cpp's dialect;
 //! no OpenAI-compatible engine serves completions there (vLLM, SGLang, TGI and Ollama serve
 //! `/v1/completions`).
+//!
+//! [`Dialect::for_request`], [`Dialect::stream_format`] and [`Dialect::model_from_path`] are
+//! defined here, with the rules they apply: choosing a dialect depends on the dialects
+//! (`mod.rs`), and the dialects, which only say what each API's events mean, need nothing of the
+//! choosing.
 
 use http::Method;
 
@@ -68,6 +73,38 @@ const AT_THE_ROOT: [(&str, Dialect); 5] = [
     ("/api/chat", Dialect::OllamaChat),
     ("/api/generate", Dialect::OllamaGenerate),
 ];
+
+impl Dialect {
+    /// From the request: POST paths `…/chat/completions`, `…/v1/completions`, `…/v1/responses`,
+    /// `…/v1/messages` (after any gateway prefix), and, matched whole, `/completion`,
+    /// `/completions`, `/generate_stream`, `/v2/models/<m>[/versions/<v>]/generate_stream`,
+    /// `/api/chat`, `/api/generate` (a trailing `/` ignored; the rule and why: the module docs); any
+    /// other POST is [`Dialect::Unknown`]. `None` = not a generation endpoint (proxied, not
+    /// metered): every other method, Ollama's other `/api/*` routes (model pulls stream NDJSON
+    /// progress, which is not generation), and POSTs whose last path segment names a
+    /// non-generation operation (`embeddings`, `tokenize`, `count_tokens`, ...).
+    pub fn for_request(method: &Method, path: &str) -> Option<Dialect> {
+        for_request(method, path)
+    }
+
+    /// How the response body is framed into events, from the response content type:
+    /// `text/event-stream` is SSE, `application/x-ndjson` (and its `ndjson` / `jsonl`
+    /// spellings) is NDJSON, whatever the dialect (a server answering in the other framing still
+    /// gets TTFB and E2E metered, its events just carry no tokens this dialect recognises).
+    /// `None` when the body is not a stream (a JSON error body, a non-streaming response, no
+    /// content type).
+    pub fn stream_format(self, content_type: Option<&str>) -> Option<StreamFormat> {
+        stream_format(content_type?)
+    }
+
+    /// The model named by the path (Triton: `/v2/models/<model>/...`), if any.
+    pub fn model_from_path(self, path: &str) -> Option<&str> {
+        match self {
+            Dialect::Triton => triton_model(path),
+            _ => None,
+        }
+    }
+}
 
 /// See [`Dialect::for_request`] and the module docs.
 pub(super) fn for_request(method: &Method, path: &str) -> Option<Dialect> {

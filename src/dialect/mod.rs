@@ -31,6 +31,10 @@
 //!
 //! Every classifier is allocation-free on ordinary events and never panics on any bytes: input
 //! that is not the expected JSON means "nothing here" ([`EventSummary::default()`]).
+//!
+//! This file holds the enum and what each dialect does with its events, handing them to each
+//! API's file; choosing a dialect (from the path, and the framing from the content type) is
+//! `choose.rs`'s, methods included, as it uses the enum and the enum needs none of it.
 
 pub mod anthropic;
 mod choose;
@@ -48,8 +52,6 @@ pub(crate) mod walk;
 pub use choose::media_type;
 pub use event::{EventSummary, Usage};
 pub use operation::Operation;
-
-use crate::sse::StreamFormat;
 
 /// Which API a stream speaks; chosen per request from method + path (+ response content type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,28 +93,6 @@ impl Dialect {
         Dialect::LlamaCpp,
         Dialect::Unknown,
     ];
-
-    /// From the request: POST paths `…/chat/completions`, `…/v1/completions`, `…/v1/responses`,
-    /// `…/v1/messages` (after any gateway prefix), and, matched whole, `/completion`,
-    /// `/completions`, `/generate_stream`, `/v2/models/<m>[/versions/<v>]/generate_stream`,
-    /// `/api/chat`, `/api/generate` (a trailing `/` ignored; the rule and why: `choose.rs`); any
-    /// other POST is [`Dialect::Unknown`]. `None` = not a generation endpoint (proxied, not
-    /// metered): every other method, Ollama's other `/api/*` routes (model pulls stream NDJSON
-    /// progress, which is not generation), and POSTs whose last path segment names a
-    /// non-generation operation (`embeddings`, `tokenize`, `count_tokens`, ...).
-    pub fn for_request(method: &http::Method, path: &str) -> Option<Dialect> {
-        choose::for_request(method, path)
-    }
-
-    /// How the response body is framed into events, from the response content type:
-    /// `text/event-stream` is SSE, `application/x-ndjson` (and its `ndjson` / `jsonl`
-    /// spellings) is NDJSON, whatever the dialect (a server answering in the other framing still
-    /// gets TTFB and E2E metered, its events just carry no tokens this dialect recognises).
-    /// `None` when the body is not a stream (a JSON error body, a non-streaming response, no
-    /// content type).
-    pub fn stream_format(self, content_type: Option<&str>) -> Option<StreamFormat> {
-        choose::stream_format(content_type?)
-    }
 
     /// Classifies one event. `event` is the SSE `event:` field (empty when none / for NDJSON).
     pub fn classify(self, event: &[u8], data: &[u8]) -> EventSummary {
@@ -160,7 +140,7 @@ impl Dialect {
             | Dialect::Triton
             | Dialect::OllamaGenerate
             | Dialect::LlamaCpp => "text_completion",
-            Dialect::Unknown => operation::OTHER,
+            Dialect::Unknown => OTHER,
         }
     }
 
@@ -178,7 +158,7 @@ impl Dialect {
             Dialect::Triton => "triton",
             Dialect::OllamaChat | Dialect::OllamaGenerate => "ollama",
             Dialect::LlamaCpp => "llama_cpp",
-            Dialect::Unknown => operation::OTHER,
+            Dialect::Unknown => OTHER,
         }
     }
 
@@ -186,14 +166,6 @@ impl Dialect {
     /// the other dialects always report usage, or have no way to ask for it).
     pub fn injects_usage(self) -> bool {
         matches!(self, Dialect::OpenAiChat | Dialect::OpenAiCompletions)
-    }
-
-    /// The model named by the path (Triton: `/v2/models/<model>/...`), if any.
-    pub fn model_from_path(self, path: &str) -> Option<&str> {
-        match self {
-            Dialect::Triton => choose::triton_model(path),
-            _ => None,
-        }
     }
 
     /// A short stable name (`openai_chat`, `anthropic_messages`, ...) for logs and tests.
@@ -211,6 +183,13 @@ impl Dialect {
         }
     }
 }
+
+/// The operation and provider of a request that is none of the known APIs: `_OTHER`, the fallback
+/// OpenTelemetry's semantic conventions give every attribute with well-known values (as
+/// `http.request.method` and `error.type` use it), for a POST to an unknown endpoint and, in
+/// [`Operation::PASSTHROUGH`], for a path that is not a generation alike. Defined with the values
+/// of the known APIs ([`Dialect::operation`], [`Dialect::provider`]), which `operation.rs` reads.
+const OTHER: &str = "_OTHER";
 
 #[cfg(test)]
 mod tests;

@@ -33,7 +33,9 @@ use super::llamacpp::TimingsPick;
 use super::walk::{
     self, is_non_null, is_nonempty_array, is_nonempty_string, Lenient, Pick, UsageMember,
 };
+use choices::Choices;
 
+mod choices;
 mod fast;
 #[cfg(test)]
 mod tests;
@@ -126,14 +128,6 @@ struct Chunk {
     /// llama.cpp's `timings` (its last chunk): counts the chunk may carry without `usage`.
     timings: Usage,
     error: bool,
-}
-
-/// What the walk found in a `choices` array (or in one choice).
-#[derive(Clone, Copy, Default)]
-struct Choices {
-    empty: bool,
-    token: bool,
-    finish: bool,
 }
 
 // Key enums: serde matches a borrowed key against the names without allocating; any other key

@@ -1,14 +1,10 @@
 //! What kind of request a stream answers, in the OpenTelemetry GenAI vocabulary: the
 //! `gen_ai_operation_name` and `gen_ai_provider_name` labels of every per-request series.
 //!
-//! One spelling for "none of the known values": [`OTHER`], `_OTHER`, the fallback OpenTelemetry's
-//! semantic conventions give every attribute with well-known values (as `http.request.method`
-//! and `error.type` use it), for a POST to an unknown endpoint and for a path that is not a
-//! generation alike.
-use super::Dialect;
-
-/// The operation and provider of a request that is none of the known APIs.
-pub const OTHER: &str = "_OTHER";
+//! One spelling for "none of the known values", `_OTHER` (`OTHER`, defined in `mod.rs` with the
+//! values of the known APIs): the operation and provider of a POST to an unknown endpoint and of
+//! a path that is not a generation ([`Operation::PASSTHROUGH`]) alike.
+use super::{Dialect, OTHER};
 
 /// `gen_ai_operation_name` and `gen_ai_provider_name`, from the request's [`Dialect`]
 /// (OpenTelemetry GenAI values), or [`Operation::PASSTHROUGH`] for paths that are proxied and

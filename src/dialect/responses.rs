@@ -17,10 +17,10 @@
 
 use serde::de::MapAccess;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage, UsagePick};
 use super::walk::{self, is_nonempty_string, Lenient, Pick, UsageMember};
+use kind::Kind;
 
 /// Classifies one event; `event` is its SSE `event:` field. The skimming fast path
 /// ([`classify_fast`]) answers for the frequent events, the serde walk ([`classify_parsed`]) for
@@ -57,42 +57,6 @@ pub fn classify_parsed(event: &[u8], data: &[u8]) -> EventSummary {
 /// `None` when the body is not JSON or carries no readable usage.
 pub fn body_usage(body: &[u8]) -> Option<Usage> {
     walk::parse(body, UsageMember(UsagePick::Responses))?
-}
-
-/// The event types the meter tells apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// A delta of generated output.
-    Delta,
-    /// `response.completed` / `response.incomplete`.
-    Finished,
-    /// `response.failed`.
-    Failed,
-    /// `error`.
-    Error,
-    Other,
-}
-
-impl Kind {
-    fn of(name: &[u8]) -> Kind {
-        match name {
-            b"response.output_text.delta"
-            | b"response.refusal.delta"
-            | b"response.reasoning_text.delta"
-            | b"response.reasoning_summary_text.delta"
-            | b"response.function_call_arguments.delta"
-            | b"response.custom_tool_call_input.delta" => Kind::Delta,
-            b"response.completed" | b"response.incomplete" => Kind::Finished,
-            b"response.failed" => Kind::Failed,
-            b"error" => Kind::Error,
-            _ => Kind::Other,
-        }
-    }
-
-    /// The kind named by a raw JSON string (`None` when the value is not a plain string).
-    fn of_raw(raw: &RawValue) -> Option<Kind> {
-        walk::raw_str(raw).map(|name| Kind::of(name.as_bytes()))
-    }
 }
 
 #[derive(Default)]
@@ -133,5 +97,6 @@ impl<'de> Pick<'de> for TopPick {
 }
 
 mod fast;
+mod kind;
 #[cfg(test)]
 mod tests;

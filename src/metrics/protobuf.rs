@@ -233,23 +233,5 @@ fn text_histograms(family: &text::TextFamily) -> Vec<pb::Metric> {
     series.iter().map(histogram).collect()
 }
 
-/// Undoes the text format's escapes (`\\`, `\n`, `\"`).
-fn unescape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('n') => out.push('\n'),
-            Some(other) => out.push(other),
-            None => out.push('\\'),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests;

@@ -1,10 +1,21 @@
-//! Measuring a prompt as it is walked, copying nothing: the bytes of its text, and its token ids.
+//! Measuring a prompt as it is walked, copying nothing: the bytes of its text, and its token ids
+//! ([`PromptSize`], defined here with its measure: the walk in `request.rs` calls this file, and
+//! this file needs nothing of the walk).
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::{MemberName, PromptSize};
+use super::member_name::MemberName;
+
+/// What a request's prompt is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PromptSize {
+    /// Bytes of prompt text (unescaped UTF-8).
+    pub text_bytes: u64,
+    /// Tokens given directly as token ids (completions `prompt: [1, 2, 3]`).
+    pub token_ids: u64,
+}
 
 /// Measures a value already borrowed from the body (see [`super::Read::with_prompt_spans`]).
 pub(super) fn measure_raw(raw: &RawValue, shape: Shape) -> Option<PromptSize> {

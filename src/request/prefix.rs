@@ -323,7 +323,7 @@ impl<'de> Visitor<'de> for Value<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Seen, A::Error> {
         let mut seen = Seen::default();
-        while let Some(super::MemberName(name)) = map.next_key()? {
+        while let Some(super::member_name::MemberName(name)) = map.next_key()? {
             self.chain.feed(name.as_bytes());
             self.chain.feed(&[END_VALUE]);
             let value = map.next_value_seed(Value {

@@ -9,6 +9,10 @@
 //! it needs as [`RawValue`]s, whose byte offsets locate the splice. Anything we cannot edit with
 //! certainty (duplicate keys, unexpected types) is declined and forwarded untouched: a missing
 //! usage chunk only costs accuracy, a wrong edit costs the request.
+//!
+//! Applying the splice a read found ([`super::Inspection::inject`], [`super::inject_include_usage`])
+//! is the walk's, in `request.rs`: the walk calls this file to find the edit, and this file needs
+//! nothing of the walk.
 use std::fmt;
 use std::ops::Range;
 
@@ -17,9 +21,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{read, Inspection};
-
-/// The outcome of [`inject_include_usage`].
+/// The outcome of [`super::inject_include_usage`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Injection {
     /// The body was rewritten to ask for usage; forward this instead (the only change:
@@ -31,40 +33,6 @@ pub enum Injection {
     /// without `include_usage` would then put usage on every chunk), or the body has a shape we do
     /// not rewrite. The reason is for logs.
     Declined(&'static str),
-}
-
-/// Rewrites a streaming request so that the backend ends the stream with a usage chunk.
-///
-/// The splice, by case:
-/// - no `stream_options`: `,"stream_options":{"include_usage":true}` right after the last
-///   top-level value (before any whitespace that precedes the closing `}`);
-/// - `stream_options` is `null`: it becomes `{"include_usage":true}`;
-/// - `stream_options` is an object without `include_usage`: `"include_usage":true` (plus `,`
-///   when the object has members) right after its `{`;
-/// - `include_usage` is `false` or `null`: that value becomes `true`.
-pub fn inject_include_usage(body: &[u8]) -> Injection {
-    match read(body) {
-        Some(mut inspection) => inspection.inject(body),
-        None => Injection::Declined("body is not a JSON object"),
-    }
-}
-
-impl Inspection {
-    /// Applies the usage splice to `body` (the bytes this inspection read). Once it injected, the
-    /// prompt spans locate the members in the body it returned.
-    pub fn inject(&mut self, body: &[u8]) -> Injection {
-        let injection = match &self.usage_splice {
-            Ok(Some(splice)) => splice.apply(body),
-            Ok(None) => Injection::NotNeeded,
-            Err(reason) => Injection::Declined(reason),
-        };
-        if let (Injection::Injected(_), Ok(Some(splice)), Some(spans)) =
-            (&injection, &self.usage_splice, self.prompt_spans.as_mut())
-        {
-            spans.moved_by(&splice.range, splice.text.len());
-        }
-        injection
-    }
 }
 
 const INSERT_STREAM_OPTIONS: &str = r#","stream_options":{"include_usage":true}"#;
@@ -88,7 +56,7 @@ impl UsageSplice {
         }
     }
 
-    fn apply(&self, body: &[u8]) -> Injection {
+    pub(super) fn apply(&self, body: &[u8]) -> Injection {
         let Self { range, text } = self;
         let (Some(head), Some(tail)) = (body.get(..range.start), body.get(range.end..)) else {
             return Injection::Declined("edit outside the body");

@@ -287,6 +287,17 @@ impl Router {
         })
     }
 
+    /// The backend of the pool named `pool` labelled `label` (the one a request's context
+    /// names).
+    pub(crate) fn backend_of(&self, pool: &str, label: &str) -> Option<Arc<Backend>> {
+        let pool = self.pools.iter().find(|p| &*p.name == pool)?;
+        let backends = pool.backends();
+        backends
+            .iter()
+            .find(|backend| &*backend.target.label == label)
+            .cloned()
+    }
+
     /// What the request offers the affinity of the pools its plan may use: its prompt's blocks
     /// (named only when one of them has `affinity = "prefix"`) and affinity headers' values.
     pub(crate) fn affinity_keys(

@@ -41,60 +41,8 @@ use crate::metrics::Metrics;
 pub mod budget;
 pub mod frames;
 
-pub use budget::{Budgets, Tally};
+pub use budget::{Abuse, Budgets, Tally};
 pub use frames::FrameScanner;
-
-/// Which budget a connection exceeded (the `kind` label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Abuse {
-    RapidReset,
-    ContinuationFlood,
-    SettingsFlood,
-    PingFlood,
-    WindowUpdateFlood,
-    HeaderListTooLarge,
-}
-
-impl Abuse {
-    pub const ALL: [Abuse; 6] = [
-        Abuse::RapidReset,
-        Abuse::ContinuationFlood,
-        Abuse::SettingsFlood,
-        Abuse::PingFlood,
-        Abuse::WindowUpdateFlood,
-        Abuse::HeaderListTooLarge,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Abuse::RapidReset => "rapid_reset",
-            Abuse::ContinuationFlood => "continuation_flood",
-            Abuse::SettingsFlood => "settings_flood",
-            Abuse::PingFlood => "ping_flood",
-            Abuse::WindowUpdateFlood => "window_update_flood",
-            Abuse::HeaderListTooLarge => "header_list_too_large",
-        }
-    }
-
-    fn what(self) -> &'static str {
-        match self {
-            Abuse::RapidReset => "too many RST_STREAM frames",
-            Abuse::ContinuationFlood => "too many CONTINUATION frames in one header block",
-            Abuse::SettingsFlood => "too many SETTINGS frames",
-            Abuse::PingFlood => "too many PING frames",
-            Abuse::WindowUpdateFlood => "too many WINDOW_UPDATE frames",
-            Abuse::HeaderListTooLarge => "a header block over server.max_header_bytes",
-        }
-    }
-
-    /// The error the guard's read returns: hyper ends the connection with it.
-    fn error(self) -> io::Error {
-        io::Error::new(
-            io::ErrorKind::ConnectionAborted,
-            format!("HTTP/2 abuse {}: {}", self.as_str(), self.what()),
-        )
-    }
-}
 
 /// HTTP/2 client connections closed for abusing the protocol, by `kind` (the budgets of
 /// [`budget`]).

@@ -171,8 +171,8 @@ fn the_diagram_shows_the_stack_in_the_order_it_is_built() {
     let live = std::fs::read_to_string(root().join("src/server/live.rs")).expect("live.rs");
     // The tower layers in the order the builder stacks them (`.layer(AdmissionLayer::new` ->
     // admission, `.layer(MeterLayer::new` -> meter), then the phases below the meter in the order
-    // their `Then` chain nests them (`Plan::new` -> plan, ..., `Handoff::new` -> handoff, a phase
-    // only some configs have, `Forward::new` -> forward).
+    // their type nests them (`type Phases = Then<Plan, Then<Option<Budget>, ...` -> plan,
+    // budget, ...; `Option` marks a phase only some configs have).
     let builder = live
         .split("tower::ServiceBuilder::new()")
         .nth(1)
@@ -183,15 +183,14 @@ fn the_diagram_shows_the_stack_in_the_order_it_is_built() {
         .filter(|item| item.contains("layer("))
         .map(|before| last_word(before).to_lowercase())
         .collect();
-    let (_, chain) = live
-        .split_once("Then::new(")
-        .expect("live.rs chains the phases with Then::new");
-    let chain = &chain[..chain.find(';').expect("the chain ends")];
+    let (_, phases) = live
+        .split_once("type Phases = ")
+        .expect("live.rs names the phases' type");
+    let phases = &phases[..phases.find(';').expect("the type ends")];
     layers.extend(
-        chain
-            .split("::new(")
-            .map(last_word)
-            .filter(|name| name.chars().next().is_some_and(char::is_uppercase) && *name != "Then")
+        phases
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|name| !name.is_empty() && !matches!(*name, "Then" | "Option"))
             .map(str::to_lowercase),
     );
     assert_eq!(

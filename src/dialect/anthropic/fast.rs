@@ -5,8 +5,9 @@
 //! handed back (`None`) to the walk, which is the definition; the walk's lenient rules are kept
 //! member by member (`tests/e2e/dialect_skim.rs` checks both agree).
 
-use super::{EventSummary, Kind};
+use super::kind::Kind;
 use crate::dialect::skim::Skim;
+use crate::dialect::EventSummary;
 
 /// The event's summary, or `None` when the serde walk must decide.
 pub(super) fn classify(event: &[u8], data: &[u8]) -> Option<EventSummary> {

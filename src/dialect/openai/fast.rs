@@ -11,8 +11,9 @@
 //! the walk are kept member by member, so that whatever this returns, the walk returns too
 //! (`tests/e2e/dialect_skim.rs`).
 
-use super::{Choices, EventSummary, Usage};
+use super::choices::Choices;
 use crate::dialect::skim::Skim;
+use crate::dialect::{EventSummary, Usage};
 
 /// The chunk's summary, or `None` when the serde walk must decide.
 pub(super) fn classify(data: &[u8]) -> Option<EventSummary> {

@@ -4,8 +4,9 @@
 //! JSON are handed back (`None`) to the walk, which is the definition (`tests/e2e/dialect_skim.rs`
 //! checks both agree).
 
-use super::{EventSummary, Kind};
+use super::kind::Kind;
 use crate::dialect::skim::Skim;
+use crate::dialect::EventSummary;
 
 /// The event's summary, or `None` when the serde walk must decide.
 pub(super) fn classify(event: &[u8], data: &[u8]) -> Option<EventSummary> {

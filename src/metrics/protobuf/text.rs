@@ -1,8 +1,8 @@
 //! The exporter's text exposition (counters and gauges) read back into families, so that the
 //! protobuf exposition carries every family the text one does. Only what tokenmeter's renderers
 //! write is read: `# HELP` / `# TYPE` lines and `name{labels} value` samples, label values and
-//! help escaped as the text format escapes them.
-use super::unescape;
+//! help escaped as the text format escapes them, and unescaped here: reading the text is this
+//! file's alone, so the encoder in `protobuf.rs` uses it and it uses nothing of the encoder.
 
 /// One family of the text exposition.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -120,4 +120,22 @@ fn quoted(text: &str) -> Option<(String, &str)> {
         }
     }
     None
+}
+
+/// Undoes the text format's escapes (`\\`, `\n`, `\"`).
+fn unescape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
 }

@@ -33,6 +33,7 @@ use crate::config::{HandoffConfig, HandoffProtocol};
 
 pub mod finish;
 pub mod llamacpp;
+mod phase;
 pub mod policy;
 mod predicted;
 pub mod prefill;
@@ -43,7 +44,7 @@ pub mod slots;
 pub mod splice;
 pub mod vllm;
 
-pub use serve::Handoff;
+pub use phase::Handoff;
 
 /// A decode pool's compiled `[pools.handoff]`.
 #[derive(Debug, Clone, PartialEq)]

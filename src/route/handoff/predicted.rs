@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::phase::Handoff;
 use super::policy::{self, Choice, Forecast};
-use super::Handoff;
 use super::PoolHandoff;
 use crate::context::RequestContext;
 use crate::route::backend::predict::{self, Ask, Load};
@@ -58,7 +58,9 @@ impl Handoff {
             .placement
             .as_ref()?
             .slo;
-        let decode = self.backend_of(context.pool.as_deref()?, &context.backend.as_ref()?.label)?;
+        let decode = self
+            .router
+            .backend_of(context.pool.as_deref()?, &context.backend.as_ref()?.label)?;
         let now = Instant::now();
         let own = Ask {
             prompt_tokens: prediction.prompt_tokens,

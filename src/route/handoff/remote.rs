@@ -8,9 +8,9 @@ use serde_json::value::RawValue;
 use tokio::time::Instant;
 
 use super::llamacpp::{self, TransferFile};
+use super::phase::Handoff;
 use super::prefill::{self, PrefillError};
 use super::slots::{Placement, SlotGuard, SlotTable};
-use super::Handoff;
 use super::{vllm, PoolHandoff};
 use crate::context::trace::TraceState;
 use crate::context::{HandoffResult, RequestContext, RoutePlan};
@@ -24,16 +24,6 @@ impl Handoff {
     pub(super) fn handoff_of(&self, name: &str) -> Option<Arc<PoolHandoff>> {
         let pool = self.router.pools.iter().find(|pool| &*pool.name == name)?;
         pool.handoff.clone()
-    }
-
-    /// The backend of pool `pool` labelled `label`.
-    pub(super) fn backend_of(&self, pool: &str, label: &str) -> Option<Arc<Backend>> {
-        let pool = self.router.pools.iter().find(|p| &*p.name == pool)?;
-        let backends = pool.backends();
-        backends
-            .iter()
-            .find(|backend| &*backend.target.label == label)
-            .cloned()
     }
 
     /// The slot table of a llama.cpp server, its size learned from `GET /props` the first time.

@@ -8,6 +8,7 @@ use http::header::CONTENT_LENGTH;
 use http::{HeaderName, HeaderValue, Request};
 use tokio::time::Instant;
 
+use super::phase::Handoff;
 use super::policy::{self, Choice, PolicyInput};
 use super::slots::{Held, Placement, SlotGuard};
 use super::{llamacpp, vllm, PoolHandoff};
@@ -17,7 +18,6 @@ use crate::dialect::Dialect;
 use crate::proxy::phase::{Answer, Next, Phase};
 use crate::proxy::{Failure, RequestBody};
 use crate::route::replay::Replay;
-use crate::route::Router;
 use crate::upstream::InFlight;
 
 /// The header that names a request to both replicas.
@@ -33,21 +33,6 @@ struct Decode {
     local: Option<Bytes>,
     /// llama.cpp: the decode slot, held to the end of the stream.
     slot: Option<SlotGuard>,
-}
-
-/// The handoff phase: runs the prefill of a handoff pool's request where the policy says, then
-/// forwards it.
-#[derive(Debug, Clone)]
-pub struct Handoff {
-    /// Its methods are spread over this folder's files (the policy's input here, the prefill
-    /// pool's side in `remote.rs`, the predictions in `predicted.rs`), all asking the router.
-    pub(super) router: Arc<Router>,
-}
-
-impl Handoff {
-    pub fn new(router: Arc<Router>) -> Self {
-        Self { router }
-    }
 }
 
 impl Phase for Handoff {
@@ -214,10 +199,10 @@ impl Handoff {
         req: &Request<RequestBody>,
         body: &Bytes,
     ) -> Decode {
-        let decode_backend = context
-            .backend
-            .as_ref()
-            .and_then(|target| self.backend_of(context.pool.as_deref()?, &target.label));
+        let decode_backend = context.backend.as_ref().and_then(|target| {
+            self.router
+                .backend_of(context.pool.as_deref()?, &target.label)
+        });
         let table = match &decode_backend {
             Some(backend) => self.slot_table(backend).await,
             None => None,

@@ -1,4 +1,6 @@
-//! What one HTTP/2 client connection may send before it is an abuse, and the tally against it.
+//! What one HTTP/2 client connection may send before it is an abuse, and the tally against it,
+//! whose verdict is an [`Abuse`]: defined here, where it is decided, so that the guard
+//! (`h2guard.rs`) uses the budgets and they use nothing of the guard.
 //!
 //! Frames that cost the server work without being a request — resets, SETTINGS, PINGs,
 //! WINDOW_UPDATEs — are counted per connection in fixed windows of [`WINDOW`] (the first starts at
@@ -11,6 +13,7 @@
 //! also earn allowance from the bytes the proxy wrote to the connection in the window, so a long
 //! or fast download can never run out; a flood without downloads still does, and a PING's own
 //! PONG (17 bytes) earns back only part of one.
+use std::io;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -19,7 +22,58 @@ use super::frames::{
     FrameHead, CONTINUATION, FLAG_ACK, FLAG_END_HEADERS, HEADERS, PING, RST_STREAM, SETTINGS,
     WINDOW_UPDATE,
 };
-use super::Abuse;
+
+/// Which budget a connection exceeded (the `kind` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abuse {
+    RapidReset,
+    ContinuationFlood,
+    SettingsFlood,
+    PingFlood,
+    WindowUpdateFlood,
+    HeaderListTooLarge,
+}
+
+impl Abuse {
+    pub const ALL: [Abuse; 6] = [
+        Abuse::RapidReset,
+        Abuse::ContinuationFlood,
+        Abuse::SettingsFlood,
+        Abuse::PingFlood,
+        Abuse::WindowUpdateFlood,
+        Abuse::HeaderListTooLarge,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Abuse::RapidReset => "rapid_reset",
+            Abuse::ContinuationFlood => "continuation_flood",
+            Abuse::SettingsFlood => "settings_flood",
+            Abuse::PingFlood => "ping_flood",
+            Abuse::WindowUpdateFlood => "window_update_flood",
+            Abuse::HeaderListTooLarge => "header_list_too_large",
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Abuse::RapidReset => "too many RST_STREAM frames",
+            Abuse::ContinuationFlood => "too many CONTINUATION frames in one header block",
+            Abuse::SettingsFlood => "too many SETTINGS frames",
+            Abuse::PingFlood => "too many PING frames",
+            Abuse::WindowUpdateFlood => "too many WINDOW_UPDATE frames",
+            Abuse::HeaderListTooLarge => "a header block over server.max_header_bytes",
+        }
+    }
+
+    /// The error the guard's read returns: hyper ends the connection with it.
+    pub(super) fn error(self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!("HTTP/2 abuse {}: {}", self.as_str(), self.what()),
+        )
+    }
+}
 
 /// The counting window of the per-window budgets.
 pub const WINDOW: Duration = Duration::from_secs(10);

@@ -11,9 +11,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::exchange::{Ask, Counted, Settlement, Verdict};
 use super::series::BudgetSeries;
 use super::window::Now;
-use super::{Ask, Counted, Settlement, Verdict};
 
 /// Past this many accounts (or twice as many as the last sweep kept) a sweep runs at the next
 /// admission rather than the next minute.

@@ -18,7 +18,8 @@
 //! batches). When the
 //! store does not answer within `store_timeout`, `on_store_error` decides: `allow` lets the
 //! request through unchecked (its whole usage is settled once the store is back), `deny`
-//! answers 503.
+//! answers 503. What the budgets ask a store and what it answers is in `exchange.rs` (the
+//! limits in `limit.rs`): this file chooses between the stores, and they use only that.
 //!
 //! Budgets apply to generation requests (a request the meter reads a body of); the rest pass
 //! unchecked. The limits follow reloads; the store is kept for the process's life.
@@ -34,94 +35,89 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{BudgetsConfig, Counts, Limits, OnStoreError};
+use crate::config::{BudgetsConfig, Counts, Limits, OnStoreError, StoreUrl};
 use crate::context::{BudgetHold, RequestContext};
 use crate::proxy::ProxyError;
 
-mod counted;
+mod exchange;
 pub mod layer;
+mod limit;
 pub mod memory;
 pub mod redis;
 pub mod series;
 pub mod settle;
-mod store;
 pub mod window;
 
 #[cfg(test)]
 mod tests;
 
-pub use counted::{Counted, Limit};
+pub use exchange::{Ask, Counted, DayReport, Settlement, StoreError, Verdict};
+pub use limit::Limit;
 use series::{BudgetSeries, Op};
-pub use store::{Store, StoreError};
 use window::Now;
 
-/// One admission's question to a store.
+/// Where the budgets are kept, for the process's life.
 #[derive(Debug)]
-pub struct Ask<'a> {
-    /// The tenant's name (or `anonymous`).
-    pub tenant: &'a str,
-    pub limits: &'a Limits,
-    /// Tokens to charge now.
-    pub reserve: u64,
-    /// The request's id (its member in the store's set of streams).
-    pub id: u64,
-    pub now: Now,
+pub enum Store {
+    Memory(memory::MemoryStore),
+    /// Boxed: the Redis store holds its client and connection (hundreds of bytes).
+    Redis(Box<redis::RedisStore>),
 }
 
-/// A store's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Admitted and charged; what was counted before it.
-    Admitted(Counted),
-    /// Refused by the limit; what was counted.
-    Over(Limit, Counted),
-}
-
-/// Where a settlement reports the tenant's day once it is charged: the tenant's label and its
-/// `tokens_per_day` limit (the used-ratio gauge of that limit).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DayReport {
-    pub label: Arc<str>,
-    pub limit: u64,
-}
-
-impl DayReport {
-    /// Sets the gauge from the tenant's tokens of the day after the settlement.
-    pub fn report(&self, series: &BudgetSeries, day_tokens: u64) {
-        series.used(
-            &self.label,
-            Limit::TokensPerDay,
-            day_tokens as f64 / self.limit as f64,
-        );
+impl Store {
+    /// The store `config` names (Redis connects on first use). Call from within the runtime.
+    pub fn open(config: &BudgetsConfig, series: Arc<BudgetSeries>) -> Result<Self, StoreError> {
+        Ok(match config.store_url() {
+            StoreUrl::Memory => Store::Memory(memory::MemoryStore::reporting(series)),
+            StoreUrl::Redis(url) => {
+                Store::Redis(Box::new(redis::RedisStore::open(&url, config, series)?))
+            }
+        })
     }
-}
 
-/// A finished request's settlement.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Settlement {
-    pub tenant: Arc<str>,
-    /// The minute and day its tokens were charged to.
-    pub minute: u64,
-    pub day: u64,
-    /// Tokens it used and reserved, as its limits count them.
-    pub used: u64,
-    pub reserved: u64,
-    /// The store admitted it (see [`BudgetHold::in_store`]).
-    pub in_store: bool,
-    /// A request refused because its admission went unanswered: its reservation and its
-    /// request are taken back should the admission reach the store after all.
-    pub withdrawn: bool,
-    pub id: u64,
-    /// Where to report the tenant's day once settled (`None`: its revision has no day limit for
-    /// it, or nothing is reported, as for a withdrawal).
-    pub report: Option<DayReport>,
-}
+    async fn admit(&self, ask: &Ask<'_>) -> Result<Verdict, StoreError> {
+        match self {
+            Store::Memory(store) => Ok(store.admit(ask)),
+            Store::Redis(store) => store.admit(ask).await,
+        }
+    }
 
-impl Settlement {
-    /// What it adds to its windows when the store holds its reservation.
-    pub fn difference(&self) -> i64 {
-        let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        clamp(self.used) - clamp(self.reserved)
+    /// Settles a finished request; the store reports the tenant's day where the settlement asks
+    /// (the memory store at once, Redis once its settlement task has charged it).
+    fn settle(&self, settlement: Settlement) {
+        match self {
+            Store::Memory(store) => {
+                store.settle(&settlement, Now::wall());
+            }
+            Store::Redis(store) => store.settle(settlement),
+        }
+    }
+
+    /// Takes back the reservation of a request refused after its admission failed, should the
+    /// admission have reached the store after all (only a shared store can fail).
+    fn withdraw(&self, settlement: Settlement) {
+        match self {
+            Store::Memory(_) => {}
+            Store::Redis(store) => store.settle(settlement),
+        }
+    }
+
+    /// At start: a shared store refuses to start over a TLS handshake it cannot make (see
+    /// [`redis::RedisStore::verify`]); anything else waits for the requests.
+    pub async fn verify(&self) -> Result<(), StoreError> {
+        match self {
+            Store::Memory(_) => Ok(()),
+            Store::Redis(store) => store.verify().await,
+        }
+    }
+
+    /// At shutdown: waits, at most `within`, for the settlements still queued; returns how many
+    /// were left.
+    pub async fn flush(&self, within: Duration) -> usize {
+        match self {
+            Store::Memory(_) => 0,
+            Store::Redis(store) => store.flush(within).await,
+        }
     }
 }
 

@@ -21,13 +21,14 @@ use redis::Script;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::exchange::{Ask, Counted, Settlement, StoreError, Verdict};
+use super::limit::Limit;
 use super::series::{BudgetSeries, Op};
-use super::{Ask, Counted, Limit, Settlement, StoreError, Verdict};
 use crate::config::BudgetsConfig;
 use client::{client, cluster_client};
 use connection::Connection;
 use keys::{member, Keys};
-use settler::Settler;
+use settler::{Settler, RETRY_MAX};
 
 mod client;
 mod connection;
@@ -36,11 +37,6 @@ mod settler;
 
 /// At most one diagnosis of timed-out admissions this often.
 const DIAGNOSE_EVERY: Duration = Duration::from_secs(5);
-
-/// The settlement task's pause after Redis failed it, doubling up to the maximum (also the
-/// connection's reconnection back-off).
-const RETRY_FIRST: Duration = Duration::from_millis(100);
-const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// The Redis store.
 pub struct RedisStore {

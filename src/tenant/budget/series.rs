@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Label};
 
-use super::Limit;
+use super::limit::Limit;
 use crate::metrics::Metrics;
 use crate::tenant::series::labels;
 

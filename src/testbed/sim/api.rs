@@ -7,7 +7,6 @@
 //! them go one way: `request` and `stream` (the two OpenAI-compatible
 //! endpoints, and the entry points for all four) hand the Responses and Messages shapes to
 //! `responses` and `messages`, which never look back.
-use std::fmt::Write;
 
 use serde::Deserialize;
 
@@ -144,15 +143,6 @@ pub(super) fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Bad
 /// The text of output token `index`.
 pub fn token_text(index: u64) -> String {
     format!(" tok{index}")
-}
-
-/// The text of output tokens `from..to`, concatenated.
-pub fn tokens_text(from: u64, to: u64) -> String {
-    let mut text = String::new();
-    for index in from..to {
-        let _ = write!(text, " tok{index}");
-    }
-    text
 }
 
 /// A fresh response id: vLLM's prefix and 32 random hex digits.

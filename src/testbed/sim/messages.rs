@@ -16,8 +16,9 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use serde::Deserialize;
 
-use super::api::{from_json, json_string, tokens_text, BadRequest, Content, Endpoint, SimRequest};
+use super::api::{from_json, json_string, BadRequest, Content, Endpoint, SimRequest};
 use super::scheduler::Progress;
+use super::tokenizer::tokens_text;
 
 #[derive(Deserialize)]
 struct Body {

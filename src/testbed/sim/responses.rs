@@ -20,10 +20,10 @@ use bytes::Bytes;
 use serde::Deserialize;
 
 use super::api::{
-    from_json, json_string, tokens_text, BadRequest, Content, Endpoint, SimRequest,
-    DEFAULT_MAX_TOKENS,
+    from_json, json_string, BadRequest, Content, Endpoint, SimRequest, DEFAULT_MAX_TOKENS,
 };
 use super::scheduler::Progress;
+use super::tokenizer::tokens_text;
 
 #[derive(Deserialize)]
 struct Body {

@@ -13,8 +13,9 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use super::api::{json_string, tokens_text, Endpoint, UsageOptions};
+use super::api::{json_string, Endpoint, UsageOptions};
 use super::scheduler::Progress;
+use super::tokenizer::tokens_text;
 
 /// The final `data: [DONE]` event.
 pub const DONE: &[u8] = b"data: [DONE]\n\n";

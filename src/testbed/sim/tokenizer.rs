@@ -22,6 +22,7 @@
 //! prompt that repeats another's text repeats its ids. A reply's tokens have the ids of its
 //! words ([`output_token_id`]), so a conversation that sends the reply back in its next turn
 //! finds it cached as the engine wrote it.
+use std::fmt::Write;
 
 /// Template tokens added for every chat message (header start, role, header end, `\n\n`, eot).
 pub const CHAT_TOKENS_PER_MESSAGE: u64 = 5;
@@ -127,3 +128,12 @@ pub fn count_chat_tokens<'a>(messages: impl IntoIterator<Item = &'a str>) -> u64
 
 #[cfg(test)]
 mod tests;
+
+/// The text of output tokens `from..to`, concatenated.
+pub fn tokens_text(from: u64, to: u64) -> String {
+    let mut text = String::new();
+    for index in from..to {
+        let _ = write!(text, " tok{index}");
+    }
+    text
+}

@@ -6,7 +6,7 @@ use redis::cluster::ClusterClient;
 use redis::{ClientTlsConfig, TlsCertificates};
 
 use crate::config::StoreTlsConfig;
-use crate::tenant::budget::StoreError;
+use crate::tenant::budget::exchange::StoreError;
 use crate::tls::pem::PemFile;
 
 /// The client of `url`: plain, or for `rediss://` with the CA and the client certificate of

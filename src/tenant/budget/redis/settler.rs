@@ -10,13 +10,17 @@ use tokio::time::Instant;
 
 use super::connection::Connection;
 use super::keys::{member, Keys};
-use super::{RETRY_FIRST, RETRY_MAX};
+use crate::tenant::budget::exchange::{Settlement, StoreError};
 use crate::tenant::budget::series::{BudgetSeries, Op};
 use crate::tenant::budget::window::Now;
-use crate::tenant::budget::{Settlement, StoreError};
 
 /// Settlements the task takes from its queue at a time.
 const SETTLE_BATCH: usize = 64;
+
+/// The task's pause after Redis failed it, doubling up to the maximum (also the connection's
+/// reconnection back-off).
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+pub(super) const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// The settlement task.
 pub(super) struct Settler {

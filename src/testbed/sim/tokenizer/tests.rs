@@ -65,7 +65,7 @@ fn token_ids_are_as_many_as_the_count_and_repeat_with_the_text() {
         "the template counts as count_chat_tokens says"
     );
     let mut reply = Vec::new();
-    token_ids(&super::super::api::tokens_text(0, 3), &mut reply);
+    token_ids(&tokens_text(0, 3), &mut reply);
     assert_eq!(
         reply,
         (0..3).map(output_token_id).collect::<Vec<_>>(),

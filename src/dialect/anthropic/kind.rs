@@ -1,0 +1,34 @@
+//! The event types the meter tells apart in an Anthropic Messages stream, by the event's `type` (or its SSE
+//! `event:` name). Both readings of an event use them, the serde walk (`anthropic.rs`, the
+//! definition) and the skimming fast path (`fast.rs`), so they live in neither: the walk calls
+//! the fast path, and the fast path needs nothing of the walk.
+use serde_json::value::RawValue;
+
+use crate::dialect::walk;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    MessageStart,
+    Delta,
+    MessageDelta,
+    Stop,
+    Error,
+    Other,
+}
+
+impl Kind {
+    pub(super) fn of(name: &[u8]) -> Kind {
+        match name {
+            b"message_start" => Kind::MessageStart,
+            b"content_block_delta" => Kind::Delta,
+            b"message_delta" => Kind::MessageDelta,
+            b"message_stop" => Kind::Stop,
+            b"error" => Kind::Error,
+            _ => Kind::Other,
+        }
+    }
+
+    pub(super) fn of_raw(raw: &RawValue) -> Option<Kind> {
+        walk::raw_str(raw).map(|name| Kind::of(name.as_bytes()))
+    }
+}

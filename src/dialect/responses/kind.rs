@@ -1,0 +1,43 @@
+//! The event types the meter tells apart in a Responses stream, by the event's `type` (or its SSE
+//! `event:` name). Both readings of an event use them, the serde walk (`responses.rs`, the
+//! definition) and the skimming fast path (`fast.rs`), so they live in neither: the walk calls
+//! the fast path, and the fast path needs nothing of the walk.
+use serde_json::value::RawValue;
+
+use crate::dialect::walk;
+
+/// The event types the meter tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// A delta of generated output.
+    Delta,
+    /// `response.completed` / `response.incomplete`.
+    Finished,
+    /// `response.failed`.
+    Failed,
+    /// `error`.
+    Error,
+    Other,
+}
+
+impl Kind {
+    pub(super) fn of(name: &[u8]) -> Kind {
+        match name {
+            b"response.output_text.delta"
+            | b"response.refusal.delta"
+            | b"response.reasoning_text.delta"
+            | b"response.reasoning_summary_text.delta"
+            | b"response.function_call_arguments.delta"
+            | b"response.custom_tool_call_input.delta" => Kind::Delta,
+            b"response.completed" | b"response.incomplete" => Kind::Finished,
+            b"response.failed" => Kind::Failed,
+            b"error" => Kind::Error,
+            _ => Kind::Other,
+        }
+    }
+
+    /// The kind named by a raw JSON string (`None` when the value is not a plain string).
+    pub(super) fn of_raw(raw: &RawValue) -> Option<Kind> {
+        walk::raw_str(raw).map(|name| Kind::of(name.as_bytes()))
+    }
+}
