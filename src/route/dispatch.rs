@@ -77,7 +77,8 @@ impl Router {
             .gate(&context.plan)
             .filter(|_| context.generation.is_some());
         if let (Some(gate), Some(head)) = (gate, pending.as_ref()) {
-            match gate.enter(&context, keys.clone(), head.headers()).await {
+            // Boxed (a gated pool only): the wait's state stays out of every request's future.
+            match Box::pin(gate.enter(&context, keys.clone(), head.headers())).await {
                 Admission::Placed {
                     placed,
                     guard,

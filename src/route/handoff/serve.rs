@@ -42,7 +42,9 @@ impl Phase for Handoff {
         req: Request<RequestBody>,
         next: &N,
     ) -> impl Future<Output = Answer> + Send {
-        self.handoff(context, req, next)
+        // Boxed (in a pool that hands off: the phase is there only then): the prefill's
+        // exchanges are kilobytes of state that the phases above would otherwise hold inline.
+        Box::pin(self.handoff(context, req, next))
     }
 }
 

@@ -30,8 +30,9 @@ impl Phase for Budget {
         req: Request<RequestBody>,
         next: &N,
     ) -> Answer {
-        // The admission may wait for the store.
-        if let Err(refused) = self.budgets.admit(&mut context).await {
+        // The admission may wait for the store: boxed, so that a shared store's exchange is not
+        // state every phase above holds inline.
+        if let Err(refused) = Box::pin(self.budgets.admit(&mut context)).await {
             return Err(Failure::new(refused, context));
         }
         next.call(context, req).await
