@@ -45,15 +45,16 @@ use crate::upstream::{InFlight, Target};
 pub mod budget;
 pub mod finish;
 pub mod handoff;
+pub mod outcome;
 pub mod phases;
 pub mod prediction;
 pub mod record;
 pub mod trace;
 
 pub use budget::BudgetHold;
-use finish::Duty;
-pub use finish::{FinishHook, FinishHooks, Finished, Outcome};
+pub use finish::{FinishHook, FinishHooks, Finished};
 pub use handoff::{HandoffRecord, HandoffResult};
+pub use outcome::Outcome;
 pub use prediction::Prediction;
 use record::StreamRecord;
 use trace::{Marks, TraceParent, TraceState};
@@ -144,6 +145,30 @@ pub struct RequestContext {
     duty: Duty,
 }
 
+/// What ends a request: the finish hooks of the stack revision it took ([`FinishHooks`] is the
+/// one kind), run once. A trait of the context's own: the context carries its hooks and every hook
+/// reads the whole context, and with the trait here the two files depend on each other one way.
+pub trait Ending: Send + Sync + std::fmt::Debug {
+    fn run(
+        &self,
+        context: &RequestContext,
+        outcome: Outcome,
+        at: Instant,
+        error: Option<&(dyn std::error::Error + 'static)>,
+    );
+}
+
+/// The duty to run the hooks: armed in the context the server made, taken by the one finish.
+/// A clone of a context never carries it (a copy of what the phases wrote is not the request).
+#[derive(Debug)]
+struct Duty(Option<Arc<dyn Ending>>);
+
+impl Clone for Duty {
+    fn clone(&self) -> Self {
+        Self(None)
+    }
+}
+
 /// Requests whose context a layer did not find: each is a bug (see [`RequestContext::take`]).
 static MISSING: AtomicU64 = AtomicU64::new(0);
 
@@ -184,13 +209,13 @@ impl RequestContext {
             upstream_status: None,
             status: None,
             stream: StreamRecord::new(received),
-            duty: Duty::armed(FinishHooks::default()),
+            duty: Duty(None),
         }
     }
 
-    /// The same context, ended by `hooks`.
-    pub fn with_hooks(mut self, hooks: FinishHooks) -> Self {
-        self.duty = Duty::armed(hooks);
+    /// The same context, ended by `hooks` (a revision's [`FinishHooks`]).
+    pub fn with_hooks(mut self, hooks: impl Into<Arc<dyn Ending>>) -> Self {
+        self.duty = Duty(Some(hooks.into()));
         self
     }
 
@@ -201,7 +226,7 @@ impl RequestContext {
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
-        hooks: FinishHooks,
+        hooks: impl Into<Arc<dyn Ending>>,
     ) -> Box<Self> {
         let mut context = Box::new(Self::new(received, None).with_hooks(hooks));
         context.dialect = Dialect::for_request(method, uri.path());
@@ -277,7 +302,7 @@ impl RequestContext {
         at: Instant,
         error: Option<&(dyn std::error::Error + 'static)>,
     ) {
-        if let Some(hooks) = self.duty.take() {
+        if let Some(hooks) = self.duty.0.take() {
             hooks.run(&self, outcome, at, error);
         }
     }
@@ -287,7 +312,7 @@ impl Drop for RequestContext {
     /// A context dropped unfinished was abandoned: the client went away (hyper dropped the
     /// request's future, or its response body), or the server cut it at shutdown.
     fn drop(&mut self) {
-        if let Some(hooks) = self.duty.take() {
+        if let Some(hooks) = self.duty.0.take() {
             hooks.run(self, Outcome::Cancelled, Instant::now(), None);
         }
     }

@@ -2,7 +2,8 @@
 //!
 //! A request is finished exactly once, by [`super::RequestContext::finish_at`] (or, when it was
 //! abandoned, by the context's drop, as `cancelled`), and that runs the [`FinishHooks`] of the
-//! stack revision that served it, in order, each with a [`Finished`]: the whole context, how it
+//! stack revision that served it (the context carries them as its [`Ending`], a trait of its own,
+//! so that the context names no hook while every hook reads the whole context), in order, each with a [`Finished`]: the whole context, how it
 //! ended, and the stream's figures. Everything that wants the finished request hangs off this
 //! point and nowhere else: the meter's per-request series, the router's prompt calibration, and
 //! whatever a later phase adds (a trace span, a usage record, a budget's settlement, a latency
@@ -15,45 +16,9 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::outcome::Outcome;
 use super::record::Figures;
-use super::RequestContext;
-
-/// How a request ended (`outcome` label), named by where it went wrong (client / upstream / proxy).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// 2xx and a cleanly ended stream with no error event (or a client that left after its
-    /// terminal event: see [`crate::meter::body`]).
-    Ok,
-    /// The client went away before the end.
-    Cancelled,
-    /// The upstream refused the request rather than failed (4xx, 501 Not Implemented), any error
-    /// answer to a generation body the proxy could not read as JSON, or the proxy rejected the
-    /// request (413 ...).
-    ClientError,
-    /// Upstream unreachable, any other 5xx, an error event in a 200 stream, or the stream broke.
-    UpstreamError,
-    /// A connect, response, idle or total timeout fired.
-    Timeout,
-    /// tokenmeter's own limits turned it away (`server.max_streams`, `server.max_connections`):
-    /// answered 503 with `retry-after`, never sent upstream.
-    Overloaded,
-}
-
-impl Outcome {
-    /// How many outcomes there are: per-outcome arrays are indexed by `outcome as usize`.
-    pub const COUNT: usize = 6;
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Cancelled => "cancelled",
-            Outcome::ClientError => "client_error",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::Timeout => "timeout",
-            Outcome::Overloaded => "overloaded",
-        }
-    }
-}
+use super::{Ending, RequestContext};
 
 /// Something that wants every finished request.
 pub trait FinishHook: Send + Sync + fmt::Debug {
@@ -101,11 +66,22 @@ impl Finished<'_> {
     }
 }
 
-/// The hooks of one stack revision, in the order they run.
+/// The hooks of one stack revision, in the order they run. Cloned into every request's context
+/// (one reference count), where they are its [`Ending`].
 #[derive(Clone, Default)]
-pub struct FinishHooks(Arc<[Arc<dyn FinishHook>]>);
+pub struct FinishHooks(Arc<HookList>);
+
+/// The hooks themselves.
+#[derive(Default)]
+struct HookList(Box<[Arc<dyn FinishHook>]>);
 
 impl fmt::Debug for FinishHooks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Debug for HookList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.0.iter()).finish()
     }
@@ -113,19 +89,28 @@ impl fmt::Debug for FinishHooks {
 
 impl FinishHooks {
     pub fn new(hooks: impl IntoIterator<Item = Arc<dyn FinishHook>>) -> Self {
-        Self(hooks.into_iter().collect())
+        Self(Arc::new(HookList(hooks.into_iter().collect())))
     }
 
     /// How many hooks run at each finish.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.0 .0.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.0 .0.is_empty()
     }
+}
 
-    pub(super) fn run(
+/// What a request's context carries: the same list, no copy.
+impl From<FinishHooks> for Arc<dyn Ending> {
+    fn from(hooks: FinishHooks) -> Self {
+        hooks.0
+    }
+}
+
+impl Ending for HookList {
+    fn run(
         &self,
         context: &RequestContext,
         outcome: Outcome,
@@ -145,27 +130,5 @@ impl FinishHooks {
         for hook in self.0.iter() {
             hook.finished(&finished);
         }
-    }
-}
-
-/// The duty to run the hooks: armed in the context the server made, taken by the one finish.
-/// A clone of a context never carries it (a copy of what the phases wrote is not the request).
-#[derive(Debug)]
-pub(super) struct Duty(Option<FinishHooks>);
-
-impl Duty {
-    pub(super) fn armed(hooks: FinishHooks) -> Self {
-        Self(Some(hooks))
-    }
-
-    /// The hooks, the first time only.
-    pub(super) fn take(&mut self) -> Option<FinishHooks> {
-        self.0.take()
-    }
-}
-
-impl Clone for Duty {
-    fn clone(&self) -> Self {
-        Self(None)
     }
 }

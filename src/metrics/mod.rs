@@ -109,6 +109,15 @@ impl Metrics {
         self.handle.run_upkeep();
     }
 
+    /// Runs the upkeep `every` so often, for as long as the task lives (the server aborts it).
+    pub async fn upkeep(self: std::sync::Arc<Self>, every: std::time::Duration) {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            self.run_upkeep();
+        }
+    }
+
     /// Applies a reloaded config's model lists (`metering.models`, `routing.model_tokens_per_byte`)
     /// to the label values of requests from now on.
     pub fn reload_models(&self, config: &Config) {

@@ -14,7 +14,6 @@
 //! `server.shutdown_grace`, then whatever is left is cut (its bodies are dropped, so each is counted
 //! as `cancelled`).
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,29 +24,31 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use admission::Limits;
+pub use bind::{bind, bind_from, ListenOrigins};
 use connection::Traffic;
+pub use error::ServerError;
 use h2guard::{AbuseCounters, Budgets};
 pub use handle::{spawn, spawn_with_hooks, ServerHandle};
 pub use listen::listen;
 use live::LiveStack;
 use reload::{Applied, ConfigSource, ReloadRequest};
 
-use crate::config::{Config, ConfigError, ServerTlsConfig, ENV_ADMIN_LISTEN, ENV_LISTEN};
+use crate::config::{Config, ServerTlsConfig};
 use crate::context::FinishHook;
 use crate::meter::series::MeterSeries;
-use crate::metrics::{Metrics, MetricsError};
+use crate::metrics::Metrics;
 use crate::proxy::client::{self, UpstreamClient};
-use crate::route::{RouteError, Router};
-use crate::tenant::budget::StoreError;
-use crate::tenant::system::{TenantError, TenantSystem};
+use crate::route::Router;
+use crate::tenant::system::TenantSystem;
 use crate::tls::acceptor::{ALPN_ADMIN, ALPN_TRAFFIC};
 use crate::tls::{self, ServerTls};
 use crate::trace::system::TraceSystem;
-use crate::upstream::UpstreamError;
 
 mod admin;
 pub mod admission;
+mod bind;
 mod connection;
+mod error;
 pub mod h2guard;
 mod handle;
 mod head;
@@ -60,99 +61,6 @@ mod sniff;
 
 /// How often histogram samples are folded into buckets (keeps memory flat between scrapes).
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Why the server could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    /// A listener's address cannot be bound; `origin` names what set it (see [`ListenOrigins`]).
-    #[error("cannot bind the {what} listener on {addr} ({origin}): {source}")]
-    Bind {
-        what: &'static str,
-        addr: SocketAddr,
-        origin: String,
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Metrics(#[from] MetricsError),
-    #[error(transparent)]
-    Upstream(#[from] UpstreamError),
-    #[error(transparent)]
-    Route(#[from] RouteError),
-    /// A listener's TLS files do not load (the error names the key).
-    #[error(transparent)]
-    Tls(#[from] ConfigError),
-    /// The tenant subsystem cannot be built: its keys file, its usage records' file, its budget
-    /// store (each error names its key, never the store's URL).
-    #[error(transparent)]
-    Tenants(#[from] TenantError),
-    /// The budgets' store refused the start (a TLS handshake it cannot make).
-    #[error(transparent)]
-    Budgets(#[from] StoreError),
-    /// The span exporter cannot be built (the error names the key).
-    #[error("{0}")]
-    Tracing(String),
-}
-
-/// What set each listener's address (a config key, an environment variable, a command-line
-/// flag), named when the address cannot be bound: the operator then knows what to change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListenOrigins {
-    pub traffic: String,
-    pub admin: String,
-}
-
-impl ListenOrigins {
-    /// The keys, and the environment variables that override them, when it is not known which
-    /// of the two set the address.
-    pub fn either() -> Self {
-        let both = |key: &str, var: &str| format!("{key}, or {var} when set");
-        Self {
-            traffic: both("server.listen", ENV_LISTEN),
-            admin: both("server.admin_listen", ENV_ADMIN_LISTEN),
-        }
-    }
-
-    /// The environment variable where `is_set` says it is set (it wins over the file, as
-    /// [`Config::apply_env`] applies it), else the key.
-    pub fn from_env(is_set: impl Fn(&'static str) -> bool) -> Self {
-        let origin = |key: &str, var: &'static str| {
-            if is_set(var) {
-                format!("{var}, which overrides {key}")
-            } else {
-                key.to_owned()
-            }
-        };
-        Self {
-            traffic: origin("server.listen", ENV_LISTEN),
-            admin: origin("server.admin_listen", ENV_ADMIN_LISTEN),
-        }
-    }
-}
-
-/// Binds the traffic and admin listeners from the config.
-/// Both listen with `server.listen_backlog` (see [`listen()`]).
-pub async fn bind(config: &Config) -> Result<(TcpListener, TcpListener), ServerError> {
-    bind_from(config, &ListenOrigins::either()).await
-}
-
-/// [`bind`], naming what set an address that cannot be bound as `origins` says.
-pub async fn bind_from(
-    config: &Config,
-    origins: &ListenOrigins,
-) -> Result<(TcpListener, TcpListener), ServerError> {
-    let backlog = config.server.listen_backlog;
-    let bind = |what, addr, origin: &String| {
-        listen(addr, backlog).map_err(|source| ServerError::Bind {
-            what,
-            addr,
-            origin: origin.clone(),
-            source,
-        })
-    };
-    let traffic = bind("traffic", config.server.listen, &origins.traffic)?;
-    let admin = bind("admin", config.server.admin_listen, &origins.admin)?;
-    Ok((traffic, admin))
-}
 
 /// The proxy: its config, metrics, and readiness, and the subsystems it composes.
 pub struct Server {
@@ -370,7 +278,7 @@ impl Server {
         // Registered before the admin port serves, so every kind is scraped from 0.
         let h2_budgets = Budgets::for_server(self.config.server.max_header_bytes);
         let h2_abuse = Arc::new(AbuseCounters::new(&self.metrics));
-        let upkeep = tokio::spawn(upkeep(Arc::clone(&self.metrics)));
+        let upkeep = tokio::spawn(Arc::clone(&self.metrics).upkeep(UPKEEP_INTERVAL));
         let admin_task = tokio::spawn(admin::serve(
             admin,
             self.tls.admin.clone(),
@@ -406,23 +314,10 @@ impl Server {
             tokio::select! {
                 () = &mut shutdown => break,
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
-                Some(request) = recv(&mut reload_rx) => {
+                Some(request) = reload::next(&mut reload_rx) => {
                     let ReloadRequest { trigger, config, reply } = request;
                     let outcome = self.reload(config, &client, &stack, &mut probes);
-                    match &outcome {
-                        Ok(applied) => {
-                            series::config_reload(&self.metrics, "ok");
-                            series::config_restart_required(&self.metrics, !applied.restart_required.is_empty());
-                            tracing::info!(trigger = trigger.as_str(), restart_required = ?applied.restart_required, "config reloaded");
-                            for key in &applied.restart_required {
-                                tracing::warn!(key, "config reload: this key's new value takes effect on restart; the running value stays");
-                            }
-                        }
-                        Err(err) => {
-                            series::config_reload(&self.metrics, "error");
-                            tracing::error!(trigger = trigger.as_str(), error = %err, "config reload refused; the running config stays");
-                        }
-                    }
+                    reload::report(&self.metrics, trigger, &outcome);
                     let _ = watch_every.send(self.watch_interval());
                     if let Some(reply) = reply {
                         let _ = reply.send(outcome);
@@ -497,19 +392,3 @@ impl Server {
 
 /// The longest a stopping server waits for its last spans to be exported.
 const SPAN_FLUSH: Duration = Duration::from_secs(5);
-
-/// The next reload request, or never once the channel is gone (or was never there).
-async fn recv(requests: &mut Option<mpsc::Receiver<ReloadRequest>>) -> Option<ReloadRequest> {
-    match requests {
-        Some(requests) => requests.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn upkeep(metrics: Arc<Metrics>) {
-    let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
-    loop {
-        tick.tick().await;
-        metrics.run_upkeep();
-    }
-}

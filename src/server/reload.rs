@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::series;
 use crate::config::{Config, ConfigError};
+use crate::metrics::Metrics;
 
 /// Why a reload was asked for (for the log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,3 +239,29 @@ pub async fn watch_file(
 
 #[cfg(test)]
 mod tests;
+
+/// The next reload request, or never once the channel is gone (or was never there).
+pub async fn next(requests: &mut Option<mpsc::Receiver<ReloadRequest>>) -> Option<ReloadRequest> {
+    match requests {
+        Some(requests) => requests.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Counts and logs what a reload did: applied (and which keys wait for a restart), or refused.
+pub fn report(metrics: &Metrics, trigger: Trigger, outcome: &Result<Applied, String>) {
+    match outcome {
+        Ok(applied) => {
+            series::config_reload(metrics, "ok");
+            series::config_restart_required(metrics, !applied.restart_required.is_empty());
+            tracing::info!(trigger = trigger.as_str(), restart_required = ?applied.restart_required, "config reloaded");
+            for key in &applied.restart_required {
+                tracing::warn!(key, "config reload: this key's new value takes effect on restart; the running value stays");
+            }
+        }
+        Err(err) => {
+            series::config_reload(metrics, "error");
+            tracing::error!(trigger = trigger.as_str(), error = %err, "config reload refused; the running config stays");
+        }
+    }
+}

@@ -1,8 +1,9 @@
 //! Counting each tenant's requests at the finish point.
 use std::sync::Arc;
 
-use crate::context::finish::{FinishHook, Finished, Outcome};
+use crate::context::finish::{FinishHook, Finished};
 use crate::context::record::SloTargets;
+use crate::context::Outcome;
 use crate::metrics::Metrics;
 
 use super::series::{

@@ -24,10 +24,11 @@ use opentelemetry::{InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 use tokio::time::Instant;
 
-use crate::context::finish::{Finished, Outcome};
+use crate::context::finish::Finished;
 use crate::context::phases::Phases;
 use crate::context::trace::{AttemptSpan, TraceState};
 use crate::context::HandoffResult;
+use crate::context::Outcome;
 use crate::dialect::Operation;
 use crate::upstream::Target;
 

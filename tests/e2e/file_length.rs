@@ -7,12 +7,6 @@ use std::path::{Path, PathBuf};
 /// Lines a production file may have without saying why.
 const LIMIT: usize = 400;
 
-/// Files known to be too long, each with the work that splits it: the list only shrinks.
-const TO_SPLIT: [(&str, &str); 1] = [(
-    "src/server/mod.rs",
-    "the composition root: each subsystem builds itself from config (#38, next)",
-)];
-
 /// The marker of a file long on purpose.
 const MARKER: &str = "//! Long on purpose:";
 
@@ -50,9 +44,10 @@ fn long_production_files_say_why() {
         .filter_map(|file| {
             let text = std::fs::read_to_string(file).expect("read source");
             let lines = text.lines().count();
-            let shown = format!("src/{}", file.strip_prefix(&src).unwrap_or(file).display());
-            let known = TO_SPLIT.iter().any(|(path, _)| *path == shown);
-            (lines > LIMIT && !says_why(&text) && !known).then(|| format!("{shown}: {lines} lines"))
+            (lines > LIMIT && !says_why(&text)).then(|| {
+                let shown = file.strip_prefix(&src).unwrap_or(file).display();
+                format!("src/{shown}: {lines} lines")
+            })
         })
         .collect();
     unexplained.sort();
@@ -62,19 +57,6 @@ fn long_production_files_say_why() {
          say why it is one idea):\n{}",
         unexplained.join("\n")
     );
-}
-
-#[test]
-fn the_files_to_split_are_still_long() {
-    // A file split since is taken off the list, so that the list says what is left.
-    for (path, why) in TO_SPLIT {
-        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
-            .unwrap_or_else(|err| panic!("{path} ({why}): {err}"));
-        assert!(
-            text.lines().count() > LIMIT,
-            "{path} is no longer over {LIMIT} lines: take it off TO_SPLIT"
-        );
-    }
 }
 
 #[test]
