@@ -6,7 +6,7 @@
 //!
 //! | phase | writes |
 //! |---|---|
-//! | server (the head is in: `server/head.rs`, with [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `conflicting_framing`, `dialect`, `trace`, `tracing` (the span ids and the sampling decision), `tenant`, `tenant_name` and `tenant_tracked`, or `tenant_refused`, the finish hooks |
+//! | server (the head is in: `server/head.rs`, with [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `dialect`, `trace`, `tracing` (the span ids and the sampling decision), `tenant`, `tenant_name` and `tenant_tracked`, `refused` (a [`Refusal`] of the smuggling guard or the tenant gate), the finish hooks |
 //! | meter, head ([`crate::meter::layer`]) | `marks.admitted`, `marks.body_read`, `generation` (the buffered body and the one walk over it), `model`, `model_label`, `slo` (the request's targets), `usage_injected`, `active`; `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
 //! | route, plan ([`crate::route::plan`]) | `estimate`, `plan`, `pool` (the first planned pool) |
 //! | tenant, budget ([`crate::tenant::budget`]) | `budget`: the reservation the request holds on its tenant's budget |
@@ -49,6 +49,7 @@ pub mod outcome;
 pub mod phases;
 pub mod prediction;
 pub mod record;
+pub mod refusal;
 pub mod trace;
 
 pub use budget::BudgetHold;
@@ -57,6 +58,7 @@ pub use handoff::{HandoffRecord, HandoffResult};
 pub use outcome::Outcome;
 pub use prediction::Prediction;
 use record::StreamRecord;
+pub use refusal::{Refusal, RefusedBy};
 use trace::{Marks, TraceParent, TraceState};
 
 /// Everything the proxy knows about one request. See the module docs for who writes what.
@@ -71,9 +73,6 @@ pub struct RequestContext {
     pub client: Option<SocketAddr>,
     /// The client connection is TLS (`x-forwarded-proto: https` upstream).
     pub client_tls: bool,
-    /// The request head had both `transfer-encoding` and `content-length`: it is refused
-    /// (see [`crate::server::smuggling`]).
-    pub conflicting_framing: bool,
     /// The generation API the method and path name; `None` for any other request (proxied,
     /// counted, not metered).
     pub dialect: Option<Dialect>,
@@ -88,9 +87,10 @@ pub struct RequestContext {
     pub tenant_name: Option<Arc<str>>,
     /// The tenant is tracked (`tenants.tracked`): its latencies get histograms of their own.
     pub tenant_tracked: bool,
-    /// Why the request is refused for want of a tenant (`tenants.anonymous = "refuse"`): the
-    /// meter answers it 401 before reading its body.
-    pub tenant_refused: Option<&'static str>,
+    /// Why the request is refused at its head (its framing is in doubt, no tenant named it):
+    /// the meter answers it before reading its body ([`Refusal`]). Boxed: rare, and the
+    /// context stays small.
+    pub refused: Option<Box<Refusal>>,
     /// The proxy's spans of the request, when tracing is on ([`trace`]).
     pub tracing: Option<Box<TraceState>>,
     /// When the request passed each phase before its first token ([`Marks`]).
@@ -180,13 +180,12 @@ impl RequestContext {
             received,
             client,
             client_tls: false,
-            conflicting_framing: false,
             dialect: None,
             trace: None,
             tenant: None,
             tenant_name: None,
             tenant_tracked: false,
-            tenant_refused: None,
+            refused: None,
             tracing: None,
             marks: Marks::default(),
             generation: None,

@@ -172,12 +172,10 @@ impl Metering {
             return ProxyError::ContextLost.to_response().map(Either::Right);
         };
         context.marks.admitted = Some(Instant::now());
-        if context.conflicting_framing {
-            // Refused before its body is read: a client error of its operation.
-            return self.reject(context, ProxyError::ConflictingFraming);
-        }
-        if let Some(reason) = context.tenant_refused {
-            return self.reject(context, ProxyError::Unauthorized { reason });
+        if let Some(refused) = context.refused.take() {
+            // Refused at its head (by the smuggling guard, the tenant gate): answered before its
+            // body is read, counted as its operation.
+            return self.reject(context, ProxyError::Refused(refused));
         }
         let Some(dialect) = context.dialect else {
             return self

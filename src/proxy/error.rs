@@ -8,8 +8,8 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
-use crate::context::Outcome;
 use crate::context::RequestContext;
+use crate::context::{Outcome, Refusal};
 
 /// Why a request got no upstream response (or a rejected one).
 #[derive(Debug, thiserror::Error)]
@@ -44,29 +44,10 @@ pub enum ProxyError {
     /// `tokenmeter_internal_errors_total{kind="context_missing"}`.
     #[error("tokenmeter lost this request's context (a bug, counted in tokenmeter_internal_errors_total)")]
     ContextLost,
-    /// No tenant named the request and `tenants.anonymous = "refuse"` (see [`crate::tenant`]):
-    /// why, never the key.
-    #[error("{reason}")]
-    Unauthorized { reason: &'static str },
-    /// The tenant is over one of its budgets ([`crate::tenant::budget`]): 429, with
-    /// `retry-after` when waiting can help (not for a request larger than the limit itself).
-    #[error("{message}")]
-    OverBudget {
-        /// The limit's name (`tokens_per_minute`, ...).
-        limit: &'static str,
-        message: String,
-        retry_after: Option<std::time::Duration>,
-    },
-    /// The pool's gateway queue shed the request (`[pools.queue]`): its TTFT target could no
-    /// longer be met (`deadline`), or the queue was full (`full`). 429 with `retry-after`.
-    #[error("pool {pool:?} cannot serve this request within its TTFT target now (gateway queue: {why}); retry later")]
-    Shed { pool: Arc<str>, why: &'static str },
-    /// The budget store did not answer and `tenants.budgets.on_store_error = "deny"`.
-    #[error("the tenant budget store did not answer in time; the request was refused unchecked (tenants.budgets.on_store_error = \"deny\")")]
-    BudgetStoreUnavailable,
-    /// The request head had both `transfer-encoding` and `content-length` (see [`crate::server::smuggling`]).
-    #[error("the request has both transfer-encoding and content-length (RFC 9112 section 6.3); refused as possible request smuggling")]
-    ConflictingFraming,
+    /// A part of tokenmeter turned the request away (the tenant gate, a budget, a gateway queue,
+    /// the smuggling guard, a limit): who, and the answer, in the vocabulary below the subsystems.
+    #[error(transparent)]
+    Refused(Box<Refusal>),
 }
 
 impl ProxyError {
@@ -78,18 +59,11 @@ impl ProxyError {
             }
             | ProxyError::ResponseTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::Connect { .. } | ProxyError::Upstream { .. } => StatusCode::BAD_GATEWAY,
-            ProxyError::NoUpstream | ProxyError::BudgetStoreUnavailable => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
-            ProxyError::OverBudget { .. } | ProxyError::Shed { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            ProxyError::NoUpstream => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::ContextLost => StatusCode::INTERNAL_SERVER_ERROR,
-            ProxyError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ProxyError::ClientBody { .. } | ProxyError::ConflictingFraming => {
-                StatusCode::BAD_REQUEST
-            }
+            ProxyError::ClientBody { .. } => StatusCode::BAD_REQUEST,
+            ProxyError::Refused(refusal) => refusal.status,
         }
     }
 
@@ -104,33 +78,23 @@ impl ProxyError {
             ProxyError::Upstream { .. } => "upstream_error",
             ProxyError::NoUpstream => "no_upstream",
             ProxyError::ContextLost => "internal_error",
-            ProxyError::Unauthorized { .. } => "authentication_error",
-            ProxyError::OverBudget { .. } | ProxyError::Shed { .. } => "rate_limit_exceeded",
-            ProxyError::BudgetStoreUnavailable => "service_unavailable",
-            ProxyError::BodyTooLarge { .. }
-            | ProxyError::ClientBody { .. }
-            | ProxyError::ConflictingFraming => "invalid_request_error",
+            ProxyError::BodyTooLarge { .. } | ProxyError::ClientBody { .. } => {
+                "invalid_request_error"
+            }
+            ProxyError::Refused(refusal) => refusal.kind,
         }
     }
 
     /// How the request is counted: a client that left mid-body is `cancelled` like one that left
-    /// at any later phase; a malformed body is the client's error.
+    /// at any later phase; a malformed body is the client's error; a refusal as its refuser says
+    /// ([`crate::context::RefusedBy::outcome`]).
     pub fn outcome(&self) -> Outcome {
-        if matches!(
-            self,
+        match self {
             ProxyError::ClientBody {
-                client_gone: true,
-                ..
-            }
-        ) {
-            return Outcome::Cancelled;
-        }
-        if matches!(
-            self,
-            ProxyError::BudgetStoreUnavailable | ProxyError::Shed { .. }
-        ) {
-            // Turned away by tokenmeter itself, never sent upstream.
-            return Outcome::Overloaded;
+                client_gone: true, ..
+            } => return Outcome::Cancelled,
+            ProxyError::Refused(refusal) => return refusal.outcome(),
+            _ => {}
         }
         match self.status() {
             StatusCode::GATEWAY_TIMEOUT => Outcome::Timeout,
@@ -149,19 +113,16 @@ impl ProxyError {
         }
     }
 
-    /// The response the client sees. After a request whose framing is in doubt, where the next
-    /// request starts is in doubt too: that connection is closed (RFC 9112 §6.3 requires it).
+    /// The response the client sees. A refusal says when to come back (`retry-after`), and closes
+    /// the connection where it must: after a request whose framing is in doubt, where the next
+    /// request starts is in doubt too (RFC 9112 §6.3).
     pub fn to_response(&self) -> Response<Full<Bytes>> {
         let mut response = json_error(self.status(), self.kind(), &self.to_string());
-        let retry_after = match self {
-            ProxyError::OverBudget { retry_after, .. } => *retry_after,
-            ProxyError::BudgetStoreUnavailable | ProxyError::Shed { .. } => {
-                Some(std::time::Duration::from_secs(1))
-            }
-            _ => None,
+        let ProxyError::Refused(refusal) = self else {
+            return response;
         };
         let headers = response.headers_mut();
-        if let Some(wait) = retry_after {
+        if let Some(wait) = refusal.retry_after {
             // Whole seconds, rounded up (RFC 9110 §10.2.3); the OpenAI SDKs also read the
             // milliseconds and wait that long before their automatic retry.
             let millis = wait.as_millis().max(1);
@@ -171,10 +132,16 @@ impl ProxyError {
             );
             headers.insert(RETRY_AFTER_MS, HeaderValue::from(millis as u64));
         }
-        if matches!(self, ProxyError::ConflictingFraming) {
+        if refusal.close {
             headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response
+    }
+}
+
+impl From<Refusal> for ProxyError {
+    fn from(refusal: Refusal) -> Self {
+        ProxyError::Refused(Box::new(refusal))
     }
 }
 

@@ -15,7 +15,7 @@ use std::future::Future;
 use http::{Request, Response};
 
 use super::{Failure, RequestBody, UpstreamBody};
-use crate::context::RequestContext;
+use crate::context::{Refusal, RequestContext};
 
 /// What the rest of the stack answers: the upstream's response (its context in its extensions),
 /// or the failure with the context.
@@ -78,5 +78,30 @@ impl<P: Phase> Phase for Option<P> {
             Some(phase) => phase.run(context, req, next).await,
             None => next.call(context, req).await,
         }
+    }
+}
+
+/// A phase that works only before the request moves on (the plan, the budget): it reads and
+/// writes the context, or refuses; the rest of the stack runs after it. Every such phase is a
+/// [`Phase`] by the one impl below, so none repeats the hand-over.
+pub trait Check: Send + Sync + 'static {
+    fn check(
+        &self,
+        context: &mut RequestContext,
+        req: &Request<RequestBody>,
+    ) -> impl Future<Output = Result<(), Refusal>> + Send;
+}
+
+impl<C: Check> Phase for C {
+    async fn run<N: Next>(
+        &self,
+        mut context: Box<RequestContext>,
+        req: Request<RequestBody>,
+        next: &N,
+    ) -> Answer {
+        if let Err(refused) = self.check(&mut context, &req).await {
+            return Err(Failure::new(refused.into(), context));
+        }
+        next.call(context, req).await
     }
 }

@@ -20,10 +20,10 @@ use super::backend::{Backend, LoadGuard};
 use super::health::Fault;
 use super::placement::gate::Admission;
 use super::placement::share;
-use super::placement::Demand;
+use super::placement::{Demand, Shed};
 use super::replay::Replay;
 use super::Router;
-use crate::context::{answer_failed, RequestContext, RouteDecision};
+use crate::context::{answer_failed, Refusal, RequestContext, RouteDecision};
 use crate::proxy::phase::{Answer, Next, Phase};
 use crate::proxy::{Failure, ProxyError, RequestBody};
 
@@ -91,7 +91,8 @@ impl Router {
                 Admission::Late => {}
                 Admission::Shed(why) => {
                     let pool = Arc::clone(gate.pool_name());
-                    return Err(Failure::new(ProxyError::Shed { pool, why }, context));
+                    let shed = Refusal::from(Shed { pool, why });
+                    return Err(Failure::new(shed.into(), context));
                 }
             }
         }

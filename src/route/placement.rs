@@ -81,6 +81,9 @@ pub mod gate;
 pub mod hook;
 pub mod queue;
 pub mod share;
+mod shed;
+
+pub use shed::Shed;
 
 /// How much longer than its own prefill a request whose prompt alone misses the TTFT target may
 /// take to its first token ([`for_prompt`]).

@@ -33,8 +33,8 @@ use super::backend::Backend;
 use super::rules::RuleInput;
 use super::tokenize;
 use super::Router;
-use crate::context::{Estimate, RequestContext};
-use crate::proxy::phase::{Answer, Next, Phase};
+use crate::context::{Estimate, Refusal, RequestContext};
+use crate::proxy::phase::Check;
 use crate::proxy::RequestBody;
 use crate::request::{self, Inspection, PromptSize};
 
@@ -180,14 +180,13 @@ impl Plan {
     }
 }
 
-impl Phase for Plan {
-    async fn run<N: Next>(
+impl Check for Plan {
+    async fn check(
         &self,
-        mut context: Box<RequestContext>,
-        req: Request<RequestBody>,
-        next: &N,
-    ) -> Answer {
-        self.router.plan(req.uri().path(), &mut context).await;
-        next.call(context, req).await
+        context: &mut RequestContext,
+        req: &Request<RequestBody>,
+    ) -> Result<(), Refusal> {
+        self.router.plan(req.uri().path(), context).await;
+        Ok(())
     }
 }

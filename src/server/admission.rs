@@ -41,26 +41,27 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Full};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::{Layer, Service};
 
 use crate::config::ServerConfig;
-use crate::context::Outcome;
-use crate::context::RequestContext;
+use crate::context::{Refusal, RefusedBy, RequestContext};
 use crate::meter::layer::ResponseBody;
 use crate::proxy::error::json_error;
 use crate::proxy::headers::InstanceId;
+use crate::proxy::ProxyError;
 use series::AdmissionCounts;
 
 pub mod series;
 
 /// Seconds a rejected client is told to wait (`retry-after`).
-const RETRY_AFTER_SECONDS: u32 = 1;
+const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Which limit turned a client away (the `reason` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,8 +240,9 @@ fn resize(semaphore: &Arc<Semaphore>, total: &Arc<AtomicUsize>, limit: usize) {
     });
 }
 
-/// The answer past a limit: 503, `retry-after`, an OpenAI-style JSON error.
-pub fn overloaded(limit: Limit) -> Response<Full<Bytes>> {
+/// Why a limit turned a request away, as the client reads it: 503, `retry-after`, an
+/// OpenAI-style JSON error naming the key.
+pub fn over_limit(limit: Limit) -> Refusal {
     let message = match limit {
         Limit::Streams => {
             "tokenmeter is at its limit of concurrent requests (server.max_streams); retry shortly"
@@ -249,27 +251,44 @@ pub fn overloaded(limit: Limit) -> Response<Full<Bytes>> {
             "tokenmeter is at its limit of open connections (server.max_connections); retry shortly"
         }
     };
-    let mut response = json_error(StatusCode::SERVICE_UNAVAILABLE, "overloaded", message);
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
-    response
+    Refusal::new(
+        RefusedBy::Limit,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "overloaded",
+        message,
+    )
+    .retry_after(RETRY_AFTER)
 }
 
-/// The answer to a request that came back to this tokenmeter: 508, an OpenAI-style JSON error
-/// naming the loop (no `retry-after`: retrying cannot help).
-pub fn looped(instance: &InstanceId) -> Response<Full<Bytes>> {
+/// The answer past a limit ([`over_limit`]).
+pub fn overloaded(limit: Limit) -> Response<Full<Bytes>> {
+    ProxyError::from(over_limit(limit)).to_response()
+}
+
+/// Why a request that came back to this tokenmeter is turned away: 508, an OpenAI-style JSON
+/// error naming the loop (no `retry-after`: retrying cannot help).
+fn looped(instance: &InstanceId) -> Refusal {
     let message = format!(
         "this request already passed through this tokenmeter (instance {instance}): its upstream \
          points back at it; check upstream.urls / pools (TOKENMETER_UPSTREAM)"
     );
-    json_error(StatusCode::LOOP_DETECTED, "loop_detected", &message)
+    Refusal::new(
+        RefusedBy::Loop,
+        StatusCode::LOOP_DETECTED,
+        "loop_detected",
+        message,
+    )
 }
 
-/// Ends a request that a limit turned away (answered with [`overloaded`]).
-pub fn refused(mut context: Box<RequestContext>) {
-    context.status = Some(StatusCode::SERVICE_UNAVAILABLE);
-    context.finish(Outcome::Overloaded, None);
+/// Ends a request refused here with `refusal` (where its context is found) and gives its answer.
+pub fn refuse(context: Option<Box<RequestContext>>, refusal: Refusal) -> Response<Full<Bytes>> {
+    let error = ProxyError::from(refusal);
+    let response = error.to_response();
+    if let Some(mut context) = context {
+        context.status = Some(response.status());
+        context.finish(error.outcome(), Some(&error));
+    }
+    response
 }
 
 /// Puts the stream limit in front of a service (see the module docs).
@@ -320,11 +339,8 @@ where
         if instance.seen_in(req.headers()) {
             // Back from our own upstream: refused before it takes a permit or goes round again.
             self.limits.rejected_loops.fetch_add(1, Ordering::Relaxed);
-            if let Some(mut context) = RequestContext::take(req.extensions_mut(), "admission") {
-                context.status = Some(StatusCode::LOOP_DETECTED);
-                context.finish(Outcome::ClientError, None);
-            }
-            return AdmissionFuture::Answered(Some(looped(instance)));
+            let context = RequestContext::take(req.extensions_mut(), "admission");
+            return AdmissionFuture::Answered(Some(refuse(context, looped(instance))));
         }
         match self.limits.try_stream() {
             Some(permit) => AdmissionFuture::Admitted {
@@ -333,24 +349,21 @@ where
             },
             None => {
                 // Refused here, before anything read its body: it ends now.
-                if let Some(context) = RequestContext::take(req.extensions_mut(), "admission") {
-                    refused(context);
-                }
-                AdmissionFuture::Rejected
+                let context = RequestContext::take(req.extensions_mut(), "admission");
+                AdmissionFuture::Answered(Some(refuse(context, over_limit(Limit::Streams))))
             }
         }
     }
 }
 
-/// The response of [`Admission`]: the inner one, or a 503 answered at once, or another answer
-/// of its own (a loop's 508), taken once.
+/// The response of [`Admission`]: the inner one, or its own refusal (a limit's 503, a loop's
+/// 508), answered at once and taken once.
 pub enum AdmissionFuture<F> {
     Admitted {
         /// The meter's future, boxed there (the request's one box): `Unpin`.
         inner: F,
         permit: Option<OwnedSemaphorePermit>,
     },
-    Rejected,
     Answered(Option<Response<Full<Bytes>>>),
 }
 
@@ -369,12 +382,6 @@ where
                 Poll::Ready(Ok(response.map(|body| Admitted {
                     inner: body,
                     permit,
-                })))
-            }
-            AdmissionFuture::Rejected => {
-                Poll::Ready(Ok(overloaded(Limit::Streams).map(|body| Admitted {
-                    inner: Either::Right(body),
-                    permit: None,
                 })))
             }
             AdmissionFuture::Answered(answer) => {

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{header, HeaderValue, Request};
+use http::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -237,11 +237,9 @@ pub(super) async fn refuse(stream: TcpStream, peer: SocketAddr, stack: LiveStack
             tenants: revision.tenants.as_deref(),
             tracing: revision.tracing.as_deref(),
         };
-        admission::refused(head::start(parts, &mut req, connection));
-        let mut response = admission::overloaded(Limit::Connections);
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        let context = head::start(parts, &mut req, connection);
+        let refusal = admission::over_limit(Limit::Connections).closing();
+        let response = admission::refuse(Some(context), refusal);
         async move { Ok::<_, Infallible>(response) }
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());

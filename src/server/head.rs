@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use http::Request;
 use tokio::time::Instant;
 
+use super::smuggling::ConflictingFraming;
 use crate::context::{FinishHooks, RequestContext};
 use crate::proxy::headers;
 use crate::tenant::certificate::CertificateNames;
@@ -69,7 +70,7 @@ pub(super) fn start<B>(
                 context.tenant_name = named.name;
                 context.tenant_tracked = named.tracked;
             }
-            Err(unnamed) => context.tenant_refused = Some(unnamed.message()),
+            Err(unnamed) => context.refused = Some(Box::new(unnamed.into())),
         }
         // After the client's key named the tenant: from here on, and upstream, the request
         // carries the backend's key.
@@ -93,6 +94,9 @@ pub(super) fn start<B>(
     } = connection;
     context.client = Some(peer);
     context.client_tls = tls;
-    context.conflicting_framing = conflicting_framing;
+    if conflicting_framing {
+        // Before any tenant's refusal: the request is not read at all.
+        context.refused = Some(Box::new(ConflictingFraming.into()));
+    }
     context
 }

@@ -14,11 +14,12 @@
 use std::path::Path;
 
 use http::header::AUTHORIZATION;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use super::certificate::CertificateNames;
 use super::keys::{KeyTable, KeysError};
 use crate::config::{Anonymous, CertField, TenantSource, TenantsConfig};
+use crate::context::{Refusal, RefusedBy};
 
 /// The identity sources of one config.
 #[derive(Debug)]
@@ -33,7 +34,8 @@ pub struct Identity {
 }
 
 /// Why a request has no tenant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.message())]
 pub enum Unnamed {
     /// No source named one.
     Nobody,
@@ -64,6 +66,19 @@ impl Unnamed {
                 CertField::SanEmail => "no tenant: the client certificate has no e-mail name",
             },
         }
+    }
+}
+
+/// Under `tenants.anonymous = "refuse"`, a request no tenant named is answered 401 with why
+/// (never the key).
+impl From<Unnamed> for Refusal {
+    fn from(unnamed: Unnamed) -> Self {
+        Refusal::new(
+            RefusedBy::Tenant,
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            unnamed.message(),
+        )
     }
 }
 

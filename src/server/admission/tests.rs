@@ -1,5 +1,6 @@
 use super::*;
-use crate::context::{FinishHook, FinishHooks, Finished};
+use crate::context::{FinishHook, FinishHooks, Finished, Outcome};
+use http::header;
 use http_body_util::BodyExt;
 use std::sync::Mutex;
 

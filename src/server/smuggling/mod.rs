@@ -6,7 +6,7 @@
 //! [`FramingScanner`] over the bytes hyper reads, noting which request (0-based, in the
 //! connection's order) had both headers; the service side takes a number per request as hyper
 //! dispatches it ([`ConnectionFraming::next_request_conflicts`]) and marks the flagged one in its
-//! context (`conflicting_framing`), which the meter answers with the error. hyper reads a
+//! context as a refusal ([`ConflictingFraming`]), which the meter answers. hyper reads a
 //! request's head (through the scanner) before it dispatches that request, so the mark is always
 //! in time.
 //!
@@ -20,6 +20,10 @@
 //! ```
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use http::StatusCode;
+
+use crate::context::{Refusal, RefusedBy};
 
 mod io;
 pub mod scan;
@@ -52,5 +56,24 @@ impl ConnectionFraming {
 
     fn flag(&self, index: u64) {
         self.conflicting.store(index, Ordering::Release);
+    }
+}
+
+/// The guard's refusal: a request with both `transfer-encoding` and `content-length`.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the request has both transfer-encoding and content-length (RFC 9112 section 6.3); refused as possible request smuggling")]
+pub struct ConflictingFraming;
+
+/// Answered 400 before its body is read, a client error; the connection closes after it, since
+/// where the next request starts is in doubt too.
+impl From<ConflictingFraming> for Refusal {
+    fn from(refused: ConflictingFraming) -> Self {
+        Refusal::new(
+            RefusedBy::Client,
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            refused.to_string(),
+        )
+        .closing()
     }
 }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use http::Request;
 
 use super::Budgets;
-use crate::context::RequestContext;
-use crate::proxy::phase::{Answer, Next, Phase};
-use crate::proxy::{Failure, RequestBody};
+use crate::context::{Refusal, RequestContext};
+use crate::proxy::phase::Check;
+use crate::proxy::RequestBody;
 
 /// The budget phase: admits each request against its tenant's budget, then passes it on.
 #[derive(Debug, Clone)]
@@ -23,18 +23,14 @@ impl Budget {
     }
 }
 
-impl Phase for Budget {
-    async fn run<N: Next>(
+impl Check for Budget {
+    async fn check(
         &self,
-        mut context: Box<RequestContext>,
-        req: Request<RequestBody>,
-        next: &N,
-    ) -> Answer {
+        context: &mut RequestContext,
+        _req: &Request<RequestBody>,
+    ) -> Result<(), Refusal> {
         // The admission may wait for the store: boxed, so that a shared store's exchange is not
         // state every phase above holds inline.
-        if let Err(refused) = Box::pin(self.budgets.admit(&mut context)).await {
-            return Err(Failure::new(refused, context));
-        }
-        next.call(context, req).await
+        Ok(Box::pin(self.budgets.admit(context)).await?)
     }
 }

@@ -37,13 +37,13 @@ use std::time::Duration;
 
 use crate::config::{BudgetsConfig, Counts, Limits, OnStoreError, StoreUrl};
 use crate::context::{BudgetHold, RequestContext};
-use crate::proxy::ProxyError;
 
 mod exchange;
 pub mod layer;
 mod limit;
 pub mod memory;
 pub mod redis;
+mod refusal;
 pub mod series;
 pub mod settle;
 pub mod window;
@@ -53,6 +53,7 @@ mod tests;
 
 pub use exchange::{Ask, Counted, DayReport, Settlement, StoreError, Verdict};
 pub use limit::Limit;
+pub use refusal::BudgetRefusal;
 use series::{BudgetSeries, Op};
 use window::Now;
 
@@ -148,7 +149,7 @@ impl Budgets {
 
     /// Admits the request of `context` against its tenant's budget, writing its hold, or says
     /// why not. A request that is not a generation, or whose tenant has no limit, passes.
-    pub async fn admit(&self, context: &mut RequestContext) -> Result<(), ProxyError> {
+    pub async fn admit(&self, context: &mut RequestContext) -> Result<(), BudgetRefusal> {
         let Some(generation) = &context.generation else {
             return Ok(());
         };
@@ -219,7 +220,7 @@ impl Budgets {
                 report(&counted, false);
                 self.series.rejected(&label, limit.as_str());
                 let retry_after = counted.wait(limit, limits, reserve, now);
-                Err(ProxyError::OverBudget {
+                Err(BudgetRefusal::Over {
                     limit: limit.as_str(),
                     message: refusal(limit, limits, &counted, reserve, now, retry_after),
                     retry_after,
@@ -250,7 +251,7 @@ impl Budgets {
                             id: ask.id,
                             report: None,
                         });
-                        Err(ProxyError::BudgetStoreUnavailable)
+                        Err(BudgetRefusal::StoreUnavailable)
                     }
                 }
             }
