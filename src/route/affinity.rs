@@ -128,6 +128,18 @@ impl CachedRuns {
     }
 }
 
+/// The prompt tokens of a prompt of `prompt_tokens` that each backend's cache holds, as a placement
+/// weighs them: by the runs `affinity` knows for `keys` ([`PoolAffinity::cached_runs`], walked once
+/// here); 0 everywhere in a pool without prefix affinity.
+pub fn cached_tokens(
+    affinity: Option<&PoolAffinity>,
+    keys: &AffinityKeys,
+    prompt_tokens: u64,
+) -> impl Fn(&Backend) -> u64 {
+    let runs = affinity.and_then(|affinity| affinity.cached_runs(keys));
+    move |backend| runs.map_or(0, |runs| runs.tokens_of(backend.owner(), prompt_tokens))
+}
+
 /// A pool's affinity: its mode, load bound, index and counters.
 #[derive(Debug)]
 pub struct PoolAffinity {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::affinity::{AffinityKeys, Decision, PoolAffinity};
+use super::affinity::{self, AffinityKeys, Decision, PoolAffinity};
 use super::backend::Backend;
 use super::balance;
 use super::handoff::PoolHandoff;
@@ -137,10 +137,12 @@ impl Pool {
         self.placement.as_ref()?.gate.as_ref()
     }
 
-    /// A backend: by the latency models in a `balance = "slo"` pool; else the affinity's
-    /// preference within its load bound, else balancing; and, in a prefix-affinity pool with a
-    /// handoff, the prompt bytes the chosen backend was known to hold before this request (read
-    /// before the request is remembered as its own).
+    /// A backend: by the latency models in a `balance = "slo"` pool ([`placement::choose`]; with
+    /// prefix affinity, the prompt tokens each backend's cache holds shorten its prediction, and
+    /// the decision is a `hit` when the chosen backend held some); else the affinity's preference
+    /// within its load bound, else balancing; and, in a prefix-affinity pool with a handoff, the
+    /// prompt bytes the chosen backend was known to hold before this request (read before the
+    /// request is remembered as its own).
     pub fn choose(
         &self,
         keys: &AffinityKeys,
@@ -149,8 +151,12 @@ impl Pool {
         now: Instant,
         rng: &mut impl rand::Rng,
     ) -> Option<Chosen> {
-        if let Some(placement) = &self.placement {
-            return self.place(&placement.slo, keys, demand, tried, now, rng);
+        if let Some(Placement { slo, .. }) = &self.placement {
+            let cached_tokens =
+                affinity::cached_tokens(self.affinity.as_deref(), keys, demand.prompt_tokens);
+            let placed =
+                placement::choose(&self.members, slo, demand, now, tried, cached_tokens, rng)?;
+            return Some(self.adopt(slo, keys, placed, tried.is_empty()));
         }
         let Some(affinity) = &self.affinity else {
             return balance::choose(&self.members, now, tried, rng).map(|backend| Chosen {
@@ -181,31 +187,6 @@ impl Pool {
             affinity: decision.map(Decision::as_str),
             prediction: None,
         })
-    }
-
-    /// A backend by predicted latency ([`placement::choose`]); with prefix affinity, the prompt
-    /// tokens each backend's cache holds shorten its prediction, and the decision is a `hit` when
-    /// the chosen backend held some.
-    fn place(
-        &self,
-        slo: &PoolSlo,
-        keys: &AffinityKeys,
-        demand: Demand,
-        tried: &[Arc<Backend>],
-        now: Instant,
-        rng: &mut impl rand::Rng,
-    ) -> Option<Chosen> {
-        let runs = self
-            .affinity
-            .as_ref()
-            .and_then(|affinity| affinity.cached_runs(keys));
-        let cached_tokens = |backend: &Backend| {
-            runs.as_ref().map_or(0, |runs| {
-                runs.tokens_of(backend.owner(), demand.prompt_tokens)
-            })
-        };
-        let placed = placement::choose(&self.members, slo, demand, now, tried, cached_tokens, rng)?;
-        Some(self.adopt(slo, keys, placed, tried.is_empty()))
     }
 
     /// The choice of a request this pool's gate placed, counted as [`Pool::choose`] counts one;

@@ -41,21 +41,30 @@ pub fn spawn<'a>(
                 dns_refresh,
             )));
         }
-        if !pool.health_check.is_zero() {
-            tasks.push(tokio::spawn(health_loop(
-                Arc::clone(pool),
-                client.clone(),
-                policy,
-                timeout,
-            )));
-        }
-        if !pool.scrape_metrics.is_zero() {
-            tasks.push(tokio::spawn(scrape_loop(
-                Arc::clone(pool),
-                client.clone(),
-                timeout,
-            )));
-        }
+        let checks = Rounds {
+            every: pool.health_check,
+            path: Arc::clone(&pool.health_path),
+            timeout,
+        };
+        tasks.extend(
+            checks.spawn(pool, client, move |backend, answer| match answer {
+                Ok((status, _)) if status.is_success() => backend.on_success(),
+                _ => backend.eject(Instant::now(), &policy),
+            }),
+        );
+        let scrapes = Rounds {
+            every: pool.scrape_metrics,
+            path: Arc::from("/metrics"),
+            timeout,
+        };
+        tasks.extend(scrapes.spawn(pool, client, |backend, answer| {
+            if let Ok((status, body)) = answer {
+                if status.is_success() {
+                    let gauges = VllmGauges::parse(&String::from_utf8_lossy(&body));
+                    backend.set_scraped(gauges.waiting, gauges.kv_usage);
+                }
+            }
+        }));
     }
     tasks
 }
@@ -79,49 +88,53 @@ async fn resolve_loop(pool: Arc<Members>, name: String, every: Duration) {
     }
 }
 
-async fn health_loop(
-    pool: Arc<Members>,
-    client: UpstreamClient,
-    policy: EjectPolicy,
+/// Rounds of a `GET` on every backend of a pool: the active health checks and the scrapes.
+struct Rounds {
+    /// Between the starts of two rounds; zero: no rounds.
+    every: Duration,
+    path: Arc<str>,
+    /// For each backend's answer.
     timeout: Duration,
-) {
-    let mut tick = tokio::time::interval(pool.health_check);
-    loop {
-        tick.tick().await;
-        let mut checks = JoinSet::new();
-        for backend in pool.backends().iter() {
-            let backend = Arc::clone(backend);
-            let client = client.clone();
-            let path = Arc::clone(&pool.health_path);
-            checks.spawn(async move {
-                match get(&client, &backend, &path, timeout).await {
-                    Ok((status, _)) if status.is_success() => backend.on_success(),
-                    _ => backend.eject(Instant::now(), &policy),
-                }
-            });
-        }
-        while checks.join_next().await.is_some() {}
-    }
 }
 
-async fn scrape_loop(pool: Arc<Members>, client: UpstreamClient, timeout: Duration) {
-    let mut tick = tokio::time::interval(pool.scrape_metrics);
-    loop {
-        tick.tick().await;
-        let mut scrapes = JoinSet::new();
-        for backend in pool.backends().iter() {
-            let backend = Arc::clone(backend);
-            let client = client.clone();
-            scrapes.spawn(async move {
-                if let Ok((status, body)) = get(&client, &backend, "/metrics", timeout).await {
-                    if status.is_success() {
-                        let gauges = VllmGauges::parse(&String::from_utf8_lossy(&body));
-                        backend.set_scraped(gauges.waiting, gauges.kv_usage);
-                    }
-                }
-            });
+impl Rounds {
+    /// The task that runs the rounds on `pool`'s backends (its current set at each round), all of
+    /// a round's requests at once, each answer (or why there was none) handed to `then`; a round
+    /// ends with its last answer. `None` when there are no rounds.
+    fn spawn<F>(
+        self,
+        pool: &Arc<Members>,
+        client: &UpstreamClient,
+        then: F,
+    ) -> Option<JoinHandle<()>>
+    where
+        F: Fn(&Backend, Result<(StatusCode, Bytes), ExchangeError>) + Send + Sync + 'static,
+    {
+        if self.every.is_zero() {
+            return None;
         }
-        while scrapes.join_next().await.is_some() {}
+        let Self {
+            every,
+            path,
+            timeout,
+        } = self;
+        let (pool, client, then) = (Arc::clone(pool), client.clone(), Arc::new(then));
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let mut round = JoinSet::new();
+                for backend in pool.backends().iter() {
+                    let backend = Arc::clone(backend);
+                    let (client, path, then) =
+                        (client.clone(), Arc::clone(&path), Arc::clone(&then));
+                    round.spawn(async move {
+                        then(&backend, get(&client, &backend, &path, timeout).await);
+                    });
+                }
+                while round.join_next().await.is_some() {}
+            }
+        }))
     }
 }
 

@@ -41,6 +41,24 @@ fn instance(config: &Config) -> (Router, Arc<Metrics>) {
     (router, metrics)
 }
 
+/// A router of one prefix-affinity pool whose load bound is `slack` streams over the least loaded
+/// backend (a load factor of 1), and its metrics.
+fn bounded(slack: u64) -> (Router, Arc<Metrics>) {
+    instance(&config("prefix", |pool| {
+        pool.affinity_load_factor = 1.0;
+        pool.affinity_load_slack = slack;
+    }))
+}
+
+/// Two routers (two tokenmeter replicas) of one pool with `affinity`, sharing nothing; the first
+/// one's metrics.
+fn two_instances(affinity: &str) -> (Router, Router, Arc<Metrics>) {
+    let config = config(affinity, |_| {});
+    let (a, metrics) = instance(&config);
+    let (b, _) = instance(&config);
+    (a, b, metrics)
+}
+
 /// The body of turn `turns` of conversation `id` (system prompt `system` of a shared few).
 fn turn(id: usize, system: usize, turns: usize) -> serde_json::Value {
     let mut messages = vec![json!({"role": "system", "content": format!(
@@ -147,9 +165,7 @@ fn a_conversation_stays_on_one_backend_and_conversations_spread() {
 
 #[test]
 fn two_instances_that_share_nothing_agree() {
-    let config = config("prefix", |_| {});
-    let (a, _) = instance(&config);
-    let (b, _) = instance(&config);
+    let (a, b, _) = two_instances("prefix");
     let none = http::HeaderMap::new();
     for id in 0..20 {
         let homes: Vec<u16> = (1..=4)
@@ -168,10 +184,7 @@ fn two_instances_that_share_nothing_agree() {
 
 #[test]
 fn an_overloaded_home_gives_way_and_the_conversation_follows() {
-    let (router, metrics) = instance(&config("prefix", |pool| {
-        pool.affinity_load_factor = 1.0;
-        pool.affinity_load_slack = 2;
-    }));
+    let (router, metrics) = bounded(2);
     let none = http::HeaderMap::new();
     let home = route(&router, &turn(7, 0, 1), &none);
     // Load the home past the bound: 3 streams against 0 elsewhere (bound 1.0 x 0 + 2).
@@ -230,10 +243,7 @@ fn within_the_bound_the_home_keeps_its_conversations() {
 
 #[test]
 fn an_ejected_backend_leaves_the_index() {
-    let (router, metrics) = instance(&config("prefix", |pool| {
-        pool.affinity_load_factor = 1.0;
-        pool.affinity_load_slack = 0;
-    }));
+    let (router, metrics) = bounded(0);
     let none = http::HeaderMap::new();
     let home = route(&router, &turn(11, 1, 1), &none);
     // Displace the conversation from its home, so its index entry and its home differ.
@@ -337,9 +347,7 @@ fn the_index_is_bounded() {
 
 #[test]
 fn a_session_header_keys_the_home() {
-    let config = config("header:x-session-id", |_| {});
-    let (a, metrics) = instance(&config);
-    let (b, _) = instance(&config);
+    let (a, b, metrics) = two_instances("header:x-session-id");
     let mut seen = std::collections::HashSet::new();
     for session in 0..40 {
         let mut headers = http::HeaderMap::new();

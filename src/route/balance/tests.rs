@@ -26,6 +26,15 @@ fn policy() -> EjectPolicy {
     }
 }
 
+/// The index of the backend [`choose`] picks now, with nothing tried yet.
+fn pick(pool: &Members, rng: &mut StdRng) -> usize {
+    let chosen = choose(pool, Instant::now(), &[], rng).expect("healthy");
+    pool.backends()
+        .iter()
+        .position(|b| Arc::ptr_eq(b, &chosen))
+        .expect("a pool member")
+}
+
 #[test]
 fn never_chooses_an_ejected_or_excluded_backend() {
     let pool = pool(4, BalanceLoad::Streams);
@@ -79,9 +88,9 @@ fn the_less_loaded_of_two_wins() {
         .collect();
     let mut rng = StdRng::seed_from_u64(1);
     for _ in 0..100 {
-        let chosen = choose(&pool, Instant::now(), &[], &mut rng).expect("healthy");
-        assert!(
-            Arc::ptr_eq(&chosen, &backends[1]),
+        assert_eq!(
+            pick(&pool, &mut rng),
+            1,
             "with two backends both are always drawn: the idle one wins"
         );
     }
@@ -100,9 +109,9 @@ fn prompt_token_pools_balance_on_queued_tokens() {
         crate::upstream::BodyGuard::first_frame(guard);
     }
     let mut rng = StdRng::seed_from_u64(3);
-    let chosen = choose(&pool, Instant::now(), &[], &mut rng).expect("healthy");
-    assert!(
-        Arc::ptr_eq(&chosen, &backends[1]),
+    assert_eq!(
+        pick(&pool, &mut rng),
+        1,
         "fewer queued prompt tokens wins even with more streams"
     );
 }
@@ -112,14 +121,8 @@ fn p2c_spreads_equal_load_over_every_backend() {
     let pool = pool(3, BalanceLoad::Streams);
     let mut rng = StdRng::seed_from_u64(11);
     let mut counts = [0u32; 3];
-    let backends = pool.backends();
     for _ in 0..300 {
-        let chosen = choose(&pool, Instant::now(), &[], &mut rng).expect("healthy");
-        let i = backends
-            .iter()
-            .position(|b| Arc::ptr_eq(b, &chosen))
-            .expect("a pool member");
-        counts[i] += 1;
+        counts[pick(&pool, &mut rng)] += 1;
     }
     assert!(
         counts.iter().all(|&c| c >= 50),

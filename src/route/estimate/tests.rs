@@ -1,13 +1,23 @@
 use super::*;
 
+/// A calibrator with a prior of 0.25 tokens per byte over a `window` of responses, and the
+/// model it is asked about.
+fn calibrator(window: u32) -> (Calibrator, Arc<str>) {
+    (Calibrator::new(0.25, window, None), Arc::from("m"))
+}
+
+/// A prompt of `text_bytes` bytes of text.
+fn text(text_bytes: u64) -> PromptSize {
+    PromptSize {
+        text_bytes,
+        token_ids: 0,
+    }
+}
+
 #[test]
 fn calibration_converges_on_the_backend_ratio() {
-    let calibrator = Calibrator::new(0.25, 50, None);
-    let model: Arc<str> = Arc::from("m");
-    let size = PromptSize {
-        text_bytes: 2000,
-        token_ids: 0,
-    };
+    let (calibrator, model) = calibrator(50);
+    let size = text(2000);
     assert_eq!(
         calibrator.estimate(&model, size),
         500,
@@ -15,10 +25,7 @@ fn calibration_converges_on_the_backend_ratio() {
     );
     // The backend's tokenizer makes 0.5 tokens per byte (e.g. "w w w ..." on the sim).
     for i in 0..200u64 {
-        let size = PromptSize {
-            text_bytes: 1000 + 10 * i,
-            token_ids: 0,
-        };
+        let size = text(1000 + 10 * i);
         let estimated = calibrator.estimate(&model, size);
         calibrator.observe(&model, size, estimated, size.text_bytes / 2);
     }
@@ -42,8 +49,7 @@ fn calibration_converges_on_the_backend_ratio() {
 
 #[test]
 fn token_ids_do_not_teach_the_text_ratio() {
-    let calibrator = Calibrator::new(0.25, 10, None);
-    let model: Arc<str> = Arc::from("m");
+    let (calibrator, model) = calibrator(10);
     let size = PromptSize {
         text_bytes: 0,
         token_ids: 700,

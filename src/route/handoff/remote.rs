@@ -1,5 +1,6 @@
 //! The prefill phase on the prefill pool: picking a prefill backend, the prefill request, and each
 //! protocol's transfer of the KV cache to the decode backend.
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,6 +19,31 @@ use crate::proxy::RequestBody;
 use crate::route::backend::{Backend, LoadGuard};
 use crate::route::health::Fault;
 use crate::route::placement::Demand;
+
+/// The request a remote prefill is for, as the handoff phase decided it: what each protocol's
+/// prefill works from.
+#[derive(Clone, Copy)]
+pub(super) struct PrefillInput<'a> {
+    pub handoff: &'a PoolHandoff,
+    pub req: &'a Request<RequestBody>,
+    /// The client's body.
+    pub body: &'a Bytes,
+    /// The prompt tokens the decode backend's cache was not known to hold (the prefill's load).
+    pub uncached: u64,
+}
+
+impl PrefillInput<'_> {
+    /// `prefill` within the pool's `prefill_timeout`; past it the prefill is dropped (and its
+    /// request with it) and the result is `prefill_timeout`.
+    pub(super) async fn in_time<T>(
+        self,
+        prefill: impl Future<Output = Result<T, HandoffResult>>,
+    ) -> Result<T, HandoffResult> {
+        tokio::time::timeout(self.handoff.prefill_timeout, prefill)
+            .await
+            .unwrap_or(Err(HandoffResult::PrefillTimeout))
+    }
+}
 
 impl Handoff {
     /// The handoff of the pool named `name`, when it has one.
@@ -79,13 +105,17 @@ impl Handoff {
     /// is reported to the backend's health as a dispatch would report it.
     async fn send_prefill(
         &self,
-        handoff: &PoolHandoff,
+        input: PrefillInput<'_>,
         backend: &Arc<Backend>,
         context: &mut RequestContext,
-        req: &Request<RequestBody>,
         body: Bytes,
-        uncached: u64,
     ) -> Result<Bytes, HandoffResult> {
+        let PrefillInput {
+            handoff,
+            req,
+            uncached,
+            ..
+        } = input;
         let traceparent = context
             .tracing
             .as_deref_mut()
@@ -136,16 +166,14 @@ impl Handoff {
     /// vLLM: the prefill request asks for a remote decode; its answer's `kv_transfer_params`.
     pub(super) async fn prefill_vllm(
         &self,
-        handoff: &PoolHandoff,
+        input: PrefillInput<'_>,
         context: &mut RequestContext,
-        req: &Request<RequestBody>,
-        body: &Bytes,
-        uncached: u64,
     ) -> Result<Box<RawValue>, HandoffResult> {
-        let backend = self.pick_prefill(handoff, context, req.headers())?;
-        let prefill_body = vllm::prefill_body(body).map_err(|_| HandoffResult::Unsupported)?;
+        let backend = self.pick_prefill(input.handoff, context, input.req.headers())?;
+        let prefill_body =
+            vllm::prefill_body(input.body).map_err(|_| HandoffResult::Unsupported)?;
         let answer = self
-            .send_prefill(handoff, &backend, context, req, prefill_body, uncached)
+            .send_prefill(input, &backend, context, prefill_body)
             .await;
         prefilled(context);
         vllm::offered(&answer?).ok_or(HandoffResult::TransferFailed)
@@ -155,12 +183,15 @@ impl Handoff {
     /// file (removed when the returned guard drops: after the restore, or with the request).
     pub(super) async fn prefill_llamacpp(
         &self,
-        handoff: &PoolHandoff,
+        input: PrefillInput<'_>,
         context: &mut RequestContext,
-        req: &Request<RequestBody>,
-        body: &Bytes,
-        uncached: u64,
     ) -> Result<TransferFile, HandoffResult> {
+        let PrefillInput {
+            handoff,
+            req,
+            body,
+            uncached,
+        } = input;
         let client = self
             .router
             .client
@@ -188,7 +219,7 @@ impl Handoff {
         let prefill_body =
             llamacpp::prefill_body(body, slot.id()).map_err(|_| HandoffResult::Unsupported)?;
         let answer = self
-            .send_prefill(handoff, &backend, context, req, prefill_body, uncached)
+            .send_prefill(input, &backend, context, prefill_body)
             .await;
         prefilled(context);
         answer?;

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::phase::Handoff;
 use super::policy::{self, Choice, PolicyInput};
+use super::remote::PrefillInput;
 use super::slots::{Held, Placement, SlotGuard};
 use super::{llamacpp, vllm, PoolHandoff};
 use crate::config::HandoffProtocol;
@@ -82,15 +83,15 @@ impl Handoff {
                 req.headers_mut().insert(REQUEST_ID, value);
             }
         }
+        let input = PrefillInput {
+            handoff: &handoff,
+            req: &req,
+            body: &body,
+            uncached,
+        };
         let decode = match handoff.protocol {
-            HandoffProtocol::Vllm => {
-                self.vllm(&handoff, choice, uncached, &mut context, &req, &body)
-                    .await
-            }
-            HandoffProtocol::Llamacpp => {
-                self.llamacpp(&handoff, choice, uncached, &mut context, &req, &body)
-                    .await
-            }
+            HandoffProtocol::Vllm => self.vllm(input, choice, &mut context).await,
+            HandoffProtocol::Llamacpp => self.llamacpp(input, choice, &mut context).await,
         };
         if let Some(slot) = decode.slot {
             let load = context.in_flight.take();
@@ -153,24 +154,17 @@ impl Handoff {
     /// vLLM: a remote prefill's `kv_transfer_params` go with the client's request.
     async fn vllm(
         &self,
-        handoff: &PoolHandoff,
+        input: PrefillInput<'_>,
         choice: Choice,
-        uncached: u64,
         context: &mut RequestContext,
-        req: &Request<RequestBody>,
-        body: &Bytes,
     ) -> Decode {
+        let PrefillInput { body, uncached, .. } = input;
         if let Choice::Local(result) = choice {
             context.handoff = Some(HandoffRecord::new(result, uncached));
             return Decode::default();
         }
         start(context, uncached);
-        let prefilled = tokio::time::timeout(
-            handoff.prefill_timeout,
-            self.prefill_vllm(handoff, context, req, body, uncached),
-        )
-        .await
-        .unwrap_or(Err(HandoffResult::PrefillTimeout));
+        let prefilled = input.in_time(self.prefill_vllm(input, context)).await;
         let spliced = prefilled
             .and_then(|params| vllm::decode_body(body, &params).ok_or(HandoffResult::Unsupported));
         match spliced {
@@ -194,13 +188,13 @@ impl Handoff {
     /// its saved KV is restored into the slot once one is free.
     async fn llamacpp(
         &self,
-        handoff: &PoolHandoff,
+        input: PrefillInput<'_>,
         choice: Choice,
-        uncached: u64,
         context: &mut RequestContext,
-        req: &Request<RequestBody>,
-        body: &Bytes,
     ) -> Decode {
+        let PrefillInput {
+            handoff, uncached, ..
+        } = input;
         let decode_backend = context.backend.as_ref().and_then(|target| {
             self.router
                 .backend_of(context.pool.as_deref()?, &target.label)
@@ -221,16 +215,11 @@ impl Handoff {
             }
             Choice::Remote => {
                 start(context, uncached);
-                let saved = tokio::time::timeout(
-                    handoff.prefill_timeout,
-                    self.prefill_llamacpp(handoff, context, req, body, uncached),
-                )
-                .await
-                .unwrap_or(Err(HandoffResult::PrefillTimeout));
+                let saved = input.in_time(self.prefill_llamacpp(input, context)).await;
                 saved.map_err(|result| finish(context, result)).ok()
             }
         };
-        let key = self.conversation_key(context, req.headers());
+        let key = self.conversation_key(context, input.req.headers());
         let Some(slot) = table
             .reserve(Placement::Conversation(key), handoff.slot_wait)
             .await
@@ -257,7 +246,7 @@ impl Handoff {
             );
         }
         Decode {
-            body: llamacpp::with_slot(body, slot.id()),
+            body: llamacpp::with_slot(input.body, slot.id()),
             local: None,
             slot: Some(slot),
         }

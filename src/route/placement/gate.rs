@@ -63,8 +63,8 @@ use super::{choose, Demand, Placed, PoolSlo, SloTargets};
 use crate::config::{OnDeadline, QueueConfig};
 use crate::context::RequestContext;
 use crate::metrics::Metrics;
-use crate::route::affinity::{AffinityKeys, PoolAffinity};
-use crate::route::backend::{Backend, LoadGuard};
+use crate::route::affinity::{self, AffinityKeys, PoolAffinity};
+use crate::route::backend::LoadGuard;
 use crate::route::members::Members;
 use crate::route::placement::queue::{Entry, FairQueue, Key};
 use crate::route::series::QueueMetrics;
@@ -295,15 +295,8 @@ impl Gate {
 
     /// The placement a dispatch would make now for a request of `demand`.
     fn place(&self, keys: &AffinityKeys, demand: Demand, now: Instant) -> Option<Placed> {
-        let runs = self
-            .affinity
-            .as_ref()
-            .and_then(|affinity| affinity.cached_runs(keys));
-        let cached_tokens = |backend: &Backend| {
-            runs.as_ref().map_or(0, |runs| {
-                runs.tokens_of(backend.owner(), demand.prompt_tokens)
-            })
-        };
+        let cached_tokens =
+            affinity::cached_tokens(self.affinity.as_deref(), keys, demand.prompt_tokens);
         choose(
             &self.pool,
             &self.slo,

@@ -32,13 +32,30 @@ fn slo() -> PoolSlo {
     PoolSlo::new(0, "p", &config, None)
 }
 
-/// Teaches `backend` that it prefills `rate` tokens per second, after a `base` and with no other
-/// cost; decoding at `tpot` a token.
-fn teach(backend: &Backend, rate: f64, base: f64, tpot: f64) {
+/// A pool of one backend per `(rate, base)`, each taught that it prefills `rate` tokens per
+/// second, after a `base` and with no other cost; decoding at 10 ms a token.
+fn taught(lessons: &[(f64, f64)]) -> Members {
+    let pool = pool(lessons.len());
+    for (backend, &(rate, base)) in pool.backends().iter().zip(lessons) {
+        teach_curve(backend, rate, base, 13, |_| 0.010);
+    }
+    pool
+}
+
+/// Teaches `backend` 400 requests over varied loads (up to `streams - 1` streams in its batch) and
+/// prompts: the first token after `base` and the queued and uncached work at `rate` tokens per
+/// second, then a token every `tpot(streams)` seconds. The gate's tests teach with it too.
+pub(super) fn teach_curve(
+    backend: &Backend,
+    rate: f64,
+    base: f64,
+    streams: u64,
+    tpot: impl Fn(u64) -> f64,
+) {
     for i in 0..400u64 {
         let load = Load {
             queued_tokens: (i * 37) % 9_000,
-            streams: i % 13,
+            streams: i % streams,
         };
         let ask = Ask {
             prompt_tokens: 200 + (i * 91) % 4_000,
@@ -47,7 +64,7 @@ fn teach(backend: &Backend, rate: f64, base: f64, tpot: f64) {
         let work = (load.queued_tokens + ask.uncached()) as f64;
         let outcome = Outcome {
             ttft: Duration::from_secs_f64(base + work / rate),
-            tpot: Some(Duration::from_secs_f64(tpot)),
+            tpot: Some(Duration::from_secs_f64(tpot(load.streams))),
         };
         backend.learn(200, load, ask, outcome);
     }
@@ -65,6 +82,12 @@ fn label(placed: &Placed) -> &str {
     &placed.backend.target.label
 }
 
+/// Places a request of `prompt_tokens` at `now`, against the pool's targets, excluding nothing and
+/// with nothing cached.
+fn place(pool: &Members, prompt_tokens: u64, now: Instant, rng: &mut StdRng) -> Placed {
+    choose(pool, &slo(), demand(prompt_tokens), now, &[], |_| 0, rng).expect("placed")
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_cold_pool_goes_by_queued_work() {
     let pool = pool(3);
@@ -73,16 +96,7 @@ async fn a_cold_pool_goes_by_queued_work() {
     let _b = LoadGuard::new(Arc::clone(&backends[2]), 1_000);
     let mut rng = StdRng::seed_from_u64(1);
     for _ in 0..20 {
-        let placed = choose(
-            &pool,
-            &slo(),
-            demand(500),
-            Instant::now(),
-            &[],
-            |_| 0,
-            &mut rng,
-        )
-        .expect("three backends");
+        let placed = place(&pool, 500, Instant::now(), &mut rng);
         assert_eq!(
             label(&placed),
             "127.0.0.1:9001",
@@ -96,23 +110,18 @@ async fn a_cold_pool_goes_by_queued_work() {
 
 #[tokio::test(start_paused = true)]
 async fn a_slower_backend_is_used_only_when_it_has_more_headroom() {
-    let pool = pool(2);
+    let pool = taught(&[(10_000.0, 0.02), (2_500.0, 0.02)]);
     let backends = pool.backends();
-    teach(&backends[0], 10_000.0, 0.02, 0.010);
-    teach(&backends[1], 2_500.0, 0.02, 0.010);
     let slo = slo();
     let mut rng = StdRng::seed_from_u64(2);
-    let place = |rng: &mut StdRng| {
-        choose(&pool, &slo, demand(1_000), Instant::now(), &[], |_| 0, rng).expect("placed")
-    };
     // Both idle: the fast one (0.12 s against 0.42 s).
-    let placed = place(&mut rng);
+    let placed = place(&pool, 1_000, Instant::now(), &mut rng);
     assert_eq!(label(&placed), "127.0.0.1:9000");
     let predicted = placed.prediction.ttft.as_secs_f64();
     assert!((predicted - 0.12).abs() < 0.01, "learned: {predicted}");
     // 4 000 tokens queued on the fast one: 0.52 s there, 0.42 s on the slow one.
     let _queued = LoadGuard::new(Arc::clone(&backends[0]), 4_000);
-    let placed = place(&mut rng);
+    let placed = place(&pool, 1_000, Instant::now(), &mut rng);
     assert_eq!(
         label(&placed),
         "127.0.0.1:9001",
@@ -146,10 +155,8 @@ async fn a_slower_backend_is_used_only_when_it_has_more_headroom() {
 
 #[tokio::test(start_paused = true)]
 async fn a_cached_prefix_is_a_term_not_a_preference() {
-    let pool = pool(2);
+    let pool = taught(&[(10_000.0, 0.02), (10_000.0, 0.02)]);
     let backends = pool.backends();
-    teach(&backends[0], 10_000.0, 0.02, 0.010);
-    teach(&backends[1], 10_000.0, 0.02, 0.010);
     let slo = slo();
     let mut rng = StdRng::seed_from_u64(3);
     let holder = |backend: &Backend| {
@@ -159,18 +166,12 @@ async fn a_cached_prefix_is_a_term_not_a_preference() {
             0
         }
     };
+    let place_cached = |rng: &mut StdRng| {
+        choose(&pool, &slo, demand(6_000), Instant::now(), &[], holder, rng).expect("placed")
+    };
     // 6 000-token prompt, 5 000 cached on 9000, which has 3 000 queued: 0.42 s against 0.62 s.
     let queued = LoadGuard::new(Arc::clone(&backends[0]), 3_000);
-    let placed = choose(
-        &pool,
-        &slo,
-        demand(6_000),
-        Instant::now(),
-        &[],
-        holder,
-        &mut rng,
-    )
-    .expect("placed");
+    let placed = place_cached(&mut rng);
     assert_eq!(
         label(&placed),
         "127.0.0.1:9000",
@@ -179,16 +180,7 @@ async fn a_cached_prefix_is_a_term_not_a_preference() {
     assert_eq!(placed.prediction.cached_tokens, 5_000);
     // With 8 000 queued there (0.92 s) the other backend wins, cache or not.
     let _more = LoadGuard::new(Arc::clone(&backends[0]), 5_000);
-    let placed = choose(
-        &pool,
-        &slo,
-        demand(6_000),
-        Instant::now(),
-        &[],
-        holder,
-        &mut rng,
-    )
-    .expect("placed");
+    let placed = place_cached(&mut rng);
     assert_eq!(label(&placed), "127.0.0.1:9001");
     assert_eq!(placed.prediction.cached_tokens, 0);
     drop(queued);
@@ -218,16 +210,7 @@ fn streams_past_the_tpot_target_count_against_a_backend() {
         .map(|_| LoadGuard::new(Arc::clone(&backends[0]), 0))
         .collect();
     let mut rng = StdRng::seed_from_u64(4);
-    let placed = choose(
-        &pool,
-        &slo(),
-        demand(100),
-        Instant::now(),
-        &[],
-        |_| 0,
-        &mut rng,
-    )
-    .expect("placed");
+    let placed = place(&pool, 100, Instant::now(), &mut rng);
     assert_eq!(
         label(&placed),
         "127.0.0.1:9001",
@@ -265,16 +248,7 @@ fn equal_predictions_spread_over_the_backends() {
     let mut rng = StdRng::seed_from_u64(6);
     let mut counts = std::collections::HashMap::new();
     for _ in 0..400 {
-        let placed = choose(
-            &pool,
-            &slo(),
-            demand(100),
-            Instant::now(),
-            &[],
-            |_| 0,
-            &mut rng,
-        )
-        .expect("placed");
+        let placed = place(&pool, 100, Instant::now(), &mut rng);
         *counts.entry(label(&placed).to_owned()).or_insert(0) += 1;
     }
     assert_eq!(counts.len(), 4, "every backend is chosen: {counts:?}");
@@ -316,28 +290,10 @@ async fn between_misses_the_fewer_streams_win_then_the_lesser_worse_miss() {
     // Both decode at 20 ms + 1 ms per stream (16 streams: 37 ms, past 35) and prefill 10 000
     // tokens/s.
     for backend in backends.iter() {
-        for i in 0..400u64 {
-            let load = Load {
-                queued_tokens: (i * 37) % 9_000,
-                streams: i % 20,
-            };
-            let ask = Ask {
-                prompt_tokens: 200 + (i * 91) % 4_000,
-                cached_tokens: 0,
-            };
-            let work = (load.queued_tokens + ask.uncached()) as f64;
-            let outcome = Outcome {
-                ttft: Duration::from_secs_f64(0.02 + work / 10_000.0),
-                tpot: Some(Duration::from_secs_f64(
-                    0.020 + 0.001 * (load.streams + 1) as f64,
-                )),
-            };
-            backend.learn(200, load, ask, outcome);
-        }
+        teach_curve(backend, 10_000.0, 0.02, 20, |streams| {
+            0.020 + 0.001 * (streams + 1) as f64
+        });
     }
-    let place = |rng: &mut StdRng| {
-        choose(&pool, &slo(), demand(500), Instant::now(), &[], |_| 0, rng).expect("placed")
-    };
     let mut rng = StdRng::seed_from_u64(10);
     // 9000: 16 streams decoding, nothing queued: 37 ms a token (a 6 % miss), first token in
     // 0.07 s. 9001: four requests, three of them queued with 10 000 tokens each: first token in
@@ -349,7 +305,7 @@ async fn between_misses_the_fewer_streams_win_then_the_lesser_worse_miss() {
         .map(|_| LoadGuard::new(Arc::clone(&backends[1]), 10_000))
         .collect();
     queued.push(LoadGuard::new(Arc::clone(&backends[1]), 0));
-    let placed = place(&mut rng);
+    let placed = place(&pool, 500, Instant::now(), &mut rng);
     assert!(!placed.met);
     assert_eq!(
         label(&placed),
@@ -360,7 +316,7 @@ async fn between_misses_the_fewer_streams_win_then_the_lesser_worse_miss() {
     // than three seconds of queue.
     queued.extend((0..12).map(|_| LoadGuard::new(Arc::clone(&backends[1]), 0)));
     for seed in 0..4 {
-        let placed = place(&mut StdRng::seed_from_u64(seed));
+        let placed = place(&pool, 500, Instant::now(), &mut StdRng::seed_from_u64(seed));
         assert!(!placed.met);
         assert_eq!(label(&placed), "127.0.0.1:9000", "seed {seed}");
     }
@@ -368,10 +324,8 @@ async fn between_misses_the_fewer_streams_win_then_the_lesser_worse_miss() {
 
 #[tokio::test(start_paused = true)]
 async fn a_long_prefill_goes_where_it_stalls_the_fewest_streams() {
-    let pool = pool(2);
+    let pool = taught(&[(10_000.0, 0.02), (10_000.0, 0.02)]);
     let backends = pool.backends();
-    teach(&backends[0], 10_000.0, 0.02, 0.010);
-    teach(&backends[1], 10_000.0, 0.02, 0.010);
     // 9000: six streams decoding, nothing queued. 9001: two streams and 1 000 tokens queued, so
     // less headroom, but a 6 000-token prefill (0.6 s, a stall past 4 x 35 ms) meets its target
     // there too (0.72 s against max(0.8 s, 1.5 x 0.62 s)).
@@ -385,8 +339,7 @@ async fn a_long_prefill_goes_where_it_stalls_the_fewest_streams() {
     let now = Instant::now();
     let mut rng = StdRng::seed_from_u64(7);
     for _ in 0..10 {
-        let placed =
-            choose(&pool, &slo(), demand(6_000), now, &[], |_| 0, &mut rng).expect("placed");
+        let placed = place(&pool, 6_000, now, &mut rng);
         assert_eq!(
             label(&placed),
             "127.0.0.1:9001",
@@ -404,57 +357,51 @@ async fn a_long_prefill_goes_where_it_stalls_the_fewest_streams() {
         );
     }
     // A chat stalls nobody: most headroom wins, and it marks nothing.
-    let placed = choose(&pool, &slo(), demand(500), now, &[], |_| 0, &mut rng).expect("placed");
+    let placed = place(&pool, 500, now, &mut rng);
     assert_eq!(label(&placed), "127.0.0.1:9000");
     assert_eq!(placed.stalls_until, None);
 }
 
 #[test]
 fn a_chat_avoids_a_stalling_backend_while_another_meets_its_targets() {
-    let pool = pool(2);
+    let pool = taught(&[(10_000.0, 0.02), (10_000.0, 0.02)]);
     let backends = pool.backends();
-    teach(&backends[0], 10_000.0, 0.02, 0.010);
-    teach(&backends[1], 10_000.0, 0.02, 0.010);
     let now = Instant::now();
     backends[0].stall_until(now + Duration::from_secs(1));
     // 9001 has 3 000 tokens queued (0.37 s for a chat, against 0.07 s on 9000): it still meets.
     let queued = LoadGuard::new(Arc::clone(&backends[1]), 3_000);
     let mut rng = StdRng::seed_from_u64(8);
-    let place = |now: Instant, rng: &mut StdRng| {
-        choose(&pool, &slo(), demand(500), now, &[], |_| 0, rng).expect("placed")
-    };
     for _ in 0..10 {
-        let placed = place(now, &mut rng);
+        let placed = place(&pool, 500, now, &mut rng);
         assert_eq!(label(&placed), "127.0.0.1:9001", "away from the stall");
         assert!(placed.met);
     }
     // Once the mark has passed, headroom decides again.
     let later = now + Duration::from_millis(1_001);
-    assert_eq!(label(&place(later, &mut rng)), "127.0.0.1:9000");
+    assert_eq!(label(&place(&pool, 500, later, &mut rng)), "127.0.0.1:9000");
     // With 9 000 tokens queued, 9001 misses (0.97 s): a stalling backend that meets is better.
     let _more = LoadGuard::new(Arc::clone(&backends[1]), 6_000);
-    assert_eq!(label(&place(now, &mut rng)), "127.0.0.1:9000");
+    assert_eq!(label(&place(&pool, 500, now, &mut rng)), "127.0.0.1:9000");
     drop(queued);
 }
 
 #[test]
 fn an_idle_backend_whose_model_went_stale_is_tried_again() {
-    let pool = pool(2);
-    let backends = pool.backends();
-    teach(&backends[0], 10_000.0, 0.02, 0.010);
     // 9001 learned a bad moment: 300 ms before any prefill, 1 000 tokens/s after.
-    teach(&backends[1], 1_000.0, 0.3, 0.010);
+    let pool = taught(&[(10_000.0, 0.02), (1_000.0, 0.3)]);
+    let backends = pool.backends();
     let _busy = LoadGuard::new(Arc::clone(&backends[0]), 0);
-    let slo = slo();
     let mut rng = StdRng::seed_from_u64(9);
     let now = Instant::now();
-    let place = |now: Instant, rng: &mut StdRng| {
-        choose(&pool, &slo, demand(500), now, &[], |_| 0, rng).expect("placed")
-    };
     // 0.07 s on 9000 with its one stream, 0.8 s on 9001: its model rules it out.
-    assert_eq!(label(&place(now, &mut rng)), "127.0.0.1:9000");
+    assert_eq!(label(&place(&pool, 500, now, &mut rng)), "127.0.0.1:9000");
     // Ten seconds without a lesson: idle, so the priors speak for it once more.
-    let placed = place(now + RELEARN_AFTER + Duration::from_millis(1), &mut rng);
+    let placed = place(
+        &pool,
+        500,
+        now + RELEARN_AFTER + Duration::from_millis(1),
+        &mut rng,
+    );
     assert_eq!(label(&placed), "127.0.0.1:9001", "explored again");
     assert!(placed.met, "by the priors");
     let predicted = placed.prediction.ttft.as_secs_f64();

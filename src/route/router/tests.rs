@@ -4,7 +4,9 @@ use crate::route::backend::LoadGuard;
 use crate::route::health::Fault;
 use crate::route::rules::RuleInput;
 
-fn router(edit: impl FnOnce(&mut Config)) -> Router {
+/// Two pools: prompts of 2048 tokens and more go to `prefill` (spilling past 10 000 queued tokens),
+/// the rest to `decode`.
+fn config() -> Config {
     let pools = vec![
         PoolConfig {
             name: "prefill".to_owned(),
@@ -30,11 +32,15 @@ fn router(edit: impl FnOnce(&mut Config)) -> Router {
             ..RuleConfig::default()
         },
     ];
-    let mut config = Config {
+    Config {
         pools,
         rules,
         ..Config::default()
-    };
+    }
+}
+
+fn router(edit: impl FnOnce(&mut Config)) -> Router {
+    let mut config = config();
     edit(&mut config);
     config.validate().expect("valid config");
     let metrics = Arc::new(Metrics::new(&config).expect("metrics"));
@@ -47,6 +53,15 @@ fn long_plan(router: &Router) -> RoutePlan {
         model: None,
         prompt_tokens: 4000,
     })
+}
+
+/// Fails the backend of pool `pool` until it is ejected, and returns it.
+fn eject(router: &Router, pool: usize) -> Arc<Backend> {
+    let backend = Arc::clone(&router.pools[pool].backends()[0]);
+    for _ in 0..router.settings.policy.after {
+        backend.on_failure(Instant::now(), &router.settings.policy, Fault::Connection);
+    }
+    backend
 }
 
 fn picked(router: &Router, plan: &RoutePlan) -> Option<(String, &'static str)> {
@@ -72,29 +87,20 @@ async fn falls_back_when_the_pool_has_no_healthy_backend() {
         Some(("prefill".to_owned(), "rule")),
         "a long prompt goes to prefill"
     );
-    let prefill = Arc::clone(&router.pools[0].backends()[0]);
-    for _ in 0..router.settings.policy.after {
-        prefill.on_failure(Instant::now(), &router.settings.policy, Fault::Connection);
-    }
+    eject(&router, 0);
     assert_eq!(
         picked(&router, &plan),
         Some(("decode".to_owned(), "fallback")),
         "prefill ejected: the next matching rule's pool"
     );
     let strict = self::router(|c| c.routing.fallback = false);
-    let prefill = Arc::clone(&strict.pools[0].backends()[0]);
-    for _ in 0..strict.settings.policy.after {
-        prefill.on_failure(Instant::now(), &strict.settings.policy, Fault::Connection);
-    }
+    eject(&strict, 0);
     assert_eq!(
         picked(&strict, &long_plan(&strict)),
         Some(("prefill".to_owned(), "panic")),
         "fallback disabled: the rule's pool, whatever its health (panic mode)"
     );
-    let decode = Arc::clone(&router.pools[1].backends()[0]);
-    for _ in 0..router.settings.policy.after {
-        decode.on_failure(Instant::now(), &router.settings.policy, Fault::Connection);
-    }
+    eject(&router, 1);
     assert_eq!(
         picked(&router, &plan),
         Some(("prefill".to_owned(), "panic")),
@@ -127,42 +133,15 @@ fn spills_when_the_prefill_queue_is_deeper_than_the_threshold() {
 async fn a_reload_keeps_what_the_router_learned_about_backends_that_stay() {
     let before = router(|_| {});
     let plan = long_plan(&before);
-    let prefill = Arc::clone(&before.pools[0].backends()[0]);
-    for _ in 0..before.settings.policy.after {
-        prefill.on_failure(Instant::now(), &before.settings.policy, Fault::Connection);
-    }
+    let prefill = eject(&before, 0);
     let _in_flight = LoadGuard::new(Arc::clone(&before.pools[1].backends()[0]), 0);
 
-    let mut config = Config {
-        pools: vec![
-            PoolConfig {
-                name: "prefill".to_owned(),
-                urls: vec!["http://127.0.0.1:8101".to_owned()],
-                balance: BalanceLoad::PromptTokens,
-                ..PoolConfig::default()
-            },
-            PoolConfig {
-                name: "decode".to_owned(),
-                urls: vec![
-                    "http://127.0.0.1:8102".to_owned(),
-                    "http://127.0.0.1:8103".to_owned(),
-                ],
-                ..PoolConfig::default()
-            },
-        ],
-        ..Config::default()
-    };
-    config.rules = vec![
-        RuleConfig {
-            pool: "prefill".to_owned(),
-            min_prompt_tokens: Some(2048),
-            ..RuleConfig::default()
-        },
-        RuleConfig {
-            pool: "decode".to_owned(),
-            ..RuleConfig::default()
-        },
-    ];
+    // A decode backend added, and the spill dropped.
+    let mut config = config();
+    config.pools[1]
+        .urls
+        .push("http://127.0.0.1:8103".to_owned());
+    config.rules[0].spill_queue_tokens = None;
     config.validate().expect("valid config");
     let after = before.reloaded(&config).expect("reloads");
     assert!(

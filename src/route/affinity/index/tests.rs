@@ -9,6 +9,23 @@ fn alive(_: Owner) -> bool {
     true
 }
 
+/// Inserts each of `names` for `newcomer`, checking before each insert that `name` is still held by
+/// `holder` (`why` says why it should be).
+#[track_caller]
+fn stays_while_inserting(
+    index: &mut PrefixIndex,
+    name: u64,
+    holder: Owner,
+    names: std::ops::Range<u64>,
+    newcomer: Owner,
+    why: &str,
+) {
+    for new in names {
+        assert_eq!(index.get(name, alive), Some(holder), "{why} (at {new})");
+        index.insert(new, newcomer);
+    }
+}
+
 #[test]
 fn never_holds_more_than_its_capacity() {
     let mut index = PrefixIndex::new(100);
@@ -34,14 +51,14 @@ fn the_least_recently_used_go_first() {
         index.insert(name, owner(1));
     }
     // Name 0 is used again while later names arrive; names 1..50 are not.
-    for name in 50..140u64 {
-        assert_eq!(
-            index.get(0, alive),
-            Some(owner(1)),
-            "a name in use stays (at {name})"
-        );
-        index.insert(name, owner(2));
-    }
+    stays_while_inserting(
+        &mut index,
+        0,
+        owner(1),
+        50..140,
+        owner(2),
+        "a name in use stays",
+    );
     assert_eq!(
         index.get(1, alive),
         None,
@@ -90,14 +107,8 @@ fn a_later_owner_replaces_an_earlier_one() {
     }
     // 7 is now in the previous generation: a new owner must win over it.
     index.insert(7, owner(3));
-    for name in 200..210u64 {
-        assert_eq!(
-            index.get(7, alive),
-            Some(owner(3)),
-            "the newest owner, whatever the generation"
-        );
-        index.insert(name, owner(1));
-    }
+    let why = "the newest owner, whatever the generation";
+    stays_while_inserting(&mut index, 7, owner(3), 200..210, owner(1), why);
 }
 
 fn backends(holders: &Holders) -> Vec<u32> {

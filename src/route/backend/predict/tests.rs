@@ -44,6 +44,14 @@ impl Synthetic {
         };
         (load, ask, outcome)
     }
+
+    /// Teaches `model` `n` random requests of this backend.
+    fn teach(&self, model: &mut LatencyModel, rng: &mut StdRng, n: usize) {
+        for _ in 0..n {
+            let (load, ask, outcome) = self.sample(rng);
+            model.learn(load, ask, outcome);
+        }
+    }
 }
 
 /// An 8B replica on a fast GPU: 10 000 prefill tokens/s, 20 ms base, 2 ms per stream.
@@ -78,10 +86,7 @@ fn converges_on_a_synthetic_backend() {
     let mut rng = StdRng::seed_from_u64(7);
     let mut model = LatencyModel::new(200);
     let before = median_error(&model, &FAST, &mut rng, 201);
-    for _ in 0..300 {
-        let (load, ask, outcome) = FAST.sample(&mut rng);
-        model.learn(load, ask, outcome);
-    }
+    FAST.teach(&mut model, &mut rng, 300);
     let after = median_error(&model, &FAST, &mut rng, 201);
     assert!(before > 0.3, "the priors are not this backend: {before}");
     assert!(after < 0.03, "within 3 % after 300 requests: {after}");
@@ -107,10 +112,7 @@ fn converges_on_a_synthetic_backend() {
 fn forgets_a_backend_that_changed() {
     let mut rng = StdRng::seed_from_u64(11);
     let mut model = LatencyModel::new(100);
-    for _ in 0..500 {
-        let (load, ask, outcome) = FAST.sample(&mut rng);
-        model.learn(load, ask, outcome);
-    }
+    FAST.teach(&mut model, &mut rng, 500);
     let load = Load {
         queued_tokens: 4_000,
         streams: 16,
@@ -122,10 +124,7 @@ fn forgets_a_backend_that_changed() {
     let fast = model.ttft(load, ask).as_secs_f64();
     assert!((fast / FAST.ttft(load, ask) - 1.0).abs() < 0.03, "{fast}");
     // The backend halves its speed (a noisy neighbour); three memories later the model says so.
-    for _ in 0..300 {
-        let (load, ask, outcome) = SLOW.sample(&mut rng);
-        model.learn(load, ask, outcome);
-    }
+    SLOW.teach(&mut model, &mut rng, 300);
     let slow = model.ttft(load, ask).as_secs_f64();
     assert!(
         (slow / SLOW.ttft(load, ask) - 1.0).abs() < 0.05,
@@ -142,10 +141,7 @@ fn forgets_a_backend_that_changed() {
 fn a_cached_prefix_shortens_the_predicted_prefill() {
     let mut rng = StdRng::seed_from_u64(3);
     let mut model = LatencyModel::new(200);
-    for _ in 0..300 {
-        let (load, ask, outcome) = FAST.sample(&mut rng);
-        model.learn(load, ask, outcome);
-    }
+    FAST.teach(&mut model, &mut rng, 300);
     let load = Load::default();
     let cold = Ask {
         prompt_tokens: 6_000,
@@ -166,10 +162,7 @@ fn a_cached_prefix_shortens_the_predicted_prefill() {
 fn the_stall_is_the_uncached_prefill_at_the_learned_rate() {
     let mut rng = StdRng::seed_from_u64(4);
     let mut model = LatencyModel::new(200);
-    for _ in 0..300 {
-        let (load, ask, outcome) = SLOW.sample(&mut rng);
-        model.learn(load, ask, outcome);
-    }
+    SLOW.teach(&mut model, &mut rng, 300);
     let document = Ask {
         prompt_tokens: 8_000,
         cached_tokens: 2_000,

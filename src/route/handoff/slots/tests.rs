@@ -2,22 +2,24 @@ use std::time::Duration;
 
 use super::*;
 
+/// A free slot of `table`, chosen as `placement` says, without waiting for one.
+async fn reserve_now(table: &Arc<SlotTable>, placement: Placement) -> Option<SlotGuard> {
+    table.reserve(placement, Duration::ZERO).await
+}
+
 #[tokio::test]
 async fn a_slot_is_never_held_twice_and_comes_back_when_dropped() {
     let table = Arc::new(SlotTable::new(2));
-    let a = table
-        .reserve(Placement::Conversation(None), Duration::ZERO)
+    let a = reserve_now(&table, Placement::Conversation(None))
         .await
         .expect("a slot");
-    let b = table
-        .reserve(Placement::Conversation(None), Duration::ZERO)
+    let b = reserve_now(&table, Placement::Conversation(None))
         .await
         .expect("another");
     assert_ne!(a.id(), b.id());
     assert_eq!(table.busy(), 2);
     assert!(
-        table
-            .reserve(Placement::Conversation(None), Duration::ZERO)
+        reserve_now(&table, Placement::Conversation(None))
             .await
             .is_none(),
         "no third slot"
@@ -25,8 +27,7 @@ async fn a_slot_is_never_held_twice_and_comes_back_when_dropped() {
     let freed = a.id();
     drop(a);
     assert_eq!(table.busy(), 1);
-    let c = table
-        .reserve(Placement::Conversation(None), Duration::ZERO)
+    let c = reserve_now(&table, Placement::Conversation(None))
         .await
         .expect("the freed one");
     assert_eq!(c.id(), freed);
@@ -35,8 +36,7 @@ async fn a_slot_is_never_held_twice_and_comes_back_when_dropped() {
 #[tokio::test(start_paused = true)]
 async fn a_full_table_is_waited_on_for_at_most_the_wait() {
     let table = Arc::new(SlotTable::new(1));
-    let held = table
-        .reserve(Placement::Conversation(None), Duration::ZERO)
+    let held = reserve_now(&table, Placement::Conversation(None))
         .await
         .expect("the slot");
     let started = tokio::time::Instant::now();
@@ -76,24 +76,20 @@ async fn a_full_table_is_waited_on_for_at_most_the_wait() {
 #[tokio::test]
 async fn a_conversation_returns_to_its_slot_else_the_least_recently_used() {
     let table = Arc::new(SlotTable::new(3));
-    let first = table
-        .reserve(Placement::Conversation(Some(7)), Duration::ZERO)
+    let first = reserve_now(&table, Placement::Conversation(Some(7)))
         .await
         .expect("slot");
-    let other = table
-        .reserve(Placement::Conversation(Some(9)), Duration::ZERO)
+    let other = reserve_now(&table, Placement::Conversation(Some(9)))
         .await
         .expect("slot");
     let (seven, nine) = (first.id(), other.id());
     drop(first);
     drop(other);
-    let again = table
-        .reserve(Placement::Conversation(Some(7)), Duration::ZERO)
+    let again = reserve_now(&table, Placement::Conversation(Some(7)))
         .await
         .expect("slot");
     assert_eq!(again.id(), seven, "its last slot holds its prompt");
-    let fresh = table
-        .reserve(Placement::Conversation(Some(1)), Duration::ZERO)
+    let fresh = reserve_now(&table, Placement::Conversation(Some(1)))
         .await
         .expect("slot");
     let never_used = (0..3).find(|i| *i != seven && *i != nine).expect("one");
@@ -103,24 +99,12 @@ async fn a_conversation_returns_to_its_slot_else_the_least_recently_used() {
 #[tokio::test]
 async fn short_prompts_take_the_first_free_slot_and_long_ones_the_last() {
     let table = Arc::new(SlotTable::new(4));
-    let long = table
-        .reserve(Placement::Last, Duration::ZERO)
-        .await
-        .expect("slot");
+    let long = reserve_now(&table, Placement::Last).await.expect("slot");
     assert_eq!(long.id(), 3);
-    let short = table
-        .reserve(Placement::First, Duration::ZERO)
-        .await
-        .expect("slot");
+    let short = reserve_now(&table, Placement::First).await.expect("slot");
     assert_eq!(short.id(), 0);
-    let next = table
-        .reserve(Placement::First, Duration::ZERO)
-        .await
-        .expect("slot");
+    let next = reserve_now(&table, Placement::First).await.expect("slot");
     assert_eq!(next.id(), 1);
-    let another_long = table
-        .reserve(Placement::Last, Duration::ZERO)
-        .await
-        .expect("slot");
+    let another_long = reserve_now(&table, Placement::Last).await.expect("slot");
     assert_eq!(another_long.id(), 2);
 }

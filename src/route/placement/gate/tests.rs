@@ -11,7 +11,7 @@ use super::*;
 use crate::config::{BalanceLoad, Config, PoolConfig};
 use crate::context::Estimate;
 use crate::request::PromptSize;
-use crate::route::backend::predict::{Ask, Load, Outcome};
+use crate::route::placement::tests::teach_curve;
 
 /// How long a test waits for the release task before it calls a wait lost (on the paused clock:
 /// it passes in no time once nothing else can happen).
@@ -38,25 +38,9 @@ fn fixture(ttft_target: Duration, queue: QueueConfig) -> Fixture {
     config.slo.tpot = Duration::from_millis(35);
     let metrics = Metrics::new(&config).expect("default buckets");
     let slo = Arc::new(PoolSlo::new(0, "p", &config, None));
-    let backend = &pool.backends()[0];
-    for i in 0..400u64 {
-        let load = Load {
-            queued_tokens: (i * 37) % 9_000,
-            streams: i % 13,
-        };
-        let ask = Ask {
-            prompt_tokens: 200 + (i * 91) % 4_000,
-            cached_tokens: 0,
-        };
-        let work = (load.queued_tokens + ask.uncached()) as f64;
-        let outcome = Outcome {
-            ttft: Duration::from_secs_f64(0.020 + work / 10_000.0),
-            tpot: Some(Duration::from_secs_f64(
-                0.010 + 0.002 * (load.streams + 1) as f64,
-            )),
-        };
-        backend.learn(200, load, ask, outcome);
-    }
+    teach_curve(&pool.backends()[0], 10_000.0, 0.020, 13, |streams| {
+        0.010 + 0.002 * (streams + 1) as f64
+    });
     let gate = Arc::new(Gate::new(
         Arc::clone(&pool),
         slo,
@@ -141,6 +125,14 @@ async fn ticks(n: u32) {
     tokio::time::sleep(TICK * n).await;
 }
 
+/// Lets a few release ticks pass and checks that `waiting`, the one request in the gate, still
+/// waits there unanswered (`why` says why it should).
+async fn waits_on(fixture: &Fixture, waiting: &tokio::task::JoinHandle<Admission>, why: &str) {
+    ticks(4).await;
+    assert!(still_waiting(fixture, 1), "{why}");
+    assert!(!waiting.is_finished(), "no answer while it waits");
+}
+
 /// The first release tick at or after `deadline` from a request's arrival: when the release task
 /// (ticking every [`TICK`] from the arrival, which started it) sees the deadline passed.
 fn first_tick_at(deadline: Duration) -> Duration {
@@ -203,12 +195,12 @@ async fn a_request_waits_while_the_streams_there_would_miss_then_goes_when_they_
     queued(&fixture, 1).await;
     // Still waiting a few ticks later, and after a release of our own: a 14th stream would decode
     // at 38 ms.
-    ticks(4).await;
-    assert!(
-        still_waiting(&fixture, 1),
-        "not released where it would miss its TPOT target"
-    );
-    assert!(!waiting.is_finished(), "no answer while it waits");
+    waits_on(
+        &fixture,
+        &waiting,
+        "not released where it would miss its TPOT target",
+    )
+    .await;
     streams.truncate(11);
     let admission = answer(waiting).await;
     let Admission::Placed { placed, guard, .. } = admission else {
@@ -293,12 +285,12 @@ async fn a_waiting_request_is_released_only_into_half_its_slack() {
     // (The prefills drain with the clock, to 3 650 tokens, which a waiting request meets, only
     // after 135 ms; a few ticks pass here.)
     streams.truncate(9);
-    ticks(4).await;
-    assert!(
-        still_waiting(&fixture, 1),
-        "not released into room for a fresh request"
-    );
-    assert!(!waiting.is_finished(), "no answer while it waits");
+    waits_on(
+        &fixture,
+        &waiting,
+        "not released into room for a fresh request",
+    )
+    .await;
     // The prefills finish (0.07 s): released, and whatever it waited (at most (0.8 - 0.07) / 2)
     // it is predicted to meet its target.
     drop(prefilling);
@@ -437,30 +429,21 @@ async fn the_queue_releases_by_priority_and_only_as_capacity_frees() {
     // Room for one: the later, higher-priority request goes; the other waits on.
     streams.truncate(11);
     let admission = answer(high).await;
-    assert!(matches!(
-        admission,
-        Admission::Placed { guard: Some(_), .. }
-    ));
-    ticks(4).await;
-    assert!(
-        still_waiting(&fixture, 1),
-        "no room for the lower priority while the other holds it"
-    );
-    assert!(!low.is_finished(), "no answer while it waits");
+    assert!(released(&admission));
+    waits_on(
+        &fixture,
+        &low,
+        "no room for the lower priority while the other holds it",
+    )
+    .await;
     drop(admission);
     let admission = answer(low).await;
-    assert!(matches!(
-        admission,
-        Admission::Placed { guard: Some(_), .. }
-    ));
+    assert!(released(&admission));
 }
 
 #[test]
 fn the_tenant_is_the_named_one_else_the_header_else_shared() {
-    let queue = QueueConfig {
-        tenant_header: Some(http::HeaderName::from_static("x-team")),
-        ..QueueConfig::default()
-    };
+    let queue = by_team();
     let fixture = fixture(Duration::from_secs(1), queue);
     let mut headers = HeaderMap::new();
     let mut context = request(10);
@@ -478,10 +461,7 @@ fn the_tenant_is_the_named_one_else_the_header_else_shared() {
 
 #[tokio::test(start_paused = true)]
 async fn a_tenant_that_floods_does_not_go_before_a_quiet_one() {
-    let queue = QueueConfig {
-        tenant_header: Some(http::HeaderName::from_static("x-team")),
-        ..QueueConfig::default()
-    };
+    let queue = by_team();
     let fixture = fixture(Duration::from_secs(5), queue);
     let mut streams = fixture.load(13, 0);
     let flood: Vec<_> = (0..6)
@@ -493,10 +473,7 @@ async fn a_tenant_that_floods_does_not_go_before_a_quiet_one() {
     // Room for two: one of each tenant, though six of the flood's arrived first.
     streams.truncate(10);
     let admission = answer(quiet).await;
-    assert!(matches!(
-        admission,
-        Admission::Placed { guard: Some(_), .. }
-    ));
+    assert!(released(&admission));
     queued(&fixture, 5).await;
     // A few ticks, then a release of our own: nothing more goes, and the one of the flood that
     // went has its answer (its task ran while the clock waited for it).
@@ -518,9 +495,8 @@ async fn a_tenant_that_floods_does_not_go_before_a_quiet_one() {
 /// `flood`'s.
 async fn shared_with_a_flood() -> (Fixture, Vec<LoadGuard>, Vec<ShareSlot>) {
     let queue = QueueConfig {
-        tenant_header: Some(http::HeaderName::from_static("x-team")),
         equal_shares: true,
-        ..QueueConfig::default()
+        ..by_team()
     };
     let fixture = fixture(Duration::from_millis(800), queue);
     let prefill = fixture.load(1, 3_000);
@@ -535,8 +511,22 @@ async fn shared_with_a_flood() -> (Fixture, Vec<LoadGuard>, Vec<ShareSlot>) {
     (fixture, prefill, held)
 }
 
+/// A queue whose tenants are named by `x-team`.
+fn by_team() -> QueueConfig {
+    QueueConfig {
+        tenant_header: Some(http::HeaderName::from_static("x-team")),
+        ..QueueConfig::default()
+    }
+}
+
 fn team(name: &str) -> HeaderMap {
     header("x-team", name)
+}
+
+/// Whether `admission` is a placement the gate released from its queue (those carry the load
+/// guard the gate took for the request when it released it).
+fn released(admission: &Admission) -> bool {
+    matches!(admission, Admission::Placed { guard: Some(_), .. })
 }
 
 /// Runs a release now; whether `n` entries still wait after it.
@@ -607,10 +597,7 @@ async fn a_tenant_under_its_share_goes_at_once_while_the_flood_waits() {
     assert_eq!(fixture.gate.shares.of("quiet"), 912);
     // Now the flood holds 912 of 1 824 tokens: under half with its next, which is released.
     let admission = answer(waiting).await;
-    assert!(
-        matches!(admission, Admission::Placed { guard: Some(_), .. }),
-        "{admission:?}"
-    );
+    assert!(released(&admission), "{admission:?}");
     assert_eq!(fixture.exits("placed"), 1);
     assert_eq!(fixture.gate.shares.of("flood"), 1_368);
 }

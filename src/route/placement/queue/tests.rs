@@ -26,6 +26,20 @@ fn push<T>(queue: &mut FairQueue<T>, entry: Entry<T>) -> Key {
     key
 }
 
+/// Pushes `n` entries of `tenant` without a payload, at priority 0, each costing `cost` and due at
+/// `deadline`; their keys.
+fn push_n(
+    queue: &mut FairQueue<()>,
+    tenant: &str,
+    n: usize,
+    cost: u64,
+    deadline: Instant,
+) -> Vec<Key> {
+    (0..n)
+        .map(|_| push(queue, entry(tenant, 0, deadline, cost, ())))
+        .collect()
+}
+
 fn pop<T>(queue: &mut FairQueue<T>) -> Entry<T> {
     let (_, entry) = queue.pop().expect("an entry is queued");
     queue.check();
@@ -166,12 +180,8 @@ fn a_flood_gets_its_share_and_no_more() {
 fn counters_share_tokens_not_requests() {
     let deadline = at(Instant::now(), 60);
     let mut queue = FairQueue::new(64);
-    for _ in 0..10 {
-        push(&mut queue, entry("big", 0, deadline, 300, ()));
-    }
-    for _ in 0..30 {
-        push(&mut queue, entry("small", 0, deadline, 100, ()));
-    }
+    push_n(&mut queue, "big", 10, 300, deadline);
+    push_n(&mut queue, "small", 30, 100, deadline);
     // big at 0 (first), small at 0..300 for three entries, big again at 300, ...
     let expected: Vec<&str> = (0..16)
         .map(|i| if i % 4 == 0 { "big" } else { "small" })
@@ -190,17 +200,13 @@ fn an_idle_tenant_cannot_bank_credit() {
     let deadline = at(Instant::now(), 60);
     let mut queue = FairQueue::new(64);
     // a is served alone for a while: b, idle, would bank 1000 tokens of credit without the lift.
-    for _ in 0..20 {
-        push(&mut queue, entry("a", 0, deadline, 100, ()));
-    }
+    push_n(&mut queue, "a", 20, 100, deadline);
     for _ in 0..10 {
         assert_eq!(&*pop(&mut queue).tenant, "a", "a is alone");
     }
     assert_eq!(queue.counter("a"), Some(1000), "a: 10 x 100");
 
-    for _ in 0..10 {
-        push(&mut queue, entry("b", 0, deadline, 100, ()));
-    }
+    push_n(&mut queue, "b", 10, 100, deadline);
     assert_eq!(
         queue.counter("b"),
         Some(1000),
@@ -230,8 +236,7 @@ fn a_returning_tenant_starts_at_the_least_backlogged_counter() {
         Some(500),
         "with nobody backlogged, the floor: the last served counter"
     );
-    push(&mut queue, entry("a", 0, deadline, 100, ()));
-    push(&mut queue, entry("a", 0, deadline, 100, ()));
+    push_n(&mut queue, "a", 2, 100, deadline);
     assert_eq!(&*pop(&mut queue).tenant, "a", "a is alone");
     assert_eq!(queue.counter("a"), Some(600), "a: 500 + 100");
 
@@ -360,15 +365,13 @@ fn a_removed_entry_is_never_popped() {
 fn removing_a_tenants_last_entry_forgets_it() {
     let deadline = at(Instant::now(), 60);
     let mut queue = FairQueue::new(16);
-    push(&mut queue, entry("a", 0, deadline, 100, ()));
-    push(&mut queue, entry("a", 0, deadline, 100, ()));
-    let b1 = push(&mut queue, entry("b", 0, deadline, 100, ()));
-    let b2 = push(&mut queue, entry("b", 0, deadline, 100, ()));
+    push_n(&mut queue, "a", 2, 100, deadline);
+    let b = push_n(&mut queue, "b", 2, 100, deadline);
     assert_eq!(queue.tenants_tracked(), 2, "a and b are backlogged");
 
-    assert!(queue.remove(b1).is_some(), "b1 is queued");
+    assert!(queue.remove(b[0]).is_some(), "b1 is queued");
     assert_eq!(queue.counter("b"), Some(0), "b still has an entry");
-    assert!(queue.remove(b2).is_some(), "b2 is queued");
+    assert!(queue.remove(b[1]).is_some(), "b2 is queued");
     queue.check();
     assert_eq!(queue.counter("b"), None, "b's last entry went: forgotten");
     assert_eq!(queue.tenants_tracked(), 1, "only a is tracked");
