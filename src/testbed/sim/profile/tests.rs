@@ -49,31 +49,29 @@ fn assert_ballpark(figure: f64, want: RangeInclusive<f64>, what: &str) {
     assert!(want.contains(&figure), "{what}: {figure}, want {want:?}");
 }
 
-/// Tokens per second of an 8k-token prefill step.
-fn prefill_tok_s(c: &SimConfig) -> f64 {
-    8192.0 / c.step_time(8192, 8192).as_secs_f64()
+#[test]
+fn llama_decode_and_prefill_ballparks() {
+    // (profile, decode step at batch 1 in ms, prefill in tok/s)
+    let cases = [
+        ("llama-3.1-8b-h100", 6.0..=7.0, 15_000.0..=25_000.0),
+        ("llama-3.1-70b-4xh100", 15.0..=17.0, 7_000.0..=10_000.0),
+    ];
+    for (name, decode_ms, prefill_tok_s) in cases {
+        let c = profile(name);
+        let batch1 = ms(c.step_time(1, 1000));
+        assert_ballpark(batch1, decode_ms, &format!("{name}: decode at batch 1, ms"));
+        let prefill = 8192.0 / c.step_time(8192, 8192).as_secs_f64();
+        assert_ballpark(prefill, prefill_tok_s, &format!("{name}: prefill, tok/s"));
+    }
 }
 
 #[test]
-fn llama_8b_ballparks() {
+fn llama_8b_ballparks_at_scale() {
     let c = profile("llama-3.1-8b-h100");
-    let batch1 = ms(c.step_time(1, 1000));
-    assert_ballpark(batch1, 6.0..=7.0, "8B decode at batch 1, ms");
     let batch128 = ms(c.step_time(128, 128 * 2048));
     assert_ballpark(batch128, 18.0..=22.0, "8B decode at batch 128 x 2k, ms");
-    let prefill = prefill_tok_s(&c);
-    assert_ballpark(prefill, 15_000.0..=25_000.0, "8B prefill, tok/s");
     let stall = c.step_time(8192, 8192).as_secs_f64();
     assert_ballpark(stall, 0.3..=0.5, "an 8k prefill chunk stalls a step by, s");
-}
-
-#[test]
-fn llama_70b_ballparks() {
-    let c = profile("llama-3.1-70b-4xh100");
-    let batch1 = ms(c.step_time(1, 1000));
-    assert_ballpark(batch1, 15.0..=17.0, "70B decode at batch 1, ms");
-    let prefill = prefill_tok_s(&c);
-    assert_ballpark(prefill, 7_000.0..=10_000.0, "70B prefill, tok/s");
 }
 
 #[test]
