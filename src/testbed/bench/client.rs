@@ -80,6 +80,19 @@ pub struct Destination {
     pub model: String,
 }
 
+/// How a run sends its requests: where to, under which class, against which clock and
+/// deadline. The same for many requests, so one value carries it to each send.
+#[derive(Debug, Clone, Copy)]
+pub struct Dispatch<'a> {
+    pub target: &'a Destination,
+    /// The class name the record carries.
+    pub class: &'a str,
+    /// The start of the point, which records' `start_s` count from.
+    pub point_start: Instant,
+    /// Upper bound on the request, head to end of stream; past it the request is a `timeout`.
+    pub timeout: Duration,
+}
+
 /// The shared HTTP/1.1 client: pooled keep-alive connections with TCP_NODELAY, so a token
 /// chunk is not held back by Nagle and a closed loop reuses its connections.
 #[derive(Clone, Debug)]
@@ -147,16 +160,8 @@ impl BenchClient {
     }
 
     /// Sends one planned request and measures it. Never fails: failures are outcomes.
-    pub async fn send(
-        &self,
-        target: &Destination,
-        plan: &PlannedRequest,
-        class: &str,
-        point_start: Instant,
-        timeout: Duration,
-    ) -> RequestRecord {
-        self.send_from(target, plan, class, point_start, Instant::now(), timeout)
-            .await
+    pub async fn send(&self, dispatch: &Dispatch<'_>, plan: &PlannedRequest) -> RequestRecord {
+        self.send_from(dispatch, plan, Instant::now()).await
     }
 
     /// [`send`](Self::send) with the request's clock started at `t0`: the instant its sender
@@ -164,53 +169,38 @@ impl BenchClient {
     /// so no request it starts can carry a start past the deadline).
     pub async fn send_from(
         &self,
-        target: &Destination,
+        dispatch: &Dispatch<'_>,
         plan: &PlannedRequest,
-        class: &str,
-        point_start: Instant,
         t0: Instant,
-        timeout: Duration,
     ) -> RequestRecord {
         let st = StreamState::default();
-        self.measure(st, target, plan, class, point_start, t0, timeout)
-            .await
-            .record
+        self.measure(st, dispatch, plan, t0).await.record
     }
 
     /// [`send`](Self::send), keeping the reply's text as well (a session's next turn sends
     /// it back).
     pub async fn send_keeping_reply(
         &self,
-        target: &Destination,
+        dispatch: &Dispatch<'_>,
         plan: &PlannedRequest,
-        class: &str,
-        point_start: Instant,
-        timeout: Duration,
     ) -> Reply {
         let st = StreamState::keeping_reply();
-        self.measure(
-            st,
-            target,
-            plan,
-            class,
-            point_start,
-            Instant::now(),
-            timeout,
-        )
-        .await
+        self.measure(st, dispatch, plan, Instant::now()).await
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn measure(
         &self,
         mut st: StreamState,
-        target: &Destination,
+        dispatch: &Dispatch<'_>,
         plan: &PlannedRequest,
-        class: &str,
-        point_start: Instant,
         t0: Instant,
-        timeout: Duration,
     ) -> Reply {
+        let Dispatch {
+            target,
+            class,
+            point_start,
+            timeout,
+        } = *dispatch;
         let exchange = self.exchange(target, plan, &mut st);
         let end = match tokio::time::timeout(timeout, exchange).await {
             Ok(end) => end,

@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::client::{BenchClient, Destination, PlannedRequest, Prompt, RequestRecord};
+use super::client::{BenchClient, Destination, Dispatch, PlannedRequest, Prompt, RequestRecord};
 use super::{Arrival, BenchError, LoadMode, LoadSpec, PointReport, Stop};
 
 /// Draws the gaps between open-loop arrivals. Pure: the caller decides what a gap means in
@@ -156,17 +156,13 @@ impl Shared {
         let plan = plan(&self.spec, index);
         self.progress.sent.fetch_add(1, Ordering::Relaxed);
         let class = self.names.get(plan.class).map_or("default", String::as_str);
-        let rec = self
-            .client
-            .send_from(
-                &self.target,
-                &plan,
-                class,
-                self.start,
-                t0,
-                self.spec.request_timeout,
-            )
-            .await;
+        let dispatch = Dispatch {
+            target: &self.target,
+            class,
+            point_start: self.start,
+            timeout: self.spec.request_timeout,
+        };
+        let rec = self.client.send_from(&dispatch, &plan, t0).await;
         self.progress.record(&rec);
         rec
     }

@@ -34,7 +34,7 @@ use hyper::Uri;
 
 use super::report::{ms3, tool, truncate, BenchReport, PointReport, SCHEMA_VERSION};
 use super::session_stats::{SessionResults, TurnStats};
-use super::spec::{join_url, validate_arrivals};
+use super::spec::{join_url, validate_arrivals, validate_bounds, Counted};
 use super::workload::session::SessionWorkload;
 use super::{Arrival, BenchError, Endpoint, LoadMode, Slo, Stop};
 
@@ -100,23 +100,7 @@ impl SessionSpec {
     /// Checks what the types cannot: a positive rate, a bounded stop, a usable URL and header.
     pub fn validate(&self) -> Result<(), BenchError> {
         validate_arrivals(self.rate, self.arrival, self.stop, "a session count")?;
-        match self.stop {
-            Stop::Sessions(0) => {
-                return Err(BenchError::Spec("sessions must be at least 1".into()))
-            }
-            Stop::Duration(d) if d.is_zero() => {
-                return Err(BenchError::Spec("duration must be > 0".into()))
-            }
-            Stop::Requests(_) => {
-                return Err(BenchError::Spec(
-                    "a session run stops after a number of sessions or a duration".into(),
-                ))
-            }
-            _ => {}
-        }
-        if self.request_timeout.is_zero() {
-            return Err(BenchError::Spec("request timeout must be > 0".into()));
-        }
+        validate_bounds(self.stop, self.request_timeout, Counted::Sessions)?;
         self.workload.validate()?;
         self.header_name()?;
         self.endpoint_uri().map(|_| ())

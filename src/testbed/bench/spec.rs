@@ -200,23 +200,7 @@ impl LoadSpec {
             }
             LoadMode::Closed { .. } => {}
         }
-        match self.stop {
-            Stop::Requests(0) => {
-                return Err(BenchError::Spec("requests must be at least 1".into()))
-            }
-            Stop::Duration(d) if d.is_zero() => {
-                return Err(BenchError::Spec("duration must be > 0".into()))
-            }
-            Stop::Sessions(_) => {
-                return Err(BenchError::Spec(
-                    "a session count stops session runs only".into(),
-                ))
-            }
-            _ => {}
-        }
-        if self.request_timeout.is_zero() {
-            return Err(BenchError::Spec("request timeout must be > 0".into()));
-        }
+        validate_bounds(self.stop, self.request_timeout, Counted::Requests)?;
         self.endpoint_uri().map(|_| ())
     }
 
@@ -248,6 +232,42 @@ pub(crate) fn validate_arrivals(
                 "burstiness must be a finite number > 0, got {burstiness}"
             )));
         }
+    }
+    Ok(())
+}
+
+/// What a run counts: which [`Stop`] counts bound it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Counted {
+    /// A request run ([`LoadSpec`]): [`Stop::Requests`] or a duration.
+    Requests,
+    /// A session run ([`SessionSpec`](super::SessionSpec)): [`Stop::Sessions`] or a duration.
+    Sessions,
+}
+
+/// Checks what bounds every request of a run that counts `counted`: a stop it can reach (at
+/// least one of what it counts, or a duration > 0) and a request timeout > 0. One place says
+/// which stop fits which run.
+pub(crate) fn validate_bounds(
+    stop: Stop,
+    request_timeout: Duration,
+    counted: Counted,
+) -> Result<(), BenchError> {
+    let refuse = |why: &str| Err(BenchError::Spec(why.into()));
+    match (stop, counted) {
+        (Stop::Requests(0), Counted::Requests) => return refuse("requests must be at least 1"),
+        (Stop::Sessions(0), Counted::Sessions) => return refuse("sessions must be at least 1"),
+        (Stop::Duration(d), _) if d.is_zero() => return refuse("duration must be > 0"),
+        (Stop::Sessions(_), Counted::Requests) => {
+            return refuse("a session count stops session runs only")
+        }
+        (Stop::Requests(_), Counted::Sessions) => {
+            return refuse("a session run stops after a number of sessions or a duration")
+        }
+        _ => {}
+    }
+    if request_timeout.is_zero() {
+        return refuse("request timeout must be > 0");
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::{Conversation, SessionReport, SessionSpec};
-use crate::testbed::bench::client::{BenchClient, Destination, RequestRecord};
+use crate::testbed::bench::client::{BenchClient, Destination, Dispatch, RequestRecord};
 use crate::testbed::bench::load::{ArrivalProcess, Progress};
 use crate::testbed::bench::report::PointReport;
 use crate::testbed::bench::session_stats::SessionResults;
@@ -156,6 +156,12 @@ impl Shared {
             .header
             .as_ref()
             .map(|name| (name.clone(), HeaderValue::from(session)));
+        let dispatch = Dispatch {
+            target: &self.target,
+            class: CLASS,
+            point_start: self.start,
+            timeout: self.spec.request_timeout,
+        };
         let mut records = Vec::with_capacity(draw.turns.len());
         // Bounded by the drawn number of turns.
         for (turn, draw) in (1u32..).zip(&draw.turns) {
@@ -164,16 +170,7 @@ impl Shared {
             let index = self.next_index.fetch_add(1, Ordering::Relaxed);
             let plan = conversation.request(index, draw.max_tokens, header.clone());
             self.progress.sent.fetch_add(1, Ordering::Relaxed);
-            let reply = self
-                .client
-                .send_keeping_reply(
-                    &self.target,
-                    &plan,
-                    CLASS,
-                    self.start,
-                    self.spec.request_timeout,
-                )
-                .await;
+            let reply = self.client.send_keeping_reply(&dispatch, &plan).await;
             self.progress.record(&reply.record);
             let mut record = reply.record;
             record.session = Some(session);

@@ -104,22 +104,27 @@ fn woken(origin: Instant, deadline: Instant) -> Duration {
     Duration::from_millis(u64::try_from(ms).expect("a test lasts less than an age"))
 }
 
-/// Llama-3.1-8B on an H100: steps that are not whole milliseconds, so the rounding is exercised.
-fn llama(edit: impl FnOnce(&mut SimConfig)) -> SimConfig {
+/// Starts, now, a replica of Llama-3.1-8B on an H100 (steps that are not whole milliseconds, so
+/// the rounding is exercised) as `edit` changes it. Returns the clock the test began at, the
+/// replica, and how long the engine waits for a step of `tokens` over `context` tokens (the
+/// modelled time stretched by `time_scale`).
+fn start_llama(
+    edit: impl FnOnce(&mut SimConfig),
+) -> (Instant, Replica, impl Fn(u64, u64) -> Duration) {
+    let origin = Instant::now();
     let mut config = SimConfig::profile("llama-3.1-8b-h100").expect("known profile");
     edit(&mut config);
-    config
+    let replica = Replica::start(&config);
+    let step = move |tokens, context| config.scaled(config.step_time(tokens, context));
+    (origin, replica, step)
 }
 
 #[tokio::test(start_paused = true)]
 async fn the_first_token_takes_the_prefill_step_and_each_next_one_a_decode_step() {
-    let origin = Instant::now();
-    let config = llama(|c| {
+    let (origin, replica, step) = start_llama(|c| {
         c.time_scale = 4.0;
         c.enable_prefix_caching = false;
     });
-    let step = |tokens, context| config.scaled(config.step_time(tokens, context));
-    let replica = Replica::start(&config);
     let (prompt_tokens, n) = (1000u64, 16u64);
     let mut ttfts = Vec::new();
     for round in 0..2u64 {
@@ -189,15 +194,12 @@ const RUNNING_TOKENS: u64 = 40;
 /// One stream decodes; when it has 5 tokens, a `LONG` prompt arrives. Checks every token of both
 /// against the schedule the budget gives, and returns what the two saw.
 async fn stall(budget: u64) -> Stall {
-    let origin = Instant::now();
-    let config = llama(|c| {
+    let (origin, replica, step) = start_llama(|c| {
         c.time_scale = 3.0;
         c.t_fixed = Duration::from_millis(4);
         c.max_num_batched_tokens = budget;
         c.enable_prefix_caching = false;
     });
-    let step = |tokens, context| config.scaled(config.step_time(tokens, context));
-    let replica = Replica::start(&config);
     let mut running = replica.submit(prompt(0, SHORT), RUNNING_TOKENS, false);
     let mut head = Vec::new();
     for _ in 0..5 {
@@ -287,10 +289,7 @@ async fn a_long_prefill_stalls_running_streams_and_chunking_trades_ttft_for_itl(
 
 #[tokio::test(start_paused = true)]
 async fn a_cached_prefix_is_not_prefilled_again() {
-    let origin = Instant::now();
-    let config = llama(|c| c.time_scale = 4.0);
-    let step = |tokens, context| config.scaled(config.step_time(tokens, context));
-    let replica = Replica::start(&config);
+    let (origin, replica, step) = start_llama(|c| c.time_scale = 4.0);
     // 4010 tokens: the first request leaves 250 whole 16-token blocks of its prompt (and the
     // partial 251st, with its output) in the cache.
     let tokens = 4010;
@@ -316,10 +315,7 @@ async fn a_cached_prefix_is_not_prefilled_again() {
 
 #[tokio::test(start_paused = true)]
 async fn a_pulled_prompt_costs_one_decode_sized_step() {
-    let origin = Instant::now();
-    let config = llama(|c| c.time_scale = 2.0);
-    let step = |tokens, context| config.scaled(config.step_time(tokens, context));
-    let replica = Replica::start(&config);
+    let (origin, replica, step) = start_llama(|c| c.time_scale = 2.0);
     let tokens = 4000;
     let pulled = follow(replica.submit(prompt(0, tokens), 2, true)).await;
     assert_eq!(

@@ -1,43 +1,52 @@
 use super::*;
 
-#[test]
-fn histogram_buckets_are_le_and_cumulative() {
-    let m = SimMetrics::new("m");
-    m.update(|s| {
-        s.ttft.observe(0.001);
-        s.ttft.observe(0.0011);
-        s.ttft.observe(5000.0);
-    });
-    let text = m.render();
-    for line in [
-        "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.001\"} 1\n",
-        "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.005\"} 2\n",
-        "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"2560.0\"} 2\n",
-        "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 3\n",
-        "vllm:time_to_first_token_seconds_count{model_name=\"m\"} 3\n",
-    ] {
-        assert!(text.contains(line), "missing {line:?} in\n{text}");
+/// Renders the metrics of `model` after `update` and checks that each of `blocks` (whole lines)
+/// stands in the exposition.
+fn assert_renders(model: &str, update: impl FnOnce(&mut MetricsState), blocks: &[&str]) {
+    let metrics = SimMetrics::new(model);
+    metrics.update(update);
+    let text = metrics.render();
+    for block in blocks {
+        assert!(text.contains(block), "missing {block:?} in\n{text}");
     }
 }
 
 #[test]
+fn histogram_buckets_are_le_and_cumulative() {
+    assert_renders(
+        "m",
+        |s| {
+            s.ttft.observe(0.001);
+            s.ttft.observe(0.0011);
+            s.ttft.observe(5000.0);
+        },
+        &[
+            "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.001\"} 1\n",
+            "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.005\"} 2\n",
+            "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"2560.0\"} 2\n",
+            "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 3\n",
+            "vllm:time_to_first_token_seconds_count{model_name=\"m\"} 3\n",
+        ],
+    );
+}
+
+#[test]
 fn gauges_counters_and_label_escaping() {
-    let m = SimMetrics::new("a\"b");
-    m.update(|s| {
-        s.running = 3;
-        s.kv_usage = 0.25;
-        s.prompt_tokens = 42;
-        s.success = 2;
-    });
-    let text = m.render();
-    for line in [
-        "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"a\\\"b\"} 3.0\n",
-        "vllm:kv_cache_usage_perc{model_name=\"a\\\"b\"} 0.25\n",
-        "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"a\\\"b\"} 42\n",
-        "vllm:request_success_total{model_name=\"a\\\"b\",finished_reason=\"length\"} 2\n",
-    ] {
-        assert!(text.contains(line), "missing {line:?} in\n{text}");
-    }
+    assert_renders(
+        "a\"b",
+        |s| {
+            s.running = 3;
+            s.kv_usage = 0.25;
+            s.prompt_tokens = 42;
+            s.success = 2;
+        },
+        &[
+            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"a\\\"b\"} 3.0\n",
+            "vllm:kv_cache_usage_perc{model_name=\"a\\\"b\"} 0.25\n",
+            "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name=\"a\\\"b\"} 42\n",
+            "vllm:request_success_total{model_name=\"a\\\"b\",finished_reason=\"length\"} 2\n",
+        ],
+    );
 }
 
 #[test]
@@ -105,23 +114,22 @@ fn prompt_sources_follow_vllms_arithmetic() {
 
 #[test]
 fn kv_transfer_counters_are_rendered_by_label() {
-    let m = SimMetrics::new("m");
-    m.update(|s| {
-        s.kv_transfer_sent = 4000;
-        s.kv_transfer_received = 17;
-        s.prompt_sources.record(4000, 3999, 3999);
-    });
-    let text = m.render();
-    for block in [
-        "# HELP vllm:kv_transfer_tokens_total Prompt tokens whose KV cache was sent to or received from another replica.\n\
-         # TYPE vllm:kv_transfer_tokens_total counter\n\
-         vllm:kv_transfer_tokens_total{model_name=\"m\",direction=\"sent\"} 4000\n\
-         vllm:kv_transfer_tokens_total{model_name=\"m\",direction=\"received\"} 17\n",
-        "# TYPE vllm:prompt_tokens_by_source_total counter\n\
-         vllm:prompt_tokens_by_source_total{model_name=\"m\",source=\"local_compute\"} 1\n\
-         vllm:prompt_tokens_by_source_total{model_name=\"m\",source=\"local_cache_hit\"} 1\n\
-         vllm:prompt_tokens_by_source_total{model_name=\"m\",source=\"external_kv_transfer\"} 3999\n",
-    ] {
-        assert!(text.contains(block), "missing {block:?} in\n{text}");
-    }
+    assert_renders(
+        "m",
+        |s| {
+            s.kv_transfer_sent = 4000;
+            s.kv_transfer_received = 17;
+            s.prompt_sources.record(4000, 3999, 3999);
+        },
+        &[
+            "# HELP vllm:kv_transfer_tokens_total Prompt tokens whose KV cache was sent to or received from another replica.\n\
+             # TYPE vllm:kv_transfer_tokens_total counter\n\
+             vllm:kv_transfer_tokens_total{model_name=\"m\",direction=\"sent\"} 4000\n\
+             vllm:kv_transfer_tokens_total{model_name=\"m\",direction=\"received\"} 17\n",
+            "# TYPE vllm:prompt_tokens_by_source_total counter\n\
+             vllm:prompt_tokens_by_source_total{model_name=\"m\",source=\"local_compute\"} 1\n\
+             vllm:prompt_tokens_by_source_total{model_name=\"m\",source=\"local_cache_hit\"} 1\n\
+             vllm:prompt_tokens_by_source_total{model_name=\"m\",source=\"external_kv_transfer\"} 3999\n",
+        ],
+    );
 }

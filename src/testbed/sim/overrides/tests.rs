@@ -16,6 +16,13 @@ fn flags_error(flags: SimOverrides, why: &str) -> String {
         .to_string()
 }
 
+/// Checks that the error of something refused (`why`) names each of `names`.
+fn assert_names(err: &str, why: &str, names: &[&str]) {
+    for name in names {
+        assert!(err.contains(name), "{why}: the error names {name}: {err}");
+    }
+}
+
 #[test]
 fn file_then_flags_override_the_profile() {
     let file = parse(
@@ -59,41 +66,50 @@ fn example_files_resolve() {
 }
 
 #[test]
-fn unknown_keys_are_named() {
-    let err = parse_error("max_num_seq = 4\n", "typo must be rejected");
-    assert!(
-        err.contains("max_num_seq") && err.contains("test.toml"),
-        "error names key and file: {err}"
-    );
+fn refused_files_name_what_is_wrong() {
+    // (file, why it is refused, what its error must name)
+    let cases: [(&str, &str, &[&str]); 3] = [
+        ("max_num_seq = 4\n", "a typo", &["max_num_seq", "test.toml"]),
+        ("t_fixed = \"soon\"\n", "a bad duration", &["t_fixed"]),
+        (
+            "kv_transfer_fault = \"sometimes\"\n",
+            "an unknown fault",
+            &["kv_transfer_fault", "decode"],
+        ),
+    ];
+    for (text, why, names) in cases {
+        assert_names(&parse_error(text, why), why, names);
+    }
 }
 
 #[test]
-fn bad_values_are_placed() {
-    let err = parse_error("t_fixed = \"soon\"\n", "bad duration");
-    assert!(err.contains("t_fixed"), "error names the key: {err}");
-}
-
-#[test]
-fn unknown_profile_lists_the_known_ones() {
-    let flags = SimOverrides {
+fn refused_flags_name_what_is_wrong() {
+    let profile = SimOverrides {
         profile: Some("gpt-9".to_owned()),
         ..SimOverrides::default()
     };
-    let err = flags_error(flags, "unknown profile");
-    assert!(
-        err.contains("gpt-9") && err.contains("llama-3.1-8b-h100"),
-        "helpful error: {err}"
-    );
-}
-
-#[test]
-fn invalid_result_is_rejected() {
-    let flags = SimOverrides {
+    let efficiency = SimOverrides {
         eff_compute: Some(0.0),
         ..SimOverrides::default()
     };
-    let err = flags_error(flags, "zero efficiency");
-    assert!(err.contains("eff_compute"), "error names the knob: {err}");
+    let bandwidth = SimOverrides {
+        kv_link_bandwidth: Some(0.0),
+        ..SimOverrides::default()
+    };
+    // (flags, why they are refused, what the error must name: an unknown profile lists the
+    // known ones)
+    let cases: [(SimOverrides, &str, &[&str]); 3] = [
+        (
+            profile,
+            "an unknown profile",
+            &["gpt-9", "llama-3.1-8b-h100"],
+        ),
+        (efficiency, "a zero efficiency", &["eff_compute"]),
+        (bandwidth, "a zero bandwidth", &["kv_link_bandwidth"]),
+    ];
+    for (flags, why, names) in cases {
+        assert_names(&flags_error(flags, why), why, names);
+    }
 }
 
 #[test]
@@ -121,24 +137,6 @@ fn kv_transfer_knobs_from_file_and_flags() {
         (config.kv_link_bandwidth, config.kv_transfer_fault),
         (25e9, KvTransferFault::None),
         "the default profile's link, no fault"
-    );
-}
-
-#[test]
-fn kv_transfer_knob_errors_name_the_key() {
-    let err = parse_error("kv_transfer_fault = \"sometimes\"\n", "unknown fault");
-    assert!(
-        err.contains("kv_transfer_fault") && err.contains("decode"),
-        "error names the key and the choices: {err}"
-    );
-    let flags = SimOverrides {
-        kv_link_bandwidth: Some(0.0),
-        ..SimOverrides::default()
-    };
-    let err = flags_error(flags, "zero bandwidth");
-    assert!(
-        err.contains("kv_link_bandwidth"),
-        "error names the knob: {err}"
     );
 }
 

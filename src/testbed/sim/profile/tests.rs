@@ -1,3 +1,5 @@
+use std::ops::RangeInclusive;
+
 use super::*;
 
 fn ms(d: Duration) -> f64 {
@@ -41,54 +43,42 @@ fn formula_is_exact() {
     );
 }
 
-#[test]
-fn llama_8b_ballparks() {
-    let c = profile("llama-3.1-8b-h100");
-    let batch1 = ms(c.step_time(1, 1000));
-    assert!(
-        (6.0..=7.0).contains(&batch1),
-        "8B decode at batch 1: {batch1} ms, want 6-7"
-    );
-    let batch128 = ms(c.step_time(128, 128 * 2048));
-    assert!(
-        (18.0..=22.0).contains(&batch128),
-        "8B decode at batch 128 x 2k: {batch128} ms, want ~20"
-    );
-    let prefill = 8192.0 / c.step_time(8192, 8192).as_secs_f64();
-    assert!(
-        (15_000.0..=25_000.0).contains(&prefill),
-        "8B prefill {prefill} tok/s, want 15-25k"
-    );
-    let stall = c.step_time(8192, 8192).as_secs_f64();
-    assert!(
-        (0.3..=0.5).contains(&stall),
-        "8k prefill chunk stalls a step by {stall} s, want 0.3-0.5"
-    );
+/// Checks that a profile's `figure` (`what`, with its unit) lands in `want`, where published
+/// measurements put it.
+fn assert_ballpark(figure: f64, want: RangeInclusive<f64>, what: &str) {
+    assert!(want.contains(&figure), "{what}: {figure}, want {want:?}");
 }
 
 #[test]
-fn llama_70b_ballparks() {
-    let c = profile("llama-3.1-70b-4xh100");
-    let batch1 = ms(c.step_time(1, 1000));
-    assert!(
-        (15.0..=17.0).contains(&batch1),
-        "70B decode at batch 1: {batch1} ms, want 15-17"
-    );
-    let prefill = 8192.0 / c.step_time(8192, 8192).as_secs_f64();
-    assert!(
-        (7_000.0..=10_000.0).contains(&prefill),
-        "70B prefill {prefill} tok/s, want 7-10k"
-    );
+fn llama_decode_and_prefill_ballparks() {
+    // (profile, decode step at batch 1 in ms, prefill in tok/s)
+    let cases = [
+        ("llama-3.1-8b-h100", 6.0..=7.0, 15_000.0..=25_000.0),
+        ("llama-3.1-70b-4xh100", 15.0..=17.0, 7_000.0..=10_000.0),
+    ];
+    for (name, decode_ms, prefill_tok_s) in cases {
+        let c = profile(name);
+        let batch1 = ms(c.step_time(1, 1000));
+        assert_ballpark(batch1, decode_ms, &format!("{name}: decode at batch 1, ms"));
+        let prefill = 8192.0 / c.step_time(8192, 8192).as_secs_f64();
+        assert_ballpark(prefill, prefill_tok_s, &format!("{name}: prefill, tok/s"));
+    }
+}
+
+#[test]
+fn llama_8b_ballparks_at_scale() {
+    let c = profile("llama-3.1-8b-h100");
+    let batch128 = ms(c.step_time(128, 128 * 2048));
+    assert_ballpark(batch128, 18.0..=22.0, "8B decode at batch 128 x 2k, ms");
+    let stall = c.step_time(8192, 8192).as_secs_f64();
+    assert_ballpark(stall, 0.3..=0.5, "an 8k prefill chunk stalls a step by, s");
 }
 
 #[test]
 fn fast_profile_is_fast() {
     let c = profile("fast");
     let step = ms(c.step_time(1, 100));
-    assert!(
-        (1.0..=1.5).contains(&step),
-        "fast decode step {step} ms, want ~1"
-    );
+    assert_ballpark(step, 1.0..=1.5, "fast decode step, ms (~1)");
 }
 
 #[test]
@@ -126,10 +116,10 @@ fn kv_transfer_time_is_bytes_over_link_bandwidth() {
         Duration::from_secs_f64(4000.0 * 131_072.0 / 25e9),
         "4000 tokens x 128 KiB over 25 GB/s"
     );
-    let ms_4k = ms(c.kv_transfer_time(4000));
-    assert!(
-        (20.0..=22.0).contains(&ms_4k),
-        "8B: a 4k prompt's KV (0.5 GB) moves in ~21 ms, a tenth of its prefill: {ms_4k}"
+    assert_ballpark(
+        ms(c.kv_transfer_time(4000)),
+        20.0..=22.0,
+        "8B: a 4k prompt's KV (0.5 GB) moves in ~21 ms, a tenth of its prefill",
     );
     assert_eq!(
         profile("llama-3.1-70b-4xh100").kv_link_bandwidth,
