@@ -21,7 +21,8 @@ use serde::de::MapAccess;
 use serde::Deserialize;
 
 use super::event::{EventSummary, Usage};
-use super::walk::{self, is_nonempty_string, Count, Lenient, Pick, UsageMember};
+use super::output::{Holds, Output, OutputKey};
+use super::walk::{self, Count, Lenient, Pick, UsageMember};
 use kind::Kind;
 
 /// Classifies one event; `event` is its SSE `event:` field. The skimming fast path
@@ -139,6 +140,7 @@ enum TopKey {
     Other,
 }
 
+/// A content block delta's members: output is non-empty text, thinking or tool-input JSON.
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
 enum DeltaKey {
@@ -169,7 +171,9 @@ impl<'de> Pick<'de> for TopPick {
         walk::members(map, Top::default(), |top, key: TopKey, map| {
             match key {
                 TopKey::Type => top.kind = Kind::of_raw(map.next_value()?),
-                TopKey::Delta => top.delta = map.next_value_seed(Lenient(DeltaPick))?,
+                TopKey::Delta => {
+                    top.delta = map.next_value_seed(Lenient(Output::<DeltaKey>::pick()))?;
+                }
                 TopKey::Usage => top.usage = map.next_value_seed(Lenient(CountsPick))?,
                 TopKey::Message => {
                     top.message_usage = map.next_value_seed(Lenient(UsageMember(CountsPick)))?;
@@ -181,22 +185,12 @@ impl<'de> Pick<'de> for TopPick {
     }
 }
 
-/// A content block delta: output is non-empty text, thinking or tool-input JSON.
-struct DeltaPick;
-
-impl<'de> Pick<'de> for DeltaPick {
-    type Out = bool;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
-        walk::members(map, false, |output, key: DeltaKey, map| {
-            match key {
-                DeltaKey::Text | DeltaKey::Thinking | DeltaKey::PartialJson => {
-                    *output |= is_nonempty_string(map.next_value()?);
-                }
-                DeltaKey::Other => walk::skip(map)?,
-            }
-            Ok(())
-        })
+impl OutputKey for DeltaKey {
+    fn holds(&self) -> Holds {
+        match self {
+            DeltaKey::Text | DeltaKey::Thinking | DeltaKey::PartialJson => Holds::Text,
+            DeltaKey::Other => Holds::Nothing,
+        }
     }
 }
 

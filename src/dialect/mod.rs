@@ -43,6 +43,7 @@ pub mod llamacpp;
 pub mod ollama;
 pub mod openai;
 mod operation;
+mod output;
 pub mod responses;
 pub(crate) mod skim;
 pub mod tgi;

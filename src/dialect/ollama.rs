@@ -16,9 +16,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage};
-use super::walk::{
-    self, is_non_null, is_nonempty_array, is_nonempty_string, Count, Flag, Lenient, Pick,
-};
+use super::output::{Holds, Output, OutputKey};
+use super::walk::{self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Pick};
 
 /// Classifies one line.
 pub fn classify(data: &[u8]) -> EventSummary {
@@ -72,6 +71,7 @@ enum TopKey {
     Other,
 }
 
+/// A chat `message`'s members: output is content, thinking or tool calls.
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
 enum MessageKey {
@@ -90,7 +90,9 @@ impl<'de> Pick<'de> for TopPick {
     fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
         walk::members(map, Top::default(), |top, key: TopKey, map| {
             match key {
-                TopKey::Message => top.output |= map.next_value_seed(Lenient(MessagePick))?,
+                TopKey::Message => {
+                    top.output |= map.next_value_seed(Lenient(Output::<MessageKey>::pick()))?;
+                }
                 TopKey::Response | TopKey::Thinking => {
                     top.output |= is_nonempty_string(map.next_value()?);
                 }
@@ -109,23 +111,13 @@ impl<'de> Pick<'de> for TopPick {
     }
 }
 
-/// A chat `message`: output is content, thinking or tool calls.
-struct MessagePick;
-
-impl<'de> Pick<'de> for MessagePick {
-    type Out = bool;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
-        walk::members(map, false, |output, key: MessageKey, map| {
-            match key {
-                MessageKey::Content | MessageKey::Thinking => {
-                    *output |= is_nonempty_string(map.next_value()?);
-                }
-                MessageKey::ToolCalls => *output |= is_nonempty_array(map.next_value()?),
-                MessageKey::Other => walk::skip(map)?,
-            }
-            Ok(())
-        })
+impl OutputKey for MessageKey {
+    fn holds(&self) -> Holds {
+        match self {
+            MessageKey::Content | MessageKey::Thinking => Holds::Text,
+            MessageKey::ToolCalls => Holds::List,
+            MessageKey::Other => Holds::Nothing,
+        }
     }
 }
 

@@ -30,9 +30,8 @@ use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage, UsagePick};
 use super::llamacpp::TimingsPick;
-use super::walk::{
-    self, is_non_null, is_nonempty_array, is_nonempty_string, Lenient, Pick, UsageMember,
-};
+use super::output::{Holds, Output, OutputKey};
+use super::walk::{self, is_non_null, is_nonempty_string, Lenient, Pick, UsageMember};
 use choices::Choices;
 
 mod choices;
@@ -154,6 +153,8 @@ enum ChoiceKey {
     Other,
 }
 
+/// A chat `delta`'s members: output is content, reasoning (both spellings servers use) or tool
+/// calls.
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
 enum DeltaKey {
@@ -227,7 +228,9 @@ impl<'de> Pick<'de> for ChoicePick {
     fn map<A: MapAccess<'de>>(self, map: A) -> Result<Choices, A::Error> {
         walk::members(map, Choices::default(), |choice, key: ChoiceKey, map| {
             match key {
-                ChoiceKey::Delta => choice.token |= map.next_value_seed(Lenient(DeltaPick))?,
+                ChoiceKey::Delta => {
+                    choice.token |= map.next_value_seed(Lenient(Output::<DeltaKey>::pick()))?;
+                }
                 ChoiceKey::Text => choice.token |= is_nonempty_string(map.next_value()?),
                 ChoiceKey::FinishReason => choice.finish |= is_non_null(map.next_value()?),
                 ChoiceKey::Other => walk::skip(map)?,
@@ -237,22 +240,12 @@ impl<'de> Pick<'de> for ChoicePick {
     }
 }
 
-/// A chat `delta`: output is content, reasoning (both spellings servers use) or tool calls.
-struct DeltaPick;
-
-impl<'de> Pick<'de> for DeltaPick {
-    type Out = bool;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
-        walk::members(map, false, |token, key: DeltaKey, map| {
-            match key {
-                DeltaKey::Content | DeltaKey::Reasoning | DeltaKey::ReasoningContent => {
-                    *token |= is_nonempty_string(map.next_value()?);
-                }
-                DeltaKey::ToolCalls => *token |= is_nonempty_array(map.next_value()?),
-                DeltaKey::Other => walk::skip(map)?,
-            }
-            Ok(())
-        })
+impl OutputKey for DeltaKey {
+    fn holds(&self) -> Holds {
+        match self {
+            DeltaKey::Content | DeltaKey::Reasoning | DeltaKey::ReasoningContent => Holds::Text,
+            DeltaKey::ToolCalls => Holds::List,
+            DeltaKey::Other => Holds::Nothing,
+        }
     }
 }

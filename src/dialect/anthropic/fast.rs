@@ -6,6 +6,7 @@
 //! member by member (`tests/e2e/dialect_skim.rs` checks both agree).
 
 use super::kind::Kind;
+use crate::dialect::output::{self, Holds};
 use crate::dialect::skim::Skim;
 use crate::dialect::EventSummary;
 
@@ -48,14 +49,8 @@ pub(super) fn classify(event: &[u8], data: &[u8]) -> Option<EventSummary> {
 
 /// A content block delta: whether it carries non-empty text, thinking or tool-input JSON.
 fn delta_output(skim: &mut Skim<'_>) -> Option<bool> {
-    skim.enter_object()?;
-    let mut output = false;
-    let mut first = true;
-    while let Some(name) = skim.next_member(&mut first)? {
-        match name {
-            b"text" | b"thinking" | b"partial_json" => output |= skim.skip_is_nonempty_string()?,
-            _ => skim.skip()?,
-        }
-    }
-    Some(output)
+    output::skimmed(skim, |name| match name {
+        b"text" | b"thinking" | b"partial_json" => Holds::Text,
+        _ => Holds::Nothing,
+    })
 }
