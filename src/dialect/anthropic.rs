@@ -22,7 +22,7 @@ use serde::Deserialize;
 
 use super::event::{EventSummary, Usage};
 use super::output::{Holds, Output, OutputKey};
-use super::walk::{self, Count, Lenient, Pick, UsageMember};
+use super::walk::{self, Count, Lenient, Members, Object, Pick, UsageMember};
 use kind::Kind;
 
 /// Classifies one event; `event` is its SSE `event:` field. The skimming fast path
@@ -41,7 +41,7 @@ pub fn classify_fast(event: &[u8], data: &[u8]) -> Option<EventSummary> {
 /// The definition: the serde walk of the whole event (the reference the fast path is tested
 /// against).
 pub fn classify_parsed(event: &[u8], data: &[u8]) -> EventSummary {
-    let Some(found) = walk::parse(data, TopPick) else {
+    let Some(found) = walk::parse(data, Object::<Top>::pick()) else {
         return EventSummary::default();
     };
     let Top {
@@ -162,26 +162,22 @@ enum UsageKey {
     Other,
 }
 
-struct TopPick;
+impl<'de> Members<'de> for Top {
+    type Key = TopKey;
 
-impl<'de> Pick<'de> for TopPick {
-    type Out = Top;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
-        walk::members(map, Top::default(), |top, key: TopKey, map| {
-            match key {
-                TopKey::Type => top.kind = Kind::of_raw(map.next_value()?),
-                TopKey::Delta => {
-                    top.delta = map.next_value_seed(Lenient(Output::<DeltaKey>::pick()))?;
-                }
-                TopKey::Usage => top.usage = map.next_value_seed(Lenient(CountsPick))?,
-                TopKey::Message => {
-                    top.message_usage = map.next_value_seed(Lenient(UsageMember(CountsPick)))?;
-                }
-                TopKey::Other => walk::skip(map)?,
+    fn member<A: MapAccess<'de>>(&mut self, key: TopKey, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            TopKey::Type => self.kind = Kind::of_raw(map.next_value()?),
+            TopKey::Delta => {
+                self.delta = map.next_value_seed(Lenient(Output::<DeltaKey>::pick()))?;
             }
-            Ok(())
-        })
+            TopKey::Usage => self.usage = map.next_value_seed(Lenient(CountsPick))?,
+            TopKey::Message => {
+                self.message_usage = map.next_value_seed(Lenient(UsageMember(CountsPick)))?;
+            }
+            TopKey::Other => walk::skip(map)?,
+        }
+        Ok(())
     }
 }
 

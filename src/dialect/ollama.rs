@@ -17,11 +17,11 @@ use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage};
 use super::output::{Holds, Output, OutputKey};
-use super::walk::{self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Pick};
+use super::walk::{self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Members, Object};
 
 /// Classifies one line.
 pub fn classify(data: &[u8]) -> EventSummary {
-    let Some(found) = walk::parse(data, TopPick) else {
+    let Some(found) = walk::parse(data, Object::<Top>::pick()) else {
         return EventSummary::default();
     };
     let Top {
@@ -82,32 +82,28 @@ enum MessageKey {
     Other,
 }
 
-struct TopPick;
+impl<'de> Members<'de> for Top {
+    type Key = TopKey;
 
-impl<'de> Pick<'de> for TopPick {
-    type Out = Top;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
-        walk::members(map, Top::default(), |top, key: TopKey, map| {
-            match key {
-                TopKey::Message => {
-                    top.output |= map.next_value_seed(Lenient(Output::<MessageKey>::pick()))?;
-                }
-                TopKey::Response | TopKey::Thinking => {
-                    top.output |= is_nonempty_string(map.next_value()?);
-                }
-                TopKey::Done => top.done = map.next_value_seed(Lenient(Flag))? == Some(true),
-                TopKey::PromptEvalCount => {
-                    top.usage.prompt_tokens = map.next_value_seed(Lenient(Count))?;
-                }
-                TopKey::EvalCount => {
-                    top.usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
-                }
-                TopKey::Error => top.error = is_non_null(map.next_value::<&RawValue>()?),
-                TopKey::Other => walk::skip(map)?,
+    fn member<A: MapAccess<'de>>(&mut self, key: TopKey, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            TopKey::Message => {
+                self.output |= map.next_value_seed(Lenient(Output::<MessageKey>::pick()))?;
             }
-            Ok(())
-        })
+            TopKey::Response | TopKey::Thinking => {
+                self.output |= is_nonempty_string(map.next_value()?);
+            }
+            TopKey::Done => self.done = map.next_value_seed(Lenient(Flag))? == Some(true),
+            TopKey::PromptEvalCount => {
+                self.usage.prompt_tokens = map.next_value_seed(Lenient(Count))?;
+            }
+            TopKey::EvalCount => {
+                self.usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
+            }
+            TopKey::Error => self.error = is_non_null(map.next_value::<&RawValue>()?),
+            TopKey::Other => walk::skip(map)?,
+        }
+        Ok(())
     }
 }
 

@@ -19,7 +19,7 @@ use serde::de::MapAccess;
 use serde::Deserialize;
 
 use super::event::{EventSummary, Usage, UsagePick};
-use super::walk::{self, is_nonempty_string, Lenient, Pick, UsageMember};
+use super::walk::{self, is_nonempty_string, Lenient, Members, Object, UsageMember};
 use kind::Kind;
 
 /// Classifies one event; `event` is its SSE `event:` field. The skimming fast path
@@ -38,7 +38,7 @@ pub fn classify_fast(event: &[u8], data: &[u8]) -> Option<EventSummary> {
 /// The definition: the serde walk of the whole event (the reference the fast path is tested
 /// against).
 pub fn classify_parsed(event: &[u8], data: &[u8]) -> EventSummary {
-    let Some(found) = walk::parse(data, TopPick) else {
+    let Some(found) = walk::parse(data, Object::<Top>::pick()) else {
         return EventSummary::default();
     };
     let Top { kind, delta, usage } = found;
@@ -76,23 +76,19 @@ enum TopKey {
     Other,
 }
 
-struct TopPick;
+impl<'de> Members<'de> for Top {
+    type Key = TopKey;
 
-impl<'de> Pick<'de> for TopPick {
-    type Out = Top;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
-        walk::members(map, Top::default(), |top, key: TopKey, map| {
-            match key {
-                TopKey::Type => top.kind = Kind::of_raw(map.next_value()?),
-                TopKey::Delta => top.delta = is_nonempty_string(map.next_value()?),
-                TopKey::Response => {
-                    top.usage = map.next_value_seed(Lenient(UsageMember(UsagePick::Responses)))?;
-                }
-                TopKey::Other => walk::skip(map)?,
+    fn member<A: MapAccess<'de>>(&mut self, key: TopKey, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            TopKey::Type => self.kind = Kind::of_raw(map.next_value()?),
+            TopKey::Delta => self.delta = is_nonempty_string(map.next_value()?),
+            TopKey::Response => {
+                self.usage = map.next_value_seed(Lenient(UsageMember(UsagePick::Responses)))?;
             }
-            Ok(())
-        })
+            TopKey::Other => walk::skip(map)?,
+        }
+        Ok(())
     }
 }
 
