@@ -22,6 +22,7 @@ use serde::Deserialize;
 
 use super::event::{EventSummary, Usage};
 use super::output::{Holds, Output, OutputKey};
+use super::typed::EventType;
 use super::walk::{self, Count, Lenient, Members, Object, Pick, UsageMember};
 use kind::Kind;
 
@@ -67,11 +68,8 @@ pub fn classify_parsed(event: &[u8], data: &[u8]) -> EventSummary {
         _ => None,
     };
     EventSummary {
-        token: kind == Kind::Delta && delta,
         usage,
-        error: kind == Kind::Error,
-        done: kind == Kind::Stop,
-        ..EventSummary::default()
+        ..kind.summary(delta)
     }
 }
 

@@ -48,6 +48,7 @@ pub mod responses;
 pub(crate) mod skim;
 pub mod tgi;
 pub mod triton;
+mod typed;
 pub(crate) mod walk;
 
 pub use choose::media_type;

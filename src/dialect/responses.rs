@@ -19,6 +19,7 @@ use serde::de::MapAccess;
 use serde::Deserialize;
 
 use super::event::{EventSummary, Usage, UsagePick};
+use super::typed::EventType;
 use super::walk::{self, is_nonempty_string, Lenient, Members, Object, UsageMember};
 use kind::Kind;
 
@@ -44,11 +45,8 @@ pub fn classify_parsed(event: &[u8], data: &[u8]) -> EventSummary {
     let Top { kind, delta, usage } = found;
     let kind = kind.unwrap_or_else(|| Kind::of(event));
     EventSummary {
-        token: kind == Kind::Delta && delta,
         usage,
-        error: matches!(kind, Kind::Failed | Kind::Error),
-        done: matches!(kind, Kind::Finished | Kind::Failed),
-        ..EventSummary::default()
+        ..kind.summary(delta)
     }
 }
 

@@ -8,42 +8,18 @@
 use super::kind::Kind;
 use crate::dialect::output::{self, Holds};
 use crate::dialect::skim::Skim;
-use crate::dialect::EventSummary;
+use crate::dialect::{typed, EventSummary};
 
 /// The event's summary, or `None` when the serde walk must decide.
 pub(super) fn classify(event: &[u8], data: &[u8]) -> Option<EventSummary> {
-    let mut skim = Skim::new(data);
-    skim.enter_object()?;
-    let mut kind = None;
-    let mut delta = false;
-    let mut first = true;
-    while let Some(name) = skim.next_member(&mut first)? {
-        match name {
-            b"type" => kind = skim.raw_str_or_skip()?.map(Kind::of),
-            b"delta" => {
-                delta = if skim.peek()? == b'{' {
-                    delta_output(&mut skim)?
-                } else {
-                    skim.skip_lenient()?;
-                    false
-                };
-            }
-            // Only `null` here; a usage or message object is read by the walk.
-            b"usage" | b"message" => {
-                if !skim.null()? {
-                    return None;
-                }
-            }
-            _ => skim.skip()?,
+    // A usage or message object is read by the walk.
+    typed::classify::<Kind>(event, data, &[b"usage", b"message"], |skim| {
+        if skim.peek()? == b'{' {
+            delta_output(skim)
+        } else {
+            skim.skip_lenient()?;
+            Some(false)
         }
-    }
-    skim.finish()?;
-    let kind = kind.unwrap_or_else(|| Kind::of(event));
-    Some(EventSummary {
-        token: kind == Kind::Delta && delta,
-        error: kind == Kind::Error,
-        done: kind == Kind::Stop,
-        ..EventSummary::default()
     })
 }
 

@@ -6,35 +6,11 @@
 
 use super::kind::Kind;
 use crate::dialect::skim::Skim;
+use crate::dialect::typed;
 use crate::dialect::EventSummary;
 
 /// The event's summary, or `None` when the serde walk must decide.
 pub(super) fn classify(event: &[u8], data: &[u8]) -> Option<EventSummary> {
-    let mut skim = Skim::new(data);
-    skim.enter_object()?;
-    let mut kind = None;
-    let mut delta = false;
-    let mut first = true;
-    while let Some(name) = skim.next_member(&mut first)? {
-        match name {
-            b"type" => kind = skim.raw_str_or_skip()?.map(Kind::of),
-            b"delta" => delta = skim.skip_is_nonempty_string()?,
-            // Only `null` here; a response object is read by the walk.
-            b"response" => {
-                if !skim.null()? {
-                    return None;
-                }
-            }
-            _ => skim.skip()?,
-        }
-    }
-    skim.finish()?;
-    let kind = kind.unwrap_or_else(|| Kind::of(event));
-    Some(EventSummary {
-        token: kind == Kind::Delta && delta,
-        usage: None,
-        error: matches!(kind, Kind::Failed | Kind::Error),
-        done: matches!(kind, Kind::Finished | Kind::Failed),
-        ..EventSummary::default()
-    })
+    // A response object is read by the walk.
+    typed::classify::<Kind>(event, data, &[b"response"], Skim::skip_is_nonempty_string)
 }
