@@ -21,8 +21,8 @@ use serde::de::MapAccess;
 use serde::Deserialize;
 
 use super::event::{EventSummary, Usage};
-use super::output::{Holds, Output, OutputKey};
-use super::typed::EventType;
+use super::output::{self, Holds, Output, OutputKey};
+use super::typed::{self, EventType};
 use super::walk::{self, Count, Lenient, Members, Object, Pick, UsageMember};
 use kind::Kind;
 
@@ -33,10 +33,19 @@ pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
     classify_fast(event, data).unwrap_or_else(|| classify_parsed(event, data))
 }
 
-/// The fast path alone: `None` when the event needs the full walk. Whenever it answers, it
-/// answers as [`classify_parsed`] does (the differential test `tests/e2e/dialect_skim.rs`).
+/// The fast path alone: the frequent events (`content_block_delta`, `content_block_start` /
+/// `_stop`, `ping`, `message_stop`, `error`) skimmed instead of walked ([`typed::classify`]).
+/// `None` when the event needs the full walk: `message_start` and `message_delta`, which carry a
+/// `message` or `usage` object (once per stream), and anything outside the skimmer's subset of
+/// JSON. Whenever it answers, it answers as [`classify_parsed`] does (the differential test
+/// `tests/e2e/dialect_skim.rs`).
 pub fn classify_fast(event: &[u8], data: &[u8]) -> Option<EventSummary> {
-    fast::classify(event, data)
+    typed::classify::<Kind>(event, data, &[b"usage", b"message"], |skim| {
+        output::skimmed(skim, |name| match name {
+            b"text" | b"thinking" | b"partial_json" => Holds::Text,
+            _ => Holds::Nothing,
+        })
+    })
 }
 
 /// The definition: the serde walk of the whole event (the reference the fast path is tested
@@ -210,7 +219,6 @@ impl<'de> Pick<'de> for CountsPick {
     }
 }
 
-mod fast;
 mod kind;
 #[cfg(test)]
 mod tests;

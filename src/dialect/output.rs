@@ -51,10 +51,15 @@ impl<'de, K: OutputKey + Deserialize<'de>> Pick<'de> for Output<K> {
     }
 }
 
-/// The fast path's reading of a delta object, the skim at its `{`: whether some member holds
-/// output, `holds` naming the members as the dialect's [`OutputKey`] does. `None` when the walk
-/// must decide.
+/// The fast path's reading of a delta, as the walk reads it with `Lenient(Output)`: whether the
+/// object holds output, `holds` naming its members as the dialect's [`OutputKey`] does; `null`, a
+/// boolean or an array is nothing. `None` when the walk must decide (a string or a number among
+/// them, see [`Skim::skip_lenient`]).
 pub(super) fn skimmed(skim: &mut Skim<'_>, holds: impl Fn(&[u8]) -> Holds) -> Option<bool> {
+    if skim.peek()? != b'{' {
+        skim.skip_lenient()?;
+        return Some(false);
+    }
     skim.enter_object()?;
     let mut output = false;
     let mut first = true;

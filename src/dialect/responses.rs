@@ -19,7 +19,8 @@ use serde::de::MapAccess;
 use serde::Deserialize;
 
 use super::event::{EventSummary, Usage, UsagePick};
-use super::typed::EventType;
+use super::skim::Skim;
+use super::typed::{self, EventType};
 use super::walk::{self, is_nonempty_string, Lenient, Members, Object, UsageMember};
 use kind::Kind;
 
@@ -30,10 +31,13 @@ pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
     classify_fast(event, data).unwrap_or_else(|| classify_parsed(event, data))
 }
 
-/// The fast path alone: `None` when the event needs the full walk. Whenever it answers, it
-/// answers as [`classify_parsed`] does (the differential test `tests/e2e/dialect_skim.rs`).
+/// The fast path alone: the output deltas and other small events skimmed instead of walked
+/// ([`typed::classify`]). `None` when the event needs the full walk: one with a `response` object
+/// (the lifecycle events, the terminal one with `usage`), and anything outside the skimmer's
+/// subset of JSON. Whenever it answers, it answers as [`classify_parsed`] does (the differential
+/// test `tests/e2e/dialect_skim.rs`).
 pub fn classify_fast(event: &[u8], data: &[u8]) -> Option<EventSummary> {
-    fast::classify(event, data)
+    typed::classify::<Kind>(event, data, &[b"response"], Skim::skip_is_nonempty_string)
 }
 
 /// The definition: the serde walk of the whole event (the reference the fast path is tested
@@ -90,7 +94,6 @@ impl<'de> Members<'de> for Top {
     }
 }
 
-mod fast;
 mod kind;
 #[cfg(test)]
 mod tests;

@@ -134,13 +134,7 @@ fn choice(skim: &mut Skim<'_>) -> Option<Choices> {
     let mut first = true;
     while let Some(name) = skim.next_member(&mut first)? {
         match name {
-            b"delta" => {
-                if skim.peek()? == b'{' {
-                    choice.token |= delta(skim)?;
-                } else {
-                    skim.skip_lenient()?;
-                }
-            }
+            b"delta" => choice.token |= delta(skim)?,
             b"text" => choice.token |= skim.skip_is_nonempty_string()?,
             b"finish_reason" => choice.finish |= skim.skip_is_non_null()?,
             _ => skim.skip()?,

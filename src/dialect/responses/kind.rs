@@ -1,7 +1,7 @@
 //! The event types the meter tells apart in a Responses stream, by the event's `type` (or its SSE
-//! `event:` name). Both readings of an event use them, the serde walk (`responses.rs`, the
-//! definition) and the skimming fast path (`fast.rs`), so they live in neither: the walk calls
-//! the fast path, and the fast path needs nothing of the walk.
+//! `event:` name), and what each means to the meter: the one [`EventType`] both readings of an
+//! event go by, the serde walk (the definition) and the fast path's skim
+//! ([`crate::dialect::typed::classify`]).
 use crate::dialect::typed::EventType;
 use crate::dialect::EventSummary;
 
