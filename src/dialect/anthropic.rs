@@ -21,7 +21,9 @@ use serde::de::MapAccess;
 use serde::Deserialize;
 
 use super::event::{EventSummary, Usage};
-use super::walk::{self, is_nonempty_string, Count, Lenient, Pick, UsageMember};
+use super::output::{self, Holds, Output, OutputKey};
+use super::typed::{self, EventType};
+use super::walk::{self, Count, Lenient, Members, Object, Pick, UsageMember};
 use kind::Kind;
 
 /// Classifies one event; `event` is its SSE `event:` field. The skimming fast path
@@ -31,16 +33,25 @@ pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
     classify_fast(event, data).unwrap_or_else(|| classify_parsed(event, data))
 }
 
-/// The fast path alone: `None` when the event needs the full walk. Whenever it answers, it
-/// answers as [`classify_parsed`] does (the differential test `tests/e2e/dialect_skim.rs`).
+/// The fast path alone: the frequent events (`content_block_delta`, `content_block_start` /
+/// `_stop`, `ping`, `message_stop`, `error`) skimmed instead of walked ([`typed::classify`]).
+/// `None` when the event needs the full walk: `message_start` and `message_delta`, which carry a
+/// `message` or `usage` object (once per stream), and anything outside the skimmer's subset of
+/// JSON. Whenever it answers, it answers as [`classify_parsed`] does (the differential test
+/// `tests/e2e/dialect_skim.rs`).
 pub fn classify_fast(event: &[u8], data: &[u8]) -> Option<EventSummary> {
-    fast::classify(event, data)
+    typed::classify::<Kind>(event, data, &[b"usage", b"message"], |skim| {
+        output::skimmed(skim, |name| match name {
+            b"text" | b"thinking" | b"partial_json" => Holds::Text,
+            _ => Holds::Nothing,
+        })
+    })
 }
 
 /// The definition: the serde walk of the whole event (the reference the fast path is tested
 /// against).
 pub fn classify_parsed(event: &[u8], data: &[u8]) -> EventSummary {
-    let Some(found) = walk::parse(data, TopPick) else {
+    let Some(found) = walk::parse(data, Object::<Top>::pick()) else {
         return EventSummary::default();
     };
     let Top {
@@ -66,11 +77,8 @@ pub fn classify_parsed(event: &[u8], data: &[u8]) -> EventSummary {
         _ => None,
     };
     EventSummary {
-        token: kind == Kind::Delta && delta,
         usage,
-        error: kind == Kind::Error,
-        done: kind == Kind::Stop,
-        ..EventSummary::default()
+        ..kind.summary(delta)
     }
 }
 
@@ -139,6 +147,7 @@ enum TopKey {
     Other,
 }
 
+/// A content block delta's members: output is non-empty text, thinking or tool-input JSON.
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
 enum DeltaKey {
@@ -160,43 +169,31 @@ enum UsageKey {
     Other,
 }
 
-struct TopPick;
+impl<'de> Members<'de> for Top {
+    type Key = TopKey;
 
-impl<'de> Pick<'de> for TopPick {
-    type Out = Top;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
-        walk::members(map, Top::default(), |top, key: TopKey, map| {
-            match key {
-                TopKey::Type => top.kind = Kind::of_raw(map.next_value()?),
-                TopKey::Delta => top.delta = map.next_value_seed(Lenient(DeltaPick))?,
-                TopKey::Usage => top.usage = map.next_value_seed(Lenient(CountsPick))?,
-                TopKey::Message => {
-                    top.message_usage = map.next_value_seed(Lenient(UsageMember(CountsPick)))?;
-                }
-                TopKey::Other => walk::skip(map)?,
+    fn member<A: MapAccess<'de>>(&mut self, key: TopKey, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            TopKey::Type => self.kind = Kind::of_raw(map.next_value()?),
+            TopKey::Delta => {
+                self.delta = map.next_value_seed(Lenient(Output::<DeltaKey>::pick()))?;
             }
-            Ok(())
-        })
+            TopKey::Usage => self.usage = map.next_value_seed(Lenient(CountsPick))?,
+            TopKey::Message => {
+                self.message_usage = map.next_value_seed(Lenient(UsageMember(CountsPick)))?;
+            }
+            TopKey::Other => walk::skip(map)?,
+        }
+        Ok(())
     }
 }
 
-/// A content block delta: output is non-empty text, thinking or tool-input JSON.
-struct DeltaPick;
-
-impl<'de> Pick<'de> for DeltaPick {
-    type Out = bool;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
-        walk::members(map, false, |output, key: DeltaKey, map| {
-            match key {
-                DeltaKey::Text | DeltaKey::Thinking | DeltaKey::PartialJson => {
-                    *output |= is_nonempty_string(map.next_value()?);
-                }
-                DeltaKey::Other => walk::skip(map)?,
-            }
-            Ok(())
-        })
+impl OutputKey for DeltaKey {
+    fn holds(&self) -> Holds {
+        match self {
+            DeltaKey::Text | DeltaKey::Thinking | DeltaKey::PartialJson => Holds::Text,
+            DeltaKey::Other => Holds::Nothing,
+        }
     }
 }
 
@@ -222,7 +219,6 @@ impl<'de> Pick<'de> for CountsPick {
     }
 }
 
-mod fast;
 mod kind;
 #[cfg(test)]
 mod tests;

@@ -19,11 +19,13 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage};
-use super::walk::{self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Millis, Pick};
+use super::walk::{
+    self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Members, Millis, Object, Pick,
+};
 
 /// Classifies the `data` of one event.
 pub fn classify(data: &[u8]) -> EventSummary {
-    let Some(found) = walk::parse(data, TopPick) else {
+    let Some(found) = walk::parse(data, Object::<Top>::pick()) else {
         return EventSummary::default();
     };
     let Top {
@@ -89,28 +91,24 @@ enum TimingsKey {
     Other,
 }
 
-struct TopPick;
+impl<'de> Members<'de> for Top {
+    type Key = TopKey;
 
-impl<'de> Pick<'de> for TopPick {
-    type Out = Top;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
-        walk::members(map, Top::default(), |top, key: TopKey, map| {
-            match key {
-                TopKey::Content => top.content = is_nonempty_string(map.next_value()?),
-                TopKey::Stop => top.stop = map.next_value_seed(Lenient(Flag))? == Some(true),
-                TopKey::TokensPredicted => {
-                    top.usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
-                }
-                TopKey::TokensEvaluated => {
-                    top.usage.prompt_tokens = map.next_value_seed(Lenient(Count))?;
-                }
-                TopKey::Timings => top.timings = map.next_value_seed(Lenient(TimingsPick))?,
-                TopKey::Error => top.error = is_non_null(map.next_value::<&RawValue>()?),
-                TopKey::Other => walk::skip(map)?,
+    fn member<A: MapAccess<'de>>(&mut self, key: TopKey, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            TopKey::Content => self.content = is_nonempty_string(map.next_value()?),
+            TopKey::Stop => self.stop = map.next_value_seed(Lenient(Flag))? == Some(true),
+            TopKey::TokensPredicted => {
+                self.usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
             }
-            Ok(())
-        })
+            TopKey::TokensEvaluated => {
+                self.usage.prompt_tokens = map.next_value_seed(Lenient(Count))?;
+            }
+            TopKey::Timings => self.timings = map.next_value_seed(Lenient(TimingsPick))?,
+            TopKey::Error => self.error = is_non_null(map.next_value::<&RawValue>()?),
+            TopKey::Other => walk::skip(map)?,
+        }
+        Ok(())
     }
 }
 

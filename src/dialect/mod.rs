@@ -43,10 +43,12 @@ pub mod llamacpp;
 pub mod ollama;
 pub mod openai;
 mod operation;
+mod output;
 pub mod responses;
 pub(crate) mod skim;
 pub mod tgi;
 pub mod triton;
+mod typed;
 pub(crate) mod walk;
 
 pub use choose::media_type;

@@ -16,13 +16,12 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage};
-use super::walk::{
-    self, is_non_null, is_nonempty_array, is_nonempty_string, Count, Flag, Lenient, Pick,
-};
+use super::output::{Holds, Output, OutputKey};
+use super::walk::{self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Members, Object};
 
 /// Classifies one line.
 pub fn classify(data: &[u8]) -> EventSummary {
-    let Some(found) = walk::parse(data, TopPick) else {
+    let Some(found) = walk::parse(data, Object::<Top>::pick()) else {
         return EventSummary::default();
     };
     let Top {
@@ -72,6 +71,7 @@ enum TopKey {
     Other,
 }
 
+/// A chat `message`'s members: output is content, thinking or tool calls.
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
 enum MessageKey {
@@ -82,50 +82,38 @@ enum MessageKey {
     Other,
 }
 
-struct TopPick;
+impl<'de> Members<'de> for Top {
+    type Key = TopKey;
 
-impl<'de> Pick<'de> for TopPick {
-    type Out = Top;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
-        walk::members(map, Top::default(), |top, key: TopKey, map| {
-            match key {
-                TopKey::Message => top.output |= map.next_value_seed(Lenient(MessagePick))?,
-                TopKey::Response | TopKey::Thinking => {
-                    top.output |= is_nonempty_string(map.next_value()?);
-                }
-                TopKey::Done => top.done = map.next_value_seed(Lenient(Flag))? == Some(true),
-                TopKey::PromptEvalCount => {
-                    top.usage.prompt_tokens = map.next_value_seed(Lenient(Count))?;
-                }
-                TopKey::EvalCount => {
-                    top.usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
-                }
-                TopKey::Error => top.error = is_non_null(map.next_value::<&RawValue>()?),
-                TopKey::Other => walk::skip(map)?,
+    fn member<A: MapAccess<'de>>(&mut self, key: TopKey, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            TopKey::Message => {
+                self.output |= map.next_value_seed(Lenient(Output::<MessageKey>::pick()))?;
             }
-            Ok(())
-        })
+            TopKey::Response | TopKey::Thinking => {
+                self.output |= is_nonempty_string(map.next_value()?);
+            }
+            TopKey::Done => self.done = map.next_value_seed(Lenient(Flag))? == Some(true),
+            TopKey::PromptEvalCount => {
+                self.usage.prompt_tokens = map.next_value_seed(Lenient(Count))?;
+            }
+            TopKey::EvalCount => {
+                self.usage.completion_tokens = map.next_value_seed(Lenient(Count))?;
+            }
+            TopKey::Error => self.error = is_non_null(map.next_value::<&RawValue>()?),
+            TopKey::Other => walk::skip(map)?,
+        }
+        Ok(())
     }
 }
 
-/// A chat `message`: output is content, thinking or tool calls.
-struct MessagePick;
-
-impl<'de> Pick<'de> for MessagePick {
-    type Out = bool;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
-        walk::members(map, false, |output, key: MessageKey, map| {
-            match key {
-                MessageKey::Content | MessageKey::Thinking => {
-                    *output |= is_nonempty_string(map.next_value()?);
-                }
-                MessageKey::ToolCalls => *output |= is_nonempty_array(map.next_value()?),
-                MessageKey::Other => walk::skip(map)?,
-            }
-            Ok(())
-        })
+impl OutputKey for MessageKey {
+    fn holds(&self) -> Holds {
+        match self {
+            MessageKey::Content | MessageKey::Thinking => Holds::Text,
+            MessageKey::ToolCalls => Holds::List,
+            MessageKey::Other => Holds::Nothing,
+        }
     }
 }
 

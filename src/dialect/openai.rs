@@ -30,8 +30,9 @@ use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage, UsagePick};
 use super::llamacpp::TimingsPick;
+use super::output::{Holds, Output, OutputKey};
 use super::walk::{
-    self, is_non_null, is_nonempty_array, is_nonempty_string, Lenient, Pick, UsageMember,
+    self, is_non_null, is_nonempty_string, Lenient, Members, Object, Pick, UsageMember,
 };
 use choices::Choices;
 
@@ -69,7 +70,7 @@ pub fn classify_parsed(data: &[u8]) -> EventSummary {
     if is_done(data) {
         return done();
     }
-    let Some(chunk) = walk::parse(data, ChunkPick) else {
+    let Some(chunk) = walk::parse(data, Object::<Chunk>::pick()) else {
         return EventSummary::default();
     };
     let Chunk {
@@ -154,6 +155,8 @@ enum ChoiceKey {
     Other,
 }
 
+/// A chat `delta`'s members: output is content, reasoning (both spellings servers use) or tool
+/// calls.
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
 enum DeltaKey {
@@ -167,34 +170,30 @@ enum DeltaKey {
 
 /// The top-level object. A repeated key is folded in (last `usage` wins, tokens accumulate):
 /// the event is still worth metering.
-struct ChunkPick;
+impl<'de> Members<'de> for Chunk {
+    type Key = ChunkKey;
 
-impl<'de> Pick<'de> for ChunkPick {
-    type Out = Chunk;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Chunk, A::Error> {
-        walk::members(map, Chunk::default(), |chunk, key: ChunkKey, map| {
-            match key {
-                ChunkKey::Choices => {
-                    if let Some(found) = map.next_value_seed(Lenient(ChoicesPick))? {
-                        let previous = chunk.choices.unwrap_or(Choices {
-                            empty: true,
-                            ..Choices::default()
-                        });
-                        chunk.choices = Some(Choices {
-                            empty: previous.empty && found.empty,
-                            token: previous.token || found.token,
-                            finish: previous.finish || found.finish,
-                        });
-                    }
+    fn member<A: MapAccess<'de>>(&mut self, key: ChunkKey, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            ChunkKey::Choices => {
+                if let Some(found) = map.next_value_seed(Lenient(ChoicesPick))? {
+                    let previous = self.choices.unwrap_or(Choices {
+                        empty: true,
+                        ..Choices::default()
+                    });
+                    self.choices = Some(Choices {
+                        empty: previous.empty && found.empty,
+                        token: previous.token || found.token,
+                        finish: previous.finish || found.finish,
+                    });
                 }
-                ChunkKey::Usage => chunk.usage = map.next_value_seed(Lenient(UsagePick::OpenAi))?,
-                ChunkKey::Timings => chunk.timings = map.next_value_seed(Lenient(TimingsPick))?,
-                ChunkKey::Error => chunk.error = map.next_value::<&RawValue>()?.get() != "null",
-                ChunkKey::Other => walk::skip(map)?,
             }
-            Ok(())
-        })
+            ChunkKey::Usage => self.usage = map.next_value_seed(Lenient(UsagePick::OpenAi))?,
+            ChunkKey::Timings => self.timings = map.next_value_seed(Lenient(TimingsPick))?,
+            ChunkKey::Error => self.error = map.next_value::<&RawValue>()?.get() != "null",
+            ChunkKey::Other => walk::skip(map)?,
+        }
+        Ok(())
     }
 }
 
@@ -209,7 +208,7 @@ impl<'de> Pick<'de> for ChoicesPick {
             empty: true,
             ..Choices::default()
         };
-        while let Some(choice) = seq.next_element_seed(Lenient(ChoicePick))? {
+        while let Some(choice) = seq.next_element_seed(Lenient(Object::<Choices>::pick()))? {
             choices.empty = false;
             choices.token |= choice.token;
             choices.finish |= choice.finish;
@@ -219,40 +218,28 @@ impl<'de> Pick<'de> for ChoicesPick {
 }
 
 /// One choice: a chat `delta` or a completions `text`, and its `finish_reason`.
-struct ChoicePick;
+impl<'de> Members<'de> for Choices {
+    type Key = ChoiceKey;
 
-impl<'de> Pick<'de> for ChoicePick {
-    type Out = Choices;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Choices, A::Error> {
-        walk::members(map, Choices::default(), |choice, key: ChoiceKey, map| {
-            match key {
-                ChoiceKey::Delta => choice.token |= map.next_value_seed(Lenient(DeltaPick))?,
-                ChoiceKey::Text => choice.token |= is_nonempty_string(map.next_value()?),
-                ChoiceKey::FinishReason => choice.finish |= is_non_null(map.next_value()?),
-                ChoiceKey::Other => walk::skip(map)?,
+    fn member<A: MapAccess<'de>>(&mut self, key: ChoiceKey, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            ChoiceKey::Delta => {
+                self.token |= map.next_value_seed(Lenient(Output::<DeltaKey>::pick()))?;
             }
-            Ok(())
-        })
+            ChoiceKey::Text => self.token |= is_nonempty_string(map.next_value()?),
+            ChoiceKey::FinishReason => self.finish |= is_non_null(map.next_value()?),
+            ChoiceKey::Other => walk::skip(map)?,
+        }
+        Ok(())
     }
 }
 
-/// A chat `delta`: output is content, reasoning (both spellings servers use) or tool calls.
-struct DeltaPick;
-
-impl<'de> Pick<'de> for DeltaPick {
-    type Out = bool;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
-        walk::members(map, false, |token, key: DeltaKey, map| {
-            match key {
-                DeltaKey::Content | DeltaKey::Reasoning | DeltaKey::ReasoningContent => {
-                    *token |= is_nonempty_string(map.next_value()?);
-                }
-                DeltaKey::ToolCalls => *token |= is_nonempty_array(map.next_value()?),
-                DeltaKey::Other => walk::skip(map)?,
-            }
-            Ok(())
-        })
+impl OutputKey for DeltaKey {
+    fn holds(&self) -> Holds {
+        match self {
+            DeltaKey::Content | DeltaKey::Reasoning | DeltaKey::ReasoningContent => Holds::Text,
+            DeltaKey::ToolCalls => Holds::List,
+            DeltaKey::Other => Holds::Nothing,
+        }
     }
 }

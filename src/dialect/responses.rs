@@ -19,7 +19,9 @@ use serde::de::MapAccess;
 use serde::Deserialize;
 
 use super::event::{EventSummary, Usage, UsagePick};
-use super::walk::{self, is_nonempty_string, Lenient, Pick, UsageMember};
+use super::skim::Skim;
+use super::typed::{self, EventType};
+use super::walk::{self, is_nonempty_string, Lenient, Members, Object, UsageMember};
 use kind::Kind;
 
 /// Classifies one event; `event` is its SSE `event:` field. The skimming fast path
@@ -29,26 +31,26 @@ pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
     classify_fast(event, data).unwrap_or_else(|| classify_parsed(event, data))
 }
 
-/// The fast path alone: `None` when the event needs the full walk. Whenever it answers, it
-/// answers as [`classify_parsed`] does (the differential test `tests/e2e/dialect_skim.rs`).
+/// The fast path alone: the output deltas and other small events skimmed instead of walked
+/// ([`typed::classify`]). `None` when the event needs the full walk: one with a `response` object
+/// (the lifecycle events, the terminal one with `usage`), and anything outside the skimmer's
+/// subset of JSON. Whenever it answers, it answers as [`classify_parsed`] does (the differential
+/// test `tests/e2e/dialect_skim.rs`).
 pub fn classify_fast(event: &[u8], data: &[u8]) -> Option<EventSummary> {
-    fast::classify(event, data)
+    typed::classify::<Kind>(event, data, &[b"response"], Skim::skip_is_nonempty_string)
 }
 
 /// The definition: the serde walk of the whole event (the reference the fast path is tested
 /// against).
 pub fn classify_parsed(event: &[u8], data: &[u8]) -> EventSummary {
-    let Some(found) = walk::parse(data, TopPick) else {
+    let Some(found) = walk::parse(data, Object::<Top>::pick()) else {
         return EventSummary::default();
     };
     let Top { kind, delta, usage } = found;
     let kind = kind.unwrap_or_else(|| Kind::of(event));
     EventSummary {
-        token: kind == Kind::Delta && delta,
         usage,
-        error: matches!(kind, Kind::Failed | Kind::Error),
-        done: matches!(kind, Kind::Finished | Kind::Failed),
-        ..EventSummary::default()
+        ..kind.summary(delta)
     }
 }
 
@@ -76,27 +78,22 @@ enum TopKey {
     Other,
 }
 
-struct TopPick;
+impl<'de> Members<'de> for Top {
+    type Key = TopKey;
 
-impl<'de> Pick<'de> for TopPick {
-    type Out = Top;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
-        walk::members(map, Top::default(), |top, key: TopKey, map| {
-            match key {
-                TopKey::Type => top.kind = Kind::of_raw(map.next_value()?),
-                TopKey::Delta => top.delta = is_nonempty_string(map.next_value()?),
-                TopKey::Response => {
-                    top.usage = map.next_value_seed(Lenient(UsageMember(UsagePick::Responses)))?;
-                }
-                TopKey::Other => walk::skip(map)?,
+    fn member<A: MapAccess<'de>>(&mut self, key: TopKey, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            TopKey::Type => self.kind = Kind::of_raw(map.next_value()?),
+            TopKey::Delta => self.delta = is_nonempty_string(map.next_value()?),
+            TopKey::Response => {
+                self.usage = map.next_value_seed(Lenient(UsageMember(UsagePick::Responses)))?;
             }
-            Ok(())
-        })
+            TopKey::Other => walk::skip(map)?,
+        }
+        Ok(())
     }
 }
 
-mod fast;
 mod kind;
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,4 @@
-use super::{Dialect, Usage};
+use super::{Dialect, EventSummary, Usage};
 
 /// The usage most classifier tests expect: `prompt` and `completion` tokens, no cache or prefill
 /// figure.
@@ -9,6 +9,24 @@ pub(super) fn usage(prompt: Option<u64>, completion: Option<u64>) -> Option<Usag
         cached_tokens: None,
         prefill_micros: None,
     })
+}
+
+/// A token event of exactly one token (TGI and Ollama say so per event).
+pub(super) fn one_token() -> EventSummary {
+    EventSummary {
+        token: true,
+        tokens: Some(1),
+        ..EventSummary::default()
+    }
+}
+
+/// A stream's last event as most dialects send it: `usage` and the end, no output.
+pub(super) fn last_event(usage: Option<Usage>) -> EventSummary {
+    EventSummary {
+        usage,
+        done: true,
+        ..EventSummary::default()
+    }
 }
 
 #[test]

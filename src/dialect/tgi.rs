@@ -17,11 +17,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage};
-use super::walk::{self, is_non_null, Count, Flag, Lenient, Pick};
+use super::walk::{self, is_non_null, Count, Flag, Lenient, Members, Object, Pick};
 
 /// Classifies the `data` of one event.
 pub fn classify(data: &[u8]) -> EventSummary {
-    let Some(found) = walk::parse(data, TopPick) else {
+    let Some(found) = walk::parse(data, Object::<Top>::pick()) else {
         return EventSummary::default();
     };
     let Top {
@@ -78,22 +78,18 @@ enum DetailsKey {
     Other,
 }
 
-struct TopPick;
+impl<'de> Members<'de> for Top {
+    type Key = TopKey;
 
-impl<'de> Pick<'de> for TopPick {
-    type Out = Top;
-
-    fn map<A: MapAccess<'de>>(self, map: A) -> Result<Top, A::Error> {
-        walk::members(map, Top::default(), |top, key: TopKey, map| {
-            match key {
-                TopKey::Token => top.token = map.next_value_seed(Lenient(TokenPick))?,
-                TopKey::Details => top.usage = map.next_value_seed(Lenient(DetailsPick))?,
-                TopKey::GeneratedText => top.done = is_non_null(map.next_value::<&RawValue>()?),
-                TopKey::Error => top.error = is_non_null(map.next_value::<&RawValue>()?),
-                TopKey::Other => walk::skip(map)?,
-            }
-            Ok(())
-        })
+    fn member<A: MapAccess<'de>>(&mut self, key: TopKey, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            TopKey::Token => self.token = map.next_value_seed(Lenient(TokenPick))?,
+            TopKey::Details => self.usage = map.next_value_seed(Lenient(DetailsPick))?,
+            TopKey::GeneratedText => self.done = is_non_null(map.next_value::<&RawValue>()?),
+            TopKey::Error => self.error = is_non_null(map.next_value::<&RawValue>()?),
+            TopKey::Other => walk::skip(map)?,
+        }
+        Ok(())
     }
 }
 

@@ -9,6 +9,7 @@
 //! form, so a key or value spelled with escapes simply does not match.
 
 use std::fmt;
+use std::marker::PhantomData;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -81,6 +82,35 @@ where
         read(&mut out, key, &mut map)?;
     }
     Ok(out)
+}
+
+/// What an object is read into, member by member: `Self` starts as `Self::default()` and each
+/// member keyed by a [`Key`](Members::Key) is handed to [`member`](Members::member). Its pick
+/// is [`Object`], so a struct that says how its members are read needs no pick of its own.
+pub(super) trait Members<'de>: Default {
+    /// The member names worth reading: an enum whose `#[serde(other)]` variant stands for every
+    /// other name.
+    type Key: Deserialize<'de>;
+
+    /// Reads the value of the member `key`, or [`skip`]s it: exactly one value per key.
+    fn member<A: MapAccess<'de>>(&mut self, key: Self::Key, map: &mut A) -> Result<(), A::Error>;
+}
+
+/// The pick of an object read into `T` (see [`Members`]); any other shape is `T::default()`.
+pub(super) struct Object<T>(PhantomData<fn() -> T>);
+
+impl<T> Object<T> {
+    pub(super) fn pick() -> Self {
+        Object(PhantomData)
+    }
+}
+
+impl<'de, T: Members<'de>> Pick<'de> for Object<T> {
+    type Out = T;
+
+    fn map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        members(map, T::default(), |out, key, map| out.member(key, map))
+    }
 }
 
 /// Skips the value of a member the pick does not want, unread.

@@ -72,38 +72,11 @@ pub fn name(
     if spans.is_empty() {
         return None;
     }
-    let mut chain = Chain::new(model.unwrap_or(""), block_bytes.max(1));
-    let mut key = None;
+    let mut naming = Naming::new(model, block_bytes);
     for (name, text) in spans.in_order(body) {
-        chain.feed(name.as_bytes());
-        chain.feed(&[END_VALUE]);
-        let conversation = matches!(name, "messages" | "input");
-        let mut de = serde_json::Deserializer::from_str(text);
-        let first_user = Walk {
-            chain: &mut chain,
-            roles: conversation,
-        }
-        .deserialize(&mut de)
-        .ok()?;
-        if key.is_none() {
-            key = first_user;
-        }
-        chain.feed(&[END_ITEM]);
+        naming.member(name, text)?;
     }
-    let (key, key_bytes) = key.unwrap_or_else(|| {
-        let whole = chain.blocks.len().min(key_blocks);
-        match whole {
-            0 => (chain.mark(), chain.bytes),
-            n => (chain.blocks[n - 1], (n * chain.block_bytes) as u64),
-        }
-    });
-    Some(PromptPrefix {
-        blocks: chain.blocks,
-        key,
-        key_bytes,
-        bytes: chain.bytes,
-        block_bytes: chain.block_bytes as u64,
-    })
+    Some(naming.finish(key_blocks))
 }
 
 /// Reads `body` and names its prompt (see [`name`]): for a body nothing has read yet.
@@ -121,6 +94,60 @@ pub fn read(
         block_bytes,
         key_blocks,
     )
+}
+
+/// One prompt being named, member by member in [`super::PROMPT_MEMBERS`] order: the chain and
+/// the conversation's key once its first user message is seen.
+struct Naming {
+    chain: Chain,
+    key: Option<(u64, u64)>,
+}
+
+impl Naming {
+    fn new(model: Option<&str>, block_bytes: usize) -> Self {
+        Self {
+            chain: Chain::new(model.unwrap_or(""), block_bytes.max(1)),
+            key: None,
+        }
+    }
+
+    /// Feeds one prompt member: its name, then the value whose JSON `text` it has. `None` when
+    /// `text` is not JSON.
+    fn member(&mut self, name: &str, text: &str) -> Option<()> {
+        self.chain.feed(name.as_bytes());
+        self.chain.feed(&[END_VALUE]);
+        let mut de = serde_json::Deserializer::from_str(text);
+        let seen = Value {
+            chain: &mut self.chain,
+            roles: matches!(name, "messages" | "input"),
+        }
+        .deserialize(&mut de)
+        .ok()?;
+        if self.key.is_none() {
+            self.key = seen.first_user;
+        }
+        self.chain.feed(&[END_ITEM]);
+        Some(())
+    }
+
+    /// The prompt's names; without a user message, the key is the first `key_blocks` blocks.
+    fn finish(self, key_blocks: usize) -> PromptPrefix {
+        let Naming { chain, key } = self;
+        let (key, key_bytes) = key.unwrap_or_else(|| {
+            let whole = chain.blocks.len().min(key_blocks);
+            match whole {
+                0 => (chain.mark(), chain.bytes),
+                n => (chain.blocks[n - 1], (n * chain.block_bytes) as u64),
+            }
+        });
+        PromptPrefix {
+            blocks: chain.blocks,
+            key,
+            key_bytes,
+            bytes: chain.bytes,
+            block_bytes: chain.block_bytes as u64,
+        }
+    }
 }
 
 /// The running chain of block names.
@@ -182,31 +209,20 @@ impl Chain {
     }
 }
 
-/// Feeds one JSON value into the chain. With `roles` (a list of chat messages), it returns the
-/// chain's mark and length after the first element whose `role` is `"user"`.
-struct Walk<'c> {
-    chain: &'c mut Chain,
-    roles: bool,
-}
-
-impl<'de> DeserializeSeed<'de> for Walk<'_> {
-    type Value = Option<(u64, u64)>;
-
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
-        de.deserialize_any(self)
-    }
-}
-
-/// What one element or member value was: a user message, or the string `"user"`.
+/// What one value was: a user message, or the string `"user"`; for a list of chat messages,
+/// the chain's mark and length after its first user message.
 #[derive(Default, Clone, Copy)]
 struct Seen {
     user_string: bool,
     user_message: bool,
+    first_user: Option<(u64, u64)>,
 }
 
-/// Feeds a value below the top, reporting what it was.
+/// Feeds one JSON value into the chain, reporting what it was. With `roles` (a prompt member's
+/// list of chat messages) it looks for the first element whose `role` is `"user"`.
 struct Value<'c> {
     chain: &'c mut Chain,
+    roles: bool,
 }
 
 impl<'de> DeserializeSeed<'de> for Value<'_> {
@@ -214,62 +230,6 @@ impl<'de> DeserializeSeed<'de> for Value<'_> {
 
     fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Seen, D::Error> {
         de.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Walk<'_> {
-    type Value = Option<(u64, u64)>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a prompt")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut first_user = None;
-        while let Some(seen) = seq.next_element_seed(Value {
-            chain: &mut *self.chain,
-        })? {
-            self.chain.feed(&[END_ITEM]);
-            if self.roles && first_user.is_none() && seen.user_message {
-                first_user = Some((self.chain.mark(), self.chain.bytes));
-            }
-        }
-        Ok(first_user)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        Value { chain: self.chain }.visit_map(map)?;
-        Ok(None)
-    }
-
-    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<Self::Value, E> {
-        Value { chain: self.chain }.visit_str::<E>(value)?;
-        Ok(None)
-    }
-
-    fn visit_bool<E: serde::de::Error>(self, value: bool) -> Result<Self::Value, E> {
-        Value { chain: self.chain }.visit_bool::<E>(value)?;
-        Ok(None)
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, value: u64) -> Result<Self::Value, E> {
-        Value { chain: self.chain }.visit_u64::<E>(value)?;
-        Ok(None)
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, value: i64) -> Result<Self::Value, E> {
-        Value { chain: self.chain }.visit_i64::<E>(value)?;
-        Ok(None)
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, value: f64) -> Result<Self::Value, E> {
-        Value { chain: self.chain }.visit_f64::<E>(value)?;
-        Ok(None)
-    }
-
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-        Value { chain: self.chain }.visit_unit::<E>()?;
-        Ok(None)
     }
 }
 
@@ -285,7 +245,7 @@ impl<'de> Visitor<'de> for Value<'_> {
         self.chain.feed(&[END_VALUE]);
         Ok(Seen {
             user_string: value == "user",
-            user_message: false,
+            ..Seen::default()
         })
     }
 
@@ -310,15 +270,17 @@ impl<'de> Visitor<'de> for Value<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Seen, A::Error> {
-        while seq
-            .next_element_seed(Value {
-                chain: &mut *self.chain,
-            })?
-            .is_some()
-        {
+        let mut seen = Seen::default();
+        while let Some(element) = seq.next_element_seed(Value {
+            chain: &mut *self.chain,
+            roles: false,
+        })? {
             self.chain.feed(&[END_ITEM]);
+            if self.roles && seen.first_user.is_none() && element.user_message {
+                seen.first_user = Some((self.chain.mark(), self.chain.bytes));
+            }
         }
-        Ok(Seen::default())
+        Ok(seen)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Seen, A::Error> {
@@ -328,6 +290,7 @@ impl<'de> Visitor<'de> for Value<'_> {
             self.chain.feed(&[END_VALUE]);
             let value = map.next_value_seed(Value {
                 chain: &mut *self.chain,
+                roles: false,
             })?;
             self.chain.feed(&[END_ITEM]);
             if name == "role" && value.user_string {

@@ -278,36 +278,18 @@ fn position_and_block_start_at_boundaries_and_mid_block() {
         "fresh scanner"
     );
     let mut n = 0;
-    scanner.feed(b"data: a\n\n", |_| n += 1);
-    assert_eq!(
-        (scanner.position(), scanner.block_start()),
-        (9, 9),
-        "at a block boundary"
-    );
-    scanner.feed(b": c\ndata: b", |_| n += 1);
-    assert_eq!(
-        (scanner.position(), scanner.block_start()),
-        (20, 9),
-        "mid-block, partial line"
-    );
-    scanner.feed(b"\n", |_| n += 1);
-    assert_eq!(
-        (scanner.position(), scanner.block_start()),
-        (21, 9),
-        "mid-block, after a line"
-    );
-    scanner.feed(b"\r", |_| n += 1);
-    assert_eq!(
-        (scanner.position(), scanner.block_start()),
-        (22, 22),
-        "after a CR blank line"
-    );
-    scanner.feed(b"\n", |_| n += 1);
-    assert_eq!(
-        (scanner.position(), scanner.block_start()),
-        (23, 23),
-        "the LF joins no block"
-    );
+    // Each frame, then `(position, block_start)` after it.
+    let frames: [(&[u8], (u64, u64), &str); 5] = [
+        (b"data: a\n\n", (9, 9), "at a block boundary"),
+        (b": c\ndata: b", (20, 9), "mid-block, partial line"),
+        (b"\n", (21, 9), "mid-block, after a line"),
+        (b"\r", (22, 22), "after a CR blank line"),
+        (b"\n", (23, 23), "the LF joins no block"),
+    ];
+    for (frame, want, what) in frames {
+        scanner.feed(frame, |_| n += 1);
+        assert_eq!((scanner.position(), scanner.block_start()), want, "{what}");
+    }
     assert_eq!(n, 2, "two events dispatched");
 }
 

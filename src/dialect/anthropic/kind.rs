@@ -1,10 +1,9 @@
-//! The event types the meter tells apart in an Anthropic Messages stream, by the event's `type` (or its SSE
-//! `event:` name). Both readings of an event use them, the serde walk (`anthropic.rs`, the
-//! definition) and the skimming fast path (`fast.rs`), so they live in neither: the walk calls
-//! the fast path, and the fast path needs nothing of the walk.
-use serde_json::value::RawValue;
-
-use crate::dialect::walk;
+//! The event types the meter tells apart in an Anthropic Messages stream, by the event's `type`
+//! (or its SSE `event:` name), and what each means to the meter: the one [`EventType`] both
+//! readings of an event go by, the serde walk (the definition) and the fast path's skim
+//! ([`crate::dialect::typed::classify`]).
+use crate::dialect::typed::EventType;
+use crate::dialect::EventSummary;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
@@ -16,8 +15,8 @@ pub(super) enum Kind {
     Other,
 }
 
-impl Kind {
-    pub(super) fn of(name: &[u8]) -> Kind {
+impl EventType for Kind {
+    fn of(name: &[u8]) -> Kind {
         match name {
             b"message_start" => Kind::MessageStart,
             b"content_block_delta" => Kind::Delta,
@@ -28,7 +27,12 @@ impl Kind {
         }
     }
 
-    pub(super) fn of_raw(raw: &RawValue) -> Option<Kind> {
-        walk::raw_str(raw).map(|name| Kind::of(name.as_bytes()))
+    fn summary(self, delta: bool) -> EventSummary {
+        EventSummary {
+            token: self == Kind::Delta && delta,
+            error: self == Kind::Error,
+            done: self == Kind::Stop,
+            ..EventSummary::default()
+        }
     }
 }

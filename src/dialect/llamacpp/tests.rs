@@ -1,5 +1,5 @@
 use super::*;
-use crate::dialect::tests::usage;
+use crate::dialect::tests::{last_event, usage};
 
 fn summary(data: &str) -> EventSummary {
     classify(data.as_bytes())
@@ -27,16 +27,12 @@ fn the_stop_event_ends_with_final_counts() {
     );
     assert_eq!(
         last,
-        EventSummary {
-            usage: Some(Usage {
-                prompt_tokens: Some(9),
-                completion_tokens: Some(12),
-                cached_tokens: None,
-                prefill_micros: Some(10_500)
-            }),
-            done: true,
-            ..EventSummary::default()
-        },
+        last_event(Some(Usage {
+            prompt_tokens: Some(9),
+            completion_tokens: Some(12),
+            cached_tokens: None,
+            prefill_micros: Some(10_500)
+        })),
         "stop: usage (and the server's prompt time) and end, no token"
     );
     let timings_only =

@@ -1,5 +1,5 @@
 use super::*;
-use crate::dialect::tests::usage;
+use crate::dialect::tests::{last_event, one_token, usage};
 
 fn summary(data: &str) -> EventSummary {
     classify(data.as_bytes())
@@ -7,11 +7,7 @@ fn summary(data: &str) -> EventSummary {
 
 #[test]
 fn chat_and_generate_lines_are_one_token_each() {
-    let one = EventSummary {
-        token: true,
-        tokens: Some(1),
-        ..EventSummary::default()
-    };
+    let one = one_token();
     for line in [
         r#"{"model":"llama3.2","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":"The"},"done":false}"#,
         r#"{"model":"qwen3","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":"","thinking":"Hmm"},"done":false}"#,
@@ -29,11 +25,7 @@ fn the_done_line_reports_usage() {
     );
     assert_eq!(
         last,
-        EventSummary {
-            usage: usage(Some(26), Some(259)),
-            done: true,
-            ..EventSummary::default()
-        },
+        last_event(usage(Some(26), Some(259))),
         "the final line: no output, usage, end"
     );
     let with_text = summary(r#"{"response":"!","done":true,"eval_count":3}"#);

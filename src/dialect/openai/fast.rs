@@ -12,6 +12,7 @@
 //! (`tests/e2e/dialect_skim.rs`).
 
 use super::choices::Choices;
+use crate::dialect::output::{self, Holds};
 use crate::dialect::skim::Skim;
 use crate::dialect::{EventSummary, Usage};
 
@@ -133,13 +134,7 @@ fn choice(skim: &mut Skim<'_>) -> Option<Choices> {
     let mut first = true;
     while let Some(name) = skim.next_member(&mut first)? {
         match name {
-            b"delta" => {
-                if skim.peek()? == b'{' {
-                    choice.token |= delta(skim)?;
-                } else {
-                    skim.skip_lenient()?;
-                }
-            }
+            b"delta" => choice.token |= delta(skim)?,
             b"text" => choice.token |= skim.skip_is_nonempty_string()?,
             b"finish_reason" => choice.finish |= skim.skip_is_non_null()?,
             _ => skim.skip()?,
@@ -150,17 +145,9 @@ fn choice(skim: &mut Skim<'_>) -> Option<Choices> {
 
 /// A chat delta: whether it carries content, reasoning or tool calls.
 fn delta(skim: &mut Skim<'_>) -> Option<bool> {
-    skim.enter_object()?;
-    let mut token = false;
-    let mut first = true;
-    while let Some(name) = skim.next_member(&mut first)? {
-        match name {
-            b"content" | b"reasoning" | b"reasoning_content" => {
-                token |= skim.skip_is_nonempty_string()?;
-            }
-            b"tool_calls" => token |= skim.skip_is_nonempty_array()?,
-            _ => skim.skip()?,
-        }
-    }
-    Some(token)
+    output::skimmed(skim, |name| match name {
+        b"content" | b"reasoning" | b"reasoning_content" => Holds::Text,
+        b"tool_calls" => Holds::List,
+        _ => Holds::Nothing,
+    })
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::dialect::tests::last_event;
 
 fn summary(event: &str, data: &str) -> EventSummary {
     classify(event.as_bytes(), data.as_bytes())
@@ -47,16 +48,12 @@ fn usage_from_the_terminal_events() {
     );
     assert_eq!(
         completed,
-        EventSummary {
-            usage: Some(Usage {
-                prompt_tokens: Some(36),
-                completion_tokens: Some(87),
-                cached_tokens: Some(0),
-                prefill_micros: None
-            }),
-            done: true,
-            ..EventSummary::default()
-        },
+        last_event(Some(Usage {
+            prompt_tokens: Some(36),
+            completion_tokens: Some(87),
+            cached_tokens: Some(0),
+            prefill_micros: None
+        })),
         "usage read even when `type` comes last; completed ends the stream"
     );
     let created = summary(

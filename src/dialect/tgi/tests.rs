@@ -1,5 +1,5 @@
 use super::*;
-use crate::dialect::tests::usage;
+use crate::dialect::tests::{last_event, one_token, usage};
 
 fn summary(data: &str) -> EventSummary {
     classify(data.as_bytes())
@@ -11,11 +11,7 @@ fn ordinary_tokens_count_one_each() {
         summary(
             r#"{"index":1,"token":{"id":22557,"text":"Hello","logprob":-0.1,"special":false},"generated_text":null,"details":null}"#
         ),
-        EventSummary {
-            token: true,
-            tokens: Some(1),
-            ..EventSummary::default()
-        },
+        one_token(),
         "a non-special token is one token event of one token"
     );
 }
@@ -27,11 +23,7 @@ fn the_special_last_token_ends_with_details() {
     );
     assert_eq!(
         last,
-        EventSummary {
-            usage: usage(Some(7), Some(5)),
-            done: true,
-            ..EventSummary::default()
-        },
+        last_event(usage(Some(7), Some(5))),
         "special EOS: not a token event; details give usage; generated_text ends"
     );
 }

@@ -25,14 +25,17 @@ fn common_prefix(a: &[u64], b: &[u64]) -> usize {
 
 const SYSTEM: &str = "You are a careful assistant. Answer in full sentences and cite sources.";
 
+/// A chat whose `turns` follow the shared [`SYSTEM`] prompt.
+fn after_system(turns: &[(&str, &str)]) -> serde_json::Value {
+    let mut messages = vec![("system", SYSTEM)];
+    messages.extend_from_slice(turns);
+    chat(&messages)
+}
+
 #[test]
 fn a_growing_conversation_keeps_every_block_and_its_key() {
-    let turn1 = named(&chat(&[
-        ("system", SYSTEM),
-        ("user", "What is a KV cache?"),
-    ]));
-    let turn2 = named(&chat(&[
-        ("system", SYSTEM),
+    let turn1 = named(&after_system(&[("user", "What is a KV cache?")]));
+    let turn2 = named(&after_system(&[
         ("user", "What is a KV cache?"),
         (
             "assistant",
@@ -64,14 +67,8 @@ fn a_growing_conversation_keeps_every_block_and_its_key() {
 
 #[test]
 fn conversations_with_one_system_prompt_share_its_blocks_not_their_key() {
-    let a = named(&chat(&[
-        ("system", SYSTEM),
-        ("user", "Tell me about tides."),
-    ]));
-    let b = named(&chat(&[
-        ("system", SYSTEM),
-        ("user", "Tell me about rain."),
-    ]));
+    let a = named(&after_system(&[("user", "Tell me about tides.")]));
+    let b = named(&after_system(&[("user", "Tell me about rain.")]));
     let shared = common_prefix(&a.blocks, &b.blocks);
     // The system message is {"role":"system","content":SYSTEM}: member names, values and
     // separators, 113 bytes after "messages" and its separator (10 bytes).
@@ -220,8 +217,9 @@ fn blocks_are_bounded() {
 }
 
 /// The naming as it was before the one walk located the prompt members: its own walk of the whole
-/// body (kept here, verbatim, as the reference the one-walk naming must match byte for byte, so
-/// tokenmeter replicas of either build agree on every conversation's home).
+/// body finds them (kept here, verbatim, as the reference the one-walk naming must match byte for
+/// byte, so tokenmeter replicas of either build agree on every conversation's home); each member
+/// is then named as the module names it ([`Naming`], which the golden test pins).
 mod reference {
     use super::super::*;
     use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -238,44 +236,17 @@ mod reference {
         let mut de = serde_json::Deserializer::from_str(text);
         let members = de.deserialize_map(TopVisitor).ok()?;
         de.end().ok()?;
-        let mut chain = Chain::new(model.unwrap_or(""), block_bytes.max(1));
-        let mut key = None;
+        let mut naming = Naming::new(model, block_bytes);
         let mut any = false;
         for (name, raw) in members.in_order() {
             let Some(raw) = raw else { continue };
             any = true;
-            chain.feed(name.as_bytes());
-            chain.feed(&[END_VALUE]);
-            let conversation = matches!(name, "messages" | "input");
-            let mut de = serde_json::Deserializer::from_str(raw.get());
-            let first_user = Walk {
-                chain: &mut chain,
-                roles: conversation,
-            }
-            .deserialize(&mut de)
-            .ok()?;
-            if key.is_none() {
-                key = first_user;
-            }
-            chain.feed(&[END_ITEM]);
+            naming.member(name, raw.get())?;
         }
         if !any {
             return None;
         }
-        let (key, key_bytes) = key.unwrap_or_else(|| {
-            let whole = chain.blocks.len().min(key_blocks);
-            match whole {
-                0 => (chain.mark(), chain.bytes),
-                n => (chain.blocks[n - 1], (n * chain.block_bytes) as u64),
-            }
-        });
-        Some(PromptPrefix {
-            blocks: chain.blocks,
-            key,
-            key_bytes,
-            bytes: chain.bytes,
-            block_bytes: chain.block_bytes as u64,
-        })
+        Some(naming.finish(key_blocks))
     }
 
     #[derive(Default)]
@@ -407,7 +378,7 @@ fn object(
 fn the_names_of_a_fixed_prompt_never_change() {
     // The same values any build of tokenmeter computes for this prompt: replicas of different
     // builds behind one Service must agree on every conversation's home.
-    let body = chat(&[("system", SYSTEM), ("user", "What is a KV cache?")]).to_string();
+    let body = after_system(&[("user", "What is a KV cache?")]).to_string();
     for named in [
         read(body.as_bytes(), Some("m"), BLOCK, 4).expect("a prompt"),
         reference::read(body.as_bytes(), Some("m"), BLOCK, 4).expect("a prompt"),
