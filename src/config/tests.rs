@@ -7,6 +7,16 @@ fn invalid_key(text: &str) -> String {
     }
 }
 
+/// The defaults with the environment `vars` (name, value) applied, as the process's would be.
+fn defaults_with_env(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    let mut config = Config::default();
+    config.apply_env(|var| {
+        let value = vars.iter().find(|(name, _)| *name == var);
+        value.map(|(_, value)| (*value).to_owned())
+    })?;
+    Ok(config)
+}
+
 #[test]
 fn shipped_file_equals_defaults() {
     let shipped = Config::from_toml(SHIPPED).expect("the shipped config parses");
@@ -74,15 +84,12 @@ fn bad_values_name_the_key() {
 
 #[test]
 fn env_overrides_win_over_the_file() {
-    let mut config = Config::default();
-    config
-        .apply_env(|var| match var {
-            ENV_LISTEN => Some("0.0.0.0:8000".to_owned()),
-            ENV_ADMIN_LISTEN => Some("0.0.0.0:9464".to_owned()),
-            ENV_UPSTREAM => Some("http://10.0.0.1:8001, http://10.0.0.2:8001".to_owned()),
-            _ => None,
-        })
-        .expect("valid env");
+    let config = defaults_with_env(&[
+        (ENV_LISTEN, "0.0.0.0:8000"),
+        (ENV_ADMIN_LISTEN, "0.0.0.0:9464"),
+        (ENV_UPSTREAM, "http://10.0.0.1:8001, http://10.0.0.2:8001"),
+    ])
+    .expect("valid env");
     assert_eq!(config.server.listen, "0.0.0.0:8000".parse().expect("addr"));
     assert_eq!(
         config.server.admin_listen,
@@ -97,9 +104,7 @@ fn env_overrides_win_over_the_file() {
 
 #[test]
 fn bad_env_names_the_variable() {
-    let mut config = Config::default();
-    let err = config
-        .apply_env(|var| (var == ENV_UPSTREAM).then(|| "localhost:8001".to_owned()))
+    let err = defaults_with_env(&[(ENV_UPSTREAM, "localhost:8001")])
         .expect_err("a URL without scheme is rejected");
     assert!(
         err.to_string().contains(ENV_UPSTREAM),
@@ -475,10 +480,8 @@ fn the_upstream_key_file_needs_a_source_and_a_path_and_comes_from_the_env_too() 
         config.tenants.upstream_key_file.as_deref(),
         Some(std::path::Path::new("/keys/backend"))
     );
-    let mut config = Config::default();
-    config
-        .apply_env(|var| (var == ENV_UPSTREAM_KEY_FILE).then(|| " /run/secrets/key ".to_owned()))
-        .expect("valid env");
+    let config =
+        defaults_with_env(&[(ENV_UPSTREAM_KEY_FILE, " /run/secrets/key ")]).expect("valid env");
     assert_eq!(
         config.tenants.upstream_key_file.as_deref(),
         Some(std::path::Path::new("/run/secrets/key")),
@@ -523,15 +526,10 @@ fn budget_keys_are_checked_and_named() {
     );
     assert!(refused("[tenants.budgets.default]\ncounts = \"both\"").contains("counts"));
     assert!(refused("[tenants.budgets.default]\ntokens_per_hour = 5").contains("tokens_per_hour"));
-    let mut config = Config::default();
-    let err = config
-        .apply_env(|var| (var == ENV_BUDGET_STORE).then(|| "http://x".to_owned()))
+    let err = defaults_with_env(&[(ENV_BUDGET_STORE, "http://x")])
         .expect_err("a store URL from the environment is checked too");
     assert!(err.to_string().contains("TOKENMETER_BUDGET_STORE"), "{err}");
-    let mut config = Config::default();
-    config
-        .apply_env(|var| (var == ENV_BUDGET_STORE).then(|| " redis://h:6379 ".to_owned()))
-        .expect("a redis URL");
+    let config = defaults_with_env(&[(ENV_BUDGET_STORE, " redis://h:6379 ")]).expect("a redis URL");
     assert_eq!(
         config.tenants.budgets.store_url(),
         StoreUrl::Redis("redis://h:6379".to_owned())
@@ -812,15 +810,12 @@ fn the_printed_config_reads_back_to_the_same_config() {
 
 #[test]
 fn the_printed_config_holds_the_environments_values() {
-    let mut config = Config::default();
-    config
-        .apply_env(|var| match var {
-            ENV_LISTEN => Some("0.0.0.0:8080".to_owned()),
-            ENV_UPSTREAM => Some("http://vllm:8000,http://vllm-2:8000".to_owned()),
-            tracing::OTEL_ENDPOINT => Some("http://otel:4318".to_owned()),
-            _ => None,
-        })
-        .expect("valid environment");
+    let config = defaults_with_env(&[
+        (ENV_LISTEN, "0.0.0.0:8080"),
+        (ENV_UPSTREAM, "http://vllm:8000,http://vllm-2:8000"),
+        (tracing::OTEL_ENDPOINT, "http://otel:4318"),
+    ])
+    .expect("valid environment");
     let printed = config.to_toml().expect("prints");
     assert!(printed.contains("listen = \"0.0.0.0:8080\""), "{printed}");
     assert!(
