@@ -345,28 +345,35 @@ fn a_handoff_names_an_existing_prefill_pool_that_runs_its_own_prefills() {
         },
         "the defaults"
     );
-    assert_eq!(
-        invalid_key(&pools("prefill_pool = \"p\"\nprotocol = \"llamacpp\"")),
-        "pools[1].handoff.slot_dir",
-        "llama.cpp needs the slot directory"
-    );
-    assert_eq!(
-        invalid_key(&pools("prefill_pool = \"q\"")),
-        "pools[1].handoff.prefill_pool"
-    );
-    assert_eq!(
-        invalid_key(&pools("prefill_pool = \"d\"")),
-        "pools[1].handoff.prefill_pool",
-        "not itself"
-    );
-    assert_eq!(
-        invalid_key(&pools("prefill_pool = \"p\"\nmin_prompt_tokens = 0")),
-        "pools[1].handoff.min_prompt_tokens"
-    );
-    assert_eq!(
-        invalid_key(&pools("prefill_pool = \"p\"\nprefill_timeout = \"0s\"")),
-        "pools[1].handoff.prefill_timeout"
-    );
+    for (handoff, key, why) in [
+        (
+            "prefill_pool = \"p\"\nprotocol = \"llamacpp\"",
+            "pools[1].handoff.slot_dir",
+            "llama.cpp needs the slot directory",
+        ),
+        (
+            "prefill_pool = \"q\"",
+            "pools[1].handoff.prefill_pool",
+            "no such pool",
+        ),
+        (
+            "prefill_pool = \"d\"",
+            "pools[1].handoff.prefill_pool",
+            "not itself",
+        ),
+        (
+            "prefill_pool = \"p\"\nmin_prompt_tokens = 0",
+            "pools[1].handoff.min_prompt_tokens",
+            "no zero threshold",
+        ),
+        (
+            "prefill_pool = \"p\"\nprefill_timeout = \"0s\"",
+            "pools[1].handoff.prefill_timeout",
+            "no zero deadline",
+        ),
+    ] {
+        assert_eq!(invalid_key(&pools(handoff)), key, "{why}: {handoff:?}");
+    }
     let chained = "[[pools]]\nname = \"p\"\nurls = [\"http://a:1\"]\n[pools.handoff]\nprefill_pool = \"d\"\n\n[[pools]]\nname = \"d\"\nurls = [\"http://b:1\"]\n[pools.handoff]\nprefill_pool = \"p\"\n";
     assert_eq!(
         invalid_key(chained),

@@ -80,37 +80,38 @@ fn a_missing_file_names_its_key() {
     );
 }
 
+/// Why `table` does not load from a fresh directory `name` holding `cert_pem` and `key_pem`.
+fn refusal(name: &str, table: &str, alpn: &[&[u8]], cert_pem: &str, key_pem: &str) -> String {
+    let dir = Dir::new(name);
+    let files = dir.cert_and_key(cert_pem, key_pem);
+    let err = ServerTls::load(table, &files, alpn).expect_err("refused");
+    err.to_string()
+}
+
 #[test]
 fn a_key_of_another_certificate_is_refused_naming_the_key() {
-    let dir = Dir::new("mismatch");
     let (_, cert, _) = issue("ca");
     let (_, _, other_key) = issue("ca");
-    let err = ServerTls::load(
+    let err = refusal(
+        "mismatch",
         "server.admin_tls",
-        &dir.cert_and_key(&cert, &other_key),
         ALPN_ADMIN,
-    )
-    .expect_err("mismatched key");
+        &cert,
+        &other_key,
+    );
     assert!(
-        err.to_string()
-            .starts_with("config: server.admin_tls.key: does not fit the certificate"),
+        err.starts_with("config: server.admin_tls.key: does not fit the certificate"),
         "the error names the key: {err}"
     );
 }
 
 #[test]
 fn a_certificate_file_without_a_certificate_is_refused() {
-    let dir = Dir::new("nocert");
     let (_, _, key_pem) = issue("ca");
-    let err = ServerTls::load(
-        "server.tls",
-        &dir.cert_and_key(&key_pem, &key_pem),
-        ALPN_TRAFFIC,
-    )
-    .expect_err("a key is not a certificate");
     assert_eq!(
-        err.to_string(),
-        "config: server.tls.cert: holds no PEM CERTIFICATE block"
+        refusal("nocert", "server.tls", ALPN_TRAFFIC, &key_pem, &key_pem),
+        "config: server.tls.cert: holds no PEM CERTIFICATE block",
+        "a key is not a certificate"
     );
 }
 

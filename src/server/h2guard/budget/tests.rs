@@ -98,32 +98,29 @@ fn written_bytes_earn_pings_and_window_updates() {
     let (budgets, mut tally, now) = fresh();
     let written = 1 << 20;
     tally.wrote(written);
-    let earned =
-        u32::try_from(written as u64 / budgets.written_bytes_per_window_update).expect("fits");
-    assert_eq!(
-        first_refused(
-            &mut tally,
+    let cases = [
+        (
             head(WINDOW_UPDATE, 0, 4),
-            budgets.window_updates + earned + 1,
-            now
+            budgets.window_updates,
+            budgets.written_bytes_per_window_update,
+            Abuse::WindowUpdateFlood,
         ),
-        Some((
-            budgets.window_updates + earned + 1,
-            Abuse::WindowUpdateFlood
-        )),
-        "1 MiB written earns {earned} WINDOW_UPDATEs"
-    );
-    let earned = u32::try_from(written as u64 / budgets.written_bytes_per_ping).expect("fits");
-    assert_eq!(
-        first_refused(
-            &mut tally,
+        (
             head(PING, 0, 8),
-            budgets.pings + earned + 1,
-            now
+            budgets.pings,
+            budgets.written_bytes_per_ping,
+            Abuse::PingFlood,
         ),
-        Some((budgets.pings + earned + 1, Abuse::PingFlood)),
-        "1 MiB written earns {earned} PINGs"
-    );
+    ];
+    for (frame, base, bytes_per_frame, abuse) in cases {
+        let earned = u32::try_from(written as u64 / bytes_per_frame).expect("fits");
+        let allowed = base + earned;
+        assert_eq!(
+            first_refused(&mut tally, frame, allowed + 1, now),
+            Some((allowed + 1, abuse)),
+            "1 MiB written earns {earned} more than {base} ({abuse:?})"
+        );
+    }
 }
 
 #[test]
