@@ -16,6 +16,21 @@ fn first_refused(tally: &mut Tally, frame: FrameHead, n: u32, at: Instant) -> Op
     (1..=n).find_map(|i| tally.frame(frame, &mut || at).err().map(|abuse| (i, abuse)))
 }
 
+/// Counts frames like `frame` until one is refused: the one past `allowed`, for `abuse`.
+fn assert_trips_past(
+    tally: &mut Tally,
+    frame: FrameHead,
+    allowed: u32,
+    abuse: Abuse,
+    now: Instant,
+) {
+    assert_eq!(
+        first_refused(tally, frame, allowed + 10, now),
+        Some((allowed + 1, abuse)),
+        "{abuse:?}: {allowed} allowed, the next refused"
+    );
+}
+
 /// The default server's budgets, a fresh tally under them, and a moment to count at.
 fn fresh() -> (Budgets, Tally, Instant) {
     let budgets = Budgets::for_server(DEFAULT_MAX_HEADER_BYTES);
@@ -37,12 +52,7 @@ fn each_window_budget_trips_one_past_its_count() {
         ),
     ];
     for (frame, budget, abuse) in cases {
-        let mut tally = Tally::new(budgets);
-        assert_eq!(
-            first_refused(&mut tally, frame, budget + 10, now),
-            Some((budget + 1, abuse)),
-            "{abuse:?}: {budget} allowed, the next refused"
-        );
+        assert_trips_past(&mut Tally::new(budgets), frame, budget, abuse, now);
     }
 }
 
@@ -113,13 +123,9 @@ fn written_bytes_earn_pings_and_window_updates() {
         ),
     ];
     for (frame, base, bytes_per_frame, abuse) in cases {
+        // 1 MiB written earns this many more.
         let earned = u32::try_from(written as u64 / bytes_per_frame).expect("fits");
-        let allowed = base + earned;
-        assert_eq!(
-            first_refused(&mut tally, frame, allowed + 1, now),
-            Some((allowed + 1, abuse)),
-            "1 MiB written earns {earned} more than {base} ({abuse:?})"
-        );
+        assert_trips_past(&mut tally, frame, base + earned, abuse, now);
     }
 }
 
