@@ -52,7 +52,7 @@ pub mod tls;
 pub mod tracing;
 mod validate;
 
-use spelling::{duration, human, secret_urls};
+use spelling::secret_urls;
 
 /// The whole configuration of `tokenmeter serve`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -93,7 +93,7 @@ pub struct ServerConfig {
     /// Largest request body buffered for inspection (chat and completions requests); larger -> 413.
     pub max_request_body_bytes: usize,
     /// How long in-flight streams may run after SIGTERM before they are cut.
-    #[serde(deserialize_with = "duration", serialize_with = "human")]
+    #[serde(with = "spelling::human_duration")]
     pub shutdown_grace: Duration,
     /// Open traffic connections; one more is answered 503 (`retry-after`) and closed at once.
     pub max_connections: usize,
@@ -101,7 +101,7 @@ pub struct ServerConfig {
     /// connections and both protocols; one more is answered 503 (`retry-after`).
     pub max_streams: usize,
     /// A client must send a whole HTTP/1 request head within this long (slowloris).
-    #[serde(deserialize_with = "duration", serialize_with = "human")]
+    #[serde(with = "spelling::human_duration")]
     pub header_read_timeout: Duration,
     /// Largest request head (HTTP/1 read buffer; HTTP/2 header list); larger -> 431 / reset.
     pub max_header_bytes: usize,
@@ -118,7 +118,7 @@ pub struct ServerConfig {
     /// Reload the config file when its content changes (looked at every `watch_interval`), as on
     /// SIGHUP: a Kubernetes ConfigMap update then applies without a restart.
     pub watch_config: bool,
-    #[serde(deserialize_with = "duration", serialize_with = "human")]
+    #[serde(with = "spelling::human_duration")]
     pub watch_interval: Duration,
 }
 
@@ -130,20 +130,20 @@ pub struct UpstreamConfig {
     #[serde(serialize_with = "secret_urls")]
     pub urls: Vec<String>,
     /// TCP connect timeout.
-    #[serde(deserialize_with = "duration", serialize_with = "human")]
+    #[serde(with = "spelling::human_duration")]
     pub connect_timeout: Duration,
     /// From sending the request to the response head (status and headers).
-    #[serde(deserialize_with = "duration", serialize_with = "human")]
+    #[serde(with = "spelling::human_duration")]
     pub response_timeout: Duration,
     /// Longest silence between two body frames (and before the first one); reset by every frame, so
     /// long streams are fine. Long prefills under queueing need a generous value.
-    #[serde(deserialize_with = "duration", serialize_with = "human")]
+    #[serde(with = "spelling::human_duration")]
     pub idle_timeout: Duration,
     /// Bound on a whole request, head to end of body; `"0s"` = none.
-    #[serde(deserialize_with = "duration", serialize_with = "human")]
+    #[serde(with = "spelling::human_duration")]
     pub total_timeout: Duration,
     /// Idle keep-alive connections to upstreams are closed after this long.
-    #[serde(deserialize_with = "duration", serialize_with = "human")]
+    #[serde(with = "spelling::human_duration")]
     pub pool_idle_timeout: Duration,
     /// Idle keep-alive connections kept per upstream.
     pub pool_max_idle_per_host: usize,
@@ -159,7 +159,7 @@ pub struct MeteringConfig {
     /// the client receives), so token counts are exact.
     pub inject_usage: bool,
     /// An inter-token gap at least this long is counted as a stall.
-    #[serde(deserialize_with = "duration", serialize_with = "human")]
+    #[serde(with = "spelling::human_duration")]
     pub stall_threshold: Duration,
     /// Model names always given their own label value.
     pub models: Vec<String>,

@@ -36,10 +36,7 @@ pub struct BudgetsConfig {
     /// (503 with `retry-after`).
     pub on_store_error: OnStoreError,
     /// How long an admission waits for the store, at most.
-    #[serde(
-        deserialize_with = "super::spelling::duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub store_timeout: Duration,
     /// Redis keys start with this (`<prefix>:{tenant}:...`).
     pub key_prefix: String,
@@ -48,10 +45,7 @@ pub struct BudgetsConfig {
     pub default_max_tokens: u64,
     /// Redis only: a concurrent-stream slot whose replica died without releasing it is freed
     /// after this long (a stream that outlives it stops being counted).
-    #[serde(
-        deserialize_with = "super::spelling::duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub stream_lease: Duration,
     /// Settlements waiting for the store, at most (Redis only): past it one is dropped and
     /// counted, never waited for.

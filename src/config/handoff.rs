@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::spelling::duration;
-
 /// How a pool's requests hand their prefill off to a prefill pool. In a pool with
 /// `balance = "slo"` the latency models decide where each prefill runs, and the token thresholds
 /// (`min_prompt_tokens`, `short_queue_tokens`, `spill_queue_tokens`) are not used.
@@ -33,10 +31,7 @@ pub struct HandoffConfig {
     /// past it the decode pool serves the whole request, as it would without a prefill pool. A
     /// decode pool with `balance = "slo"` keeps where it decodes a prefill the prefill pool is
     /// predicted to take longer than this over (`local_busy`).
-    #[serde(
-        deserialize_with = "duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub prefill_timeout: Duration,
     /// llama.cpp: the directory both servers save and restore slots in (their `--slot-save-path`),
     /// as this process sees it (a shared volume): the proxy removes each transfer's file.
@@ -44,10 +39,7 @@ pub struct HandoffConfig {
     pub slot_dir: Option<PathBuf>,
     /// llama.cpp: the longest wait for a free slot on a server; past it the request goes without
     /// one (the server queues it).
-    #[serde(
-        deserialize_with = "duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub slot_wait: Duration,
 }
 

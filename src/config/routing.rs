@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::spelling::duration;
 use super::{HandoffConfig, QueueConfig, UpstreamTlsConfig};
 
 /// Name of the implicit pool formed by `upstream.urls` when no `[[pools]]` are configured.
@@ -26,10 +25,7 @@ pub struct RoutingConfig {
     /// the prior's uncertainty, else in the background to calibrate the next requests.
     pub tokenize: bool,
     /// Longest wait for `/tokenize` before routing by the estimate.
-    #[serde(
-        deserialize_with = "duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub tokenize_timeout: Duration,
     /// Calibration memory, in observations: each response with `usage.prompt_tokens` weighs
     /// `1/calibration_window` against the history (an exponentially weighted tokens/bytes ratio).
@@ -44,22 +40,13 @@ pub struct RoutingConfig {
     /// failures (5xx, no response head in time) only when the backend's health check then fails.
     pub eject_after_failures: u32,
     /// First ejection length; doubled on each further ejection without a success in between.
-    #[serde(
-        deserialize_with = "duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub eject_base: Duration,
     /// Longest ejection.
-    #[serde(
-        deserialize_with = "duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub eject_max: Duration,
     /// How often a pool's `dns` name is resolved again.
-    #[serde(
-        deserialize_with = "duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub dns_refresh: Duration,
     /// Prefix affinity's block: a prompt's text is cut into blocks of this many bytes, each named
     /// by the hash of its content and every block before it. Every tokenmeter replica in front of
@@ -108,20 +95,14 @@ pub struct PoolConfig {
     /// The load power-of-two-choices compares.
     pub balance: BalanceLoad,
     /// Interval of active `GET health_path` checks; `"0s"` = passive health only.
-    #[serde(
-        deserialize_with = "duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub health_check: Duration,
     /// The backends' health endpoint: polled every `health_check`, and asked to confirm a run of
     /// answer failures before they eject a backend.
     pub health_path: String,
     /// Interval of scraping each backend's `/metrics` (`vllm:num_requests_waiting`,
     /// `vllm:kv_cache_usage_perc`) to weight its load; `"0s"` = off.
-    #[serde(
-        deserialize_with = "duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub scrape_metrics: Duration,
     /// Which backend a request prefers inside the pool (see [`Affinity`]).
     pub affinity: Affinity,

@@ -31,8 +31,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::spelling::duration;
-
 /// The targets one stream is judged against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SloTargets {
@@ -45,16 +43,10 @@ pub struct SloTargets {
 #[serde(deny_unknown_fields, default)]
 pub struct SloConfig {
     /// The default TTFT target.
-    #[serde(
-        deserialize_with = "duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub ttft: Duration,
     /// The default TPOT target (also the ITL histogram's bucket edge).
-    #[serde(
-        deserialize_with = "duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub tpot: Duration,
     /// The request header that names a request's class.
     #[serde(
@@ -74,14 +66,12 @@ pub struct SloConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct TargetsOverride {
     #[serde(
-        deserialize_with = "some_duration",
-        serialize_with = "super::spelling::some_human",
+        with = "super::spelling::some_human_duration",
         skip_serializing_if = "Option::is_none"
     )]
     pub ttft: Option<Duration>,
     #[serde(
-        deserialize_with = "some_duration",
-        serialize_with = "super::spelling::some_human",
+        with = "super::spelling::some_human_duration",
         skip_serializing_if = "Option::is_none"
     )]
     pub tpot: Option<Duration>,
@@ -178,10 +168,6 @@ impl SloConfig {
         }
         out
     }
-}
-
-fn some_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
-    duration(deserializer).map(Some)
 }
 
 fn header_name<'de, D: Deserializer<'de>>(deserializer: D) -> Result<http::HeaderName, D::Error> {

@@ -24,13 +24,41 @@ pub(super) fn human<S: Serializer>(value: &Duration, serializer: S) -> Result<S:
     serializer.collect_str(&humantime::format_duration(*value))
 }
 
+/// An optional [`duration`]: a key given is `Some` (a key left out takes the table's default).
+pub(super) fn some_duration<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
+    duration(deserializer).map(Some)
+}
+
 /// An optional [`human`] duration; `None` is left out (the field has `skip_serializing_if`).
 pub(super) fn some_human<S: Serializer>(
     value: &Option<Duration>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
+    some(value, serializer, human)
+}
+
+/// `#[serde(with = "super::spelling::human_duration")]`: a [`Duration`] read by [`duration`] and
+/// written by [`human`], so that a duration key takes one attribute, not the pair.
+pub(super) mod human_duration {
+    pub(in crate::config) use super::{duration as deserialize, human as serialize};
+}
+
+/// [`human_duration`] for an optional key (with `skip_serializing_if = "Option::is_none"`).
+pub(super) mod some_human_duration {
+    pub(in crate::config) use super::{some_duration as deserialize, some_human as serialize};
+}
+
+/// Writes `Some` as `each` writes its value, `None` as nothing: the one shape of every optional
+/// spelling here.
+fn some<T, S: Serializer>(
+    value: &Option<T>,
+    serializer: S,
+    each: impl FnOnce(&T, S) -> Result<S::Ok, S::Error>,
+) -> Result<S::Ok, S::Error> {
     match value {
-        Some(value) => human(value, serializer),
+        Some(value) => each(value, serializer),
         None => serializer.serialize_none(),
     }
 }
@@ -48,10 +76,7 @@ pub(super) fn some_header_text<S: Serializer>(
     name: &Option<http::HeaderName>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    match name {
-        Some(name) => header_text(name, serializer),
-        None => serializer.serialize_none(),
-    }
+    some(name, serializer, header_text)
 }
 
 /// A URL with the password of its authority (between the user's `:` and the `@`) replaced by
@@ -81,10 +106,9 @@ pub(super) fn some_secret_url<S: Serializer>(
     url: &Option<String>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
-    match url {
-        Some(url) => secret_url(url, serializer),
-        None => serializer.serialize_none(),
-    }
+    some(url, serializer, |url, serializer| {
+        secret_url(url, serializer)
+    })
 }
 
 /// URLs, each printed as [`secret_url`].

@@ -62,10 +62,7 @@ pub struct UsageConfig {
     /// waited for.
     pub queue_records: usize,
     /// Written records reach the file at least this often (a crash loses at most this much).
-    #[serde(
-        deserialize_with = "super::spelling::duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub flush_interval: std::time::Duration,
 }
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::spelling::duration;
 use super::ConfigError;
 
 /// TLS on a listener. Absent: plain HTTP (as a sidecar on localhost needs).
@@ -27,8 +26,7 @@ pub struct ServerTlsConfig {
     /// (cert-manager rotates a Secret in place). `"0s"` = never.
     #[serde(
         default = "default_reload_interval",
-        deserialize_with = "duration",
-        serialize_with = "super::spelling::human"
+        with = "super::spelling::human_duration"
     )]
     pub reload_interval: Duration,
 }

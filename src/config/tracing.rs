@@ -11,9 +11,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
-use super::spelling::duration;
 use super::ConfigError;
 
 /// The `[tracing]` table. The keys that an `OTEL_*` variable can also give are `Option`s, so that
@@ -50,8 +49,7 @@ pub struct TracingConfig {
     pub resource_attributes: BTreeMap<String, String>,
     /// The longest one export may take (retries included); past it its spans are dropped.
     #[serde(
-        deserialize_with = "optional_duration",
-        serialize_with = "super::spelling::some_human",
+        with = "super::spelling::some_human_duration",
         skip_serializing_if = "Option::is_none"
     )]
     pub export_timeout: Option<Duration>,
@@ -61,10 +59,7 @@ pub struct TracingConfig {
     /// Spans sent in one export, at most.
     pub max_batch_spans: usize,
     /// How long a span may wait for a batch to fill before it is sent.
-    #[serde(
-        deserialize_with = "duration",
-        serialize_with = "super::spelling::human"
-    )]
+    #[serde(with = "super::spelling::human_duration")]
     pub batch_delay: Duration,
     /// Answer every generation request with a `server-timing` header that splits its time before
     /// the response head (and names its trace). Off: the proxy adds nothing a client sees.
@@ -422,13 +417,6 @@ fn hidden_values<S: Serializer>(
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     serializer.collect_map(headers.keys().map(|name| (name, super::REDACTED)))
-}
-
-/// An optional human duration.
-fn optional_duration<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<Duration>, D::Error> {
-    duration(deserializer).map(Some)
 }
 
 #[cfg(test)]

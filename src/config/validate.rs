@@ -153,23 +153,14 @@ impl Config {
                 "must be greater than zero (or set routing.tokenize = false)",
             ));
         }
-        if r.calibration_window == 0 {
-            return Err(invalid(
-                "routing.calibration_window".into(),
-                "must be at least 1",
-            ));
-        }
-        if r.prediction_memory < 2 {
-            return Err(invalid(
-                "routing.prediction_memory".into(),
-                "must be at least 2",
-            ));
-        }
-        if r.eject_after_failures == 0 {
-            return Err(invalid(
-                "routing.eject_after_failures".into(),
-                "must be at least 1",
-            ));
+        for (key, value, least) in [
+            ("routing.calibration_window", r.calibration_window, 1),
+            ("routing.prediction_memory", r.prediction_memory, 2),
+            ("routing.eject_after_failures", r.eject_after_failures, 1),
+        ] {
+            if value < least {
+                return Err(invalid(key.into(), &format!("must be at least {least}")));
+            }
         }
         for (key, value) in [
             ("routing.eject_base", r.eject_base),

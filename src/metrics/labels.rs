@@ -5,8 +5,9 @@
 //! `other` is a budget's overflow bucket for names a client chooses; the `_OTHER` of the
 //! `gen_ai_operation_name` and `gen_ai_provider_name` labels is something else, OpenTelemetry's
 //! value for "none of the known operations" (`crate::dialect::Operation`).
+use std::borrow::Borrow;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::config::Config;
 
@@ -66,10 +67,7 @@ impl BoundedLabels {
 
     /// Replaces the configured names (a reload); names observed so far keep their labels.
     pub fn set_fixed(&self, configured: &[String]) {
-        *self
-            .fixed
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+        *self.fixed.write().unwrap_or_else(PoisonError::into_inner) =
             Arc::new(Self::fixed_map(configured));
     }
 
@@ -77,30 +75,19 @@ impl BoundedLabels {
         let Some(name) = model else {
             return Arc::clone(&self.unknown);
         };
-        if let Some(label) = self
-            .fixed
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(name)
-        {
-            return Arc::clone(label);
+        if let Some(label) = lookup(&self.fixed, name) {
+            return label;
         }
         if name.len() > MAX_MODEL_LABEL_BYTES || name.is_empty() {
             return Arc::clone(&self.other);
         }
-        // A poisoned lock only means another thread panicked mid-insert; the map is still usable.
-        if let Some(label) = self
-            .observed
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(name)
-        {
-            return Arc::clone(label);
+        if let Some(label) = lookup(&self.observed, name) {
+            return label;
         }
         let mut observed = self
             .observed
             .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(label) = observed.get(name) {
             return Arc::clone(label);
         }
@@ -111,6 +98,14 @@ impl BoundedLabels {
         observed.insert(name.to_owned(), Arc::clone(&label));
         label
     }
+}
+
+/// `name`'s label in `map` (the fixed names or the observed ones), under its read lock. A
+/// poisoned lock only means another thread panicked mid-insert; the map is still usable.
+fn lookup<M: Borrow<HashMap<String, Arc<str>>>>(map: &RwLock<M>, name: &str) -> Option<Arc<str>> {
+    let map = map.read().unwrap_or_else(PoisonError::into_inner);
+    let map: &HashMap<String, Arc<str>> = (*map).borrow();
+    map.get(name).cloned()
 }
 
 #[cfg(test)]

@@ -28,14 +28,12 @@
 //! ```
 use std::io;
 use std::ops::ControlFlow;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use metrics::{Counter, Label};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+use super::watched::{Watch, Watched};
 use crate::metrics::Metrics;
 
 pub mod budget;
@@ -71,9 +69,11 @@ impl AbuseCounters {
 }
 
 /// A client connection whose HTTP/2 frames are counted against budgets (see the module docs).
+pub type H2Guard<T> = Watched<T, FrameBudgets>;
+
+/// The frame heads of one connection, counted against its budgets.
 #[derive(Debug)]
-pub struct H2Guard<T> {
-    inner: T,
+pub struct FrameBudgets {
     frames: FrameScanner,
     tally: Tally,
     counters: Arc<AbuseCounters>,
@@ -83,90 +83,49 @@ pub struct H2Guard<T> {
 
 impl<T> H2Guard<T> {
     pub fn new(inner: T, budgets: Budgets, counters: Arc<AbuseCounters>) -> Self {
-        Self {
-            inner,
+        let watch = FrameBudgets {
             frames: FrameScanner::new(),
             tally: Tally::new(budgets),
             counters,
             tripped: None,
-        }
+        };
+        Watched::with(inner, watch)
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for H2Guard<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+impl Watch for FrameBudgets {
+    fn refused(&self) -> Option<io::Error> {
+        self.tripped.map(|abuse| abuse.error())
+    }
+
+    fn read(&mut self, bytes: &[u8]) -> io::Result<()> {
         let Self {
-            inner,
             frames,
             tally,
             counters,
             tripped,
-        } = self.get_mut();
-        if let Some(abuse) = tripped {
-            return Poll::Ready(Err(abuse.error()));
-        }
-        let before = buf.filled().len();
-        std::task::ready!(Pin::new(inner).poll_read(cx, buf))?;
+        } = self;
         if !frames.is_http2() {
-            return Poll::Ready(Ok(()));
+            return Ok(());
         }
         // One clock read per read, and only when a frame counted per window is in it.
         let mut now = None;
         let mut clock = || *now.get_or_insert_with(Instant::now);
-        let verdict = frames.feed(&buf.filled()[before..], |head| {
-            match tally.frame(head, &mut clock) {
-                Ok(()) => ControlFlow::Continue(()),
-                Err(abuse) => ControlFlow::Break(abuse),
-            }
+        let verdict = frames.feed(bytes, |head| match tally.frame(head, &mut clock) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(abuse) => ControlFlow::Break(abuse),
         });
         if let ControlFlow::Break(abuse) = verdict {
             // None of this read reaches hyper: the abusive frame is never processed.
-            buf.set_filled(before);
             *tripped = Some(abuse);
             counters.count(abuse);
-            return Poll::Ready(Err(abuse.error()));
+            return Err(abuse.error());
         }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for H2Guard<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let written = std::task::ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
-        this.tally.wrote(written);
-        Poll::Ready(Ok(written))
+        Ok(())
     }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let written = std::task::ready!(Pin::new(&mut this.inner).poll_write_vectored(cx, bufs))?;
-        this.tally.wrote(written);
-        Poll::Ready(Ok(written))
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    fn wrote(&mut self, written: usize) {
+        self.tally.wrote(written);
     }
 }
 

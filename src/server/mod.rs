@@ -58,6 +58,7 @@ pub mod reload;
 pub mod series;
 pub mod smuggling;
 mod sniff;
+pub mod watched;
 
 /// How often histogram samples are folded into buckets (keeps memory flat between scrapes).
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);

@@ -44,6 +44,18 @@ pub struct ReloadRequest {
     pub reply: Option<oneshot::Sender<Result<Applied, String>>>,
 }
 
+impl ReloadRequest {
+    /// A reload of the file the server was started with, that nobody waits on (a signal's, the
+    /// file watch's).
+    fn reread(trigger: Trigger) -> Self {
+        Self {
+            trigger,
+            config: None,
+            reply: None,
+        }
+    }
+}
+
 /// What a reload that succeeded applied.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Applied {
@@ -64,6 +76,14 @@ impl ConfigSource {
     }
 }
 
+/// `check("<table>.<field>", running.<field> != new.<field>)` for each field named: the key
+/// reported is spelled from the field compared, so the two cannot drift apart.
+macro_rules! check_fields {
+    ($check:ident, $table:literal, $running:expr, $new:expr, [$($field:ident),+ $(,)?]) => {
+        $($check(concat!($table, ".", stringify!($field)), $running.$field != $new.$field);)+
+    };
+}
+
 /// The keys a running server cannot change (listeners are bound, hyper's connection builders and
 /// the histograms' bucket layouts are fixed at start), with their values in `running` and `new`.
 pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
@@ -74,59 +94,51 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
             changed.push(key);
         }
     };
-    check("server.listen", r.listen != n.listen);
-    check("server.admin_listen", r.admin_listen != n.admin_listen);
-    check(
-        "server.listen_backlog",
-        r.listen_backlog != n.listen_backlog,
-    );
-    check(
-        "server.header_read_timeout",
-        r.header_read_timeout != n.header_read_timeout,
-    );
-    check(
-        "server.max_header_bytes",
-        r.max_header_bytes != n.max_header_bytes,
-    );
-    check("server.max_headers", r.max_headers != n.max_headers);
-    check(
-        "server.http2_max_concurrent_streams",
-        r.http2_max_concurrent_streams != n.http2_max_concurrent_streams,
+    check_fields!(
+        check,
+        "server",
+        r,
+        n,
+        [
+            listen,
+            admin_listen,
+            listen_backlog,
+            header_read_timeout,
+            max_header_bytes,
+            max_headers,
+            http2_max_concurrent_streams,
+        ]
     );
     check("server.tls", r.tls.is_some() != n.tls.is_some());
     check("tenants.usage", running.tenants.usage != new.tenants.usage);
     let (rb, nb) = (&running.tenants.budgets, &new.tenants.budgets);
-    check("tenants.budgets.store", rb.store != nb.store);
-    check("tenants.budgets.store_tls", rb.store_tls != nb.store_tls);
-    check(
-        "tenants.budgets.store_cluster",
-        rb.store_cluster != nb.store_cluster,
-    );
-    check(
-        "tenants.budgets.store_timeout",
-        rb.store_timeout != nb.store_timeout,
-    );
-    check("tenants.budgets.key_prefix", rb.key_prefix != nb.key_prefix);
-    check(
-        "tenants.budgets.stream_lease",
-        rb.stream_lease != nb.stream_lease,
-    );
-    check(
-        "tenants.budgets.settle_queue",
-        rb.settle_queue != nb.settle_queue,
+    check_fields!(
+        check,
+        "tenants.budgets",
+        rb,
+        nb,
+        [
+            store,
+            store_tls,
+            store_cluster,
+            store_timeout,
+            key_prefix,
+            stream_lease,
+            settle_queue,
+        ]
     );
     check(
         "server.admin_tls",
         r.admin_tls.is_some() != n.admin_tls.is_some(),
     );
     check("buckets", running.buckets != new.buckets);
-    check(
-        "upstream.pool_idle_timeout",
-        running.upstream.pool_idle_timeout != new.upstream.pool_idle_timeout,
-    );
-    check(
-        "upstream.pool_max_idle_per_host",
-        running.upstream.pool_max_idle_per_host != new.upstream.pool_max_idle_per_host,
+    let (ru, nu) = (&running.upstream, &new.upstream);
+    check_fields!(
+        check,
+        "upstream",
+        ru,
+        nu,
+        [pool_idle_timeout, pool_max_idle_per_host]
     );
     check(
         "metering.max_observed_models",
@@ -184,12 +196,11 @@ pub async fn on_sighup(requests: mpsc::Sender<ReloadRequest>) {
         return;
     };
     while hangups.recv().await.is_some() {
-        let request = ReloadRequest {
-            trigger: Trigger::Signal,
-            config: None,
-            reply: None,
-        };
-        if requests.send(request).await.is_err() {
+        if requests
+            .send(ReloadRequest::reread(Trigger::Signal))
+            .await
+            .is_err()
+        {
             return;
         }
     }
@@ -226,11 +237,7 @@ pub async fn watch_file(
             continue;
         }
         last = now;
-        let request = ReloadRequest {
-            trigger: Trigger::FileChanged,
-            config: None,
-            reply: None,
-        };
+        let request = ReloadRequest::reread(Trigger::FileChanged);
         if requests.send(request).await.is_err() {
             return;
         }

@@ -57,13 +57,13 @@ impl Conn {
         let (read, write) = match &mut self.io {
             Io::Plain(tcp) => {
                 let (read, write) = tcp.split();
-                (ReadSide::Plain(read), Writer::Plain(write))
+                (PlainOrTls::Plain(read), PlainOrTls::Plain(write))
             }
             // TLS state is one object for both directions: tokio's split shares it behind a
             // lock (one allocation per exchange, none per chunk: the body reads `Conn::io`).
             Io::Tls(tls) => {
                 let (read, write) = tokio::io::split(&mut **tls);
-                (ReadSide::Tls(read), Writer::Tls(write))
+                (PlainOrTls::Tls(read), PlainOrTls::Tls(write))
             }
         };
         let reader = Reader {
@@ -83,12 +83,7 @@ impl Conn {
 }
 
 /// The transport of a [`Conn`].
-#[derive(Debug)]
-pub enum Io {
-    Plain(TcpStream),
-    /// Boxed: a TLS session is kilobytes, and most connections are plain.
-    Tls(Box<TlsStream<TcpStream>>),
-}
+pub type Io = PlainOrTls<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// The reading side of a [`Conn::split`].
 pub struct Reader<'a> {
@@ -104,93 +99,59 @@ impl Reader<'_> {
     }
 }
 
-enum ReadSide<'a> {
-    Plain(tcp::ReadHalf<'a>),
-    Tls(tokio::io::ReadHalf<&'a mut TlsStream<TcpStream>>),
-}
+type ReadSide<'a> =
+    PlainOrTls<tcp::ReadHalf<'a>, tokio::io::ReadHalf<&'a mut TlsStream<TcpStream>>>;
 
 /// The writing side of a [`Conn::split`].
-pub enum Writer<'a> {
-    Plain(tcp::WriteHalf<'a>),
-    Tls(tokio::io::WriteHalf<&'a mut TlsStream<TcpStream>>),
+pub type Writer<'a> =
+    PlainOrTls<tcp::WriteHalf<'a>, tokio::io::WriteHalf<&'a mut TlsStream<TcpStream>>>;
+
+/// A connection's bytes, or one side of them, over plain TCP or over TLS (the TLS session boxed
+/// in [`Io`]: it is kilobytes, and most connections are plain). [`Io`], the reading side and
+/// [`Writer`] are this one enum, so that the reads and writes are passed on in one place;
+/// statically, with no box per call.
+#[derive(Debug)]
+pub enum PlainOrTls<P, T> {
+    Plain(P),
+    Tls(T),
 }
 
-impl AsyncRead for Io {
+impl<P: AsyncRead + Unpin, T: AsyncRead + Unpin> AsyncRead for PlainOrTls<P, T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Io::Plain(io) => Pin::new(io).poll_read(cx, buf),
-            Io::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
+            PlainOrTls::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            PlainOrTls::Tls(io) => Pin::new(io).poll_read(cx, buf),
         }
     }
 }
 
-impl AsyncWrite for Io {
+impl<P: AsyncWrite + Unpin, T: AsyncWrite + Unpin> AsyncWrite for PlainOrTls<P, T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            Io::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            Io::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
+            PlainOrTls::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            PlainOrTls::Tls(io) => Pin::new(io).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Io::Plain(io) => Pin::new(io).poll_flush(cx),
-            Io::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
+            PlainOrTls::Plain(io) => Pin::new(io).poll_flush(cx),
+            PlainOrTls::Tls(io) => Pin::new(io).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            Io::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            Io::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
-
-impl AsyncRead for ReadSide<'_> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ReadSide::Plain(io) => Pin::new(io).poll_read(cx, buf),
-            ReadSide::Tls(io) => Pin::new(io).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Writer<'_> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Writer::Plain(io) => Pin::new(io).poll_write(cx, buf),
-            Writer::Tls(io) => Pin::new(io).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Writer::Plain(io) => Pin::new(io).poll_flush(cx),
-            Writer::Tls(io) => Pin::new(io).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Writer::Plain(io) => Pin::new(io).poll_shutdown(cx),
-            Writer::Tls(io) => Pin::new(io).poll_shutdown(cx),
+            PlainOrTls::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            PlainOrTls::Tls(io) => Pin::new(io).poll_shutdown(cx),
         }
     }
 }

@@ -104,6 +104,14 @@ async fn body_bytes(response: Response<IncomingBody>) -> Bytes {
     body.to_bytes()
 }
 
+/// `client`'s answer to a POST of `body` to `addr`: the head (the body is the caller's to read).
+async fn answer(client: &Client, addr: &str, body: &'static str) -> Response<IncomingBody> {
+    client
+        .request(post(addr, body), None)
+        .await
+        .expect("response")
+}
+
 fn client() -> Client {
     Client::new(&UpstreamConfig::default())
 }
@@ -134,10 +142,7 @@ async fn a_stream_arrives_chunk_by_chunk_and_its_connection_is_reused() {
     let (addr, accepted, mut requests) = upstream(TWICE).await;
     let client = client();
     for round in 0..2 {
-        let response = client
-            .request(post(&addr, "{\"x\":1}"), None)
-            .await
-            .expect("response");
+        let response = answer(&client, &addr, "{\"x\":1}").await;
         assert_eq!(response.status(), StatusCode::OK, "status");
         assert_eq!(
             response.headers()["content-type"],
@@ -192,10 +197,7 @@ async fn length_and_close_delimited_bodies() {
     ];
     let (addr, accepted, _requests) = upstream(REPLIES).await;
     let client = client();
-    let response = client
-        .request(post(&addr, "{}"), None)
-        .await
-        .expect("response");
+    let response = answer(&client, &addr, "{}").await;
     let body = response.into_body();
     assert_eq!(
         body.size_hint().exact(),
@@ -204,10 +206,7 @@ async fn length_and_close_delimited_bodies() {
     );
     let bytes = body.collect().await.expect("body").to_bytes();
     assert_eq!(&bytes[..], b"hello world", "length-delimited");
-    let response = client
-        .request(post(&addr, "{}"), None)
-        .await
-        .expect("response");
+    let response = answer(&client, &addr, "{}").await;
     let bytes = body_bytes(response).await;
     assert_eq!(&bytes[..], b"until the end", "close-delimited");
     assert_eq!(
@@ -231,10 +230,7 @@ async fn a_pooled_connection_the_upstream_closed_is_replaced() {
     let (addr, accepted, _requests) = upstream(REPLIES).await;
     let client = client();
     for expected in [&b"ok"[..], b"again"] {
-        let response = client
-            .request(post(&addr, "{}"), None)
-            .await
-            .expect("response");
+        let response = answer(&client, &addr, "{}").await;
         let bytes = body_bytes(response).await;
         assert_eq!(&bytes[..], expected, "answered");
     }
@@ -251,10 +247,7 @@ async fn an_upstream_closing_mid_body_is_an_error() {
         b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n",
     )];
     let (addr, _accepted, _requests) = upstream(REPLIES).await;
-    let response = client()
-        .request(post(&addr, "{}"), None)
-        .await
-        .expect("response");
+    let response = answer(&client(), &addr, "{}").await;
     let mut body = response.into_body();
     let first = body.frame().await.expect("a frame").expect("data");
     assert_eq!(
@@ -312,10 +305,7 @@ async fn dropping_the_body_closes_the_upstream_connection() {
         // Returns when the proxy side closes.
         socket.read_to_end(&mut rest).await.map(|_| rest.len())
     });
-    let response = client()
-        .request(post(&addr, "{}"), None)
-        .await
-        .expect("response");
+    let response = answer(&client(), &addr, "{}").await;
     let mut body = response.into_body();
     body.frame().await.expect("frame").expect("data");
     drop(body);

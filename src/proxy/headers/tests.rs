@@ -1,26 +1,24 @@
 use super::*;
 
+/// A header map of `pairs`, in order (appended, so a name may come twice).
+fn headers_of(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for &(name, value) in pairs {
+        headers.append(name, HeaderValue::from_static(value));
+    }
+    headers
+}
+
 #[test]
 fn hop_by_hop_and_connection_named_headers_are_removed() {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONNECTION,
-        HeaderValue::from_static("keep-alive, x-secret-hop"),
-    );
-    headers.insert("x-secret-hop", HeaderValue::from_static("1"));
-    headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-    headers.insert(
-        header::TRANSFER_ENCODING,
-        HeaderValue::from_static("chunked"),
-    );
-    headers.insert(
-        header::AUTHORIZATION,
-        HeaderValue::from_static("Bearer sk-test"),
-    );
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    let mut headers = headers_of(&[
+        ("connection", "keep-alive, x-secret-hop"),
+        ("x-secret-hop", "1"),
+        ("keep-alive", "timeout=5"),
+        ("transfer-encoding", "chunked"),
+        ("authorization", "Bearer sk-test"),
+        ("content-type", "application/json"),
+    ]);
     strip_hop_by_hop(&mut headers);
     let mut names: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
     names.sort_unstable();
@@ -33,9 +31,7 @@ fn hop_by_hop_and_connection_named_headers_are_removed() {
 
 #[test]
 fn forwarded_headers_are_appended() {
-    let mut headers = HeaderMap::new();
-    headers.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
-    headers.insert(header::HOST, HeaderValue::from_static("api.example"));
+    let mut headers = headers_of(&[("x-forwarded-for", "10.0.0.1"), ("host", "api.example")]);
     add_forwarded(&mut headers, Some("127.0.0.1".parse().expect("ip")), "http");
     assert_eq!(
         headers["x-forwarded-for"], "10.0.0.1, 127.0.0.1",
@@ -51,19 +47,11 @@ fn forwarded_headers_are_appended() {
 
 #[test]
 fn the_backend_key_replaces_every_client_authorization() {
-    let mut headers = HeaderMap::new();
-    headers.append(
-        header::AUTHORIZATION,
-        HeaderValue::from_static("Bearer client-key"),
-    );
-    headers.append(
-        header::AUTHORIZATION,
-        HeaderValue::from_static("Basic eA=="),
-    );
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    let mut headers = headers_of(&[
+        ("authorization", "Bearer client-key"),
+        ("authorization", "Basic eA=="),
+        ("content-type", "application/json"),
+    ]);
     let mut backend = HeaderValue::from_static("Bearer backend-key");
     backend.set_sensitive(true);
     authorize_upstream(&mut headers, &backend);
@@ -144,11 +132,10 @@ fn the_hop_header_recognises_its_own_id_among_others_and_appends_it() {
 fn a_client_cannot_name_the_hop_header_in_connection_to_strip_it() {
     let ours = InstanceId::random();
     let mut headers = forwarded(&ours, &HeaderMap::new());
-    headers.insert(
-        header::CONNECTION,
-        HeaderValue::from_static("x-tokenmeter-via, x-other"),
-    );
-    headers.insert("x-other", HeaderValue::from_static("1"));
+    headers.extend(headers_of(&[
+        ("connection", "x-tokenmeter-via, x-other"),
+        ("x-other", "1"),
+    ]));
     strip_hop_by_hop(&mut headers);
     assert!(
         headers.get("x-other").is_none(),

@@ -15,6 +15,21 @@ impl FinishHook for Ended {
     }
 }
 
+/// A refusal's body, read whole as the OpenAI-style JSON error it must be.
+async fn error_json<B>(response: http::Response<B>) -> serde_json::Value
+where
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    serde_json::from_slice(&body).expect("JSON body")
+}
+
 fn limits(max_streams: usize, max_connections: usize) -> Limits {
     let config = ServerConfig {
         max_streams,
@@ -33,13 +48,7 @@ async fn overloaded_is_a_503_with_retry_after_and_openai_json() {
         "1",
         "retry-after tells SDKs when to retry"
     );
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+    let json = error_json(response).await;
     assert_eq!(json["error"]["type"], "overloaded", "type: {json}");
     assert_eq!(json["error"]["code"], 503, "code: {json}");
     assert!(
@@ -181,8 +190,7 @@ async fn a_request_back_at_this_tokenmeter_is_refused_at_once_and_others_pass() 
         looped.headers().get(header::RETRY_AFTER).is_none(),
         "retrying cannot help"
     );
-    let body = looped.into_body().collect().await.expect("body").to_bytes();
-    let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+    let json = error_json(looped).await;
     assert_eq!(json["error"]["type"], "loop_detected", "{json}");
     assert_eq!(json["error"]["code"], 508, "{json}");
     let message = json["error"]["message"].as_str().expect("a message");

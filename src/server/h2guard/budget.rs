@@ -212,31 +212,23 @@ impl Tally {
             CONTINUATION => self.header_block_continues(head),
             RST_STREAM => {
                 self.roll(now());
-                self.resets = self.resets.saturating_add(1);
-                check(self.resets <= b.resets, Abuse::RapidReset)
+                count_one(&mut self.resets, b.resets.into(), Abuse::RapidReset)
             }
             SETTINGS if !head.has(FLAG_ACK) => {
                 self.roll(now());
-                self.settings = self.settings.saturating_add(1);
-                check(self.settings <= b.settings, Abuse::SettingsFlood)
+                count_one(&mut self.settings, b.settings.into(), Abuse::SettingsFlood)
             }
             PING if !head.has(FLAG_ACK) => {
                 self.roll(now());
-                self.pings = self.pings.saturating_add(1);
                 let earned = self.written / b.written_bytes_per_ping;
-                check(
-                    u64::from(self.pings) <= u64::from(b.pings) + earned,
-                    Abuse::PingFlood,
-                )
+                let allowed = u64::from(b.pings) + earned;
+                count_one(&mut self.pings, allowed, Abuse::PingFlood)
             }
             WINDOW_UPDATE => {
                 self.roll(now());
-                self.window_updates = self.window_updates.saturating_add(1);
                 let earned = self.written / b.written_bytes_per_window_update;
-                check(
-                    u64::from(self.window_updates) <= u64::from(b.window_updates) + earned,
-                    Abuse::WindowUpdateFlood,
-                )
+                let allowed = u64::from(b.window_updates) + earned;
+                count_one(&mut self.window_updates, allowed, Abuse::WindowUpdateFlood)
             }
             _ => Ok(()),
         }
@@ -291,6 +283,12 @@ impl Tally {
             None => self.window_started = Some(now),
         }
     }
+}
+
+/// Counts one more frame of a kind budgeted per window: past `allowed` in the window, `abuse`.
+fn count_one(count: &mut u32, allowed: u64, abuse: Abuse) -> Result<(), Abuse> {
+    *count = count.saturating_add(1);
+    check(u64::from(*count) <= allowed, abuse)
 }
 
 fn check(within: bool, abuse: Abuse) -> Result<(), Abuse> {

@@ -51,6 +51,27 @@ async fn read_all(guard: &mut H2Guard<tokio::io::DuplexStream>) -> (Vec<u8>, io:
     }
 }
 
+/// What a fresh guard lets through of `bytes`, which a client sends whole and then closes; and
+/// the guard, to read from again.
+async fn send(
+    metrics: &Metrics,
+    bytes: &[u8],
+) -> (Vec<u8>, io::Result<()>, H2Guard<tokio::io::DuplexStream>) {
+    let (mut guard, mut client) = guarded(metrics);
+    client.write_all(bytes).await.expect("write");
+    drop(client);
+    let (got, result) = read_all(&mut guard).await;
+    (got, result, guard)
+}
+
+/// Sends `bytes` through a fresh guard: none is refused, and all pass unchanged.
+async fn assert_passes(bytes: &[u8], why: &str) {
+    let metrics = Metrics::new(&Config::default()).expect("metrics");
+    let (got, result, _) = send(&metrics, bytes).await;
+    assert!(result.is_ok(), "{why}: {result:?}");
+    assert_eq!(got, bytes, "{why}: every byte through, unchanged");
+}
+
 #[test]
 fn every_kind_is_exposed_from_zero() {
     let metrics = Metrics::new(&Config::default()).expect("metrics");
@@ -73,15 +94,12 @@ fn every_kind_is_exposed_from_zero() {
 #[tokio::test]
 async fn a_flood_fails_the_read_and_is_counted_once() {
     let metrics = Metrics::new(&Config::default()).expect("metrics");
-    let (mut guard, mut client) = guarded(&metrics);
     let mut bytes = H2_PREFACE.to_vec();
     bytes.extend(frame(SETTINGS, 0, 0, &[]));
     for _ in 0..1000 {
         bytes.extend(frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]));
     }
-    client.write_all(&bytes).await.expect("write");
-    drop(client);
-    let (got, result) = read_all(&mut guard).await;
+    let (got, result, mut guard) = send(&metrics, &bytes).await;
     let err = result.expect_err("the guard ends the connection");
     assert_eq!(
         err.kind(),
@@ -115,8 +133,6 @@ async fn a_flood_fails_the_read_and_is_counted_once() {
 
 #[tokio::test]
 async fn a_well_behaved_stream_passes_unchanged() {
-    let metrics = Metrics::new(&Config::default()).expect("metrics");
-    let (mut guard, mut client) = guarded(&metrics);
     let mut bytes = H2_PREFACE.to_vec();
     bytes.extend(frame(SETTINGS, 0, 0, &[0, 4, 0, 1, 0, 0]));
     bytes.extend(frame(SETTINGS, 1, 0, &[]));
@@ -124,27 +140,17 @@ async fn a_well_behaved_stream_passes_unchanged() {
         bytes.extend(frame(PING, 0, 0, &[i; 8]));
         bytes.extend(frame(WINDOW_UPDATE, 0, 0, &[0, 0, 1, 0]));
     }
-    client.write_all(&bytes).await.expect("write");
-    drop(client);
-    let (got, result) = read_all(&mut guard).await;
-    assert!(result.is_ok(), "not an abuse: {result:?}");
-    assert_eq!(got, bytes, "every byte through, unchanged");
+    assert_passes(&bytes, "not an abuse").await;
 }
 
 #[tokio::test]
 async fn http1_passes_through_untouched() {
-    let metrics = Metrics::new(&Config::default()).expect("metrics");
-    let (mut guard, mut client) = guarded(&metrics);
     // Looks like a flood of RST_STREAM frames, but after an HTTP/1 request line.
     let mut bytes = b"POST / HTTP/1.1\r\nhost: x\r\n\r\n".to_vec();
     for _ in 0..1000 {
         bytes.extend(frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]));
     }
-    client.write_all(&bytes).await.expect("write");
-    drop(client);
-    let (got, result) = read_all(&mut guard).await;
-    assert!(result.is_ok(), "HTTP/1 is not scanned: {result:?}");
-    assert_eq!(got, bytes, "every byte through");
+    assert_passes(&bytes, "HTTP/1 is not scanned").await;
 }
 
 #[tokio::test]

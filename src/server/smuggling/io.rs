@@ -1,18 +1,17 @@
 //! The socket wrapper that shows every byte the client sends to a [`FramingScanner`] on its way
-//! to hyper. Reads are passed through unchanged; writes are not looked at.
+//! to hyper (a [`Watched`] socket). Reads are passed through unchanged; writes are not looked at.
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
+use super::super::watched::{Watch, Watched};
 use super::{ConnectionFraming, FramingScanner};
 
 /// An accepted connection whose request framing is followed (see the module docs).
+pub type GuardedStream<T> = Watched<T, FramingWatch>;
+
+/// The scanner of one connection's requests, and where it flags a conflicting one.
 #[derive(Debug)]
-pub struct GuardedStream<T> {
-    inner: T,
+pub struct FramingWatch {
     scanner: FramingScanner,
     shared: Arc<ConnectionFraming>,
 }
@@ -20,59 +19,19 @@ pub struct GuardedStream<T> {
 impl<T> GuardedStream<T> {
     /// Wraps `inner`; heads over `max_head` bytes are not followed (hyper refuses them anyway).
     pub fn new(inner: T, shared: Arc<ConnectionFraming>, max_head: usize) -> Self {
-        Self {
-            inner,
-            scanner: FramingScanner::new(max_head),
-            shared,
-        }
+        let scanner = FramingScanner::new(max_head);
+        Watched::with(inner, FramingWatch { scanner, shared })
     }
 }
 
-impl<T: AsyncRead + Unpin> AsyncRead for GuardedStream<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        std::task::ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
-        if this.scanner.active() {
-            this.scanner.feed(&buf.filled()[before..]);
-            if let Some(index) = this.scanner.conflicting() {
-                this.shared.flag(index);
+impl Watch for FramingWatch {
+    fn read(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.scanner.active() {
+            self.scanner.feed(bytes);
+            if let Some(index) = self.scanner.conflicting() {
+                self.shared.flag(index);
             }
         }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for GuardedStream<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        Ok(())
     }
 }

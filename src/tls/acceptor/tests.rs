@@ -21,6 +21,14 @@ impl Dir {
         std::fs::write(&path, text).expect("write a PEM file");
         path
     }
+
+    /// Writes `tls.crt` and `tls.key`; the table that names them.
+    fn cert_and_key(&self, cert_pem: &str, key_pem: &str) -> ServerTlsConfig {
+        config(
+            &self.write("tls.crt", cert_pem),
+            &self.write("tls.key", key_pem),
+        )
+    }
 }
 
 impl Drop for Dir {
@@ -72,33 +80,38 @@ fn a_missing_file_names_its_key() {
     );
 }
 
+/// Why `table` does not load from a fresh directory `name` holding `cert_pem` and `key_pem`.
+fn refusal(name: &str, table: &str, alpn: &[&[u8]], cert_pem: &str, key_pem: &str) -> String {
+    let dir = Dir::new(name);
+    let files = dir.cert_and_key(cert_pem, key_pem);
+    let err = ServerTls::load(table, &files, alpn).expect_err("refused");
+    err.to_string()
+}
+
 #[test]
 fn a_key_of_another_certificate_is_refused_naming_the_key() {
-    let dir = Dir::new("mismatch");
     let (_, cert, _) = issue("ca");
     let (_, _, other_key) = issue("ca");
-    let cert = dir.write("tls.crt", &cert);
-    let key = dir.write("tls.key", &other_key);
-    let err = ServerTls::load("server.admin_tls", &config(&cert, &key), ALPN_ADMIN)
-        .expect_err("mismatched key");
+    let err = refusal(
+        "mismatch",
+        "server.admin_tls",
+        ALPN_ADMIN,
+        &cert,
+        &other_key,
+    );
     assert!(
-        err.to_string()
-            .starts_with("config: server.admin_tls.key: does not fit the certificate"),
+        err.starts_with("config: server.admin_tls.key: does not fit the certificate"),
         "the error names the key: {err}"
     );
 }
 
 #[test]
 fn a_certificate_file_without_a_certificate_is_refused() {
-    let dir = Dir::new("nocert");
     let (_, _, key_pem) = issue("ca");
-    let cert = dir.write("tls.crt", &key_pem);
-    let key = dir.write("tls.key", &key_pem);
-    let err = ServerTls::load("server.tls", &config(&cert, &key), ALPN_TRAFFIC)
-        .expect_err("a key is not a certificate");
     assert_eq!(
-        err.to_string(),
-        "config: server.tls.cert: holds no PEM CERTIFICATE block"
+        refusal("nocert", "server.tls", ALPN_TRAFFIC, &key_pem, &key_pem),
+        "config: server.tls.cert: holds no PEM CERTIFICATE block",
+        "a key is not a certificate"
     );
 }
 
@@ -106,9 +119,8 @@ fn a_certificate_file_without_a_certificate_is_refused() {
 fn reload_swaps_changed_files_and_keeps_the_running_ones_when_the_change_is_broken() {
     let dir = Dir::new("reload");
     let (_, cert_a, key_a) = issue("ca");
-    let cert = dir.write("tls.crt", &cert_a);
-    let key = dir.write("tls.key", &key_a);
-    let tls = ServerTls::load("server.tls", &config(&cert, &key), ALPN_TRAFFIC).expect("loads");
+    let tls_config = dir.cert_and_key(&cert_a, &key_a);
+    let tls = ServerTls::load("server.tls", &tls_config, ALPN_TRAFFIC).expect("loads");
     let first = tls.acceptor();
     assert!(
         matches!(tls.reload(), Reload::Unchanged),
@@ -158,7 +170,7 @@ fn reload_swaps_changed_files_and_keeps_the_running_ones_when_the_change_is_brok
 fn a_client_ca_file_must_hold_a_certificate() {
     let dir = Dir::new("mtls");
     let (ca, cert, key) = issue("clients");
-    let mut tls_config = config(&dir.write("tls.crt", &cert), &dir.write("tls.key", &key));
+    let mut tls_config = dir.cert_and_key(&cert, &key);
     tls_config.client_ca = Some(dir.write("ca.crt", &ca));
     // Whether a client without a certificate is refused is shown end to end (tests/e2e/tls_server.rs).
     ServerTls::load("server.tls", &tls_config, ALPN_TRAFFIC).expect("loads with a client CA");

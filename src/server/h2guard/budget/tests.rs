@@ -16,6 +16,27 @@ fn first_refused(tally: &mut Tally, frame: FrameHead, n: u32, at: Instant) -> Op
     (1..=n).find_map(|i| tally.frame(frame, &mut || at).err().map(|abuse| (i, abuse)))
 }
 
+/// Counts frames like `frame` until one is refused: the one past `allowed`, for `abuse`.
+fn assert_trips_past(
+    tally: &mut Tally,
+    frame: FrameHead,
+    allowed: u32,
+    abuse: Abuse,
+    now: Instant,
+) {
+    assert_eq!(
+        first_refused(tally, frame, allowed + 10, now),
+        Some((allowed + 1, abuse)),
+        "{abuse:?}: {allowed} allowed, the next refused"
+    );
+}
+
+/// The default server's budgets, a fresh tally under them, and a moment to count at.
+fn fresh() -> (Budgets, Tally, Instant) {
+    let budgets = Budgets::for_server(DEFAULT_MAX_HEADER_BYTES);
+    (budgets, Tally::new(budgets), Instant::now())
+}
+
 #[test]
 fn each_window_budget_trips_one_past_its_count() {
     let budgets = Budgets::for_server(DEFAULT_MAX_HEADER_BYTES);
@@ -31,19 +52,13 @@ fn each_window_budget_trips_one_past_its_count() {
         ),
     ];
     for (frame, budget, abuse) in cases {
-        let mut tally = Tally::new(budgets);
-        assert_eq!(
-            first_refused(&mut tally, frame, budget + 10, now),
-            Some((budget + 1, abuse)),
-            "{abuse:?}: {budget} allowed, the next refused"
-        );
+        assert_trips_past(&mut Tally::new(budgets), frame, budget, abuse, now);
     }
 }
 
 #[test]
 fn acks_and_other_frames_are_never_counted() {
-    let mut tally = Tally::new(Budgets::for_server(DEFAULT_MAX_HEADER_BYTES));
-    let now = Instant::now();
+    let (_, mut tally, now) = fresh();
     for frame in [
         head(SETTINGS, FLAG_ACK, 0),
         head(PING, FLAG_ACK, 8),
@@ -61,9 +76,7 @@ fn acks_and_other_frames_are_never_counted() {
 
 #[test]
 fn a_new_window_starts_the_counts_again() {
-    let budgets = Budgets::for_server(DEFAULT_MAX_HEADER_BYTES);
-    let mut tally = Tally::new(budgets);
-    let start = Instant::now();
+    let (budgets, mut tally, start) = fresh();
     let reset = head(RST_STREAM, 0, 4);
     assert_eq!(
         first_refused(&mut tally, reset, budgets.resets, start),
@@ -92,44 +105,33 @@ fn a_new_window_starts_the_counts_again() {
 
 #[test]
 fn written_bytes_earn_pings_and_window_updates() {
-    let budgets = Budgets::for_server(DEFAULT_MAX_HEADER_BYTES);
-    let now = Instant::now();
-    let mut tally = Tally::new(budgets);
+    let (budgets, mut tally, now) = fresh();
     let written = 1 << 20;
     tally.wrote(written);
-    let earned =
-        u32::try_from(written as u64 / budgets.written_bytes_per_window_update).expect("fits");
-    assert_eq!(
-        first_refused(
-            &mut tally,
+    let cases = [
+        (
             head(WINDOW_UPDATE, 0, 4),
-            budgets.window_updates + earned + 1,
-            now
+            budgets.window_updates,
+            budgets.written_bytes_per_window_update,
+            Abuse::WindowUpdateFlood,
         ),
-        Some((
-            budgets.window_updates + earned + 1,
-            Abuse::WindowUpdateFlood
-        )),
-        "1 MiB written earns {earned} WINDOW_UPDATEs"
-    );
-    let earned = u32::try_from(written as u64 / budgets.written_bytes_per_ping).expect("fits");
-    assert_eq!(
-        first_refused(
-            &mut tally,
+        (
             head(PING, 0, 8),
-            budgets.pings + earned + 1,
-            now
+            budgets.pings,
+            budgets.written_bytes_per_ping,
+            Abuse::PingFlood,
         ),
-        Some((budgets.pings + earned + 1, Abuse::PingFlood)),
-        "1 MiB written earns {earned} PINGs"
-    );
+    ];
+    for (frame, base, bytes_per_frame, abuse) in cases {
+        // 1 MiB written earns this many more.
+        let earned = u32::try_from(written as u64 / bytes_per_frame).expect("fits");
+        assert_trips_past(&mut tally, frame, base + earned, abuse, now);
+    }
 }
 
 #[test]
 fn pongs_do_not_pay_for_a_ping_flood() {
-    let budgets = Budgets::for_server(DEFAULT_MAX_HEADER_BYTES);
-    let mut tally = Tally::new(budgets);
-    let now = Instant::now();
+    let (budgets, mut tally, now) = fresh();
     let ping = head(PING, 0, 8);
     let refused = (1..=100_000).find(|_| {
         let verdict = tally.frame(ping, &mut || now);
@@ -210,8 +212,7 @@ fn header_blocks_are_bounded_in_frames_and_bytes() {
 
 #[test]
 fn a_continuation_outside_a_block_is_left_to_h2() {
-    let mut tally = Tally::new(Budgets::for_server(DEFAULT_MAX_HEADER_BYTES));
-    let now = Instant::now();
+    let (_, mut tally, now) = fresh();
     assert_eq!(
         first_refused(&mut tally, head(CONTINUATION, 0, 0), 100, now),
         None,
