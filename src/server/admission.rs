@@ -281,12 +281,14 @@ fn looped(instance: &InstanceId) -> Refusal {
 }
 
 /// Ends a request refused here with `refusal` (where its context is found) and gives its answer.
+/// It ends with no error of its own: its outcome (`overloaded`, or the loop's `client_error`)
+/// is the whole story, and a span's status reads just that.
 pub fn refuse(context: Option<Box<RequestContext>>, refusal: Refusal) -> Response<Full<Bytes>> {
-    let error = ProxyError::from(refusal);
-    let response = error.to_response();
+    let outcome = refusal.outcome();
+    let response = ProxyError::from(refusal).to_response();
     if let Some(mut context) = context {
         context.status = Some(response.status());
-        context.finish(error.outcome(), Some(&error));
+        context.finish(outcome, None);
     }
     response
 }

@@ -118,7 +118,10 @@ fn paths_at(code: &str, roots: &BTreeSet<String>) -> Vec<(usize, Vec<String>)> {
         let boundary = i == 0 || !is_ident(bytes[i - 1]) && !matches!(bytes[i - 1], b':' | b'.');
         if boundary && is_ident(bytes[i]) {
             let end = ident_end(code, i);
-            if code[end..].starts_with("::") && roots.contains(&code[i..end]) {
+            if code[end..].starts_with("::")
+                && roots.contains(&code[i..end])
+                && !in_visibility(&code[..i])
+            {
                 let (items, after) = tree(code, i);
                 found.extend(items.into_iter().map(|path| (i, path)));
                 i = after.max(i + 1);
@@ -130,6 +133,15 @@ fn paths_at(code: &str, roots: &BTreeSet<String>) -> Vec<(usize, Vec<String>)> {
         }
     }
     found
+}
+
+/// Whether a path after `before` is the scope of a visibility (`pub(in crate::config)`): it
+/// says who may see an item, and depends on nothing.
+fn in_visibility(before: &str) -> bool {
+    before
+        .trim_end()
+        .strip_suffix("in")
+        .is_some_and(|rest| rest.trim_end().ends_with("pub("))
 }
 
 fn ident_end(code: &str, start: usize) -> usize {
@@ -424,7 +436,7 @@ fn meter_does_not_plan() {
 #[test]
 fn the_checker_sees_paths_and_trees() {
     let code = code_only(
-        "use crate::a::{b::C, d, e::{F, G}};\n// use crate::comment::X;\nlet x = super::h::I; \"crate::s\";",
+        "use crate::a::{b::C, d, e::{F, G}};\n// use crate::comment::X;\nlet x = super::h::I; \"crate::s\";\npub(in crate::vis) use super::j::K;",
     );
     let found: Vec<String> = paths(&code).iter().map(|path| path.join("::")).collect();
     assert_eq!(
@@ -434,9 +446,10 @@ fn the_checker_sees_paths_and_trees() {
             "crate::a::d",
             "crate::a::e::F",
             "crate::a::e::G",
-            "super::h::I"
+            "super::h::I",
+            "super::j::K"
         ],
-        "trees expanded; comments and strings skipped"
+        "trees expanded; comments, strings and visibility scopes skipped"
     );
     let known: BTreeSet<Module> = [vec!["a".to_owned()], vec!["a".to_owned(), "b".to_owned()]]
         .into_iter()
