@@ -194,13 +194,9 @@ const TERMINAL: [(Dialect, StreamFormat, &str); 8] = [
 async fn a_client_that_leaves_after_the_terminal_event_had_the_whole_stream() {
     for (dialect, format, path) in TERMINAL {
         let events = events(format, &fixture(path));
-        let outcomes = Arc::new(Outcomes::default());
-        let (mut body, tx) = metered(dialect, format, &outcomes);
-        pass(&mut body, &tx, &events).await;
         // The client read the terminal event and closed; the upstream's end never came.
-        drop(body);
         assert_eq!(
-            outcomes.all(),
+            left_after(dialect, format, &events).await,
             vec![Outcome::Ok],
             "{path}: complete from the client's side"
         );
@@ -212,27 +208,28 @@ async fn a_client_that_leaves_before_the_terminal_event_cancelled() {
     for (dialect, format, path) in TERMINAL {
         let mut events = events(format, &fixture(path));
         events.pop();
-        let outcomes = Arc::new(Outcomes::default());
-        let (mut body, tx) = metered(dialect, format, &outcomes);
-        pass(&mut body, &tx, &events).await;
-        drop(body);
         assert_eq!(
-            outcomes.all(),
+            left_after(dialect, format, &events).await,
             vec![Outcome::Cancelled],
             "{path}: every event but the terminal one"
         );
     }
     // Triton's stream has no terminal event: leaving is always cancelling it.
+    let events = events(StreamFormat::Sse, &fixture("dialects/triton.sse"));
+    assert_eq!(
+        left_after(Dialect::Triton, StreamFormat::Sse, &events).await,
+        vec![Outcome::Cancelled],
+        "triton"
+    );
+}
+
+/// How a stream of `dialect` ended when its client left after `events` passed.
+async fn left_after(dialect: Dialect, format: StreamFormat, events: &[Vec<u8>]) -> Vec<Outcome> {
     let outcomes = Arc::new(Outcomes::default());
-    let (mut body, tx) = metered(Dialect::Triton, StreamFormat::Sse, &outcomes);
-    pass(
-        &mut body,
-        &tx,
-        &events(StreamFormat::Sse, &fixture("dialects/triton.sse")),
-    )
-    .await;
+    let (mut body, tx) = metered(dialect, format, &outcomes);
+    pass(&mut body, &tx, events).await;
     drop(body);
-    assert_eq!(outcomes.all(), vec![Outcome::Cancelled], "triton");
+    outcomes.all()
 }
 
 #[tokio::test]
@@ -241,12 +238,8 @@ async fn a_terminal_event_after_an_error_is_still_the_upstreams_error() {
         StreamFormat::Sse,
         &fixture("dialects/openai-responses-failed.sse"),
     );
-    let outcomes = Arc::new(Outcomes::default());
-    let (mut body, tx) = metered(Dialect::OpenAiResponses, StreamFormat::Sse, &outcomes);
-    pass(&mut body, &tx, &events).await;
-    drop(body);
     assert_eq!(
-        outcomes.all(),
+        left_after(Dialect::OpenAiResponses, StreamFormat::Sse, &events).await,
         vec![Outcome::UpstreamError],
         "response.failed ends the stream with the backend's failure"
     );
