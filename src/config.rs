@@ -22,20 +22,18 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use budgets::{
-    BudgetsConfig, Counts, Limits, OnStoreError, StoreTlsConfig, StoreUrl, ENV_BUDGET_STORE,
-};
+pub(crate) use budgets::ENV_BUDGET_STORE;
+pub use budgets::{BudgetsConfig, Counts, Limits, OnStoreError, StoreTlsConfig, StoreUrl};
 pub use error::ConfigError;
 pub use handoff::{HandoffConfig, HandoffProtocol};
-pub use load::{ENV_ADMIN_LISTEN, ENV_LISTEN, ENV_UPSTREAM};
+pub use load::{ENV_ADMIN_LISTEN, ENV_LISTEN};
 pub use queue::{OnDeadline, QueueConfig};
-pub use routing::{Affinity, BalanceLoad, PoolConfig, RoutingConfig, RuleConfig, DEFAULT_POOL};
-pub use slo::{SloConfig, SloTargets, TargetsOverride, DEFAULT_CLASS_HEADER};
-pub use spelling::{redacted, REDACTED};
-pub use tenants::{
-    Anonymous, CertField, TenantSource, TenantsConfig, UsageConfig, ENV_TENANT_KEYS_FILE,
-    ENV_UPSTREAM_KEY_FILE,
-};
+pub(crate) use routing::DEFAULT_POOL;
+pub use routing::{Affinity, BalanceLoad, PoolConfig, RoutingConfig, RuleConfig};
+pub use slo::{SloConfig, SloTargets, TargetsOverride};
+pub use spelling::REDACTED;
+pub(crate) use tenants::ENV_TENANT_KEYS_FILE;
+pub use tenants::{Anonymous, CertField, TenantSource, TenantsConfig, UsageConfig};
 pub use tls::{ServerTlsConfig, UpstreamTlsConfig};
 pub use tracing::{ExportSettings, OtlpProtocol, Sampler, TracingConfig};
 
@@ -170,7 +168,7 @@ pub struct MeteringConfig {
 }
 
 /// hyper's HTTP/1 read buffer cannot be smaller (it asserts), so neither can `server.max_header_bytes`.
-pub const MIN_HEADER_BYTES: usize = 8192;
+pub(crate) const MIN_HEADER_BYTES: usize = 8192;
 
 /// Histogram bucket upper bounds, in seconds (token counts for `tokens`).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

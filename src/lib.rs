@@ -33,6 +33,15 @@
 //! And the testbed, `testbed` (a simulated vLLM replica, a load generator, the one-command demo,
 //! driven from [`cli`]), behind the `testbed` cargo feature (on by default), which the sidecar
 //! build leaves out.
+//!
+//! **The public API** is what an embedder uses, re-exported below: a [`Config`], a proxy run in
+//! the foreground ([`Server`]) or spawned on bound listeners ([`spawn`], [`spawn_with_hooks`],
+//! giving a [`ServerHandle`] to reload and stop it), and the hook that hears of every finished
+//! request ([`FinishHook`], with the [`Finished`] request, its [`RequestContext`] and its
+//! [`Outcome`]); the testbed for tests of your own. `tests/e2e/embedder.rs` is an example
+//! embedder that compiles against exactly this. The modules stay public for the crate's own
+//! tests, benchmarks and fuzz targets, which reach the parsers and the series inside; inside a
+//! module, what no other module names is `pub(crate)` or narrower.
 pub mod cli;
 pub mod config;
 pub mod context;
@@ -54,4 +63,8 @@ pub mod trace;
 pub mod upstream;
 
 /// The boxed error type used at the command-line boundary.
+pub use config::Config;
+pub use context::{FinishHook, Finished, Outcome, RequestContext};
+pub use server::{spawn, spawn_with_hooks, Server, ServerError, ServerHandle};
+
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

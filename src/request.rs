@@ -32,9 +32,10 @@ pub mod usage;
 
 pub use measure::PromptSize;
 use measure::{add, measure_raw, Measure, Shape};
-pub use members::{PromptSpans, PROMPT_MEMBERS};
+pub(crate) use members::{PromptSpans, PROMPT_MEMBERS};
+pub use usage::Injection;
+pub(crate) use usage::UsageSplice;
 use usage::{usage_edit, Seen};
-pub use usage::{Injection, UsageSplice};
 
 /// What the proxy learns from a request body before forwarding it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,8 +134,9 @@ pub fn read_with(body: &[u8], what: Read) -> Option<Inspection> {
     })
 }
 
+#[cfg(test)]
 /// The facts alone (see [`read`]).
-pub fn inspect(body: &[u8]) -> Option<RequestFacts> {
+pub(crate) fn inspect(body: &[u8]) -> Option<RequestFacts> {
     read(body).map(|inspection| inspection.facts)
 }
 
@@ -154,8 +156,9 @@ pub fn inject_include_usage(body: &[u8]) -> Injection {
     }
 }
 
+#[cfg(test)]
 /// The prompt's size, from [`read`] when the body reads, else the whole body.
-pub fn prompt_size(body: &[u8]) -> PromptSize {
+pub(crate) fn prompt_size(body: &[u8]) -> PromptSize {
     Inspection::prompt_of(read(body).as_ref(), body)
 }
 

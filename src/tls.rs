@@ -15,7 +15,8 @@ pub mod connector;
 pub mod pem;
 pub mod series;
 
-pub use acceptor::{HandshakeFailure, ServerTls};
+pub(crate) use acceptor::HandshakeFailure;
+pub use acceptor::ServerTls;
 pub use connector::{TlsClient, UpstreamTls};
 
 /// The crypto provider every TLS config is built with, named explicitly rather than installed

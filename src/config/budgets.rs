@@ -166,11 +166,6 @@ impl Limits {
             || concurrent_streams.is_some()
     }
 
-    /// A token limit is set (a reservation is needed).
-    pub fn counts_tokens(&self) -> bool {
-        self.tokens_per_minute.is_some() || self.tokens_per_day.is_some()
-    }
-
     fn validate(&self, key: &str) -> Result<(), ConfigError> {
         let limits = [
             ("tokens_per_minute", self.tokens_per_minute),
@@ -210,7 +205,7 @@ pub enum OnStoreError {
 }
 
 /// The environment variable naming the store (it wins over the file's `store`).
-pub const ENV_BUDGET_STORE: &str = "TOKENMETER_BUDGET_STORE";
+pub(crate) const ENV_BUDGET_STORE: &str = "TOKENMETER_BUDGET_STORE";
 
 /// Where the budgets are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]

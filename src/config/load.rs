@@ -11,7 +11,7 @@ use super::{Config, ConfigError, ENV_BUDGET_STORE, ENV_TENANT_KEYS_FILE};
 /// Environment variables a sidecar sets per pod; they win over the file.
 pub const ENV_LISTEN: &str = "TOKENMETER_LISTEN";
 pub const ENV_ADMIN_LISTEN: &str = "TOKENMETER_ADMIN_LISTEN";
-pub const ENV_UPSTREAM: &str = "TOKENMETER_UPSTREAM";
+pub(crate) const ENV_UPSTREAM: &str = "TOKENMETER_UPSTREAM";
 
 impl Config {
     /// Parses TOML text, naming the full key path of the first problem.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::{HandoffConfig, QueueConfig, UpstreamTlsConfig};
 
 /// Name of the implicit pool formed by `upstream.urls` when no `[[pools]]` are configured.
-pub const DEFAULT_POOL: &str = "default";
+pub(crate) const DEFAULT_POOL: &str = "default";
 
 /// Router settings shared by every pool.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

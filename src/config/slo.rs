@@ -78,7 +78,7 @@ pub struct TargetsOverride {
 }
 
 /// The class header's name by default.
-pub const DEFAULT_CLASS_HEADER: &str = "x-slo-class";
+pub(crate) const DEFAULT_CLASS_HEADER: &str = "x-slo-class";
 
 impl Default for SloConfig {
     fn default() -> Self {
@@ -151,7 +151,7 @@ impl SloConfig {
     }
 
     /// Each target with its key, for the check that none is zero.
-    pub fn keyed_targets(&self) -> Vec<(String, Duration)> {
+    pub(crate) fn keyed_targets(&self) -> Vec<(String, Duration)> {
         let mut out = vec![
             ("slo.ttft".to_owned(), self.ttft),
             ("slo.tpot".to_owned(), self.tpot),

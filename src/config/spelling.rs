@@ -82,7 +82,7 @@ pub(super) fn some_header_text<S: Serializer>(
 /// A URL with the password of its authority (between the user's `:` and the `@`) replaced by
 /// [`REDACTED`]; a user without a password too (`redis://TOKEN@host` carries a secret there).
 /// Anything else is returned as it is.
-pub fn redacted(url: &str) -> String {
+pub(crate) fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };

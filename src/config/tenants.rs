@@ -151,10 +151,10 @@ impl Default for TenantsConfig {
 
 /// The environment variable naming the keys file (it wins over the file's key: a secret's mount
 /// path is the deployment's to say).
-pub const ENV_TENANT_KEYS_FILE: &str = "TOKENMETER_TENANT_KEYS_FILE";
+pub(crate) const ENV_TENANT_KEYS_FILE: &str = "TOKENMETER_TENANT_KEYS_FILE";
 /// The environment variable naming the backend's key file (it wins over the file's key, as
 /// [`ENV_TENANT_KEYS_FILE`] does).
-pub const ENV_UPSTREAM_KEY_FILE: &str = "TOKENMETER_UPSTREAM_KEY_FILE";
+pub(crate) const ENV_UPSTREAM_KEY_FILE: &str = "TOKENMETER_UPSTREAM_KEY_FILE";
 
 impl TenantsConfig {
     /// Tenants are on.

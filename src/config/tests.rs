@@ -1,3 +1,6 @@
+use super::load::ENV_UPSTREAM;
+use super::spelling::redacted;
+use super::tenants::ENV_UPSTREAM_KEY_FILE;
 use super::*;
 
 fn invalid_key(text: &str) -> String {

@@ -122,17 +122,17 @@ impl Default for TracingConfig {
 }
 
 /// The environment variables read (the OpenTelemetry SDK specification's names).
-pub const OTEL_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
-pub const OTEL_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
-pub const OTEL_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
-pub const OTEL_TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
-pub const OTEL_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
-pub const OTEL_TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
+pub(crate) const OTEL_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+pub(crate) const OTEL_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+pub(crate) const OTEL_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_PROTOCOL";
+pub(crate) const OTEL_TRACES_PROTOCOL: &str = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL";
+pub(crate) const OTEL_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TIMEOUT";
+pub(crate) const OTEL_TRACES_TIMEOUT: &str = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT";
 pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
 pub const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
-pub const OTEL_TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+pub(crate) const OTEL_TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
 pub const OTEL_TRACES_SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
-pub const OTEL_SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+pub(crate) const OTEL_SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
 
 /// Where spans go: what the exporter is built from. Resolved from [`TracingConfig`] (and the
 /// environment it took in), so a reload can compare two.

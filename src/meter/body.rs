@@ -105,7 +105,7 @@ impl<B: Body> MeteredBody<B> {
 
     /// A response whose request context was lost (a bug, counted where it was lost): forwarded
     /// as it is, ending nothing.
-    pub fn unwatched(inner: B) -> Self {
+    pub(crate) fn unwatched(inner: B) -> Self {
         Self::watching(inner, None, None)
     }
 

@@ -44,7 +44,7 @@ use crate::context::Outcome;
 
 /// Lines logged per window at most (a dying backend's first streams: enough to see which
 /// backend and how far its streams got).
-pub const LINES: u32 = 10;
+pub(crate) const LINES: u32 = 10;
 
 /// The rate limit's window.
 pub const WINDOW: Duration = Duration::from_secs(10);

@@ -31,42 +31,42 @@ pub const TPOT: &str = "gen_ai_server_time_per_output_token_seconds";
 /// Time from the request head to the end of the response stream (OpenTelemetry GenAI).
 pub const E2E: &str = "gen_ai_server_request_duration_seconds";
 /// Tokens per request, by `gen_ai_token_type` = input | output (OpenTelemetry GenAI).
-pub const TOKEN_USAGE: &str = "gen_ai_client_token_usage";
+pub(crate) const TOKEN_USAGE: &str = "gen_ai_client_token_usage";
 /// Every gap between two consecutive token events: one observation per gap.
 pub const ITL: &str = "tokenmeter_inter_token_latency_seconds";
 /// The gaps of the tracked tenants' streams, by `tenant` (`tenants.tracked`): recorded by the
 /// meter, which sees each gap; the tenant's other series are the tenant subsystem's.
-pub const TENANT_ITL: &str = "tokenmeter_tenant_inter_token_latency_seconds";
+pub(crate) const TENANT_ITL: &str = "tokenmeter_tenant_inter_token_latency_seconds";
 /// Time from the request head to the first response body byte.
 pub const TTFB: &str = "tokenmeter_time_to_first_byte_seconds";
 /// Finished requests by `outcome`.
 pub const REQUESTS: &str = "tokenmeter_requests_total";
 /// Requests between their head arriving and their stream finishing.
-pub const STREAMS_ACTIVE: &str = "tokenmeter_streams_active";
+pub(crate) const STREAMS_ACTIVE: &str = "tokenmeter_streams_active";
 /// Successful token streams by `slo` (ttft, tpot, all) and `result` (met, missed): goodput.
 pub const SLO_REQUESTS: &str = "tokenmeter_slo_requests_total";
 /// Tokens by `gen_ai_token_type`, for tokens/s panels.
 pub const TOKENS: &str = "tokenmeter_tokens_total";
 /// Where a request's output token count came from: `usage` (exact) or `events` (counted fallback).
-pub const TOKEN_COUNT_SOURCE: &str = "tokenmeter_token_count_source_total";
+pub(crate) const TOKEN_COUNT_SOURCE: &str = "tokenmeter_token_count_source_total";
 /// Inter-token gaps at least the configured stall threshold long.
-pub const STALLS: &str = "tokenmeter_stalls_total";
+pub(crate) const STALLS: &str = "tokenmeter_stalls_total";
 /// SSE lines longer than the configured cap (skipped by the scanner, forwarded untouched).
-pub const SSE_OVERFLOWS: &str = "tokenmeter_sse_overflows_total";
+pub(crate) const SSE_OVERFLOWS: &str = "tokenmeter_sse_overflows_total";
 /// Prompt tokens by `result`: `hit` (the server served them from its prompt cache) and `miss` (the
 /// rest of the prompt), for servers that report a cache figure.
-pub const PROMPT_CACHE: &str = "tokenmeter_prompt_cache_tokens_total";
+pub(crate) const PROMPT_CACHE: &str = "tokenmeter_prompt_cache_tokens_total";
 /// Usage injection outcomes by `result`: `injected` (the backend took the injected request),
 /// `rejected` (it answered it with an error status), `unanswered` (no response), `not_needed`
 /// (the client asked for usage, or the request is not a stream), `declined` (a body shape the
 /// proxy does not edit).
-pub const USAGE_INJECTIONS: &str = "tokenmeter_usage_injections_total";
+pub(crate) const USAGE_INJECTIONS: &str = "tokenmeter_usage_injections_total";
 
 /// Label names of the per-request series (besides model, backend and pool).
-pub const LABEL_OPERATION: &str = "gen_ai_operation_name";
-pub const LABEL_PROVIDER: &str = "gen_ai_provider_name";
-pub const LABEL_OUTCOME: &str = "outcome";
-pub const LABEL_TOKEN_TYPE: &str = "gen_ai_token_type";
+pub(crate) const LABEL_OPERATION: &str = "gen_ai_operation_name";
+pub(crate) const LABEL_PROVIDER: &str = "gen_ai_provider_name";
+pub(crate) const LABEL_OUTCOME: &str = "outcome";
+pub(crate) const LABEL_TOKEN_TYPE: &str = "gen_ai_token_type";
 
 /// The meter's series over the proxy's [`Metrics`]: one per server, shared by every stack
 /// generation (the handles it resolved stay valid across reloads).
@@ -203,7 +203,7 @@ impl MeterSeries {
     }
 
     /// The gap histogram of a tracked tenant's streams.
-    pub fn tenant_itl(&self, tenant: &Arc<str>) -> Histogram {
+    pub(crate) fn tenant_itl(&self, tenant: &Arc<str>) -> Histogram {
         self.metrics.histogram(
             TENANT_ITL,
             &[crate::metrics::shared_label("tenant", tenant)],
@@ -238,19 +238,19 @@ impl MeterSeries {
 
     /// Counts one finished request that yielded no stream (refused, failed before a response
     /// head, abandoned before one, or passed through).
-    pub fn request_finished(&self, labels: &RequestLabels, outcome: Outcome) {
+    pub(crate) fn request_finished(&self, labels: &RequestLabels, outcome: Outcome) {
         request_finished(&self.metrics, labels, outcome);
     }
 
     /// Counts SSE lines the scanner skipped for being over the cap.
-    pub fn sse_overflows(&self, labels: &RequestLabels, count: u64) {
+    pub(crate) fn sse_overflows(&self, labels: &RequestLabels, count: u64) {
         self.metrics
             .counter(SSE_OVERFLOWS, labels.base())
             .increment(count);
     }
 
     /// Counts a usage-injection decision (`injected`, `not_needed`, `declined`, ...).
-    pub fn usage_injection(&self, operation: Operation, result: &'static str) {
+    pub(crate) fn usage_injection(&self, operation: Operation, result: &'static str) {
         let set = vec![
             Label::new(LABEL_OPERATION, operation.as_str()),
             Label::new("result", result),
@@ -348,7 +348,7 @@ impl StreamMetrics {
     }
 
     /// Counts one SLO verdict (`slo` = ttft | tpot | all, `result` = met | missed).
-    pub fn slo_verdict(&self, metrics: &Metrics, slo: Slo, met: bool) {
+    pub(crate) fn slo_verdict(&self, metrics: &Metrics, slo: Slo, met: bool) {
         let counter = || {
             let mut set = self.labels.base();
             set.push(Label::new("slo", slo.as_str()));
@@ -362,7 +362,7 @@ impl StreamMetrics {
     }
 
     /// Counts where the output token count came from: `usage` (`exact`) or token `events`.
-    pub fn token_count_source(&self, metrics: &Metrics, exact: bool) {
+    pub(crate) fn token_count_source(&self, metrics: &Metrics, exact: bool) {
         let source = if exact { "usage" } else { "events" };
         self.ends.source[usize::from(exact)]
             .get_or_init(|| {
@@ -374,7 +374,7 @@ impl StreamMetrics {
     }
 
     /// Counts the prompt tokens the server's cache served (`hit`) and computed (`miss`).
-    pub fn prompt_cache(&self, metrics: &Metrics, hit: u64, miss: u64) {
+    pub(crate) fn prompt_cache(&self, metrics: &Metrics, hit: u64, miss: u64) {
         for (slot, (result, tokens)) in [("hit", hit), ("miss", miss)].into_iter().enumerate() {
             self.ends.cache[slot]
                 .get_or_init(|| {

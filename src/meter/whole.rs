@@ -39,7 +39,7 @@ impl WholeBody {
     }
 
     /// A collector bounded by `limit` bytes (tests use small bounds).
-    pub fn with_limit(limit: usize) -> Self {
+    pub(crate) fn with_limit(limit: usize) -> Self {
         Self {
             frames: Vec::new(),
             len: 0,
@@ -52,7 +52,7 @@ impl WholeBody {
     /// carries no usage) of a known dialect (an unknown API's JSON means nothing to us) whose
     /// content type is `application/json` (with or without parameters; never a stream framing)
     /// and which is not content-encoded (a compressed body is not JSON to a reader of bytes).
-    pub fn for_response(
+    pub(crate) fn for_response(
         dialect: Dialect,
         status: StatusCode,
         headers: &HeaderMap,

@@ -33,7 +33,7 @@ pub struct Exemplar {
 /// The most recent exemplar of one bucket. `seq` is even when the slot is stable (0: empty) and
 /// odd while a writer fills it.
 #[derive(Debug, Default)]
-pub struct ExemplarSlot {
+pub(crate) struct ExemplarSlot {
     seq: AtomicU64,
     trace_high: AtomicU64,
     trace_low: AtomicU64,
@@ -97,7 +97,7 @@ impl ExemplarSlot {
 }
 
 /// Now, in milliseconds since the Unix epoch (an exemplar's time).
-pub fn unix_ms_now() -> u64 {
+pub(crate) fn unix_ms_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

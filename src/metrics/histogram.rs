@@ -24,7 +24,7 @@ use super::native::{NativeBuckets, NativeSnapshot};
 /// One series: a count per bucket (the last one is `+Inf`) and the sum of the samples, and for
 /// the latency histograms the native buckets too ([`super::native`]).
 #[derive(Debug)]
-pub struct AtomicHistogram {
+pub(crate) struct AtomicHistogram {
     bounds: Arc<[f64]>,
     counts: Box<[AtomicU64]>,
     /// `f64` bits, added with a compare-and-swap loop.
@@ -200,7 +200,7 @@ impl HistogramFn for AtomicHistogram {
 
 /// Every histogram series of one [`super::Metrics`], by name and rendered label set.
 #[derive(Debug)]
-pub struct Histograms {
+pub(crate) struct Histograms {
     default_bounds: Arc<[f64]>,
     /// The families their owners defined: bounds, and whether the series keep native buckets.
     families: Mutex<HashMap<&'static str, Family>>,
@@ -299,7 +299,7 @@ impl Histograms {
     }
 
     /// Appends the exposition of every series (names in order, as the exporter does).
-    pub fn render_into(&self, out: &mut String) {
+    pub(crate) fn render_into(&self, out: &mut String) {
         let help = lock(&self.help);
         let series = lock(&self.series);
         for (name, by_labels) in series.iter() {

@@ -12,13 +12,13 @@ use std::sync::{Arc, PoisonError, RwLock};
 use crate::config::Config;
 
 /// Label value for models beyond the label budget.
-pub const MODEL_OTHER: &str = "other";
+pub(crate) const MODEL_OTHER: &str = "other";
 /// Label value when no model is known for a request: its body named none (or was not JSON), or
 /// its body was not read: a path that is not one of the metered APIs' (an unknown POST, a `GET`)
 /// streams through unread, so its model is never known.
-pub const MODEL_UNKNOWN: &str = "unknown";
+pub(crate) const MODEL_UNKNOWN: &str = "unknown";
 /// Longest model name given its own label value.
-pub const MAX_MODEL_LABEL_BYTES: usize = 128;
+pub(crate) const MAX_MODEL_LABEL_BYTES: usize = 128;
 
 /// The models that always get their own label value. A model with its own prompt prior needs its
 /// own label: the calibration is keyed by it.

@@ -31,7 +31,8 @@ pub mod protobuf;
 use histogram::Histograms;
 pub use histogram::LatencyHistogram;
 use labels::labelled_models;
-pub use labels::{BoundedLabels, MAX_MODEL_LABEL_BYTES, MODEL_OTHER, MODEL_UNKNOWN};
+pub use labels::BoundedLabels;
+pub(crate) use labels::{MODEL_OTHER, MODEL_UNKNOWN};
 
 /// Label names more than one subsystem's series carry.
 pub const LABEL_MODEL: &str = "gen_ai_request_model";

@@ -67,7 +67,7 @@ pub fn upper_bound(key: i32) -> f64 {
 
 /// One series' native buckets: the zero bucket and a counter per key from `MIN_KEY` to `MAX_KEY`.
 #[derive(Debug)]
-pub struct NativeBuckets {
+pub(crate) struct NativeBuckets {
     zero: AtomicU64,
     counts: Box<[AtomicU64]>,
 }
@@ -126,7 +126,7 @@ impl NativeBuckets {
 /// the first offset the first key, later ones the gap of empty buckets before them; each delta is
 /// a bucket's count minus the previous bucket's. An empty histogram gets one empty span so that a
 /// scraper still sees it as native (as client_golang does).
-pub fn spans_and_deltas(buckets: &[(i32, u64)]) -> (Vec<(i32, u32)>, Vec<i64>) {
+pub(crate) fn spans_and_deltas(buckets: &[(i32, u64)]) -> (Vec<(i32, u32)>, Vec<i64>) {
     let mut spans: Vec<(i32, u32)> = Vec::new();
     let mut deltas = Vec::with_capacity(buckets.len());
     let mut previous_key: Option<i32> = None;

@@ -36,8 +36,8 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 pub use body::{IncomingBody, ReadError};
-pub use encode::WriteError;
-pub use head::HeadError;
+pub(crate) use encode::WriteError;
+pub(crate) use head::HeadError;
 
 use crate::config::UpstreamConfig;
 use crate::proxy::headers::InstanceId;
@@ -85,7 +85,7 @@ impl Error {
     }
 
     /// The connect timed out (ours, or the kernel's `ETIMEDOUT`), the TLS handshake included.
-    pub fn is_connect_timeout(&self) -> bool {
+    pub(crate) fn is_connect_timeout(&self) -> bool {
         match self {
             Error::ConnectTimeout(_) => true,
             Error::Connect(err) | Error::Tls { source: err, .. } => {
@@ -139,7 +139,7 @@ impl Client {
 
     /// [`Client::request`], with when the exchange had its connection and had written the
     /// request (the TTFT split's `connect` and the proxy's own write time).
-    pub async fn request_marked(
+    pub(crate) async fn request_marked(
         &self,
         req: Request<RequestBody>,
         tls: Option<&Arc<UpstreamTls>>,
@@ -238,8 +238,9 @@ impl Client {
         }
     }
 
+    #[cfg(test)]
     /// Idle pooled connections to `authority` (tests).
-    pub fn idle_connections(&self, authority: &str) -> usize {
+    pub(crate) fn idle_connections(&self, authority: &str) -> usize {
         self.pool.idle_count(authority)
     }
 }
@@ -247,7 +248,7 @@ impl Client {
 /// When an exchange had its connection and had sent its request: two clock reads per request,
 /// none per chunk.
 #[derive(Debug, Clone, Copy)]
-pub struct ExchangeMarks {
+pub(crate) struct ExchangeMarks {
     /// The connection was ready: checked out of the pool, or connected (TCP, and TLS).
     pub connected: Instant,
     /// It was a new connection (the time to `connected` was a connect).

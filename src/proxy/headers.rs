@@ -65,7 +65,7 @@ pub fn authorize_upstream(headers: &mut HeaderMap, backend: &HeaderValue) {
 
 /// Appends the client address to `x-forwarded-for`, sets `x-forwarded-proto`, and moves the client's
 /// `host` to `x-forwarded-host` (the upstream gets its own authority as `host`, as nginx does).
-pub fn add_forwarded(headers: &mut HeaderMap, client: Option<IpAddr>, proto: &'static str) {
+pub(crate) fn add_forwarded(headers: &mut HeaderMap, client: Option<IpAddr>, proto: &'static str) {
     if let Some(ip) = client {
         let value = match headers
             .get(HeaderName::from_static("x-forwarded-for"))
@@ -129,7 +129,7 @@ impl InstanceId {
     /// open stream (docs/performance.md, "Outcomes and the loop guard"). Written last, after
     /// hop-by-hop headers were stripped, it cannot be removed by a client's `Connection` header
     /// either.
-    pub fn write_line(&self, headers: &HeaderMap, out: &mut Vec<u8>) {
+    pub(crate) fn write_line(&self, headers: &HeaderMap, out: &mut Vec<u8>) {
         out.extend_from_slice(VIA.as_str().as_bytes());
         out.extend_from_slice(b": ");
         for value in headers.get_all(VIA) {

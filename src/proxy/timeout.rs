@@ -67,7 +67,7 @@ impl<B> TimeoutBody<B> {
     }
 
     /// Keeps `guard` alive until the body ends (or is dropped).
-    pub fn with_guard(mut self, guard: Option<InFlight>) -> Self {
+    pub(crate) fn with_guard(mut self, guard: Option<InFlight>) -> Self {
         self.guard = guard;
         self
     }

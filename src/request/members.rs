@@ -9,7 +9,7 @@ use super::usage::span;
 /// The members that make a prompt, in the order prefix affinity names them: chat and completions
 /// (`messages`, `prompt`), Anthropic Messages (`system`, `messages`), OpenAI Responses
 /// (`instructions`, `input`), TGI (`inputs`) and llama.cpp (`prompt`).
-pub const PROMPT_MEMBERS: [&str; 6] = [
+pub(crate) const PROMPT_MEMBERS: [&str; 6] = [
     "instructions",
     "system",
     "messages",
@@ -41,7 +41,7 @@ impl PromptSpans {
 
     /// The members present, in naming order, with their values' text in `body` (the body they
     /// were located in).
-    pub fn in_order<'b>(
+    pub(crate) fn in_order<'b>(
         &self,
         body: &'b [u8],
     ) -> impl Iterator<Item = (&'static str, &'b str)> + use<'_, 'b> {

@@ -35,7 +35,7 @@ mod tests;
 
 /// The most blocks a prompt is named by: 8 192 blocks of 128 bytes are 1 MiB of text, far past
 /// any prompt a cache keeps, and the bound keeps one huge body from flooding the index.
-pub const MAX_BLOCKS: usize = 8192;
+pub(crate) const MAX_BLOCKS: usize = 8192;
 
 /// Separator after each string (or other scalar) of the text.
 const END_VALUE: u8 = 0x1f;

@@ -42,8 +42,8 @@ use crate::request::prefix::PromptPrefix;
 
 pub mod index;
 
-pub use index::holders::MAX_HOLDERS;
-pub use index::{Owner, PrefixIndex};
+pub(crate) use index::holders::MAX_HOLDERS;
+pub(crate) use index::{Owner, PrefixIndex};
 
 #[cfg(test)]
 mod tests;
@@ -100,7 +100,7 @@ impl AffinityKeys {
 /// The leading runs of a prompt's blocks that backends hold ([`PoolAffinity::cached_runs`]): one
 /// per holder of its first block, at most [`MAX_HOLDERS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CachedRuns {
+pub(crate) struct CachedRuns {
     /// Each holder and the bytes of the prompt's text in its run.
     runs: [(Owner, u64); MAX_HOLDERS],
     len: usize,
@@ -110,7 +110,7 @@ pub struct CachedRuns {
 
 impl CachedRuns {
     /// Bytes of the prompt's text `owner` holds from the start (0 when it is not a holder).
-    pub fn bytes_of(&self, owner: Owner) -> u64 {
+    pub(crate) fn bytes_of(&self, owner: Owner) -> u64 {
         self.runs[..self.len]
             .iter()
             .find(|(o, _)| *o == owner)
@@ -174,7 +174,7 @@ impl PoolAffinity {
 
     /// Whether `config` (the pool's, after a reload) asks for this same affinity: then its
     /// prefix index stays valid and is kept.
-    pub fn settings_match(&self, config: &PoolConfig) -> bool {
+    pub(crate) fn settings_match(&self, config: &PoolConfig) -> bool {
         let blocks = match config.affinity {
             Affinity::Prefix => config.affinity_index_blocks,
             _ => 0,
@@ -252,7 +252,7 @@ impl PoolAffinity {
     /// Bytes of the prompt's text that `backend` is known to hold (prefix mode): its run of the
     /// prompt's blocks from the first, as the index says now. Reads without refreshing or
     /// evicting anything, so asking changes no other request's routing.
-    pub fn cached_bytes(&self, keys: &AffinityKeys, backend: &Backend) -> Option<u64> {
+    pub(crate) fn cached_bytes(&self, keys: &AffinityKeys, backend: &Backend) -> Option<u64> {
         let (Affinity::Prefix, Some(prefix)) = (&self.mode, &keys.prefix) else {
             return None;
         };
@@ -270,7 +270,7 @@ impl PoolAffinity {
     /// (the holders of its first block, as the index says now) and each run's length: the cached
     /// share a latency prediction subtracts. One walk over the blocks for all of them; reads
     /// without refreshing or evicting anything.
-    pub fn cached_runs(&self, keys: &AffinityKeys) -> Option<CachedRuns> {
+    pub(crate) fn cached_runs(&self, keys: &AffinityKeys) -> Option<CachedRuns> {
         let (Affinity::Prefix, Some(prefix)) = (&self.mode, &keys.prefix) else {
             return None;
         };

@@ -173,7 +173,7 @@ impl Backend {
     }
 
     /// What the priors predict, whatever the backend's model learned ([`LatencyModel::new`]).
-    pub fn predict_by_priors(load: Load, ask: Ask) -> Predicted {
+    pub(crate) fn predict_by_priors(load: Load, ask: Ask) -> Predicted {
         LatencyModel::new(2).predict(load, ask)
     }
 
@@ -199,7 +199,7 @@ impl Backend {
     }
 
     /// How long ago its latency model last learned at `now`; `None` before it ever did.
-    pub fn taught_ago(&self, now: Instant) -> Option<Duration> {
+    pub(crate) fn taught_ago(&self, now: Instant) -> Option<Duration> {
         let at = self.taught_at.load(Ordering::Relaxed);
         (at != 0).then(|| Duration::from_nanos(self.nanos(now).saturating_sub(at)))
     }
@@ -211,13 +211,13 @@ impl Backend {
     }
 
     /// Says that a prefill placed on it stalls the streams beside it until `until`.
-    pub fn stall_until(&self, until: Instant) {
+    pub(crate) fn stall_until(&self, until: Instant) {
         self.stalls_until
             .fetch_max(self.nanos(until), Ordering::Relaxed);
     }
 
     /// Whether a long prefill placed on it may still stall a stream that starts at `now`.
-    pub fn stalling(&self, now: Instant) -> bool {
+    pub(crate) fn stalling(&self, now: Instant) -> bool {
         let until = self.stalls_until.load(Ordering::Relaxed);
         until != 0 && until > self.nanos(now)
     }
@@ -229,17 +229,17 @@ impl Backend {
     }
 
     /// Records scraped gauges.
-    pub fn set_scraped(&self, waiting: u64, kv_usage: f64) {
+    pub(crate) fn set_scraped(&self, waiting: u64, kv_usage: f64) {
         self.waiting.store(waiting, Ordering::Relaxed);
         self.kv_usage.store(kv_usage.to_bits(), Ordering::Relaxed);
     }
 
-    pub fn on_success(&self) {
+    pub(crate) fn on_success(&self) {
         self.lock_health().on_success();
     }
 
     /// A failed request; see [`Verdict`] for what the caller must do with `Confirm`.
-    pub fn on_failure(&self, now: Instant, policy: &EjectPolicy, fault: Fault) -> Verdict {
+    pub(crate) fn on_failure(&self, now: Instant, policy: &EjectPolicy, fault: Fault) -> Verdict {
         let verdict = self.lock_health().on_failure(now, policy, fault);
         if let Verdict::Ejected(length) = verdict {
             self.ejected(length);
@@ -249,11 +249,11 @@ impl Backend {
 
     /// Claims the one confirming health check a backend may have under way; `false` when one
     /// already is. Released by [`Self::end_check`].
-    pub fn start_check(&self) -> bool {
+    pub(crate) fn start_check(&self) -> bool {
         !self.checking.swap(true, Ordering::AcqRel)
     }
 
-    pub fn end_check(&self) {
+    pub(crate) fn end_check(&self) {
         self.checking.store(false, Ordering::Release);
     }
 
@@ -270,7 +270,7 @@ impl Backend {
     }
 
     /// The backend has no `/tokenize`.
-    pub fn no_tokenize(&self) {
+    pub(crate) fn no_tokenize(&self) {
         self.no_tokenize.store(true, Ordering::Relaxed);
     }
 

@@ -29,7 +29,7 @@ pub fn choose(
 /// passive health is more likely wrong (a burst of errors, a restart just finished) than every
 /// replica dead, and a refused connection costs as little as a 503. So the request is balanced over
 /// the pool's backends whatever their health, still never twice to the same one.
-pub fn choose_ignoring_health(
+pub(crate) fn choose_ignoring_health(
     pool: &Members,
     exclude: &[Arc<Backend>],
     rng: &mut impl Rng,

@@ -25,7 +25,7 @@ const PRIOR_BYTES: f64 = 4096.0;
 
 /// Real prompt text a model's ratio must have learned from before it is trusted: about two long
 /// prompts' worth.
-pub const TRUSTED_BYTES: u64 = 8192;
+pub(crate) const TRUSTED_BYTES: u64 = 8192;
 
 /// A tokenizer count of at least this much text replaces a model's prior outright: it is the
 /// backend's exact word on a real prompt, where the prior is a guess.
@@ -33,11 +33,11 @@ const REPLACES_PRIOR_BYTES: u64 = 1024;
 
 /// How far the real ratio of an untrusted model may lie from its estimate, either way: 3x covers
 /// English prose (~0.22 tokens per byte on Llama 3) to CJK text and small vocabularies (~0.5-0.7).
-pub const UNTRUSTED_SPREAD: f64 = 3.0;
+pub(crate) const UNTRUSTED_SPREAD: f64 = 3.0;
 
 /// Per-model tokens-per-byte ratios, calibrated by responses and tokenizer counts.
 #[derive(Debug)]
-pub struct Calibrator {
+pub(crate) struct Calibrator {
     prior: f64,
     /// Configured priors, keyed by model label (such models always have a label of their own).
     priors: HashMap<Arc<str>, f64>,
@@ -73,7 +73,7 @@ impl Calibrator {
     }
 
     /// Sets configured per-model priors (model label -> tokens per byte).
-    pub fn with_priors(mut self, priors: impl IntoIterator<Item = (Arc<str>, f64)>) -> Self {
+    pub(crate) fn with_priors(mut self, priors: impl IntoIterator<Item = (Arc<str>, f64)>) -> Self {
         self.priors = priors.into_iter().collect();
         self
     }
@@ -83,7 +83,7 @@ impl Calibrator {
     }
 
     /// The current ratio for a model label.
-    pub fn tokens_per_byte(&self, model: &Arc<str>) -> f64 {
+    pub(crate) fn tokens_per_byte(&self, model: &Arc<str>) -> f64 {
         let models = self.lock();
         models
             .get(model)
@@ -126,7 +126,7 @@ impl Calibrator {
 
     /// Claims the one background tokenizer sample a model may have under way; `false` when one
     /// is, or the model is trusted already. Released by [`Self::learn`] or [`Self::end_sample`].
-    pub fn claim_sample(&self, model: &Arc<str>) -> bool {
+    pub(crate) fn claim_sample(&self, model: &Arc<str>) -> bool {
         if self.priors.contains_key(model) {
             return false;
         }
@@ -140,7 +140,7 @@ impl Calibrator {
     }
 
     /// A background sample ended without a count.
-    pub fn end_sample(&self, model: &Arc<str>) {
+    pub(crate) fn end_sample(&self, model: &Arc<str>) {
         if let Some(ratio) = self.lock().get_mut(model) {
             ratio.sampling = false;
         }

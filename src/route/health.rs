@@ -75,7 +75,7 @@ pub enum Verdict {
 
 /// One backend's health record.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Health {
+pub(crate) struct Health {
     failures: u32,
     /// Ejections since the last success.
     ejections: u32,
@@ -89,12 +89,17 @@ impl Health {
     }
 
     /// A success: the record is cleared (ejection included).
-    pub fn on_success(&mut self) {
+    pub(crate) fn on_success(&mut self) {
         *self = Health::default();
     }
 
     /// A failure at `now` and what it did.
-    pub fn on_failure(&mut self, now: Instant, policy: &EjectPolicy, fault: Fault) -> Verdict {
+    pub(crate) fn on_failure(
+        &mut self,
+        now: Instant,
+        policy: &EjectPolicy,
+        fault: Fault,
+    ) -> Verdict {
         if !self.available(now) {
             return Verdict::Counted;
         }

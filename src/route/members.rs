@@ -52,7 +52,7 @@ impl Members {
     /// is kept, with its health, load and ejections, and so is what DNS resolved while `dns` is
     /// the same name. A backend no longer listed is not in the new pool; its streams in flight
     /// finish on it.
-    pub fn reconfigured(
+    pub(crate) fn reconfigured(
         config: &PoolConfig,
         metrics: Option<Arc<Metrics>>,
         tls: Option<&TlsClient>,
@@ -121,7 +121,7 @@ impl Members {
 
     /// Replaces the resolved part of the set: static backends always stay; resolved addresses
     /// already known keep their backend (and its load and health).
-    pub fn set_resolved(&self, addrs: &[SocketAddr]) {
+    pub(crate) fn set_resolved(&self, addrs: &[SocketAddr]) {
         let current = self.backends();
         let mut next: Vec<Arc<Backend>> = Vec::with_capacity(self.statics.len() + addrs.len());
         let mut wanted: Vec<String> = self
@@ -174,7 +174,7 @@ impl Members {
     }
 
     /// Prompt tokens queued on the least-loaded available backend (`None`: none available).
-    pub fn shortest_queue(&self, now: Instant) -> Option<u64> {
+    pub(crate) fn shortest_queue(&self, now: Instant) -> Option<u64> {
         self.backends()
             .iter()
             .filter(|b| b.available(now))

@@ -69,7 +69,6 @@ pub mod settings;
 pub mod tokenize;
 
 pub use dispatch::Dispatch;
-pub use estimate::Calibrator;
 pub use handoff::Handoff;
 pub use plan::Plan;
 pub use router::Router;

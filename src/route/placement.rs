@@ -87,14 +87,14 @@ pub use shed::Shed;
 
 /// How much longer than its own prefill a request whose prompt alone misses the TTFT target may
 /// take to its first token ([`for_prompt`]).
-pub const LONG_PROMPT_SLACK: f64 = 1.5;
+pub(crate) const LONG_PROMPT_SLACK: f64 = 1.5;
 
 /// The targets a request is held to when its first token, on the fastest idle backend, would
 /// come `alone` after its dispatch. A prompt so long that its own prefill misses the TTFT target
 /// (a document) cannot meet it anywhere; held to it, every placement would look equally bad and a
 /// gateway queue would shed every document. It is held instead to [`LONG_PROMPT_SLACK`] times
 /// that: it may wait behind some work, not behind any.
-pub fn for_prompt(targets: SloTargets, alone: Duration) -> SloTargets {
+pub(crate) fn for_prompt(targets: SloTargets, alone: Duration) -> SloTargets {
     SloTargets {
         ttft: targets.ttft.max(alone.mul_f64(LONG_PROMPT_SLACK)),
         tpot: targets.tpot,
@@ -160,16 +160,16 @@ pub fn stalls(stall: Duration, tpot_target: Duration) -> bool {
 
 /// Until when a backend stays marked as stalling, for a stalling prefill whose first token is
 /// predicted `first_token` from `now` ([`STALL_LINGER`] after it).
-pub fn stalling_until(now: Instant, first_token: Duration) -> Instant {
+pub(crate) fn stalling_until(now: Instant, first_token: Duration) -> Instant {
     now + first_token.saturating_add(STALL_LINGER)
 }
 
 /// Requests a backend's model must have learned from before its predictions alone decide.
-pub const EXPLORE: u64 = 8;
+pub(crate) const EXPLORE: u64 = 8;
 
 /// How long an idle backend's model may go without learning before the priors speak for it
 /// again, once (see the module docs).
-pub const RELEARN_AFTER: Duration = Duration::from_secs(10);
+pub(crate) const RELEARN_AFTER: Duration = Duration::from_secs(10);
 
 /// A pool's placement: its index, targets and series.
 #[derive(Debug)]
@@ -203,7 +203,7 @@ impl PoolSlo {
 
     /// What the pool's handoffs took from the prefill's answer to the first token, lately;
     /// `None` before the first was measured.
-    pub fn handoff_overhead(&self) -> Option<Duration> {
+    pub(crate) fn handoff_overhead(&self) -> Option<Duration> {
         let nanos = self.handoff_overhead.load(Ordering::Relaxed);
         (nanos != 0).then(|| Duration::from_nanos(nanos))
     }
@@ -425,7 +425,7 @@ impl Ranked<'_> {
 /// How well a backend serves a request: whether it fits (its TPOT within target), then its
 /// margin. Ordered: every backend that fits beats every one that does not.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-pub struct Score {
+pub(crate) struct Score {
     /// The predicted TPOT is within the target.
     pub fits: bool,
     /// If it fits, the TTFT headroom `1 - TTFT / target`; if not, the worse of the TTFT and TPOT

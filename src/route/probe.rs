@@ -265,7 +265,7 @@ pub fn confirm(
 
 /// The vLLM gauges that weight a backend's load, summed over the series of every model it serves.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct VllmGauges {
+pub(crate) struct VllmGauges {
     pub waiting: u64,
     pub kv_usage: f64,
 }

@@ -9,7 +9,7 @@ use crate::proxy::RequestBody;
 
 /// What is needed to send a request again: its head and its (buffered or empty) body.
 #[derive(Debug)]
-pub struct Replay {
+pub(crate) struct Replay {
     method: Method,
     uri: Uri,
     version: Version,
@@ -30,7 +30,7 @@ impl Replay {
     }
 
     /// `req`'s head with `body` (which must be what its `content-length` says).
-    pub fn with_body(req: &Request<RequestBody>, body: Bytes) -> Self {
+    pub(crate) fn with_body(req: &Request<RequestBody>, body: Bytes) -> Self {
         Self {
             method: req.method().clone(),
             uri: req.uri().clone(),

@@ -179,8 +179,9 @@ impl Router {
         &self.pools
     }
 
+    #[cfg(test)]
     /// The prompt calibration.
-    pub fn calibrator(&self) -> &Arc<Calibrator> {
+    pub(crate) fn calibrator(&self) -> &Arc<Calibrator> {
         &self.calibrator
     }
 

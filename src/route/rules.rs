@@ -10,7 +10,7 @@ use crate::context::RoutePlan;
 
 /// What rules look at.
 #[derive(Debug, Clone, Copy)]
-pub struct RuleInput<'a> {
+pub(crate) struct RuleInput<'a> {
     pub path: &'a str,
     pub model: Option<&'a str>,
     pub prompt_tokens: u64,
@@ -18,7 +18,7 @@ pub struct RuleInput<'a> {
 
 /// The compiled rules.
 #[derive(Debug, Clone)]
-pub struct Rules {
+pub(crate) struct Rules {
     rules: Vec<Rule>,
 }
 
@@ -84,7 +84,7 @@ impl Rules {
     }
 
     /// The candidate pools for a request.
-    pub fn pools_for(&self, input: RuleInput<'_>) -> RoutePlan {
+    pub(crate) fn pools_for(&self, input: RuleInput<'_>) -> RoutePlan {
         let mut matching = self.rules.iter().filter(|rule| rule.matches(input));
         let Some(first) = matching.next() else {
             return RoutePlan {

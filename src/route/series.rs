@@ -10,45 +10,45 @@ use crate::metrics::{shared_label, Metrics, LABEL_BACKEND, LABEL_MODEL, LABEL_PO
 /// Routing decisions by `pool` and `reason` (rule, fallback, spill, panic).
 pub const ROUTE_DECISIONS: &str = "tokenmeter_route_decisions_total";
 /// Affinity decisions of pools with an `affinity`, by `pool` and `result` (hit, miss, overloaded).
-pub const AFFINITY_DECISIONS: &str = "tokenmeter_affinity_decisions_total";
+pub(crate) const AFFINITY_DECISIONS: &str = "tokenmeter_affinity_decisions_total";
 /// Prompt blocks a pool's prefix index holds, by `pool`.
-pub const AFFINITY_INDEX_BLOCKS: &str = "tokenmeter_affinity_index_blocks";
+pub(crate) const AFFINITY_INDEX_BLOCKS: &str = "tokenmeter_affinity_index_blocks";
 /// Requests retried on another backend after a failure before any response byte, by the failed
 /// backend's `pool` and `backend`.
-pub const ROUTE_RETRIES: &str = "tokenmeter_route_retries_total";
+pub(crate) const ROUTE_RETRIES: &str = "tokenmeter_route_retries_total";
 /// 1 while a backend takes traffic, 0 while it is ejected, by `pool` and `backend`.
-pub const BACKEND_HEALTHY: &str = "tokenmeter_backend_healthy";
+pub(crate) const BACKEND_HEALTHY: &str = "tokenmeter_backend_healthy";
 /// Requests sent to a backend whose stream has not ended, by `pool` and `backend`.
-pub const BACKEND_INFLIGHT: &str = "tokenmeter_backend_inflight";
+pub(crate) const BACKEND_INFLIGHT: &str = "tokenmeter_backend_inflight";
 /// Ejections of a backend by passive or active health checking.
-pub const BACKEND_EJECTIONS: &str = "tokenmeter_backend_ejections_total";
+pub(crate) const BACKEND_EJECTIONS: &str = "tokenmeter_backend_ejections_total";
 /// Health checks that a run of answer failures asked for, by `result`: `ejected` (the check
 /// failed too), `kept` (it passed: the requests were at fault), `unavailable` (no health endpoint).
-pub const BACKEND_CONFIRMATIONS: &str = "tokenmeter_backend_health_confirmations_total";
+pub(crate) const BACKEND_CONFIRMATIONS: &str = "tokenmeter_backend_health_confirmations_total";
 /// (estimated - actual) / actual prompt tokens, per finished request that reported
 /// `usage.prompt_tokens`.
-pub const PROMPT_ESTIMATE_ERROR: &str = "tokenmeter_prompt_estimate_error_ratio";
+pub(crate) const PROMPT_ESTIMATE_ERROR: &str = "tokenmeter_prompt_estimate_error_ratio";
 /// The calibrated tokens-per-byte ratio of each model's prompts.
-pub const PROMPT_TOKENS_PER_BYTE: &str = "tokenmeter_prompt_tokens_per_byte";
+pub(crate) const PROMPT_TOKENS_PER_BYTE: &str = "tokenmeter_prompt_tokens_per_byte";
 /// The router's calls to a backend's `/tokenize` for an untrusted model, by `mode` (`wait`: the
 /// request's pool depended on the count; `background`: a calibration sample) and `result` (`ok`,
 /// `unsupported`, `error`, `timeout`).
-pub const PROMPT_TOKENIZE: &str = "tokenmeter_prompt_tokenize_total";
+pub(crate) const PROMPT_TOKENIZE: &str = "tokenmeter_prompt_tokenize_total";
 /// predicted / measured latency of requests placed by `balance = "slo"`, by `pool` and `kind`
 /// (`ttft`: from the dispatch to the first token; `tpot`: the mean gap between tokens).
-pub const PREDICTION_ERROR: &str = "tokenmeter_prediction_error_ratio";
+pub(crate) const PREDICTION_ERROR: &str = "tokenmeter_prediction_error_ratio";
 /// Placements of `balance = "slo"` pools, by `pool` and `decision` (`met`: predicted to meet both
 /// targets; `missed`: no backend was, the request went to the one with the fewest streams).
-pub const SLO_DECISIONS: &str = "tokenmeter_slo_decisions_total";
+pub(crate) const SLO_DECISIONS: &str = "tokenmeter_slo_decisions_total";
 /// Requests waiting in a pool's gateway queue, by `pool`.
-pub const QUEUE_DEPTH: &str = "tokenmeter_queue_depth";
+pub(crate) const QUEUE_DEPTH: &str = "tokenmeter_queue_depth";
 /// Time from joining a pool's gateway queue to leaving it (placed, late or shed), by `pool`.
-pub const QUEUE_WAIT: &str = "tokenmeter_queue_wait_seconds";
+pub(crate) const QUEUE_WAIT: &str = "tokenmeter_queue_wait_seconds";
 /// Requests through a pool's gateway queue, by `pool` and how they left it (`exit`): `direct`
 /// (nothing waiting and a backend had room: never queued), `placed` (after waiting), `late` (sent
 /// after its deadline could no longer be met, `on_deadline = "send"`), `shed_deadline`,
 /// `shed_full`, `cancelled` (the client left while it waited).
-pub const QUEUE_EXITS: &str = "tokenmeter_queue_exits_total";
+pub(crate) const QUEUE_EXITS: &str = "tokenmeter_queue_exits_total";
 
 /// Relative error edges of the prompt estimate: symmetric around 0, finer near it.
 const ESTIMATE_ERROR_BUCKETS: [f64; 13] = [
@@ -122,7 +122,7 @@ pub fn describe(metrics: &Metrics) {
 
 /// One backend's routing series, resolved when the backend is first seen.
 #[derive(Debug, Clone)]
-pub struct BackendMetrics {
+pub(crate) struct BackendMetrics {
     pub healthy: Gauge,
     pub inflight: Gauge,
     pub retries: Counter,
@@ -155,7 +155,7 @@ impl BackendMetrics {
 
 /// A pool's affinity handles.
 #[derive(Debug, Clone)]
-pub struct AffinityMetrics {
+pub(crate) struct AffinityMetrics {
     /// [`AFFINITY_DECISIONS`] by result: hit, miss, overloaded.
     pub decisions: [Counter; 3],
     pub blocks: Gauge,
@@ -182,7 +182,7 @@ impl AffinityMetrics {
 
 /// A `balance = "slo"` pool's handles.
 #[derive(Debug, Clone)]
-pub struct SloMetrics {
+pub(crate) struct SloMetrics {
     /// [`SLO_DECISIONS`] by decision: met, missed.
     pub decisions: [Counter; 2],
     pub ttft_error: Histogram,
@@ -210,7 +210,7 @@ impl SloMetrics {
 
 /// A gated pool's queue handles.
 #[derive(Debug, Clone)]
-pub struct QueueMetrics {
+pub(crate) struct QueueMetrics {
     pub depth: Gauge,
     pub wait: Histogram,
     /// [`QUEUE_EXITS`] by exit, in [`QueueMetrics::EXITS`] order.
@@ -218,7 +218,7 @@ pub struct QueueMetrics {
 }
 
 impl QueueMetrics {
-    pub const EXITS: [&'static str; 6] = [
+    pub(crate) const EXITS: [&'static str; 6] = [
         "direct",
         "placed",
         "late",
@@ -251,13 +251,13 @@ impl QueueMetrics {
 }
 
 /// Counts one routing decision (`reason` = rule | fallback | spill | panic).
-pub fn route_decision(metrics: &Metrics, pool: &Arc<str>, reason: &'static str) {
+pub(crate) fn route_decision(metrics: &Metrics, pool: &Arc<str>, reason: &'static str) {
     let set = vec![shared_label(LABEL_POOL, pool), Label::new("reason", reason)];
     metrics.counter(ROUTE_DECISIONS, set).increment(1);
 }
 
 /// Counts one `/tokenize` call of the router.
-pub fn prompt_tokenize(
+pub(crate) fn prompt_tokenize(
     metrics: &Metrics,
     model: &Arc<str>,
     mode: &'static str,
@@ -272,7 +272,7 @@ pub fn prompt_tokenize(
 }
 
 /// The estimate-error histogram and the calibrated ratio gauge of one model label.
-pub fn prompt_estimate(metrics: &Metrics, model: &Arc<str>) -> (Histogram, Gauge) {
+pub(crate) fn prompt_estimate(metrics: &Metrics, model: &Arc<str>) -> (Histogram, Gauge) {
     let set = || vec![shared_label(LABEL_MODEL, model)];
     // Defined here too, so that a calibrator made without a router has the family's buckets.
     metrics.define_histogram(PROMPT_ESTIMATE_ERROR, &ESTIMATE_ERROR_BUCKETS, false);

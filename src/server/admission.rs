@@ -80,7 +80,7 @@ impl Limit {
 }
 
 /// The `reason` of a request refused because it came back to this tokenmeter.
-pub const LOOP: &str = "loop";
+pub(crate) const LOOP: &str = "loop";
 
 /// The admission state shared by the accept loop and every connection.
 #[derive(Debug)]
@@ -100,7 +100,7 @@ pub struct Limits {
 
 /// Held by a connection task for the connection's life.
 #[derive(Debug)]
-pub struct ConnectionPermit(#[allow(dead_code)] OwnedSemaphorePermit);
+pub(crate) struct ConnectionPermit(#[allow(dead_code)] OwnedSemaphorePermit);
 
 impl Limits {
     pub fn new(config: &ServerConfig) -> Self {
@@ -127,7 +127,7 @@ impl Limits {
     }
 
     /// A permit for a newly accepted connection; `None` (and counted) when at the limit.
-    pub fn try_connection(&self) -> Option<ConnectionPermit> {
+    pub(crate) fn try_connection(&self) -> Option<ConnectionPermit> {
         match Arc::clone(&self.connections).try_acquire_owned() {
             Ok(permit) => Some(ConnectionPermit(permit)),
             Err(_) => {
@@ -174,7 +174,7 @@ impl Limits {
     /// Applies a reloaded `server.max_streams` / `server.max_connections`. A raised limit admits
     /// at once. A lowered one takes back the free permits at once and the rest as streams and
     /// connections finish (nothing in flight is cut); until then new ones are refused.
-    pub fn resize(&self, config: &ServerConfig) {
+    pub(crate) fn resize(&self, config: &ServerConfig) {
         resize(&self.streams, &self.max_streams, config.max_streams);
         resize(
             &self.connections,
@@ -242,7 +242,7 @@ fn resize(semaphore: &Arc<Semaphore>, total: &Arc<AtomicUsize>, limit: usize) {
 
 /// Why a limit turned a request away, as the client reads it: 503, `retry-after`, an
 /// OpenAI-style JSON error naming the key.
-pub fn over_limit(limit: Limit) -> Refusal {
+pub(crate) fn over_limit(limit: Limit) -> Refusal {
     let message = match limit {
         Limit::Streams => {
             "tokenmeter is at its limit of concurrent requests (server.max_streams); retry shortly"

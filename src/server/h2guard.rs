@@ -39,12 +39,13 @@ use crate::metrics::Metrics;
 pub mod budget;
 pub mod frames;
 
-pub use budget::{Abuse, Budgets, Tally};
+pub(crate) use budget::Abuse;
+pub use budget::{Budgets, Tally};
 pub use frames::FrameScanner;
 
 /// HTTP/2 client connections closed for abusing the protocol, by `kind` (the budgets of
 /// [`budget`]).
-pub const HTTP2_ABUSE: &str = "tokenmeter_http2_abuse_total";
+pub(crate) const HTTP2_ABUSE: &str = "tokenmeter_http2_abuse_total";
 
 /// One counter per [`Abuse`], resolved once per server so every kind is exposed from 0.
 #[derive(Debug, Clone)]

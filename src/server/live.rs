@@ -44,7 +44,7 @@ use crate::trace::Tracing;
 type Phases = Then<Plan, Then<Option<Budget>, Then<Dispatch, Then<Option<Handoff>, Forward>>>>;
 
 /// One revision's tower stack.
-pub type Stack = Admission<Meter<Phases>>;
+pub(crate) type Stack = Admission<Meter<Phases>>;
 
 /// One revision of the request stack: the layers, the hooks that end its requests, and its
 /// tracing (`None`: off).
@@ -120,7 +120,7 @@ pub fn build(
 
 /// The current revision; cloned into every connection, swapped by reloads.
 #[derive(Clone)]
-pub struct LiveStack {
+pub(crate) struct LiveStack {
     current: Arc<ArcSwap<Revision>>,
 }
 
@@ -144,7 +144,7 @@ impl LiveStack {
 
     /// The stack as one connection serves it: each request's context starts there.
     /// `client_certificate`: the names of the client certificate its TLS handshake verified.
-    pub fn for_connection(
+    pub(crate) fn for_connection(
         &self,
         peer: SocketAddr,
         client_tls: bool,
@@ -164,7 +164,7 @@ impl LiveStack {
 /// One client connection's service: it starts each request's context as hyper dispatches the
 /// request (its head is in: this is `t0`), with the hooks of the revision the request takes.
 #[derive(Clone)]
-pub struct ConnectionStack {
+pub(crate) struct ConnectionStack {
     live: LiveStack,
     peer: SocketAddr,
     client_tls: bool,

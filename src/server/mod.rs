@@ -159,7 +159,7 @@ impl Server {
 
     /// Adds a hook that runs at the end of every request, after the proxy's own (see
     /// [`crate::context::finish`]); it carries over reloads.
-    pub fn with_finish_hook(mut self, hook: Arc<dyn FinishHook>) -> Self {
+    pub(crate) fn with_finish_hook(mut self, hook: Arc<dyn FinishHook>) -> Self {
         self.hooks.push(hook);
         self
     }

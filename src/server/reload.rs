@@ -66,7 +66,7 @@ pub struct Applied {
 /// Where reloads read the config from: the file given to `serve --config`, or the shipped
 /// defaults; the environment overrides apply on top, as at start.
 #[derive(Debug, Clone, Default)]
-pub struct ConfigSource {
+pub(crate) struct ConfigSource {
     pub path: Option<PathBuf>,
 }
 
@@ -86,7 +86,7 @@ macro_rules! check_fields {
 
 /// The keys a running server cannot change (listeners are bound, hyper's connection builders and
 /// the histograms' bucket layouts are fixed at start), with their values in `running` and `new`.
-pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
+pub(crate) fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
     let (r, n) = (&running.server, &new.server);
     let mut changed = Vec::new();
     let mut check = |key: &'static str, differs: bool| {
@@ -160,7 +160,7 @@ pub fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str>
 
 /// Copies the restart-only values of `running` into `new` (see [`restart_only_changes`]); the
 /// SLO targets are not copied: they apply at once.
-pub fn keep_restart_only(running: &Config, new: &mut Config) {
+pub(crate) fn keep_restart_only(running: &Config, new: &mut Config) {
     let (r, n) = (&running.server, &mut new.server);
     n.listen = r.listen;
     n.admin_listen = r.admin_listen;
@@ -213,7 +213,7 @@ pub async fn on_sighup(_requests: mpsc::Sender<ReloadRequest>) {}
 /// Asks for a reload whenever the file's bytes differ from the last look, looking every
 /// `every()` (read each time: a reload may change it). By content, not modification time: a
 /// ConfigMap volume swaps a symlink, and an editor may keep the time. The first look only records.
-pub async fn watch_file(
+pub(crate) async fn watch_file(
     path: PathBuf,
     every: impl Fn() -> Option<Duration>,
     requests: mpsc::Sender<ReloadRequest>,

@@ -12,11 +12,11 @@ use crate::metrics::Metrics;
 use crate::tls;
 
 /// Config reloads (SIGHUP, the file watch), by `result` (ok, error).
-pub const CONFIG_RELOADS: &str = "tokenmeter_config_reloads_total";
+pub(crate) const CONFIG_RELOADS: &str = "tokenmeter_config_reloads_total";
 /// 1 while the last reload changed a key that takes effect only on restart.
-pub const CONFIG_RESTART_REQUIRED: &str = "tokenmeter_config_restart_required";
+pub(crate) const CONFIG_RESTART_REQUIRED: &str = "tokenmeter_config_restart_required";
 /// Internal errors (bugs), by `kind`.
-pub const INTERNAL_ERRORS: &str = "tokenmeter_internal_errors_total";
+pub(crate) const INTERNAL_ERRORS: &str = "tokenmeter_internal_errors_total";
 
 /// Describes the server's series and registers them at zero, so rates and alerts have a series
 /// from the first scrape: config reloads, the restart flag, and the TLS series of each listener
@@ -54,7 +54,7 @@ pub fn config_reload(metrics: &Metrics, result: &'static str) {
 }
 
 /// Sets whether the running config waits for a restart to take a reloaded key.
-pub fn config_restart_required(metrics: &Metrics, required: bool) {
+pub(crate) fn config_restart_required(metrics: &Metrics, required: bool) {
     metrics
         .gauge(CONFIG_RESTART_REQUIRED, Vec::new())
         .set(if required { 1.0 } else { 0.0 });

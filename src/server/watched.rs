@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// What looks at a [`Watched`] socket's bytes.
-pub trait Watch {
+pub(crate) trait Watch {
     /// The error every read returns from now on without reading, if the watch has refused the
     /// connection.
     fn refused(&self) -> Option<io::Error> {

@@ -35,5 +35,4 @@ mod scanner;
 mod tests;
 
 pub use framer::{FramedEvent, Framer, StreamFormat};
-pub use ndjson::NdJsonScanner;
 pub use scanner::{Event, Scanner, DEFAULT_MAX_LINE};

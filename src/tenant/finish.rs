@@ -14,7 +14,7 @@ use super::Tenants;
 
 /// Records what each finished request of a tenant used and whether it met its SLO.
 #[derive(Debug)]
-pub struct TenantHook {
+pub(crate) struct TenantHook {
     metrics: Arc<Metrics>,
     tenants: Arc<Tenants>,
     /// The targets of a request whose own the meter did not resolve (`[slo]`'s defaults).

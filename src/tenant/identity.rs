@@ -132,7 +132,7 @@ impl Identity {
     }
 
     /// The tenants of the keys file.
-    pub fn known_tenants(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn known_tenants(&self) -> impl Iterator<Item = &str> {
         self.keys.tenants().map(|tenant| &**tenant)
     }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 /// Keys by their digest.
 #[derive(Debug, Default)]
-pub struct KeyTable {
+pub(crate) struct KeyTable {
     by_digest: HashMap<[u8; 32], Arc<str>>,
 }
 
@@ -83,7 +83,7 @@ impl KeyTable {
     }
 
     /// The tenant of `key`, if the file knows it.
-    pub fn tenant_of(&self, key: &[u8]) -> Option<&Arc<str>> {
+    pub(crate) fn tenant_of(&self, key: &[u8]) -> Option<&Arc<str>> {
         self.by_digest.get(&digest(key))
     }
 
@@ -92,12 +92,9 @@ impl KeyTable {
         self.by_digest.values()
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.by_digest.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_digest.is_empty()
     }
 }
 

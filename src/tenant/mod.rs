@@ -70,7 +70,7 @@ impl Tenants {
     }
 
     /// The tenant is tracked (its latencies get histograms of their own).
-    pub fn is_tracked(&self, tenant: &str) -> bool {
+    pub(crate) fn is_tracked(&self, tenant: &str) -> bool {
         self.tracked
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -83,7 +83,7 @@ impl Tenants {
 }
 
 /// A tenant's name in a usage record is cut at this many bytes.
-pub const MAX_NAME_BYTES: usize = 256;
+pub(crate) const MAX_NAME_BYTES: usize = 256;
 
 /// A request's tenant.
 #[derive(Debug, Clone)]

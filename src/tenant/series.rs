@@ -8,24 +8,24 @@ use crate::config::Config;
 use crate::metrics::{with_edges, Metrics};
 
 /// Finished requests by `tenant` and `outcome`.
-pub const TENANT_REQUESTS: &str = "tokenmeter_tenant_requests_total";
+pub(crate) const TENANT_REQUESTS: &str = "tokenmeter_tenant_requests_total";
 /// Tokens by `tenant` and `gen_ai_token_type` (`input`, `output`), as `tokenmeter_tokens_total`
 /// counts them.
-pub const TENANT_TOKENS: &str = "tokenmeter_tenant_tokens_total";
+pub(crate) const TENANT_TOKENS: &str = "tokenmeter_tenant_tokens_total";
 /// Prompt tokens the server's prompt cache served, by `tenant`, where it reports it.
-pub const TENANT_CACHED_TOKENS: &str = "tokenmeter_tenant_cached_tokens_total";
+pub(crate) const TENANT_CACHED_TOKENS: &str = "tokenmeter_tenant_cached_tokens_total";
 /// Successful streams by `tenant` and `result` (`met`, `missed`: both SLO targets): a tenant's
 /// attainment and goodput.
-pub const TENANT_SLO: &str = "tokenmeter_tenant_slo_requests_total";
+pub(crate) const TENANT_SLO: &str = "tokenmeter_tenant_slo_requests_total";
 /// TTFT of the tracked tenants, by `tenant`.
-pub const TENANT_TTFT: &str = "tokenmeter_tenant_time_to_first_token_seconds";
+pub(crate) const TENANT_TTFT: &str = "tokenmeter_tenant_time_to_first_token_seconds";
 /// TPOT of the tracked tenants, by `tenant`.
-pub const TENANT_TPOT: &str = "tokenmeter_tenant_time_per_output_token_seconds";
+pub(crate) const TENANT_TPOT: &str = "tokenmeter_tenant_time_per_output_token_seconds";
 
 /// The `tenant` label's name.
-pub const LABEL_TENANT: &str = "tenant";
+pub(crate) const LABEL_TENANT: &str = "tenant";
 /// The label value of a request without a tenant.
-pub const ANONYMOUS: &str = "anonymous";
+pub(crate) const ANONYMOUS: &str = "anonymous";
 /// The label value past the label budget.
 pub const OTHER: &str = "other";
 

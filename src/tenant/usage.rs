@@ -26,14 +26,14 @@ use crate::context::finish::{FinishHook, Finished};
 use crate::metrics::Metrics;
 
 /// Records written.
-pub const RECORDS: &str = "tokenmeter_usage_records_total";
+pub(crate) const RECORDS: &str = "tokenmeter_usage_records_total";
 /// Records lost, by `reason`: `queue_full`, `write_failed`, `closed` (finished after the log
 /// closed).
-pub const RECORDS_DROPPED: &str = "tokenmeter_usage_records_dropped_total";
+pub(crate) const RECORDS_DROPPED: &str = "tokenmeter_usage_records_dropped_total";
 
 /// One finished request, as its line says it.
 #[derive(Debug, Serialize)]
-pub struct UsageRecord<'a> {
+pub(crate) struct UsageRecord<'a> {
     /// When it ended (RFC 3339, UTC, milliseconds).
     pub time: String,
     pub trace_id: Option<String>,
@@ -84,7 +84,7 @@ enum Message {
 }
 
 /// The queue side of the usage log.
-pub struct UsageLog {
+pub(crate) struct UsageLog {
     tx: SyncSender<Message>,
     written: Counter,
     /// By reason: queue_full, write_failed, closed.
@@ -308,7 +308,7 @@ impl Writer {
 
 /// The finish hook: a line per finished request.
 #[derive(Debug)]
-pub struct UsageHook {
+pub(crate) struct UsageHook {
     log: Arc<UsageLog>,
 }
 

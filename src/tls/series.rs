@@ -8,9 +8,9 @@ use crate::metrics::Metrics;
 
 /// Client TLS handshakes that failed, by `listener` (traffic, admin) and `reason` (timeout,
 /// certificate, protocol, io).
-pub const TLS_HANDSHAKE_FAILURES: &str = "tokenmeter_tls_handshake_failures_total";
+pub(crate) const TLS_HANDSHAKE_FAILURES: &str = "tokenmeter_tls_handshake_failures_total";
 /// Certificate reloads after a listener's TLS files changed, by `listener` and `result` (ok, error).
-pub const TLS_RELOADS: &str = "tokenmeter_tls_certificate_reloads_total";
+pub(crate) const TLS_RELOADS: &str = "tokenmeter_tls_certificate_reloads_total";
 
 /// Describes the series and registers those of `listener` at zero.
 pub fn register(metrics: &Metrics, listener: &'static str) {

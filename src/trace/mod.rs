@@ -71,7 +71,7 @@ impl Tracing {
 /// The finish hook: counts each request's phases and overhead, and queues a sampled request's
 /// spans.
 #[derive(Debug)]
-pub struct TraceHook {
+pub(crate) struct TraceHook {
     series: Arc<PhaseSeries>,
     tracing: Option<Arc<Tracing>>,
     scope: opentelemetry::InstrumentationScope,

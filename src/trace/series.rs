@@ -11,22 +11,22 @@ use crate::metrics::{shared_label, with_edges, Metrics, LABEL_POOL};
 
 /// The phases of each TTFT, by `pool` and `phase` (see [`crate::context::phases`]): for each
 /// request that streamed a token, its phases add up to its TTFT.
-pub const TTFT_PHASE: &str = "tokenmeter_ttft_phase_seconds";
+pub(crate) const TTFT_PHASE: &str = "tokenmeter_ttft_phase_seconds";
 /// The time tokenmeter itself adds, by `stage`: `request` (before the backend has the request:
 /// planning, backend pick, pool checkout, writing it) and `first_token` (holding the frame of the
 /// first token, from the upstream connection to the client's).
-pub const GATEWAY_OVERHEAD: &str = "tokenmeter_gateway_overhead_seconds";
+pub(crate) const GATEWAY_OVERHEAD: &str = "tokenmeter_gateway_overhead_seconds";
 /// The prefill time a backend reports for each request, by `pool` (llama.cpp's
 /// `timings.prompt_ms`): the backend's own view of what the proxy's `first_token` phase holds.
-pub const BACKEND_PREFILL: &str = "tokenmeter_backend_prefill_seconds";
+pub(crate) const BACKEND_PREFILL: &str = "tokenmeter_backend_prefill_seconds";
 /// Spans sent to the collector.
-pub const SPANS_EXPORTED: &str = "tokenmeter_trace_spans_exported_total";
+pub(crate) const SPANS_EXPORTED: &str = "tokenmeter_trace_spans_exported_total";
 /// Spans lost, by `reason`: `queue_full` (the export queue was at `tracing.max_queue_spans`),
 /// `export_failed` (the collector refused or could not be reached), `timeout` (an export passed
 /// `tracing.export_timeout`), `shutdown` (still queued when the process stopped).
-pub const SPANS_DROPPED: &str = "tokenmeter_trace_spans_dropped_total";
+pub(crate) const SPANS_DROPPED: &str = "tokenmeter_trace_spans_dropped_total";
 /// Spans waiting for export.
-pub const QUEUE_SPANS: &str = "tokenmeter_trace_queue_spans";
+pub(crate) const QUEUE_SPANS: &str = "tokenmeter_trace_queue_spans";
 
 /// Finer than the latency buckets: the proxy's own time is microseconds.
 const OVERHEAD_BUCKETS: [f64; 14] = [
@@ -35,7 +35,7 @@ const OVERHEAD_BUCKETS: [f64; 14] = [
 ];
 
 /// Drop reasons, in the order of [`ExportCounters::dropped`].
-pub const DROP_REASONS: [&str; 4] = ["queue_full", "export_failed", "timeout", "shutdown"];
+pub(crate) const DROP_REASONS: [&str; 4] = ["queue_full", "export_failed", "timeout", "shutdown"];
 
 /// Defines and describes every series of the subsystem.
 pub fn describe(metrics: &Metrics, config: &Config) {
@@ -65,7 +65,7 @@ pub fn describe(metrics: &Metrics, config: &Config) {
 
 /// The phase and overhead histograms, resolved once per pool.
 #[derive(Debug)]
-pub struct PhaseSeries {
+pub(crate) struct PhaseSeries {
     metrics: Arc<Metrics>,
     by_pool: RwLock<HashMap<Arc<str>, Arc<PoolPhases>>>,
     pub overhead_request: Histogram,
@@ -74,7 +74,7 @@ pub struct PhaseSeries {
 
 /// One pool's phase histograms, in [`PHASES`] order, and its backends' own prefill times.
 #[derive(Debug)]
-pub struct PoolPhases {
+pub(crate) struct PoolPhases {
     pub phases: [Histogram; 8],
     pub backend_prefill: Histogram,
 }
@@ -123,7 +123,7 @@ impl PhaseSeries {
 
 /// The export's counters.
 #[derive(Debug, Clone)]
-pub struct ExportCounters {
+pub(crate) struct ExportCounters {
     pub exported: Counter,
     /// By [`DROP_REASONS`].
     pub dropped: [Counter; 4],

@@ -34,7 +34,7 @@ use crate::upstream::Target;
 
 /// Converts the proxy's monotonic instants to wall-clock times, from one reading of both clocks.
 #[derive(Debug, Clone, Copy)]
-pub struct Clock {
+pub(crate) struct Clock {
     mono: Instant,
     wall: SystemTime,
 }
@@ -65,7 +65,7 @@ pub fn scope() -> InstrumentationScope {
 
 /// The spans of a finished, sampled request: its server span, a client span per upstream attempt
 /// and one for a remote prefill.
-pub fn spans_of(
+pub(crate) fn spans_of(
     request: &Finished<'_>,
     state: &TraceState,
     clock: &Clock,

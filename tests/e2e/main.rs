@@ -32,6 +32,8 @@ mod dialect_fixtures;
 mod dialect_routing;
 mod dialect_skim;
 mod docs_config;
+#[cfg(feature = "testbed")]
+mod embedder;
 mod file_length;
 mod finish_point;
 mod llama_handoff;

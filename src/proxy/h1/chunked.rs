@@ -44,7 +44,7 @@ pub struct ChunkedError(&'static str);
 
 /// The chunked decoder's state between reads.
 #[derive(Debug, Clone)]
-pub struct Decoder {
+pub(crate) struct Decoder {
     state: State,
 }
 

@@ -47,7 +47,7 @@ impl Conn {
     }
 
     /// Reads what the socket has into `buf`; `Ok(0)` is the upstream's end of stream.
-    pub fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+    pub(crate) fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         poll_fill(&mut self.io, &mut self.buf, &mut self.next_read, cx)
     }
 
@@ -76,7 +76,7 @@ impl Conn {
 
     /// Whether an idle connection is still usable: nothing arrived on it (no FIN, no stray
     /// byte). It is one non-blocking read attempt.
-    pub fn is_reusable(&mut self) -> bool {
+    pub(crate) fn is_reusable(&mut self) -> bool {
         let mut cx = Context::from_waker(noop_waker());
         self.buf.is_empty() && self.poll_fill(&mut cx).is_pending()
     }
@@ -86,7 +86,7 @@ impl Conn {
 pub type Io = PlainOrTls<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// The reading side of a [`Conn::split`].
-pub struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     io: ReadSide<'a>,
     pub buf: &'a mut BytesMut,
     next_read: &'a mut usize,
@@ -111,7 +111,7 @@ pub type Writer<'a> =
 /// [`Writer`] are this one enum, so that the reads and writes are passed on in one place;
 /// statically, with no box per call.
 #[derive(Debug)]
-pub enum PlainOrTls<P, T> {
+pub(crate) enum PlainOrTls<P, T> {
     Plain(P),
     Tls(T),
 }

@@ -7,7 +7,7 @@ use http::{Method, Response, StatusCode, Version};
 const MAX_HEADERS: usize = 100;
 /// A head longer than this is refused (hyper's default read buffer limit is ~400 KiB; real
 /// inference servers send a few hundred bytes).
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// How the response body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,7 +18,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// The idle-connection pool (cheap to clone).
 #[derive(Clone)]
-pub struct IdlePool {
+pub(crate) struct IdlePool {
     inner: Arc<Inner>,
 }
 
@@ -85,8 +85,9 @@ impl IdlePool {
         stack.push(Idle { conn, since: now });
     }
 
+    #[cfg(test)]
     /// How many idle connections are kept for `key` (tests and diagnostics).
-    pub fn idle_count(&self, key: &str) -> usize {
+    pub(crate) fn idle_count(&self, key: &str) -> usize {
         lock(&self.inner.idle).get(key).map_or(0, Vec::len)
     }
 }

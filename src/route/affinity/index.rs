@@ -11,16 +11,16 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-pub mod holders;
+pub(crate) mod holders;
 #[cfg(test)]
 mod tests;
 
-pub use crate::route::backend::Owner;
-pub use holders::Holders;
+pub(crate) use crate::route::backend::Owner;
+pub(crate) use holders::Holders;
 
 /// The bounded map from block names to their holders.
 #[derive(Debug)]
-pub struct PrefixIndex {
+pub(crate) struct PrefixIndex {
     /// At most this many names in both generations together.
     capacity: usize,
     current: HashMap<u64, Holders, Passthrough>,
@@ -40,10 +40,6 @@ impl PrefixIndex {
     /// Names held (both generations).
     pub fn len(&self) -> usize {
         self.current.len() + self.previous.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The longest run of `names` from the first whose entries are all alive (`alive` decides),

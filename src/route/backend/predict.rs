@@ -35,7 +35,7 @@
 //! balanced by its load alone.
 use std::time::Duration;
 
-pub mod rls;
+pub(crate) mod rls;
 
 use rls::Rls;
 
@@ -104,7 +104,7 @@ pub struct Predicted {
 
 /// One backend's TTFT and TPOT models.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LatencyModel {
+pub(crate) struct LatencyModel {
     ttft: Rls<4>,
     tpot: Rls<3>,
     memory: u32,
@@ -151,7 +151,7 @@ impl LatencyModel {
 
     /// The prompt tokens the backend prefills in `busy` at its learned rate (`1 / a₂`); none
     /// while the rate is not positive.
-    pub fn prefilled_in(&self, busy: Duration) -> u64 {
+    pub(crate) fn prefilled_in(&self, busy: Duration) -> u64 {
         let per_thousand = self.ttft.theta()[2];
         if per_thousand <= 0.0 {
             return 0;
@@ -184,14 +184,16 @@ impl LatencyModel {
         self.ttft.samples()
     }
 
+    #[cfg(test)]
     /// The TTFT coefficients `[a₀, a₁, a₂, a₃]` (seconds; per 1 000 tokens queued; per 1 000
     /// of its own; per stream).
-    pub fn ttft_coefficients(&self) -> [f64; 4] {
+    pub(crate) fn ttft_coefficients(&self) -> [f64; 4] {
         *self.ttft.theta()
     }
 
+    #[cfg(test)]
     /// The TPOT coefficients `[c₀, c₁, c₂]` (seconds; per stream; per 1 000 tokens).
-    pub fn tpot_coefficients(&self) -> [f64; 3] {
+    pub(crate) fn tpot_coefficients(&self) -> [f64; 3] {
         *self.tpot.theta()
     }
 }

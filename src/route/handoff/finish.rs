@@ -13,7 +13,7 @@ use crate::metrics::{shared_label, Metrics, LABEL_POOL};
 
 /// Records what each request's handoff did (see [`series`]).
 #[derive(Debug)]
-pub struct HandoffHook {
+pub(crate) struct HandoffHook {
     metrics: Arc<Metrics>,
 }
 

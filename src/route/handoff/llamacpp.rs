@@ -27,13 +27,13 @@ use crate::route::probe::{self, ExchangeError};
 const ID_SLOT: &str = "id_slot";
 
 /// Whether `body` names a slot itself (then the proxy does not manage its slot).
-pub fn mentions_slot(body: &[u8]) -> bool {
+pub(crate) fn mentions_slot(body: &[u8]) -> bool {
     splice::mentions(body, ID_SLOT)
 }
 
 /// The prefill request's body: the client's, in slot `slot`, one token, not streamed, its prompt
 /// kept in the slot's cache.
-pub fn prefill_body(body: &[u8], slot: usize) -> Result<Bytes, serde_json::Error> {
+pub(crate) fn prefill_body(body: &[u8], slot: usize) -> Result<Bytes, serde_json::Error> {
     let mut object: Map<String, Value> = serde_json::from_slice(body)?;
     object.insert(ID_SLOT.to_owned(), Value::from(slot));
     object.insert("cache_prompt".to_owned(), Value::Bool(true));
@@ -50,13 +50,13 @@ pub fn prefill_body(body: &[u8], slot: usize) -> Result<Bytes, serde_json::Error
 
 /// The client's body, byte for byte, with `"id_slot":SLOT` as its first member; `None` when it
 /// does not start with a JSON object.
-pub fn with_slot(body: &[u8], slot: usize) -> Option<Bytes> {
+pub(crate) fn with_slot(body: &[u8], slot: usize) -> Option<Bytes> {
     splice::first_member(body, ID_SLOT, &slot.to_string())
 }
 
 /// Why a save or restore failed.
 #[derive(Debug, thiserror::Error)]
-pub enum SlotActionError {
+pub(crate) enum SlotActionError {
     #[error("{0}")]
     Exchange(String),
     #[error("HTTP {status}: {body}")]
@@ -66,7 +66,7 @@ pub enum SlotActionError {
 }
 
 /// `POST /slots/SLOT?action=ACTION {"filename": FILE}`; the tokens it moved.
-pub async fn slot_action(
+pub(crate) async fn slot_action(
     client: &UpstreamClient,
     backend: &Backend,
     slot: usize,
@@ -101,7 +101,7 @@ pub async fn slot_action(
 }
 
 /// How many slots a server has (`GET /props`: `total_slots`).
-pub async fn total_slots(
+pub(crate) async fn total_slots(
     client: &UpstreamClient,
     backend: &Backend,
     timeout: Duration,
@@ -137,7 +137,7 @@ pub fn file_name() -> String {
 /// running on the server when the request ends may write the file after a first removal, so the
 /// removal is tried again once such a save must be over.
 #[derive(Debug)]
-pub struct TransferFile {
+pub(crate) struct TransferFile {
     name: String,
     path: Arc<PathBuf>,
     /// How long a save may still be running after the request let go of it.
@@ -158,6 +158,7 @@ impl TransferFile {
         &self.name
     }
 
+    #[cfg(test)]
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -91,7 +91,7 @@ pub fn decide(handoff: &PoolHandoff, input: PolicyInput) -> Choice {
 
 /// What a decode pool with `balance = "slo"` weighs instead: predictions, each from now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Forecast {
+pub(crate) struct Forecast {
     /// The first token if it prefills where it decodes (the decode backend's latency model, as
     /// the placement predicted it).
     pub local: Duration,
@@ -118,7 +118,7 @@ pub struct Forecast {
 /// decode replica's streams (it would miss their ITL target there); otherwise where it decodes
 /// (no transfer to pay for) when that meets its TTFT target, else the prefill pool when that
 /// does, else the sooner.
-pub fn decide_predicted(input: Forecast) -> Choice {
+pub(crate) fn decide_predicted(input: Forecast) -> Choice {
     let Some(remote) = input.remote else {
         return Choice::Local(HandoffResult::PrefillUnavailable);
     };

@@ -7,11 +7,11 @@ use crate::metrics::{with_edges, Metrics};
 /// [`crate::context::HandoffResult`]: `remote`, `local_short`, `local_cached`, `local_busy`, `unsupported`,
 /// the fallbacks `prefill_unavailable`, `prefill_failed`, `prefill_timeout`, `transfer_failed`,
 /// and `client_gone`).
-pub const DISAGGREGATED_REQUESTS: &str = "tokenmeter_disaggregated_requests_total";
+pub(crate) const DISAGGREGATED_REQUESTS: &str = "tokenmeter_disaggregated_requests_total";
 /// The phases of remote prefills, by the decode `pool` and `phase`: `prefill` (the prefill
 /// request), `transfer` (moving the KV cache, where the proxy moves it), `decode_first_token`
 /// (the decode request to its first token; vLLM pulls the KV inside it).
-pub const DISAGGREGATION_PHASE: &str = "tokenmeter_disaggregation_phase_seconds";
+pub(crate) const DISAGGREGATION_PHASE: &str = "tokenmeter_disaggregation_phase_seconds";
 
 /// Defines the phase histogram (the TTFT buckets, the TTFT target an exact edge: the phases
 /// split a TTFT) and describes both series.

@@ -21,7 +21,7 @@ use crate::upstream::{BodyGuard, InFlight};
 
 /// One server's slots.
 #[derive(Debug)]
-pub struct SlotTable {
+pub(crate) struct SlotTable {
     /// One permit per free slot: waiting for a slot is waiting for a permit.
     free: Arc<Semaphore>,
     state: Mutex<State>,
@@ -53,15 +53,7 @@ impl SlotTable {
         }
     }
 
-    /// How many slots the server has.
-    pub fn len(&self) -> usize {
-        self.lock().slots.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
+    #[cfg(test)]
     /// Slots held now.
     pub fn busy(&self) -> usize {
         self.lock().slots.iter().filter(|slot| slot.busy).count()
@@ -181,7 +173,7 @@ impl BodyGuard for Held {
 /// The slot tables of every llama.cpp server the proxy has reserved slots on, by backend label;
 /// shared by the router's revisions.
 #[derive(Debug, Default)]
-pub struct SlotTables {
+pub(crate) struct SlotTables {
     tables: Mutex<HashMap<Arc<str>, Arc<SlotTable>>>,
 }
 

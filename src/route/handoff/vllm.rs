@@ -19,18 +19,18 @@ use serde_json::{Map, Value};
 use super::splice;
 
 /// The member the protocol adds to both requests.
-pub const MEMBER: &str = "kv_transfer_params";
+pub(crate) const MEMBER: &str = "kv_transfer_params";
 
 /// What the prefill request asks for: a prefill whose KV a remote decode will pull.
 const REMOTE_DECODE: &str = r#"{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}"#;
 
 /// Whether `body` mentions the protocol's member anywhere (then it is not handed off).
-pub fn mentions_params(body: &[u8]) -> bool {
+pub(crate) fn mentions_params(body: &[u8]) -> bool {
     splice::mentions(body, MEMBER)
 }
 
 /// The prefill request's body from the client's (a JSON object).
-pub fn prefill_body(body: &[u8]) -> Result<Bytes, serde_json::Error> {
+pub(crate) fn prefill_body(body: &[u8]) -> Result<Bytes, serde_json::Error> {
     let mut object: Map<String, Value> = serde_json::from_slice(body)?;
     let params: Value = serde_json::from_str(REMOTE_DECODE)?;
     object.insert(MEMBER.to_owned(), params);
@@ -60,7 +60,7 @@ pub fn offered(answer: &[u8]) -> Option<Box<RawValue>> {
 
 /// The decode request's body: the client's, with `"kv_transfer_params":PARAMS` as its first
 /// member. `None` when the body does not start with a JSON object.
-pub fn decode_body(body: &[u8], params: &RawValue) -> Option<Bytes> {
+pub(crate) fn decode_body(body: &[u8], params: &RawValue) -> Option<Bytes> {
     splice::first_member(body, MEMBER, params.get())
 }
 

@@ -152,7 +152,7 @@ impl Gate {
     }
 
     /// The gate's pool's name.
-    pub fn pool_name(&self) -> &Arc<str> {
+    pub(crate) fn pool_name(&self) -> &Arc<str> {
         &self.pool.name
     }
 

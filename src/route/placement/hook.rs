@@ -22,7 +22,7 @@ use crate::route::members::Members;
 
 /// The finish hook of a router with `balance = "slo"` pools.
 #[derive(Debug)]
-pub struct SloHook {
+pub(crate) struct SloHook {
     pools: Vec<Arc<Members>>,
     /// Each pool's placement (`None`: not `slo`), in pool order.
     slo: Vec<Option<Arc<PoolSlo>>>,

@@ -223,7 +223,7 @@ impl<T> FairQueue<T> {
 
     /// The entry with the earliest deadline, over every tenant, when that deadline is not after
     /// `now`. Charges nobody: the entry was not served.
-    pub fn pop_expired(&mut self, now: Instant) -> Option<(Key, Entry<T>)> {
+    pub(crate) fn pop_expired(&mut self, now: Instant) -> Option<(Key, Entry<T>)> {
         let &(deadline, key) = self.deadlines.first()?;
         if deadline > now {
             return None;
@@ -232,8 +232,9 @@ impl<T> FairQueue<T> {
         Some((key, entry))
     }
 
+    #[cfg(test)]
     /// The earliest deadline of any queued entry: when [`Self::pop_expired`] next has work.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.deadlines.first().map(|&(deadline, _)| deadline)
     }
 

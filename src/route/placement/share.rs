@@ -20,7 +20,7 @@ use crate::upstream::{BodyGuard, InFlight};
 
 /// The work in flight per tenant, in tokens.
 #[derive(Debug, Default)]
-pub struct Shares {
+pub(crate) struct Shares {
     counts: Mutex<Counts>,
 }
 
@@ -55,6 +55,7 @@ impl Shares {
         }
     }
 
+    #[cfg(test)]
     /// The work in flight of `tenant`, in tokens.
     pub fn of(&self, tenant: &str) -> u64 {
         self.lock().by_tenant.get(tenant).copied().unwrap_or(0)

@@ -5,11 +5,11 @@
 use std::fmt::Write as _;
 
 /// Rejected requests and connections, by `reason` (`max_streams`, `max_connections`, `loop`).
-pub const REJECTED: &str = "tokenmeter_rejected_total";
+pub(crate) const REJECTED: &str = "tokenmeter_rejected_total";
 /// Open traffic connections.
-pub const CONNECTIONS_OPEN: &str = "tokenmeter_connections_open";
+pub(crate) const CONNECTIONS_OPEN: &str = "tokenmeter_connections_open";
 /// Requests admitted whose response body has not finished.
-pub const STREAMS_ADMITTED: &str = "tokenmeter_streams_admitted";
+pub(crate) const STREAMS_ADMITTED: &str = "tokenmeter_streams_admitted";
 
 /// The admission counts at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

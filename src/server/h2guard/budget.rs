@@ -103,12 +103,12 @@ pub const WRITTEN_BYTES_PER_PING: u64 = 32;
 /// WINDOW_UPDATE frames per window, before any earned from data written. Clients send them as
 /// they consume what they receive, typically one per half window (32 KiB by default), on the
 /// stream and on the connection.
-pub const WINDOW_UPDATES_PER_WINDOW: u32 = 1000;
+pub(crate) const WINDOW_UPDATES_PER_WINDOW: u32 = 1000;
 
 /// One more WINDOW_UPDATE allowed per this many bytes the proxy wrote in the window: even a client
 /// that answered every DATA frame (at least 10 bytes with its head) on both the stream and the
 /// connection would send one per 5 bytes of the smallest frames, and one per 30 of token events.
-pub const WRITTEN_BYTES_PER_WINDOW_UPDATE: u64 = 16;
+pub(crate) const WRITTEN_BYTES_PER_WINDOW_UPDATE: u64 = 16;
 
 /// The smallest frame size a server may advertise (RFC 9113 §6.5.2), and hyper's: a client fills
 /// header frames up to it.

@@ -11,7 +11,7 @@ use std::ops::ControlFlow;
 use crate::server::smuggling::scan::H2_PREFACE;
 
 /// Length of a frame head.
-pub const HEAD_LEN: usize = 9;
+pub(crate) const HEAD_LEN: usize = 9;
 
 /// Frame types (RFC 9113 §6) the guard counts.
 pub const HEADERS: u8 = 0x1;
@@ -22,9 +22,9 @@ pub const WINDOW_UPDATE: u8 = 0x8;
 pub const CONTINUATION: u8 = 0x9;
 
 /// `ACK` on SETTINGS and PING.
-pub const FLAG_ACK: u8 = 0x1;
+pub(crate) const FLAG_ACK: u8 = 0x1;
 /// `END_HEADERS` on HEADERS and CONTINUATION: the header block is complete.
-pub const FLAG_END_HEADERS: u8 = 0x4;
+pub(crate) const FLAG_END_HEADERS: u8 = 0x4;
 
 /// One frame head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +91,7 @@ impl FrameScanner {
     }
 
     /// False once the bytes turned out not to be HTTP/2.
-    pub fn is_http2(&self) -> bool {
+    pub(crate) fn is_http2(&self) -> bool {
         self.state != State::Off
     }
 

@@ -29,7 +29,7 @@ mod io;
 pub mod scan;
 
 pub use io::GuardedStream;
-pub use scan::FramingScanner;
+pub(crate) use scan::FramingScanner;
 
 /// What a connection's reader and its service share.
 #[derive(Debug)]

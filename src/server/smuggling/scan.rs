@@ -18,7 +18,7 @@ use memchr::memchr;
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4) an h2c prior-knowledge client sends first;
 /// the server's protocol sniffing uses it too.
-pub const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Its request line, `PRI * HTTP/2.0`: enough to tell, and no HTTP/1 request starts with it.
 const H2_REQUEST_LINE: &[u8] = H2_PREFACE.split_at(14).0;
@@ -53,7 +53,7 @@ enum Line {
 
 /// Follows one connection's request stream; see the module docs.
 #[derive(Debug)]
-pub struct FramingScanner {
+pub(crate) struct FramingScanner {
     state: State,
     /// The part of a head that arrived in earlier reads (empty, and unallocated, between heads).
     carry: Vec<u8>,
@@ -100,6 +100,7 @@ impl FramingScanner {
         self.state != State::Off
     }
 
+    #[cfg(test)]
     /// Heads read so far.
     pub fn heads(&self) -> u64 {
         self.heads

@@ -163,8 +163,9 @@ impl MemoryStore {
         Some(day_tokens)
     }
 
+    #[cfg(test)]
     /// Accounts kept (for tests).
-    pub fn accounts(&self) -> usize {
+    pub(crate) fn accounts(&self) -> usize {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -51,7 +51,8 @@ pub mod window;
 #[cfg(test)]
 mod tests;
 
-pub use exchange::{Ask, Counted, DayReport, Settlement, StoreError, Verdict};
+pub(crate) use exchange::DayReport;
+pub use exchange::{Ask, Counted, Settlement, StoreError, Verdict};
 pub use limit::Limit;
 pub use refusal::BudgetRefusal;
 use series::{BudgetSeries, Op};
@@ -260,7 +261,7 @@ impl Budgets {
 
     /// Where the settlement of `hold` reports the tenant's day: under `label`, when the tenant
     /// has a day limit in this revision.
-    pub fn day_report(&self, hold: &BudgetHold, label: Arc<str>) -> Option<DayReport> {
+    pub(crate) fn day_report(&self, hold: &BudgetHold, label: Arc<str>) -> Option<DayReport> {
         let limit = self.config.limits_for(&hold.tenant)?.tokens_per_day?;
         Some(DayReport { label, limit })
     }
@@ -268,7 +269,7 @@ impl Budgets {
 
 /// Settles `hold` in `store`, given what the request used; `report` says where the tenant's day
 /// is reported once it is charged.
-pub fn settle_with(
+pub(crate) fn settle_with(
     store: &Store,
     hold: &BudgetHold,
     input: u64,

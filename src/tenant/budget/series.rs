@@ -12,22 +12,22 @@ use crate::tenant::series::labels;
 
 /// Requests refused by a budget, by `tenant` and `limit` (a [`Limit`], or `store_unavailable`
 /// when the store did not answer and `on_store_error = "deny"`).
-pub const REJECTIONS: &str = "tokenmeter_budget_rejections_total";
+pub(crate) const REJECTIONS: &str = "tokenmeter_budget_rejections_total";
 /// The share of each of a tenant's limits used, by `tenant` and `limit`, as the store last said:
 /// at each admission (with the admitted request's reservation), at each refusal, and for
 /// `tokens_per_day` after each settlement (see [`super`]; with Redis, the fleet's figure:
 /// aggregate with `max by (tenant)`).
-pub const USED_RATIO: &str = "tokenmeter_budget_used_ratio";
+pub(crate) const USED_RATIO: &str = "tokenmeter_budget_used_ratio";
 /// The store's round trip, by `op` (`admit`, `settle`): Redis only.
-pub const STORE_SECONDS: &str = "tokenmeter_budget_store_seconds";
+pub(crate) const STORE_SECONDS: &str = "tokenmeter_budget_store_seconds";
 /// The store's failures, by `op` and `error` (`timeout`, `unavailable`, `reply`).
-pub const STORE_ERRORS: &str = "tokenmeter_budget_store_errors_total";
+pub(crate) const STORE_ERRORS: &str = "tokenmeter_budget_store_errors_total";
 /// Requests the `on_store_error` policy decided, by `policy` (`allow`, `deny`).
-pub const STORE_FALLBACKS: &str = "tokenmeter_budget_store_fallbacks_total";
+pub(crate) const STORE_FALLBACKS: &str = "tokenmeter_budget_store_fallbacks_total";
 /// Settlements waiting for the store.
-pub const SETTLEMENTS_PENDING: &str = "tokenmeter_budget_settlements_pending";
+pub(crate) const SETTLEMENTS_PENDING: &str = "tokenmeter_budget_settlements_pending";
 /// Settlements dropped because their queue was full.
-pub const SETTLEMENTS_DROPPED: &str = "tokenmeter_budget_settlements_dropped_total";
+pub(crate) const SETTLEMENTS_DROPPED: &str = "tokenmeter_budget_settlements_dropped_total";
 
 /// A Redis round trip is a fraction of a millisecond in a cluster; the top edges show the
 /// timeouts.
@@ -128,7 +128,7 @@ impl BudgetSeries {
 
     /// Makes the store's error and fallback series exist at zero, so that a rate over them (an
     /// alert, a panel) reads 0 rather than nothing before the first error.
-    pub fn prime(&self) {
+    pub(crate) fn prime(&self) {
         for op in [Op::Admit, Op::Settle, Op::Connect] {
             for error in ["timeout", "unavailable", "reply", "tls"] {
                 self.metrics
@@ -147,7 +147,7 @@ impl BudgetSeries {
     }
 
     /// A store round trip that answered.
-    pub fn round_trip(&self, op: Op, took: Duration) {
+    pub(crate) fn round_trip(&self, op: Op, took: Duration) {
         let histogram = match op {
             Op::Admit => &self.admit_seconds,
             Op::Settle => &self.settle_seconds,
@@ -156,7 +156,7 @@ impl BudgetSeries {
         histogram.record(took.as_secs_f64());
     }
 
-    pub fn store_error(&self, op: Op, error: &'static str) {
+    pub(crate) fn store_error(&self, op: Op, error: &'static str) {
         self.metrics
             .counter(
                 STORE_ERRORS,

@@ -9,7 +9,7 @@ use crate::context::finish::{FinishHook, Finished};
 
 /// Settles the budget holds of finished requests in the process's store.
 #[derive(Debug)]
-pub struct BudgetHook {
+pub(crate) struct BudgetHook {
     store: Arc<Store>,
     /// This revision's budgets (`None`: no tenant has a limit in it), for the day's limit that
     /// the settlement's report is a share of.

@@ -11,9 +11,9 @@
 use std::time::Duration;
 
 /// A minute in milliseconds.
-pub const MINUTE_MS: u64 = 60_000;
+pub(crate) const MINUTE_MS: u64 = 60_000;
 /// A day in milliseconds.
-pub const DAY_MS: u64 = 86_400_000;
+pub(crate) const DAY_MS: u64 = 86_400_000;
 
 /// A moment, in milliseconds since the Unix epoch (the replicas' clocks, kept by NTP, agree to
 /// well under a window).
@@ -35,7 +35,7 @@ impl Now {
     }
 
     /// How far into its minute it is.
-    pub fn into_minute(self) -> u64 {
+    pub(crate) fn into_minute(self) -> u64 {
         self.0 % MINUTE_MS
     }
 
@@ -53,7 +53,7 @@ pub fn sliding(previous: u64, current: u64, now: Now) -> u64 {
 
 /// How long until `need` more fits under `limit` in a sliding minute whose previous and current
 /// counts are given; `None` when it never will (`need` alone is over the limit).
-pub fn minute_wait(
+pub(crate) fn minute_wait(
     previous: u64,
     current: u64,
     now: Now,
@@ -85,7 +85,7 @@ pub fn minute_wait(
 }
 
 /// How long until the next UTC day, when a day's budget starts again.
-pub fn day_wait(now: Now) -> Duration {
+pub(crate) fn day_wait(now: Now) -> Duration {
     Duration::from_millis(DAY_MS - now.0 % DAY_MS)
 }
 

@@ -11,11 +11,11 @@
 use super::Owner;
 
 /// How many holders a block remembers.
-pub const MAX_HOLDERS: usize = 4;
+pub(crate) const MAX_HOLDERS: usize = 4;
 
 /// The holders of one block, most recent first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Holders {
+pub(crate) struct Holders {
     owners: [Owner; MAX_HOLDERS],
     len: u8,
 }

@@ -15,7 +15,7 @@
 //! instead, so the prediction keeps the share of the intercept that slope paid for.
 /// A linear model of `N` features, fitted online.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Rls<const N: usize> {
+pub(crate) struct Rls<const N: usize> {
     theta: [f64; N],
     p: [[f64; N]; N],
     lambda: f64,
@@ -53,7 +53,7 @@ impl<const N: usize> Rls<N> {
     }
 
     /// The coefficients.
-    pub fn theta(&self) -> &[f64; N] {
+    pub(crate) fn theta(&self) -> &[f64; N] {
         &self.theta
     }
 
@@ -76,7 +76,7 @@ impl<const N: usize> Rls<N> {
     /// error the fit minimises (a sample of weight 4 pulls as hard as four of weight 1). The
     /// features' means count it once: they say where the inputs were, not how much each error
     /// mattered. A sample or weight that is not finite, or a weight not above zero, is ignored.
-    pub fn update_weighted(&mut self, x: &[f64; N], y: f64, weight: f64) {
+    pub(crate) fn update_weighted(&mut self, x: &[f64; N], y: f64, weight: f64) {
         let usable = y.is_finite() && weight.is_finite() && weight > 0.0;
         if !usable || x.iter().any(|v| !v.is_finite()) {
             return;

@@ -24,7 +24,7 @@ pub enum Connection {
 }
 
 /// A cluster connection made on first use.
-pub struct LazyCluster {
+pub(crate) struct LazyCluster {
     client: ClusterClient,
     connection: OnceCell<ClusterConnection>,
 }
@@ -38,7 +38,7 @@ impl Connection {
     }
 
     /// Pipelines must stay within one slot.
-    pub fn is_cluster(&self) -> bool {
+    pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Connection::Cluster(_))
     }
 }
