@@ -340,7 +340,11 @@ impl Metering {
         let operation = context
             .dialect
             .map_or(Operation::PASSTHROUGH, Operation::of);
-        tracing::warn!(error = %err, operation = operation.as_str(), "request failed before a response");
+        let refused_by = match &err {
+            ProxyError::Refused(refusal) => refusal.by.as_str(),
+            _ => "-",
+        };
+        tracing::warn!(error = %err, refused_by, operation = operation.as_str(), "request failed before a response");
         let response = err.to_response();
         context.status = Some(response.status());
         context.finish(err.outcome(), Some(&err));

@@ -193,5 +193,22 @@ pub fn json_error(status: StatusCode, kind: &str, message: &str) -> Response<Ful
     response
 }
 
+/// An error answer's body, read whole as the OpenAI-style JSON error it must be.
+#[cfg(test)]
+pub(crate) async fn error_json<B>(response: http::Response<B>) -> serde_json::Value
+where
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    use http_body_util::BodyExt;
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    serde_json::from_slice(&body).expect("JSON body")
+}
+
 #[cfg(test)]
 mod tests;

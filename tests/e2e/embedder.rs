@@ -54,18 +54,13 @@ async fn an_embedder_hears_of_each_stream_with_its_tokens_and_ttft() {
     )
     .await;
     assert_eq!(streamed.status, 200, "{}", streamed.text());
-    // The hook runs as the stream ends, on the connection's task: wait for it, bounded.
-    for _ in 0..200 {
-        if !ledger.0.lock().expect("ledger").is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // The hook runs as the stream ends, on the connection's task; the graceful shutdown waits
+    // for that task, so after it the ledger holds every ending.
+    proxy.shutdown().await;
     let ended = ledger.0.lock().expect("ledger").clone();
     assert_eq!(ended.len(), 1, "one request, one ending: {ended:?}");
     let (outcome, output, ttft) = ended[0];
     assert_eq!(outcome, Outcome::Ok);
     assert_eq!(output, Some(7), "max_tokens generated, counted exactly");
     assert!(ttft.is_some(), "the first token was stamped");
-    proxy.shutdown().await;
 }

@@ -264,13 +264,7 @@ async fn a_connection_refused_at_admission_ends_its_request_once_overloaded() {
         .await
         .expect("send");
     // Read to the end of the answer (its last chunk), so the GET has ended before we go on.
-    let mut answer = Vec::new();
-    while !answer.ends_with(b"0\r\n\r\n") {
-        let mut buffer = [0u8; 1024];
-        let n = held.read(&mut buffer).await.expect("read");
-        assert!(n > 0, "answered: {}", String::from_utf8_lossy(&answer));
-        answer.extend_from_slice(&buffer[..n]);
-    }
+    client::read_chunked_answer(&mut held).await;
     let refused = client::post(proxy.traffic_addr, CHAT, BODY).await;
     assert_eq!(refused.status, 503);
     drop(held);

@@ -414,8 +414,9 @@ async fn usage_records_sum_to_the_counters_and_the_clients_usage() {
 /// under its tenant, and exported as a span of its client's trace carrying its tenant and its 503.
 #[tokio::test]
 async fn a_request_refused_at_the_connection_limit_has_its_tenant_and_its_trace() {
+    use support::client;
     use support::otlp::{Protocol as Otlp, Receiver};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
 
     const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
     const PARENT: &str = "00f067aa0ba902b7";
@@ -440,13 +441,7 @@ async fn a_request_refused_at_the_connection_limit_has_its_tenant_and_its_trace(
     held.write_all(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nx-tenant-id: team-b\r\n\r\n")
         .await
         .expect("send");
-    let mut answer = Vec::new();
-    while !answer.ends_with(b"0\r\n\r\n") {
-        let mut buffer = [0u8; 1024];
-        let n = held.read(&mut buffer).await.expect("read");
-        assert!(n > 0, "answered: {}", String::from_utf8_lossy(&answer));
-        answer.extend_from_slice(&buffer[..n]);
-    }
+    let answer = client::read_chunked_answer(&mut held).await;
     assert!(
         answer.starts_with(b"HTTP/1.1 200 "),
         "{}",

@@ -239,3 +239,17 @@ pub async fn get(addr: SocketAddr, path: &str) -> (StatusCode, String) {
         .await;
     (streamed.status, streamed.text())
 }
+
+/// Reads the answer on `stream` to its last chunk (`0\r\n\r\n`), so that its request has ended
+/// when this returns; panics if the connection closes first.
+pub async fn read_chunked_answer(stream: &mut TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"0\r\n\r\n") {
+        let mut buffer = [0u8; 1024];
+        let n = stream.read(&mut buffer).await.expect("read");
+        assert!(n > 0, "answered: {}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&buffer[..n]);
+    }
+    answer
+}

@@ -1,5 +1,4 @@
 use super::*;
-use http_body_util::BodyExt;
 
 #[tokio::test]
 async fn refused_upstream_is_a_502_json_error() {
@@ -11,13 +10,7 @@ async fn refused_upstream_is_a_502_json_error() {
     let response = err.to_response();
     assert_eq!(response.status(), StatusCode::BAD_GATEWAY, "status");
     assert_eq!(err.outcome(), Outcome::UpstreamError, "outcome");
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    let json: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+    let json = error_json(response).await;
     assert_eq!(
         json["error"]["type"], "upstream_unavailable",
         "type: {json}"

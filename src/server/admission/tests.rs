@@ -1,5 +1,6 @@
 use super::*;
 use crate::context::{FinishHook, FinishHooks, Finished, Outcome};
+use crate::proxy::error::error_json;
 use http::header;
 use http_body_util::BodyExt;
 use std::sync::Mutex;
@@ -13,21 +14,6 @@ impl FinishHook for Ended {
         let entry = (request.outcome, request.context.status);
         self.0.lock().expect("lock").push(entry);
     }
-}
-
-/// A refusal's body, read whole as the OpenAI-style JSON error it must be.
-async fn error_json<B>(response: http::Response<B>) -> serde_json::Value
-where
-    B: http_body::Body,
-    B::Error: std::fmt::Debug,
-{
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    serde_json::from_slice(&body).expect("JSON body")
 }
 
 fn limits(max_streams: usize, max_connections: usize) -> Limits {
@@ -280,4 +266,25 @@ async fn a_lowered_limit_takes_permits_back_as_connections_close_and_a_raised_on
     assert_eq!(more.len(), 2, "a raised limit admits at once");
     assert_eq!(limits.connections_open(), 3);
     drop((one, more));
+}
+
+#[test]
+fn a_limit_refusal_says_when_to_retry_in_milliseconds_too_and_the_connection_limit_closes() {
+    let streams = overloaded(Limit::Streams);
+    assert_eq!(
+        streams.headers()["retry-after-ms"],
+        "1000",
+        "as every refusal that asks to wait"
+    );
+    assert!(
+        streams.headers().get(header::CONNECTION).is_none(),
+        "the stream limit keeps the connection"
+    );
+    let connections = ProxyError::from(over_limit(Limit::Connections).closing()).to_response();
+    assert_eq!(connections.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(connections.headers()[header::CONNECTION], "close");
+    assert_eq!(
+        over_limit(Limit::Connections).outcome(),
+        Outcome::Overloaded
+    );
 }
