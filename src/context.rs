@@ -2,18 +2,22 @@
 //! the stack, that comes back up with the answer (or the failure), and that ends the request.
 //!
 //! In the pingora style: each phase writes what it learned and reads what the phases before it
-//! wrote, so per-request state has one home and one type. Who writes what, outside in:
+//! wrote, so per-request state has one home and one type. The head is the context's own; each
+//! subsystem's part is a record defined in the subsystem's folder (`route/record.rs`,
+//! `meter/record.rs`...), so adding a subsystem adds a record there and one field here. A record
+//! names only the shared vocabulary, which is what lets the context hold it while every layer reads
+//! it (`tests/e2e/module_graph.rs`). Who writes what, outside in:
 //!
 //! | phase | writes |
 //! |---|---|
-//! | server (the head is in: `server/head.rs`, with [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `dialect`, `trace`, `tracing` (the span ids and the sampling decision), `tenant`, `tenant_name` and `tenant_tracked`, `refused` (a [`Refusal`] of the smuggling guard or the tenant gate), the finish hooks |
-//! | meter, head ([`crate::meter::layer`]) | `marks.admitted`, `marks.body_read`, `generation` (the buffered body and the one walk over it), `model`, `model_label`, `slo` (the request's targets), `usage_injected`, `active`; `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
-//! | route, plan ([`crate::route::plan`]) | `estimate`, `plan`, `pool` (the first planned pool) |
-//! | tenant, budget ([`crate::tenant::budget`]) | `budget`: the reservation the request holds on its tenant's budget |
-//! | route, dispatch ([`crate::route::dispatch`]) | `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts`, `cached_prompt_bytes`, `route`, `prediction` (`balance = "slo"`), `marks.dispatched` |
-//! | route, handoff ([`crate::route::handoff`]) | `handoff`: where the prefill ran and when each phase ended |
-//! | forward ([`crate::proxy::Forward`]) | takes `in_flight` into the response body; `marks` of the attempt (started, connected, written, head); each attempt's span in `tracing`; returns the context in the response's extensions, or in a [`crate::proxy::Failure`] |
-//! | meter, body ([`crate::meter::body`]) | `stream`: what the body showed (first byte, tokens, usage); `marks.first_token_sent` |
+//! | server (the head is in: `server/head.rs`, with [`RequestContext::for_head`]) | `received`, `client`, `client_tls`, `dialect`, `trace`, `tracing` (the span ids and the sampling decision: [`crate::trace::record`]), `tenant` ([`TenantRecord`], when the gate named one), `refused` (a [`Refusal`] of the smuggling guard or the tenant gate), the finish hooks |
+//! | meter, head ([`crate::meter::layer`]) | `marks.admitted`, `marks.body_read`, `request` ([`RequestRecord`]: the buffered body and the one walk over it, the model and its label, the request's SLO targets, `usage_injected`, `active`); `upstream_status` and `status` from the response head (where it lets the body go), or `status` of its own error answer |
+//! | route, plan ([`crate::route::plan`]) | `route` ([`RouteRecord`]): `estimate`, `plan`, `pool` (the first planned pool) |
+//! | tenant, budget ([`crate::tenant::budget`]) | `budget` ([`BudgetHold`]): the reservation the request holds on its tenant's budget |
+//! | route, dispatch ([`crate::route::dispatch`]) | `route`: `pool` (the pool of the attempt), `backend`, `in_flight`, `attempts`, `cached_prompt_bytes`, `decision`, `prediction` (`balance = "slo"`); `marks.dispatched` |
+//! | route, handoff ([`crate::route::handoff`]) | `handoff` ([`HandoffRecord`]): where the prefill ran and when each phase ended |
+//! | forward ([`crate::proxy::Forward`]) | takes `route.in_flight` into the response body; `marks` of the attempt (started, connected, written, head); each attempt's span in `tracing`; returns the context in the response's extensions, or in a [`crate::proxy::Failure`] |
+//! | meter, body ([`crate::meter::body`]) | `stream` ([`StreamRecord`]): what the body showed (first byte, tokens, usage); `marks.first_token_sent` |
 //!
 //! The context travels *by value* (boxed, so that each hand-over moves a pointer, not the context):
 //! down in the request's extensions, back up in the response's (or the failure), so the meter
@@ -38,28 +42,22 @@ use http::{Extensions, HeaderMap, Method, StatusCode, Uri};
 use tokio::time::Instant;
 
 use crate::dialect::Dialect;
+use crate::meter::record::{RequestRecord, StreamRecord};
 use crate::metrics::exemplar::TraceId;
-use crate::request::Inspection;
-use crate::upstream::{InFlight, Target};
+use crate::route::handoff::record::HandoffRecord;
+use crate::route::record::RouteRecord;
+use crate::tenant::budget::record::BudgetHold;
+use crate::tenant::record::TenantRecord;
+use crate::trace::record::{self as trace, Marks, TraceParent, TraceState};
 
-pub mod budget;
 pub mod finish;
-pub mod handoff;
 pub mod outcome;
 pub mod phases;
-pub mod prediction;
-pub mod record;
 pub mod refusal;
-pub mod trace;
 
-pub use budget::BudgetHold;
 pub use finish::{FinishHook, FinishHooks, Finished};
-pub use handoff::{HandoffRecord, HandoffResult};
 pub use outcome::Outcome;
-pub use prediction::Prediction;
-use record::StreamRecord;
 pub use refusal::{Refusal, RefusedBy};
-use trace::{Marks, TraceParent, TraceState};
 
 /// Everything the proxy knows about one request. See the module docs for who writes what.
 ///
@@ -79,14 +77,9 @@ pub struct RequestContext {
     /// The request's W3C trace, whose latencies become exemplars: the client's (from a valid
     /// `traceparent`), or the proxy's own when it sampled a request that came without one.
     pub trace: Option<TraceId>,
-    /// The request's tenant: its bounded label (`anonymous` when no source named one), when
-    /// tenants are on ([`crate::tenant`]).
-    pub tenant: Option<Arc<str>>,
-    /// The tenant's name (cut at 256 bytes), for the usage records and the span; `None` when
-    /// anonymous.
-    pub tenant_name: Option<Arc<str>>,
-    /// The tenant is tracked (`tenants.tracked`): its latencies get histograms of their own.
-    pub tenant_tracked: bool,
+    /// The request's tenant ([`TenantRecord`]: its bounded label, its name, whether it is
+    /// tracked), when tenants are on ([`crate::tenant`]) and the gate named it.
+    pub tenant: Option<TenantRecord>,
     /// Why the request is refused at its head (its framing is in doubt, no tenant named it):
     /// the meter answers it before reading its body ([`Refusal`]). Boxed: rare, and the
     /// context stays small.
@@ -95,42 +88,12 @@ pub struct RequestContext {
     pub tracing: Option<Box<TraceState>>,
     /// When the request passed each phase before its first token ([`Marks`]).
     pub marks: Marks,
-    /// A generation request's buffered body and what one walk read from it.
-    pub generation: Option<Generation>,
-    /// The request's model name (from the body, or the path for Triton), for labels and rules.
-    pub model: Option<String>,
-    /// The bounded `gen_ai_request_model` label of `model` (see
-    /// [`crate::metrics::Metrics::model_label`]), once the meter has read the body.
-    pub model_label: Option<Arc<str>>,
-    /// The SLO targets the request is judged against and placed by (its class's, its model's or
-    /// the defaults: [`crate::config::SloConfig::targets`]), once the meter has read the body;
-    /// `None` before, and for requests the meter does not read.
-    pub slo: Option<crate::config::SloTargets>,
-    /// The meter asked the backend for usage on the client's behalf (`include_usage` injected).
-    pub usage_injected: bool,
-    /// The request is counted in `tokenmeter_streams_active` (the meter counts a generation
-    /// request once its body is read); the finish takes it off.
-    pub active: bool,
-    /// The router's estimate of the prompt.
-    pub estimate: Option<Estimate>,
-    /// The pools the rules allow, best first.
-    pub plan: RoutePlan,
-    /// The pool of the current (or last) attempt; before dispatch, the first planned pool.
-    pub pool: Option<Arc<str>>,
-    /// The backend of the current (or last) attempt.
-    pub backend: Option<Target>,
-    /// Attempts sent to a backend (more than one: retried elsewhere).
-    pub attempts: u32,
-    /// The load guard of the current attempt, until the forwarder moves it into the body.
-    pub in_flight: Option<InFlight>,
-    /// Bytes of the prompt's text that the attempt's backend is known to hold in its prompt
-    /// cache (its pool's prefix index, before this request), when the pool has prefix affinity and
-    /// hands prefills off (the handoff's policy is its one reader).
-    pub cached_prompt_bytes: Option<u64>,
-    /// Why the dispatch chose the pool and backend of the current (or last) attempt.
-    pub route: Option<RouteDecision>,
-    /// What a latency-predicting placement predicted for the current (or last) attempt's backend.
-    pub prediction: Option<Prediction>,
+    /// What the meter read of the request: its body and the walk over it, its model and
+    /// targets, and its own flags ([`RequestRecord`]), once it read the body.
+    pub request: RequestRecord,
+    /// What the route phases wrote: the estimate and plan, and the pool, backend, load guard,
+    /// reason and prediction of the current (or last) attempt ([`RouteRecord`]).
+    pub route: RouteRecord,
     /// What the handoff phase did, for a request of a pool with a prefill pool.
     pub handoff: Option<HandoffRecord>,
     /// The request's hold on its tenant's budget, once admitted against it.
@@ -183,26 +146,11 @@ impl RequestContext {
             dialect: None,
             trace: None,
             tenant: None,
-            tenant_name: None,
-            tenant_tracked: false,
             refused: None,
             tracing: None,
             marks: Marks::default(),
-            generation: None,
-            model: None,
-            model_label: None,
-            slo: None,
-            usage_injected: false,
-            active: false,
-            estimate: None,
-            plan: RoutePlan::default(),
-            pool: None,
-            backend: None,
-            attempts: 0,
-            in_flight: None,
-            cached_prompt_bytes: None,
-            route: None,
-            prediction: None,
+            request: RequestRecord::default(),
+            route: RouteRecord::default(),
             handoff: None,
             budget: None,
             upstream_status: None,
@@ -270,7 +218,7 @@ impl RequestContext {
     /// (and a body read in one frame is a slice of the connection's read buffer, which it would
     /// keep alive). What the walk read of it stays.
     pub fn release_body(&mut self) {
-        if let Some(generation) = self.generation.as_mut() {
+        if let Some(generation) = self.request.generation.as_mut() {
             generation.body = Bytes::new();
         }
     }
@@ -278,7 +226,8 @@ impl RequestContext {
     /// A generation body that did not read as a JSON object: whatever the backend answers, the
     /// request was at fault (its health does not pay for it).
     pub fn malformed(&self) -> bool {
-        self.generation
+        self.request
+            .generation
             .as_ref()
             .is_some_and(|generation| generation.read.is_none())
     }
@@ -315,41 +264,6 @@ impl Drop for RequestContext {
             hooks.run(self, Outcome::Cancelled, Instant::now(), None);
         }
     }
-}
-
-/// A generation request's body as forwarded (after any usage injection; empty once a response
-/// head is back: [`RequestContext::release_body`]), and what one walk of the client's body read
-/// ([`crate::request::read`]); `read` is `None` when the body is not a JSON object.
-#[derive(Debug, Clone)]
-pub struct Generation {
-    pub body: Bytes,
-    pub read: Option<Inspection>,
-}
-
-/// The router's prompt estimate: what it measured and the tokens it estimated, for the
-/// calibration (and as N_in when the stream reports no `usage.prompt_tokens`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Estimate {
-    pub size: crate::request::PromptSize,
-    pub tokens: u64,
-}
-
-/// Why a request went where it went: the `reason` of `tokenmeter_route_decisions_total` and the
-/// pool's affinity `result`, for its trace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RouteDecision {
-    /// `rule`, `spill`, `fallback` or `panic`.
-    pub reason: &'static str,
-    /// `hit`, `miss` or `overloaded` in a pool with affinity.
-    pub affinity: Option<&'static str>,
-}
-
-/// The pools a request may go to (indices into the router's pools), best first.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RoutePlan {
-    pub pools: Vec<usize>,
-    /// Spill from `pools[0]` to `pools[1]` when the shortest queue of `pools[0]` is deeper.
-    pub spill_queue_tokens: Option<u64>,
 }
 
 #[cfg(test)]

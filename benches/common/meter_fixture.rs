@@ -11,12 +11,12 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode};
 use http_body::{Body, Frame};
 use tokenmeter::config::Config;
-use tokenmeter::context::record::SloTargets;
 use tokenmeter::context::{FinishHook, FinishHooks, RequestContext};
 use tokenmeter::dialect::Dialect;
 use tokenmeter::dialect::Operation;
 use tokenmeter::meter::body::{MeteredBody, StreamMeter};
 use tokenmeter::meter::finish::MeterHook;
+use tokenmeter::meter::record::SloTargets;
 use tokenmeter::meter::series::{MeterSeries, RequestLabels};
 use tokenmeter::metrics::Metrics;
 use tokenmeter::proxy::BodyError;
@@ -69,11 +69,11 @@ pub fn chat_context(series: &Arc<MeterSeries>, model: &str) -> Box<RequestContex
     series
         .streams_active(Operation::of(Dialect::OpenAiChat), &label)
         .increment(1.0);
-    context.model = Some(model.to_owned());
-    context.model_label = Some(label);
-    context.active = true;
-    context.pool = Some(Arc::from("default"));
-    context.backend = Some(Target::from_url("http://127.0.0.1:8001").expect("a target"));
+    context.request.model = Some(model.to_owned());
+    context.request.model_label = Some(label);
+    context.request.active = true;
+    context.route.pool = Some(Arc::from("default"));
+    context.route.backend = Some(Target::from_url("http://127.0.0.1:8001").expect("a target"));
     context.upstream_status = Some(StatusCode::OK);
     context.status = Some(StatusCode::OK);
     context
@@ -91,14 +91,17 @@ pub fn metered_as<B: Body>(
     context.dialect = Some(dialect);
     let label = |value: Option<&Arc<str>>| value.cloned().unwrap_or_else(|| Arc::from("none"));
     let backend = context
+        .route
         .backend
         .as_ref()
         .map(|target| Arc::clone(&target.label));
     let handles = series.stream(&RequestLabels {
         operation: Operation::of(dialect),
-        model: series.metrics().model_label(context.model.as_deref()),
+        model: series
+            .metrics()
+            .model_label(context.request.model.as_deref()),
         backend: label(backend.as_ref()),
-        pool: label(context.pool.as_ref()),
+        pool: label(context.route.pool.as_ref()),
     });
     let meter = StreamMeter {
         handles,

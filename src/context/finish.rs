@@ -17,8 +17,8 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::outcome::Outcome;
-use super::record::Figures;
 use super::{Ending, RequestContext};
+use crate::meter::record::Figures;
 
 /// Something that wants every finished request.
 pub trait FinishHook: Send + Sync + fmt::Debug {
@@ -52,7 +52,7 @@ impl Finished<'_> {
         let context = self.context;
         let figures = &self.figures;
         let answered_ok = context.upstream_status.is_some_and(|s| s.is_success());
-        let input = match (figures.input_tokens, context.estimate) {
+        let input = match (figures.input_tokens, context.route.estimate) {
             (Some(actual), _) => Some(actual),
             (None, Some(estimate)) if answered_ok => Some(estimate.tokens),
             (None, _) => None,

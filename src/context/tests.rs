@@ -16,7 +16,7 @@ impl FinishHook for Recorder {
     fn finished(&self, request: &Finished<'_>) {
         self.0.lock().expect("lock").push((
             request.outcome,
-            request.context.pool.as_deref().map(str::to_owned),
+            request.context.route.pool.as_deref().map(str::to_owned),
             request.figures.output_tokens,
             request.error.map(|err| err.to_string()),
         ));
@@ -49,7 +49,7 @@ fn finish_runs_every_hook_once_with_the_whole_context() {
         second.clone() as Arc<dyn FinishHook>,
     ]);
     let mut context = head(both);
-    context.pool = Some(Arc::from("decode"));
+    context.route.pool = Some(Arc::from("decode"));
     let at = context.received;
     context.stream.on_token(at + Duration::from_millis(5), None);
     context.stream.on_token(at + Duration::from_millis(9), None);
@@ -77,7 +77,7 @@ fn finish_runs_every_hook_once_with_the_whole_context() {
 fn a_context_dropped_unfinished_ends_cancelled_with_what_the_phases_wrote() {
     let (recorder, hooks) = recorded();
     let mut context = head(hooks);
-    context.pool = Some(Arc::from("prefill"));
+    context.route.pool = Some(Arc::from("prefill"));
     drop(context);
     assert_eq!(
         *recorder.0.lock().expect("lock"),
@@ -143,10 +143,10 @@ fn take_and_put_carry_the_context_and_a_missing_one_is_counted() {
     let (recorder, hooks) = recorded();
     let mut extensions = Extensions::new();
     let mut context = head(hooks);
-    context.attempts = 3;
+    context.route.attempts = 3;
     context.put(&mut extensions);
     let taken = RequestContext::take(&mut extensions, "test").expect("it is there");
-    assert_eq!(taken.attempts, 3, "the same context, not a new one");
+    assert_eq!(taken.route.attempts, 3, "the same context, not a new one");
     taken.finish(Outcome::Ok, None);
     assert_eq!(recorder.0.lock().expect("lock").len(), 1, "finished once");
 

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 
 use super::series::{MeterSeries, RequestLabels, Slo};
-use crate::context::record::SloTargets;
 use crate::context::{FinishHook, Finished, Outcome, RequestContext};
 use crate::dialect::Operation;
+use crate::meter::record::SloTargets;
 
 /// Backend (and pool) label for requests that never reached one.
 pub(super) const NO_BACKEND: &str = "none";
@@ -47,11 +47,13 @@ pub(super) fn labels_of(
             .dialect
             .map_or(Operation::PASSTHROUGH, Operation::of),
         model: context
+            .request
             .model_label
             .clone()
             .unwrap_or_else(|| series.metrics().model_label(None)),
-        pool: context.pool.clone().unwrap_or_else(none),
+        pool: context.route.pool.clone().unwrap_or_else(none),
         backend: context
+            .route
             .backend
             .as_ref()
             .map_or_else(none, |target| Arc::clone(&target.label)),
@@ -62,7 +64,7 @@ impl FinishHook for MeterHook {
     fn finished(&self, done: &Finished<'_>) {
         let context = done.context;
         let labels = labels_of(context, &self.series, &self.none);
-        if context.active {
+        if context.request.active {
             self.series
                 .streams_active(labels.operation, &labels.model)
                 .decrement(1.0);
@@ -117,7 +119,7 @@ impl MeterHook {
             handles.prompt_cache(metrics, cached.min(prompt), prompt.saturating_sub(cached));
         }
         if *outcome == Outcome::Ok {
-            if let Some(verdict) = figures.verdict(context.slo.unwrap_or(self.slo)) {
+            if let Some(verdict) = figures.verdict(context.request.slo.unwrap_or(self.slo)) {
                 handles.slo_verdict(metrics, Slo::Ttft, verdict.ttft_met);
                 if let Some(tpot_met) = verdict.tpot_met {
                     handles.slo_verdict(metrics, Slo::Tpot, tpot_met);

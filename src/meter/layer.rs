@@ -51,8 +51,9 @@ use super::strip::UsageStripper;
 use super::whole::WholeBody;
 use crate::config::{Affinity, Config, SloConfig, SloTargets};
 use crate::context::phases::Phases;
-use crate::context::{Generation, RequestContext};
+use crate::context::RequestContext;
 use crate::dialect::{Dialect, Operation};
+use crate::meter::record::Generation;
 use crate::proxy::phase::Next;
 use crate::proxy::{Failure, ProxyError, RequestBody, UpstreamBody};
 use crate::request::{self, Injection};
@@ -182,7 +183,7 @@ impl Metering {
                 .forward(phases, parts, RequestBody::Streaming(body), context)
                 .await;
         };
-        context.model = dialect.model_from_path(parts.uri.path()).map(str::to_owned);
+        context.request.model = dialect.model_from_path(parts.uri.path()).map(str::to_owned);
         // Known generation APIs are buffered (bounded) for inspection and routing; an unknown POST
         // streams through untouched, whatever its size: it is only timed, never refused.
         let body = if dialect == Dialect::Unknown {
@@ -194,7 +195,7 @@ impl Metering {
             };
             let mut read = request::read_with(&bytes, self.read);
             if let Some(model) = read.as_ref().and_then(|read| read.facts.model.clone()) {
-                context.model = Some(model);
+                context.request.model = Some(model);
             }
             let streaming = read.as_ref().is_some_and(|read| read.facts.stream);
             let operation = Operation::of(dialect);
@@ -207,21 +208,24 @@ impl Metering {
             parts
                 .headers
                 .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-            context.usage_injected = injected;
+            context.request.usage_injected = injected;
             context.marks.body_read = Some(Instant::now());
-            context.generation = Some(Generation {
+            context.request.generation = Some(Generation {
                 body: bytes.clone(),
                 read,
             });
             RequestBody::buffered(bytes)
         };
-        let model = self.series.metrics().model_label(context.model.as_deref());
+        let model = self
+            .series
+            .metrics()
+            .model_label(context.request.model.as_deref());
         self.series
             .streams_active(Operation::of(dialect), &model)
             .increment(1.0);
-        context.model_label = Some(model);
-        context.slo = Some(self.targets(context.model.as_deref(), &parts.headers));
-        context.active = true;
+        context.request.model_label = Some(model);
+        context.request.slo = Some(self.targets(context.request.model.as_deref(), &parts.headers));
+        context.request.active = true;
         self.forward(phases, parts, body, context).await
     }
 
@@ -242,7 +246,7 @@ impl Metering {
                     // Lost below (counted there): answer, there is nothing to end.
                     return error.to_response().map(Either::Right);
                 };
-                if context.usage_injected {
+                if context.request.usage_injected {
                     let operation = Operation::of(dialect.unwrap_or(Dialect::Unknown));
                     self.series.usage_injection(operation, "unanswered");
                 }
@@ -263,7 +267,7 @@ impl Metering {
         };
         let operation = Operation::of(dialect);
         let success = parts.status.is_success();
-        if context.usage_injected {
+        if context.request.usage_injected {
             // What became of the injection: the backend took the request, or refused it (an
             // invalid request, a prompt over the context); a refusal has no usage chunk to strip.
             let result = if success { "injected" } else { "rejected" };
@@ -279,7 +283,7 @@ impl Metering {
         } else {
             None
         };
-        let strip = context.usage_injected && format == Some(StreamFormat::Sse);
+        let strip = context.request.usage_injected && format == Some(StreamFormat::Sse);
         if strip {
             // The stripped body is shorter than the upstream said.
             parts.headers.remove(CONTENT_LENGTH);
@@ -290,11 +294,8 @@ impl Metering {
         }
         let labels = labels_of(&context, &self.series, &self.none);
         let mut handles = self.series.stream(&labels);
-        if context.tenant_tracked {
-            handles.tenant_itl = context
-                .tenant
-                .as_ref()
-                .map(|tenant| self.series.tenant_itl(tenant));
+        if let Some(tenant) = context.tenant.as_ref().filter(|tenant| tenant.tracked) {
+            handles.tenant_itl = Some(self.series.tenant_itl(&tenant.label));
         }
         let meter = StreamMeter {
             handles,

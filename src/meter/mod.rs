@@ -13,6 +13,7 @@ pub mod cut;
 pub mod finish;
 pub mod layer;
 pub mod read;
+pub mod record;
 pub mod series;
 pub mod strip;
 pub mod whole;

@@ -1,7 +1,7 @@
 //! Exemplars: the trace of a request that fell in a latency bucket, so that a dashboard can jump
 //! from a slow bucket to a trace of it.
 //!
-//! The trace id is the request's (`crate::context::trace`): the client's W3C `traceparent`, or
+//! The trace id is the request's (`crate::trace::record`): the client's W3C `traceparent`, or
 //! the proxy's own trace when it sampled the request. Each classic bucket of a latency series keeps the most
 //! recent exemplar in an [`ExemplarSlot`]: a sequence lock over four atomics, so recording takes no
 //! lock and no allocation, and a writer that finds another one mid-write skips its exemplar (one

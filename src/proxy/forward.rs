@@ -11,8 +11,8 @@ use super::h1::Error as ClientError;
 use super::phase::{Answer, Next};
 use super::{headers, Failure, ProxyError, RequestBody, TimeoutBody};
 use crate::config::UpstreamConfig;
-use crate::context::trace;
 use crate::context::RequestContext;
+use crate::trace::record as trace;
 use crate::upstream::Target;
 
 /// Forwards requests upstream and applies the response, idle and total timeouts.
@@ -52,7 +52,7 @@ impl Next for Forward {
 }
 
 impl Forward {
-    /// Sends the request to `context.backend`; the context comes back in the response's
+    /// Sends the request to `context.route.backend`; the context comes back in the response's
     /// extensions (or in the failure), its load guard moved into the response body.
     async fn forward(
         &self,
@@ -60,7 +60,7 @@ impl Forward {
         mut req: Request<RequestBody>,
     ) -> Answer {
         let started = Instant::now();
-        let Some(target) = context.backend.clone() else {
+        let Some(target) = context.route.backend.clone() else {
             return Err(Failure::new(ProxyError::NoUpstream, context));
         };
         context.marks.attempt = Some(started);
@@ -70,7 +70,7 @@ impl Forward {
             tracing.start_attempt(span, started, Some(target.clone()), req.headers_mut());
         }
         // Dropped with this future on an error, else carried by the response body to its end.
-        let guard = context.in_flight.take();
+        let guard = context.route.in_flight.take();
         let path = req
             .uri()
             .path_and_query()

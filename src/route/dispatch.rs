@@ -23,9 +23,10 @@ use super::placement::share;
 use super::placement::{Demand, Shed};
 use super::replay::Replay;
 use super::Router;
-use crate::context::{answer_failed, Refusal, RequestContext, RouteDecision};
+use crate::context::{answer_failed, Refusal, RequestContext};
 use crate::proxy::phase::{Answer, Next, Phase};
 use crate::proxy::{Failure, ProxyError, RequestBody};
+use crate::route::record::RouteDecision;
 
 /// The dispatch phase: sends each request to a backend of its planned pools.
 #[derive(Debug, Clone)]
@@ -62,7 +63,7 @@ impl Router {
         } else {
             None
         };
-        let estimated = context.estimate.map_or(0, |estimate| estimate.tokens);
+        let estimated = context.route.estimate.map_or(0, |estimate| estimate.tokens);
         let keys = self.affinity_keys(&context, req.headers());
         let malformed = context.malformed();
         let mut pending = Some(req);
@@ -74,8 +75,8 @@ impl Router {
         let mut share = None;
         // Only generation requests wait: a model list or a health probe costs a backend nothing.
         let gate = self
-            .gate(&context.plan)
-            .filter(|_| context.generation.is_some());
+            .gate(&context.route.plan)
+            .filter(|_| context.request.generation.is_some());
         if let (Some(gate), Some(head)) = (gate, pending.as_ref()) {
             // Boxed (a gated pool only): the wait's state stays out of every request's future.
             match Box::pin(gate.enter(&context, keys.clone(), head.headers())).await {
@@ -102,7 +103,7 @@ impl Router {
                 Some(admitted) => admitted,
                 None => {
                     let demand = Demand::of(&context, now);
-                    match self.pick(&context.plan, &keys, demand, &tried, now) {
+                    match self.pick(&context.route.plan, &keys, demand, &tried, now) {
                         Some(pick) => (pick, None, None),
                         None => break,
                     }
@@ -124,8 +125,8 @@ impl Router {
                 last_pool = Some(index);
             }
             // The context goes down with the attempt and comes back with its answer or failure.
-            context.pool = Some(Arc::clone(&self.pools[index].name));
-            context.backend = Some(backend.target.clone());
+            context.route.pool = Some(Arc::clone(&self.pools[index].name));
+            context.route.backend = Some(backend.target.clone());
             // A gate counted the load on its backend already, when it released the request. A
             // latency-predicting placement knew what the backend's cache holds: only the rest
             // queues as prefill work.
@@ -138,14 +139,14 @@ impl Router {
             if let Some(slot) = slot {
                 share = Some(Arc::new(slot));
             }
-            context.in_flight = Some(share::in_flight(load, share.as_ref()));
-            context.cached_prompt_bytes = pick.cached_bytes;
-            context.route = Some(RouteDecision {
+            context.route.in_flight = Some(share::in_flight(load, share.as_ref()));
+            context.route.cached_prompt_bytes = pick.cached_bytes;
+            context.route.decision = Some(RouteDecision {
                 reason: pick.reason,
                 affinity: pick.affinity,
             });
-            context.prediction = pick.prediction;
-            context.attempts += 1;
+            context.route.prediction = pick.prediction;
+            context.route.attempts += 1;
             let result = next.call(context, request).await;
             let failure = match result {
                 Ok(response) => {

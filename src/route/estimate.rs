@@ -229,8 +229,8 @@ impl FinishHook for Calibrator {
         let context = request.context;
         if let (Some(actual), Some(estimate), Some(model)) = (
             request.figures.input_tokens,
-            context.estimate,
-            &context.model_label,
+            context.route.estimate,
+            &context.request.model_label,
         ) {
             self.observe(model, estimate.size, estimate.tokens, actual);
         }

@@ -61,6 +61,7 @@ pub mod placement;
 pub mod plan;
 pub mod pool;
 pub mod probe;
+pub mod record;
 pub mod replay;
 mod router;
 pub mod rules;

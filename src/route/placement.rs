@@ -74,12 +74,14 @@ use super::backend::Backend;
 use super::members::Members;
 use super::series::SloMetrics;
 use crate::config::{Config, SloTargets};
-use crate::context::{Prediction, RequestContext};
+use crate::context::RequestContext;
 use crate::metrics::Metrics;
+use crate::route::placement::record::Prediction;
 
 pub mod gate;
 pub mod hook;
 pub mod queue;
+pub mod record;
 pub mod share;
 mod shed;
 
@@ -116,9 +118,9 @@ impl Demand {
     /// The demand of the request in `context` at `now`.
     pub fn of(context: &RequestContext, now: Instant) -> Self {
         Self {
-            prompt_tokens: context.estimate.map_or(0, |estimate| estimate.tokens),
+            prompt_tokens: context.route.estimate.map_or(0, |estimate| estimate.tokens),
             waited: now.saturating_duration_since(context.received),
-            targets: context.slo,
+            targets: context.request.slo,
         }
     }
 }

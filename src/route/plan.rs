@@ -33,10 +33,11 @@ use super::backend::Backend;
 use super::rules::RuleInput;
 use super::tokenize;
 use super::Router;
-use crate::context::{Estimate, Refusal, RequestContext};
+use crate::context::{Refusal, RequestContext};
 use crate::proxy::phase::Check;
 use crate::proxy::RequestBody;
 use crate::request::{self, Inspection, PromptSize};
+use crate::route::record::Estimate;
 
 /// Background tokenizer samples are taken of prompts at least this long: a shorter one says more
 /// about its chat template than about its tokenizer.
@@ -48,10 +49,11 @@ impl Router {
     /// request has no prompt.
     pub async fn plan(&self, path: &str, context: &mut RequestContext) {
         let label = context
+            .request
             .model_label
             .clone()
-            .unwrap_or_else(|| self.metrics.model_label(context.model.as_deref()));
-        let measured = context.generation.as_ref().map(|generation| {
+            .unwrap_or_else(|| self.metrics.model_label(context.request.model.as_deref()));
+        let measured = context.request.generation.as_ref().map(|generation| {
             let size = Inspection::prompt_of(generation.read.as_ref(), &generation.body);
             (size, generation.body.clone())
         });
@@ -60,19 +62,20 @@ impl Router {
             .map_or(0, |(size, _)| self.calibrator.estimate(&label, *size));
         if let Some((size, body)) = &measured {
             if let Some(counted) = self
-                .count_untrusted(path, context.model.as_deref(), &label, *size, body)
+                .count_untrusted(path, context.request.model.as_deref(), &label, *size, body)
                 .await
             {
                 tokens = counted;
             }
         }
-        context.estimate = measured.map(|(size, _)| Estimate { size, tokens });
-        context.plan = self.rules.pools_for(RuleInput {
+        context.route.estimate = measured.map(|(size, _)| Estimate { size, tokens });
+        context.route.plan = self.rules.pools_for(RuleInput {
             path,
-            model: context.model.as_deref(),
+            model: context.request.model.as_deref(),
             prompt_tokens: tokens,
         });
-        context.pool = context
+        context.route.pool = context
+            .route
             .plan
             .pools
             .first()

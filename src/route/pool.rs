@@ -20,8 +20,8 @@ use super::placement::gate::Gate;
 use super::placement::{self, Decision as SloDecision, Demand, Placed, PoolSlo};
 use super::RouteError;
 use crate::config::{BalanceLoad, Config, PoolConfig};
-use crate::context::Prediction;
 use crate::metrics::Metrics;
+use crate::route::placement::record::Prediction;
 use crate::tls::TlsClient;
 
 /// A pool of the router: its members and how requests are placed on them.

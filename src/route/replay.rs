@@ -22,7 +22,7 @@ impl Replay {
     /// `None` for a streamed body: once sent it is gone, so such a request is not retried.
     pub fn of(req: &Request<RequestBody>, context: &RequestContext) -> Option<Self> {
         let body = match req.body() {
-            RequestBody::Buffered(_) => context.generation.as_ref()?.body.clone(),
+            RequestBody::Buffered(_) => context.request.generation.as_ref()?.body.clone(),
             RequestBody::Streaming(incoming) if incoming.is_end_stream() => Bytes::new(),
             RequestBody::Streaming(_) => return None,
         };

@@ -25,10 +25,12 @@ use super::rules::Rules;
 use super::settings::Settings;
 use super::{balance, series, RouteError};
 use crate::config::{Affinity, Config};
-use crate::context::{FinishHook, Prediction, RequestContext, RoutePlan};
+use crate::context::{FinishHook, RequestContext};
 use crate::metrics::Metrics;
 use crate::proxy::client::UpstreamClient;
 use crate::request::prefix;
+use crate::route::placement::record::Prediction;
+use crate::route::record::RoutePlan;
 
 /// The backend a request goes to next ([`Router::pick`]).
 #[derive(Debug, Clone)]
@@ -306,7 +308,7 @@ impl Router {
         context: &RequestContext,
         headers: &http::HeaderMap,
     ) -> AffinityKeys {
-        self.affinity_keys_in(context, headers, &context.plan.pools)
+        self.affinity_keys_in(context, headers, &context.route.plan.pools)
     }
 
     /// What the request offers the affinity of `pools` (see [`Router::affinity_keys`]).
@@ -317,18 +319,18 @@ impl Router {
         pools: &[usize],
     ) -> AffinityKeys {
         let mut keys = AffinityKeys {
-            generation: context.generation.is_some(),
+            generation: context.request.generation.is_some(),
             ..AffinityKeys::default()
         };
         for &index in pools {
             match self.pools[index].affinity.as_ref().map(|a| &a.mode) {
                 Some(Affinity::Prefix) if keys.prefix.is_none() => {
                     // Named from where the meter's one walk located the prompt members.
-                    keys.prefix = context.generation.as_ref().and_then(|generation| {
+                    keys.prefix = context.request.generation.as_ref().and_then(|generation| {
                         prefix::name(
                             &generation.body,
                             generation.read.as_ref()?.prompt_spans.as_ref()?,
-                            context.model.as_deref(),
+                            context.request.model.as_deref(),
                             self.settings.prefix_block_bytes,
                             self.settings.prefix_key_blocks,
                         )

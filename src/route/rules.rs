@@ -6,7 +6,7 @@
 //! `fallback` if given, else the pools of the later rules that also match.
 use super::RouteError;
 use crate::config::RuleConfig;
-use crate::context::RoutePlan;
+use crate::route::record::RoutePlan;
 
 /// What rules look at.
 #[derive(Debug, Clone, Copy)]

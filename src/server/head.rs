@@ -65,11 +65,7 @@ pub(super) fn start<B>(
     );
     if let Some(gate) = tenants {
         match gate.identify(req.headers(), connection.certificate) {
-            Ok(named) => {
-                context.tenant = Some(named.label);
-                context.tenant_name = named.name;
-                context.tenant_tracked = named.tracked;
-            }
+            Ok(named) => context.tenant = Some(named),
             Err(unnamed) => context.refused = Some(Box::new(unnamed.into())),
         }
         // After the client's key named the tenant: from here on, and upstream, the request

@@ -2,8 +2,8 @@
 use std::sync::Arc;
 
 use crate::context::finish::{FinishHook, Finished};
-use crate::context::record::SloTargets;
 use crate::context::Outcome;
+use crate::meter::record::SloTargets;
 use crate::metrics::Metrics;
 
 use super::series::{
@@ -33,7 +33,7 @@ impl TenantHook {
 
 impl FinishHook for TenantHook {
     fn finished(&self, done: &Finished<'_>) {
-        let Some(tenant) = &done.context.tenant else {
+        let Some(tenant) = done.context.tenant.as_ref().map(|tenant| &tenant.label) else {
             return;
         };
         let metrics = &self.metrics;
@@ -69,7 +69,7 @@ impl FinishHook for TenantHook {
                 .increment(cached);
         }
         if done.outcome == Outcome::Ok {
-            if let Some(verdict) = figures.verdict(done.context.slo.unwrap_or(self.slo)) {
+            if let Some(verdict) = figures.verdict(done.context.request.slo.unwrap_or(self.slo)) {
                 let result = if verdict.all_met() { "met" } else { "missed" };
                 metrics
                     .counter(TENANT_SLO, labels(tenant, &[("result", result)]))

@@ -24,6 +24,7 @@ pub mod certificate;
 pub mod finish;
 pub mod identity;
 pub mod keys;
+pub mod record;
 pub mod series;
 pub mod system;
 pub mod usage;
@@ -31,6 +32,7 @@ pub mod usage;
 use certificate::CertificateNames;
 use identity::{Identity, Unnamed};
 use keys::KeysError;
+use record::TenantRecord;
 use series::{ANONYMOUS, OTHER};
 
 /// What every stack revision shares: the bounded label values (a tenant keeps its value across
@@ -85,17 +87,6 @@ impl Tenants {
 /// A tenant's name in a usage record is cut at this many bytes.
 pub(crate) const MAX_NAME_BYTES: usize = 256;
 
-/// A request's tenant.
-#[derive(Debug, Clone)]
-pub struct Named {
-    /// The bounded label value (`anonymous`, `other`, or the name).
-    pub label: Arc<str>,
-    /// The name itself; `None` for an anonymous request.
-    pub name: Option<Arc<str>>,
-    /// The tenant is tracked (`tenants.tracked`).
-    pub tracked: bool,
-}
-
 /// `text` cut at a character boundary at most `max` bytes in.
 fn truncated(text: &str, max: usize) -> &str {
     if text.len() <= max {
@@ -137,10 +128,10 @@ impl Gate {
         &self,
         headers: &HeaderMap,
         certificate: Option<&CertificateNames>,
-    ) -> Result<Named, Unnamed> {
+    ) -> Result<TenantRecord, Unnamed> {
         self.identity.resolve(headers, certificate).map(|tenant| {
             let label = self.tenants.label(tenant);
-            Named {
+            TenantRecord {
                 tracked: tenant.is_some() && self.tenants.is_tracked(&label),
                 label,
                 name: tenant.map(|name| Arc::from(truncated(name, MAX_NAME_BYTES))),

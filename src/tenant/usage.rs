@@ -60,10 +60,13 @@ impl<'a> UsageRecord<'a> {
         Self {
             time: humantime::format_rfc3339_millis(now).to_string(),
             trace_id: context.trace.as_ref().map(|trace| trace.hex()),
-            tenant: context.tenant_name.as_deref(),
-            model: context.model.as_deref(),
-            pool: context.pool.as_deref(),
-            backend: context.backend.as_ref().map(|target| &*target.label),
+            tenant: context
+                .tenant
+                .as_ref()
+                .and_then(|tenant| tenant.name.as_deref()),
+            model: context.request.model.as_deref(),
+            pool: context.route.pool.as_deref(),
+            backend: context.route.backend.as_ref().map(|target| &*target.label),
             status: context.status.map(|status| status.as_u16()),
             outcome: done.outcome.as_str(),
             input_tokens: input,

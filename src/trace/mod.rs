@@ -26,9 +26,10 @@ use http::{HeaderMap, Method, Uri};
 use crate::config::TracingConfig;
 use crate::context::finish::{FinishHook, Finished};
 use crate::context::phases::Phases;
-use crate::context::trace::{next_span_id, next_trace_id, TraceState, TRACEPARENT};
+use crate::trace::record::{next_span_id, next_trace_id, TraceState, TRACEPARENT};
 
 pub mod export;
+pub mod record;
 pub mod sampler;
 pub mod series;
 pub mod span;
@@ -96,7 +97,7 @@ impl FinishHook for TraceHook {
         let backend_prefill = context.stream.usage.prefill_micros;
         let complete = request.figures.ttft.is_some() && phases.reached == phases.times.len();
         if complete || backend_prefill.is_some() {
-            let pool = context.pool.as_ref().unwrap_or(&self.none);
+            let pool = context.route.pool.as_ref().unwrap_or(&self.none);
             let histograms = self.series.pool(pool);
             if complete {
                 for (histogram, time) in histograms.phases.iter().zip(phases.times) {

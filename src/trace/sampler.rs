@@ -7,8 +7,8 @@
 //! its 8 last bytes fall under `ratio * 2^63`, as the OpenTelemetry SDKs do, so every process of a
 //! trace that samples by ratio agrees.
 use crate::config::Sampler;
-use crate::context::trace::TraceParent;
 use crate::metrics::exemplar::TraceId;
+use crate::trace::record::TraceParent;
 
 /// A sampler with its ratio resolved.
 #[derive(Debug, Clone, Copy, PartialEq)]

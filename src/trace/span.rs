@@ -1,5 +1,5 @@
 //! A finished request's spans, built once at its finish from the context (see
-//! [`crate::context::trace`] for which spans there are).
+//! [`crate::trace::record`] for which spans there are).
 //!
 //! Long on purpose: every span of a finished request is built from the same context in one pass,
 //! and the GenAI attribute names are one table to check against the conventions.
@@ -26,10 +26,10 @@ use tokio::time::Instant;
 
 use crate::context::finish::Finished;
 use crate::context::phases::Phases;
-use crate::context::trace::{AttemptSpan, TraceState};
-use crate::context::HandoffResult;
 use crate::context::Outcome;
 use crate::dialect::Operation;
+use crate::route::handoff::record::HandoffResult;
+use crate::trace::record::{AttemptSpan, TraceState};
 use crate::upstream::Target;
 
 /// Converts the proxy's monotonic instants to wall-clock times, from one reading of both clocks.
@@ -95,7 +95,7 @@ pub(crate) fn spans_of(
     let mut attributes = server_attributes(request, operation, &phases);
     attributes.push(KeyValue::new("http.request.method", method.to_owned()));
     attributes.push(KeyValue::new("url.path", path.to_owned()));
-    let name = match (context.dialect, context.model.as_deref()) {
+    let name = match (context.dialect, context.request.model.as_deref()) {
         (Some(_), Some(model)) => format!("{} {model}", operation.as_str()),
         (Some(_), None) => operation.as_str().to_owned(),
         (None, _) => method.to_owned(),
@@ -213,7 +213,7 @@ fn server_attributes(
         out.push(KeyValue::new("gen_ai.operation.name", operation.as_str()));
         out.push(KeyValue::new("gen_ai.provider.name", operation.provider()));
     }
-    if let Some(model) = &context.model {
+    if let Some(model) = &context.request.model {
         out.push(KeyValue::new("gen_ai.request.model", model.clone()));
     }
     if let Some(input) = figures.input_tokens {
@@ -235,11 +235,15 @@ fn server_attributes(
             figures.exact_output,
         ));
     }
-    out.extend(target_attributes(context.backend.as_ref()));
+    out.extend(target_attributes(context.route.backend.as_ref()));
     if let Some(client) = context.client {
         out.push(KeyValue::new("client.address", client.ip().to_string()));
     }
-    if let Some(tenant) = &context.tenant_name {
+    if let Some(tenant) = context
+        .tenant
+        .as_ref()
+        .and_then(|tenant| tenant.name.as_ref())
+    {
         // The name, not the bounded label: a span is one request, not a series.
         out.push(KeyValue::new("tokenmeter.tenant", tenant.to_string()));
     }
@@ -256,10 +260,10 @@ fn server_attributes(
     if request.outcome != Outcome::Ok {
         out.push(KeyValue::new("error.type", request.outcome.as_str()));
     }
-    if let Some(pool) = &context.pool {
+    if let Some(pool) = &context.route.pool {
         out.push(KeyValue::new("tokenmeter.pool", pool.to_string()));
     }
-    if let Some(route) = context.route {
+    if let Some(route) = context.route.decision {
         out.push(KeyValue::new("tokenmeter.route.reason", route.reason));
         if let Some(affinity) = route.affinity {
             out.push(KeyValue::new("tokenmeter.route.affinity", affinity));
@@ -267,9 +271,9 @@ fn server_attributes(
     }
     out.push(KeyValue::new(
         "tokenmeter.attempts",
-        i64::from(context.attempts),
+        i64::from(context.route.attempts),
     ));
-    if let Some(estimate) = context.estimate {
+    if let Some(estimate) = context.route.estimate {
         out.push(KeyValue::new(
             "tokenmeter.prompt_tokens.estimate",
             int(estimate.tokens),

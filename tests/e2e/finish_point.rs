@@ -57,15 +57,15 @@ impl FinishHook for Endings {
             status: context.status.map(|s| s.as_u16()),
             upstream_status: context.upstream_status.map(|s| s.as_u16()),
             dialect: context.dialect,
-            pool: context.pool.as_deref().map(str::to_owned),
-            backend: context.backend.as_ref().map(|b| b.label.to_string()),
-            attempts: context.attempts,
+            pool: context.route.pool.as_deref().map(str::to_owned),
+            backend: context.route.backend.as_ref().map(|b| b.label.to_string()),
+            attempts: context.route.attempts,
             token_events: context.stream.token_events,
             output_tokens: request.figures.output_tokens,
             ttft: request.figures.ttft,
             e2e: request.figures.e2e,
             error: request.error.map(|err| err.to_string()),
-            body_bytes: context.generation.as_ref().map(|g| g.body.len()),
+            body_bytes: context.request.generation.as_ref().map(|g| g.body.len()),
         };
         self.0.lock().expect("lock").push(ending);
     }

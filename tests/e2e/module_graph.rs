@@ -6,7 +6,11 @@
 //! 2. **The data path is layered**: `server` composes `meter` and `route`, which never name each
 //!    other and both use `proxy`; the shared vocabulary (`context`, `request`, `dialect`, `sse`,
 //!    `upstream`, `metrics`, `config`, `tls`) uses none of those four, and `metrics` uses nothing
-//!    but `config` (each subsystem owns its series).
+//!    but `config` (each subsystem owns its series). A layer's **records** (a module named
+//!    `record` in its folder: `route/record.rs`, `meter/record.rs`...) are that vocabulary too: the
+//!    part of the request context its subsystem writes, defined where it is written. The context
+//!    and every layer may name a record, and a record names no layer (only the vocabulary and other
+//!    records), so checks 1 and 2 read it as a module of its own (`record`), not of its layer.
 //! 3. **No cycle among files** (#38): check 1 takes a module for one node, so it cannot see
 //!    `router.rs -> handoff/ -> handoff/serve.rs -> dispatch.rs -> super::Router`, a loop through
 //!    the files of one module. Here every file is a node and an edge goes to the file that
@@ -268,6 +272,19 @@ fn siblings(from: &Module, to: &Module) -> Option<(Module, String, String)> {
     Some((from[..common].to_vec(), a.clone(), b.clone()))
 }
 
+/// The layers of the data path (check 2), whose `record` modules are vocabulary.
+const LAYERS: [&str; 6] = ["server", "meter", "route", "proxy", "trace", "tenant"];
+
+/// A layer's record (and the record's own children) read as a module of the vocabulary:
+/// `route::handoff::record` is `record::{route::handoff::record}`; any other module is itself.
+fn as_node(module: Module) -> Module {
+    let in_layer = top(&module).is_some_and(|top| LAYERS.contains(&top));
+    match module.iter().position(|part| part == "record") {
+        Some(at) if in_layer => vec!["record".to_owned(), module[..=at].join("::")],
+        _ => module,
+    }
+}
+
 fn graph() -> BTreeSet<(Module, Module)> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
@@ -279,8 +296,9 @@ fn graph() -> BTreeSet<(Module, Module)> {
         let text = std::fs::read_to_string(file).expect("read source");
         for path in paths(&code_only(&text)) {
             if let Some(target) = resolve(&module, &path, &known) {
-                if target != module {
-                    edges.insert((module.clone(), target));
+                let (from, to) = (as_node(module.clone()), as_node(target));
+                if from != to {
+                    edges.insert((from, to));
                 }
             }
         }
@@ -366,8 +384,8 @@ fn the_data_path_is_layered() {
     // (and the head, where the server starts a request's context) and use no other layer, except
     // that the tenant's budget phase is a layer of the stack and answers with `proxy`'s error
     // types, as `meter` and `route` do; no layer uses them (they meet the others in the context).
-    // The vocabulary under them uses no layer.
-    let layers = ["server", "meter", "route", "proxy", "trace", "tenant"];
+    // The vocabulary under them (the layers' records included) uses no layer.
+    let layers = LAYERS;
     let allowed = [
         ("server", "meter"),
         ("server", "route"),
@@ -379,7 +397,7 @@ fn the_data_path_is_layered() {
         ("tenant", "proxy"),
     ];
     let vocabulary = [
-        "context", "request", "dialect", "sse", "upstream", "metrics", "config", "tls",
+        "context", "request", "dialect", "sse", "upstream", "metrics", "config", "tls", "record",
     ];
     let mut wrong = Vec::new();
     for (from, to) in graph() {
@@ -431,6 +449,30 @@ fn meter_does_not_plan() {
         .map(|(from, to)| format!("{} -> {}", from.join("::"), to.join("::")))
         .collect();
     assert!(wrong.is_empty(), "meter uses route:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn a_layers_record_is_vocabulary() {
+    let module = |path: &str| -> Module { path.split("::").map(str::to_owned).collect() };
+    assert_eq!(
+        as_node(module("route::handoff::record")),
+        vec!["record".to_owned(), "route::handoff::record".to_owned()],
+        "a layer's record is a module of the vocabulary"
+    );
+    assert_eq!(
+        as_node(module("meter::record::tests")),
+        vec!["record".to_owned(), "meter::record".to_owned()],
+        "a record's children are the record"
+    );
+    assert_eq!(
+        as_node(module("testbed::bench::record")),
+        module("testbed::bench::record"),
+        "outside the layers, a module named record is itself"
+    );
+    assert_eq!(
+        as_node(module("route::dispatch")),
+        module("route::dispatch")
+    );
 }
 
 #[test]

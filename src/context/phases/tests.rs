@@ -3,8 +3,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
-use crate::context::{HandoffRecord, HandoffResult};
 use crate::metrics::exemplar::TraceId;
+use crate::route::handoff::record::{HandoffRecord, HandoffResult};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

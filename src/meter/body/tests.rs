@@ -72,8 +72,8 @@ fn metered(
     let mut context =
         Box::new(RequestContext::new(Instant::now(), None).with_hooks(FinishHooks::new([hook])));
     context.dialect = Some(dialect);
-    context.pool = Some(Arc::from("default"));
-    context.backend = Some(Target::from_url("http://127.0.0.1:8001").expect("a target"));
+    context.route.pool = Some(Arc::from("default"));
+    context.route.backend = Some(Target::from_url("http://127.0.0.1:8001").expect("a target"));
     context.upstream_status = Some(StatusCode::OK);
     context.status = Some(StatusCode::OK);
     let handles = series.stream(&RequestLabels {

@@ -6,10 +6,12 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::config::{Config, PoolConfig};
-use crate::context::{Generation, RequestContext, RoutePlan};
+use crate::context::RequestContext;
+use crate::meter::record::Generation;
 use crate::metrics::Metrics;
 use crate::route::backend::{Backend, LoadGuard};
 use crate::route::health::{EjectPolicy, Fault};
+use crate::route::record::RoutePlan;
 use crate::route::Router;
 
 use super::*;
@@ -76,12 +78,12 @@ fn turn(id: usize, system: usize, turns: usize) -> serde_json::Value {
 fn context(body: &serde_json::Value) -> RequestContext {
     let mut context = RequestContext::new(Instant::now(), None::<SocketAddr>);
     let body = bytes::Bytes::from(body.to_string());
-    context.generation = Some(Generation {
+    context.request.generation = Some(Generation {
         read: crate::request::read_with(&body, crate::request::Read::default().with_prompt_spans()),
         body,
     });
-    context.model = Some("m".to_owned());
-    context.plan = RoutePlan {
+    context.request.model = Some("m".to_owned());
+    context.route.plan = RoutePlan {
         pools: vec![0],
         spill_queue_tokens: None,
     };
@@ -102,7 +104,7 @@ fn route_at(
     let context = context(body);
     let keys = router.affinity_keys(&context, headers);
     router
-        .pick(&context.plan, &keys, Default::default(), &[], now)
+        .pick(&context.route.plan, &keys, Default::default(), &[], now)
         .expect("a backend")
         .backend
 }
@@ -380,7 +382,7 @@ fn a_session_header_keys_the_home() {
 fn requests_that_are_not_generations_are_balanced_and_not_counted() {
     let (router, metrics) = instance(&config("prefix", |_| {}));
     let mut context = RequestContext::new(Instant::now(), None);
-    context.plan = RoutePlan {
+    context.route.plan = RoutePlan {
         pools: vec![0],
         spill_queue_tokens: None,
     };
@@ -388,7 +390,7 @@ fn requests_that_are_not_generations_are_balanced_and_not_counted() {
     assert!(
         router
             .pick(
-                &context.plan,
+                &context.route.plan,
                 &keys,
                 Default::default(),
                 &[],
@@ -456,7 +458,7 @@ fn length_rules_pick_the_pool_and_affinity_acts_inside_it() {
     let none = http::HeaderMap::new();
     let routed = |body: &serde_json::Value, prompt_tokens: u64| {
         let mut context = context(body);
-        context.plan = router.rules.pools_for(crate::route::rules::RuleInput {
+        context.route.plan = router.rules.pools_for(crate::route::rules::RuleInput {
             path: "/v1/chat/completions",
             model: Some("m"),
             prompt_tokens,
@@ -464,7 +466,7 @@ fn length_rules_pick_the_pool_and_affinity_acts_inside_it() {
         let keys = router.affinity_keys(&context, &none);
         let pick = router
             .pick(
-                &context.plan,
+                &context.route.plan,
                 &keys,
                 Default::default(),
                 &[],

@@ -8,8 +8,9 @@ use tokio::time::Instant;
 
 use super::series::{self, DISAGGREGATED_REQUESTS, DISAGGREGATION_PHASE};
 use crate::config::Config;
-use crate::context::{FinishHook, Finished, HandoffResult};
+use crate::context::{FinishHook, Finished};
 use crate::metrics::{shared_label, Metrics, LABEL_POOL};
+use crate::route::handoff::record::HandoffResult;
 
 /// Records what each request's handoff did (see [`series`]).
 #[derive(Debug)]
@@ -34,7 +35,7 @@ impl HandoffHook {
 impl FinishHook for HandoffHook {
     fn finished(&self, request: &Finished<'_>) {
         let context = request.context;
-        let (Some(record), Some(pool)) = (&context.handoff, &context.pool) else {
+        let (Some(record), Some(pool)) = (&context.handoff, &context.route.pool) else {
             return;
         };
         let labels = vec![

@@ -37,6 +37,7 @@ mod phase;
 pub mod policy;
 mod predicted;
 pub mod prefill;
+pub mod record;
 mod remote;
 pub mod series;
 mod serve;

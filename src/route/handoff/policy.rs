@@ -38,7 +38,7 @@
 use std::time::Duration;
 
 use super::PoolHandoff;
-use crate::context::HandoffResult;
+use crate::route::handoff::record::HandoffResult;
 
 /// What the decision weighs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

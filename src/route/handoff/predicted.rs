@@ -50,7 +50,7 @@ impl Handoff {
         context: &RequestContext,
         prompt_tokens: u64,
     ) -> Option<(Forecast, Arc<Backend>)> {
-        let prediction = context.prediction?;
+        let prediction = context.route.prediction?;
         let slo = &self
             .router
             .pools
@@ -58,9 +58,10 @@ impl Handoff {
             .placement
             .as_ref()?
             .slo;
-        let decode = self
-            .router
-            .backend_of(context.pool.as_deref()?, &context.backend.as_ref()?.label)?;
+        let decode = self.router.backend_of(
+            context.route.pool.as_deref()?,
+            &context.route.backend.as_ref()?.label,
+        )?;
         let now = Instant::now();
         let own = Ask {
             prompt_tokens: prediction.prompt_tokens,
@@ -71,7 +72,7 @@ impl Handoff {
             streams: prediction.streams,
         };
         let here = decode.predict(load, own);
-        let targets = for_prompt(context.slo.unwrap_or(slo.targets), here.alone);
+        let targets = for_prompt(context.request.slo.unwrap_or(slo.targets), here.alone);
         let since_dispatch = context
             .marks
             .dispatched
@@ -128,7 +129,7 @@ impl Handoff {
         prompt_tokens: u64,
         took: Duration,
     ) {
-        let Some(slo) = context.prediction.and_then(|prediction| {
+        let Some(slo) = context.route.prediction.and_then(|prediction| {
             Some(Arc::clone(
                 &self
                     .router

@@ -7,10 +7,10 @@ use http::header::{ACCEPT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCOD
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
 
-use crate::context::trace;
 use crate::proxy::client::UpstreamClient;
 use crate::proxy::{headers, RequestBody};
 use crate::route::backend::Backend;
+use crate::trace::record as trace;
 
 /// The largest prefill answer read: a one-token completion and its KV parameters (a block id per
 /// 16 tokens of a 128k-token prompt is ~50 KB of JSON).

@@ -13,12 +13,14 @@ use super::phase::Handoff;
 use super::prefill::{self, PrefillError};
 use super::slots::{Placement, SlotGuard, SlotTable};
 use super::{vllm, PoolHandoff};
-use crate::context::trace::TraceState;
-use crate::context::{HandoffResult, RequestContext, RoutePlan};
+use crate::context::RequestContext;
 use crate::proxy::RequestBody;
 use crate::route::backend::{Backend, LoadGuard};
+use crate::route::handoff::record::HandoffResult;
 use crate::route::health::Fault;
 use crate::route::placement::Demand;
+use crate::route::record::RoutePlan;
+use crate::trace::record::TraceState;
 
 /// The request a remote prefill is for, as the handoff phase decided it: what each protocol's
 /// prefill works from.
@@ -147,7 +149,7 @@ impl Handoff {
         match sent {
             Ok((status, answer)) if status.is_success() => {
                 backend.on_success();
-                let prompt_tokens = context.estimate.map_or(uncached, |e| e.tokens);
+                let prompt_tokens = context.route.estimate.map_or(uncached, |e| e.tokens);
                 self.prefilled(context, backend, before, prompt_tokens, started.elapsed());
                 Ok(answer)
             }

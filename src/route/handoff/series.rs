@@ -4,7 +4,7 @@ use crate::config::Config;
 use crate::metrics::{with_edges, Metrics};
 
 /// Requests of a pool with a prefill pool, by the decode `pool` and `result` (see
-/// [`crate::context::HandoffResult`]: `remote`, `local_short`, `local_cached`, `local_busy`, `unsupported`,
+/// [`crate::route::handoff::record::HandoffResult`]: `remote`, `local_short`, `local_cached`, `local_busy`, `unsupported`,
 /// the fallbacks `prefill_unavailable`, `prefill_failed`, `prefill_timeout`, `transfer_failed`,
 /// and `client_gone`).
 pub(crate) const DISAGGREGATED_REQUESTS: &str = "tokenmeter_disaggregated_requests_total";

@@ -14,10 +14,11 @@ use super::remote::PrefillInput;
 use super::slots::{Held, Placement, SlotGuard};
 use super::{llamacpp, vllm, PoolHandoff};
 use crate::config::HandoffProtocol;
-use crate::context::{HandoffRecord, HandoffResult, RequestContext};
+use crate::context::RequestContext;
 use crate::dialect::Dialect;
 use crate::proxy::phase::{Answer, Next, Phase};
 use crate::proxy::{Failure, RequestBody};
+use crate::route::handoff::record::{HandoffRecord, HandoffResult};
 use crate::route::replay::Replay;
 use crate::upstream::InFlight;
 
@@ -57,10 +58,12 @@ impl Handoff {
         next: &N,
     ) -> Answer {
         let handoff = context
+            .route
             .pool
             .as_deref()
             .and_then(|name| self.handoff_of(name));
-        let (Some(handoff), Some(generation)) = (handoff, context.generation.as_ref()) else {
+        let (Some(handoff), Some(generation)) = (handoff, context.request.generation.as_ref())
+        else {
             return next.call(context, req).await;
         };
         let body = generation.body.clone();
@@ -73,7 +76,7 @@ impl Handoff {
             // The decode backend will not compute this prompt: it stops counting as prefill
             // queued there (what the next placements and their predictions weigh). A fallback
             // that prefills it there after all is not counted again.
-            if let Some(in_flight) = &context.in_flight {
+            if let Some(in_flight) = &context.route.in_flight {
                 in_flight.0.first_frame();
             }
         }
@@ -94,8 +97,8 @@ impl Handoff {
             HandoffProtocol::Llamacpp => self.llamacpp(input, choice, &mut context).await,
         };
         if let Some(slot) = decode.slot {
-            let load = context.in_flight.take();
-            context.in_flight = Some(InFlight(Arc::new(Held { load, slot })));
+            let load = context.route.in_flight.take();
+            context.route.in_flight = Some(InFlight(Arc::new(Held { load, slot })));
         }
         // Taken before the body changes: the head still describes the client's body.
         let retry = decode.local.map(|local| Replay::with_body(&req, local));
@@ -111,7 +114,7 @@ impl Handoff {
             return next.call(context, req).await;
         };
         // The decode backend's load guard outlives a refused transfer's answer, for the retry.
-        let guard = context.in_flight.clone();
+        let guard = context.route.in_flight.clone();
         let mut response = next.call(context, req).await?;
         if !response.status().is_server_error() {
             return Ok(response);
@@ -123,7 +126,7 @@ impl Handoff {
         };
         drop(response);
         tracing::debug!("the decode replica refused the transferred KV: prefilling it there");
-        context.in_flight = guard;
+        context.route.in_flight = guard;
         if let Some(record) = context.handoff.as_mut() {
             record.result = HandoffResult::TransferFailed;
             record.decode_sent = Some(Instant::now());
@@ -135,9 +138,11 @@ impl Handoff {
     /// predicted latency, else [`policy::decide`]), and the uncached prompt tokens it weighed.
     fn choose(&self, handoff: &PoolHandoff, context: &RequestContext) -> (Choice, u64) {
         let (prompt_tokens, text_bytes) = context
+            .route
             .estimate
             .map_or((0, 0), |e| (e.tokens, e.size.text_bytes));
-        let uncached = policy::uncached(prompt_tokens, text_bytes, context.cached_prompt_bytes);
+        let uncached =
+            policy::uncached(prompt_tokens, text_bytes, context.route.cached_prompt_bytes);
         if let Some(choice) = self.decide_handoff(handoff, context, prompt_tokens) {
             return (choice, uncached);
         }
@@ -195,9 +200,9 @@ impl Handoff {
         let PrefillInput {
             handoff, uncached, ..
         } = input;
-        let decode_backend = context.backend.as_ref().and_then(|target| {
+        let decode_backend = context.route.backend.as_ref().and_then(|target| {
             self.router
-                .backend_of(context.pool.as_deref()?, &target.label)
+                .backend_of(context.route.pool.as_deref()?, &target.label)
         });
         let table = match &decode_backend {
             Some(backend) => self.slot_table(backend).await,

@@ -182,6 +182,7 @@ impl Gate {
         let tenant = self.tenant(context, headers);
         let work = demand.prompt_tokens.saturating_add(
             context
+                .request
                 .generation
                 .as_ref()
                 .and_then(|generation| generation.read.as_ref())
@@ -341,7 +342,11 @@ impl Gate {
     /// bounded label: tenants past the label cap still get a share each), else the
     /// `tenant_header`'s value (cut at 256 bytes), else one shared by all.
     fn tenant(&self, context: &RequestContext, headers: &http::HeaderMap) -> Arc<str> {
-        if let Some(tenant) = &context.tenant_name {
+        if let Some(tenant) = context
+            .tenant
+            .as_ref()
+            .and_then(|tenant| tenant.name.as_ref())
+        {
             return Arc::clone(tenant);
         }
         self.config

@@ -15,9 +15,10 @@
 use std::sync::Arc;
 
 use super::PoolSlo;
-use crate::context::{FinishHook, Finished, HandoffResult, Outcome};
+use crate::context::{FinishHook, Finished, Outcome};
 use crate::route::backend::predict::{self, Ask, Load};
 use crate::route::backend::Backend;
+use crate::route::handoff::record::HandoffResult;
 use crate::route::members::Members;
 
 /// The finish hook of a router with `balance = "slo"` pools.
@@ -47,11 +48,11 @@ impl SloHook {
 impl FinishHook for SloHook {
     fn finished(&self, request: &Finished<'_>) {
         let context = request.context;
-        let Some(prediction) = context.prediction else {
+        let Some(prediction) = context.route.prediction else {
             return;
         };
         let stream = &context.stream;
-        let whole = request.outcome == Outcome::Ok && stream.framed && context.attempts == 1;
+        let whole = request.outcome == Outcome::Ok && stream.framed && context.route.attempts == 1;
         let (Some(dispatched), Some(first_token), true) =
             (context.marks.dispatched, stream.first_token, whole)
         else {
@@ -72,6 +73,7 @@ impl FinishHook for SloHook {
         let tpot = request.figures.tpot;
         slo.observed(&prediction, ttft, tpot);
         let backend = context
+            .route
             .backend
             .as_ref()
             .and_then(|target| self.backend(prediction.pool, &target.label));

@@ -134,7 +134,7 @@ pub struct Settlement {
     /// Tokens it used and reserved, as its limits count them.
     pub used: u64,
     pub reserved: u64,
-    /// The store admitted it (see [`BudgetHold::in_store`](crate::context::BudgetHold::in_store)).
+    /// The store admitted it (see [`BudgetHold::in_store`](crate::tenant::budget::record::BudgetHold::in_store)).
     pub in_store: bool,
     /// A request refused because its admission went unanswered: its reservation and its
     /// request are taken back should the admission reach the store after all.

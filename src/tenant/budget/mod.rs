@@ -36,12 +36,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{BudgetsConfig, Counts, Limits, OnStoreError, StoreUrl};
-use crate::context::{BudgetHold, RequestContext};
+use crate::context::RequestContext;
+use crate::tenant::budget::record::BudgetHold;
 
 mod exchange;
 pub mod layer;
 mod limit;
 pub mod memory;
+pub mod record;
 pub mod redis;
 mod refusal;
 pub mod series;
@@ -151,26 +153,23 @@ impl Budgets {
     /// Admits the request of `context` against its tenant's budget, writing its hold, or says
     /// why not. A request that is not a generation, or whose tenant has no limit, passes.
     pub async fn admit(&self, context: &mut RequestContext) -> Result<(), BudgetRefusal> {
-        let Some(generation) = &context.generation else {
+        let Some(generation) = &context.request.generation else {
             return Ok(());
         };
-        let tenant: Arc<str> = context
-            .tenant_name
-            .clone()
+        let named = context.tenant.as_ref();
+        let tenant: Arc<str> = named
+            .and_then(|named| named.name.clone())
             .unwrap_or_else(|| Arc::from(ANONYMOUS));
         let Some(limits) = self.config.limits_for(&tenant) else {
             return Ok(());
         };
-        let label = context
-            .tenant
-            .clone()
-            .unwrap_or_else(|| Arc::clone(&tenant));
+        let label = named.map_or_else(|| Arc::clone(&tenant), |named| Arc::clone(&named.label));
         let max_tokens = generation
             .read
             .as_ref()
             .and_then(|read| read.facts.max_tokens)
             .unwrap_or(self.config.default_max_tokens);
-        let prompt = context.estimate.map_or(0, |estimate| estimate.tokens);
+        let prompt = context.route.estimate.map_or(0, |estimate| estimate.tokens);
         let reserve = match limits.counts {
             Counts::Input => prompt,
             Counts::Output => max_tokens,

@@ -29,11 +29,10 @@ impl FinishHook for BudgetHook {
         };
         // The same label the admission reported under.
         let report = self.budgets.as_ref().and_then(|budgets| {
-            let label = done
-                .context
-                .tenant
-                .clone()
-                .unwrap_or_else(|| Arc::clone(&hold.tenant));
+            let label = done.context.tenant.as_ref().map_or_else(
+                || Arc::clone(&hold.tenant),
+                |tenant| Arc::clone(&tenant.label),
+            );
             budgets.day_report(hold, label)
         });
         // As the tenant counters count them (a request no backend answered used nothing).

@@ -1,5 +1,5 @@
 use super::*;
-use crate::context::trace::next_trace_id;
+use crate::trace::record::next_trace_id;
 
 const SAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 const UNSAMPLED: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";

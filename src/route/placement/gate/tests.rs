@@ -9,9 +9,10 @@ use http::HeaderMap;
 
 use super::*;
 use crate::config::{BalanceLoad, Config, PoolConfig};
-use crate::context::Estimate;
 use crate::request::PromptSize;
 use crate::route::placement::tests::teach_curve;
+use crate::route::record::Estimate;
+use crate::tenant::record::TenantRecord;
 
 /// How long a test waits for the release task before it calls a wait lost (on the paused clock:
 /// it passes in no time once nothing else can happen).
@@ -83,7 +84,7 @@ impl Fixture {
 
 fn request(prompt_tokens: u64) -> RequestContext {
     let mut context = RequestContext::new(Instant::now(), None);
-    context.estimate = Some(Estimate {
+    context.route.estimate = Some(Estimate {
         size: PromptSize::default(),
         tokens: prompt_tokens,
     });
@@ -450,12 +451,19 @@ fn the_tenant_is_the_named_one_else_the_header_else_shared() {
     assert_eq!(&*fixture.gate.tenant(&context, &headers), "anonymous");
     headers.insert("x-team", "search".parse().expect("a header value"));
     assert_eq!(&*fixture.gate.tenant(&context, &headers), "search");
-    context.tenant = Some(Arc::from("other"));
-    context.tenant_name = Some(Arc::from("tenant-9999"));
+    context.tenant = Some(TenantRecord {
+        label: Arc::from("other"),
+        name: Some(Arc::from("tenant-9999")),
+        tracked: false,
+    });
     assert_eq!(&*fixture.gate.tenant(&context, &headers), "tenant-9999");
     let long = "x".repeat(1_000);
     headers.insert("x-team", long.parse().expect("a header value"));
-    context.tenant_name = None;
+    context.tenant = Some(TenantRecord {
+        label: Arc::from("other"),
+        name: None,
+        tracked: false,
+    });
     assert_eq!(fixture.gate.tenant(&context, &headers).len(), 256);
 }
 

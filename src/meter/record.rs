@@ -6,11 +6,47 @@
 //! TTFT = first token event - t0; ITL = every gap between consecutive token events; TPOT = (last
 //! token event - first token event) / (N_out - 1) for N_out >= 2; E2E = end of stream - t0; N_out =
 //! `usage.completion_tokens` when the stream carries usage, else the number of token events.
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::dialect::Usage;
+use crate::request::Inspection;
+
+/// The meter's part of a request's context, written by [`crate::meter::layer`] once it has read
+/// the body (the rest of the stack reads it: the rules the model, the dispatch and the handoff the
+/// body, the budget the walk's facts, the finish point the labels and targets).
+#[derive(Debug, Clone, Default)]
+pub struct RequestRecord {
+    /// A generation request's buffered body and what one walk read from it.
+    pub generation: Option<Generation>,
+    /// The request's model name (from the body, or the path for Triton), for labels and rules.
+    pub model: Option<String>,
+    /// The bounded `gen_ai_request_model` label of `model` (see
+    /// [`crate::metrics::Metrics::model_label`]), once the meter has read the body.
+    pub model_label: Option<Arc<str>>,
+    /// The SLO targets the request is judged against and placed by (its class's, its model's or
+    /// the defaults: [`crate::config::SloConfig::targets`]), once the meter has read the body;
+    /// `None` before, and for requests the meter does not read.
+    pub slo: Option<crate::config::SloTargets>,
+    /// The meter asked the backend for usage on the client's behalf (`include_usage` injected).
+    pub usage_injected: bool,
+    /// The request is counted in `tokenmeter_streams_active` (the meter counts a generation
+    /// request once its body is read); the finish takes it off.
+    pub active: bool,
+}
+
+/// A generation request's body as forwarded (after any usage injection; empty once a response
+/// head is back: [`crate::context::RequestContext::release_body`]), and what one walk of the
+/// client's body read ([`crate::request::read`]); `read` is `None` when the body is not a JSON
+/// object.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    pub body: Bytes,
+    pub read: Option<Inspection>,
+}
 
 /// What one stream has shown so far.
 #[derive(Debug, Clone)]
