@@ -184,8 +184,12 @@ impl Engine {
         });
     }
 
-    fn on_planned(&mut self, plan: &StepPlan) {
-        let now = Instant::now();
+    /// One metrics update for a step: `record` writes what the step did, then the scheduler's
+    /// gauges are published in the same update, so a scrape never sees the two out of step.
+    fn update_metrics(
+        &mut self,
+        record: impl FnOnce(&mut MetricsState, &mut Scheduler, &mut HashMap<RequestId, Live>),
+    ) {
         let Engine {
             scheduler,
             live,
@@ -193,25 +197,26 @@ impl Engine {
             ..
         } = self;
         metrics.update(|m| {
+            record(m, scheduler, live);
+            publish_gauges(m, scheduler);
+        });
+    }
+
+    fn on_planned(&mut self, plan: &StepPlan) {
+        let now = Instant::now();
+        self.update_metrics(|m, _, live| {
             for id in &plan.admitted {
                 if let Some(l) = live.get(id) {
                     m.queue.observe((now - l.arrival).as_secs_f64());
                 }
             }
-            publish_gauges(m, scheduler);
         });
     }
 
     fn on_completed(&mut self, plan: &StepPlan) {
         let now = Instant::now();
         let progress = self.scheduler.complete(plan);
-        let Engine {
-            scheduler,
-            live,
-            metrics,
-            ..
-        } = self;
-        metrics.update(|m| {
+        self.update_metrics(|m, scheduler, live| {
             for p in progress {
                 let Some(l) = live.get_mut(&p.id) else {
                     continue;
@@ -244,7 +249,6 @@ impl Engine {
                     live.remove(&p.id);
                 }
             }
-            publish_gauges(m, scheduler);
         });
     }
 }
