@@ -21,7 +21,8 @@ use crate::context::Outcome;
 use crate::dialect::Operation;
 use crate::metrics::exemplar::TraceId;
 use crate::metrics::{
-    shared_label, with_edges, LatencyHistogram, Metrics, LABEL_BACKEND, LABEL_MODEL, LABEL_POOL,
+    shared_label, tpot_buckets, ttft_buckets, with_edges, LatencyHistogram, Metrics, LABEL_BACKEND,
+    LABEL_MODEL, LABEL_POOL,
 };
 
 /// Time from the request head to the first token event (OpenTelemetry GenAI).
@@ -84,8 +85,8 @@ impl MeterSeries {
     /// exact edge) and describes every series.
     pub fn new(metrics: Arc<Metrics>, config: &Config) -> Self {
         let b = &config.buckets;
-        let ttft = with_edges(&b.ttft, &config.slo.ttft_targets());
-        let tpot = with_edges(&b.tpot, &config.slo.tpot_targets());
+        let ttft = ttft_buckets(config);
+        let tpot = tpot_buckets(config);
         let itl = with_edges(&b.itl, &config.slo.tpot_targets());
         let families: [(&'static str, &[f64], bool, &str); 7] = [
             (

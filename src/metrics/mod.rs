@@ -150,6 +150,13 @@ impl Metrics {
         self.histograms.define(name, bounds, native);
     }
 
+    /// Defines the classic histogram family `name` with its bucket `bounds` and gives it its
+    /// `# HELP` text: what a subsystem does for each of its families when it is built.
+    pub fn define_described_histogram(&self, name: &'static str, bounds: &[f64], help: &str) {
+        self.define_histogram(name, bounds, false);
+        self.describe_histogram(name, help);
+    }
+
     /// A series of the histogram family `name`, created on first use.
     pub fn histogram(&self, name: &'static str, labels: &[Label]) -> Histogram {
         self.histograms.register(name, labels)
@@ -181,6 +188,17 @@ impl Metrics {
 /// A label of a value shared by many series (a pool, a backend, a model label), without a copy.
 pub fn shared_label(key: &'static str, value: &Arc<str>) -> Label {
     Label::new(key, SharedString::from(Arc::clone(value)))
+}
+
+/// The configured TTFT buckets with every TTFT target an exact edge: the buckets of each family
+/// that measures a TTFT or a part of one, so that each reads against the same targets.
+pub fn ttft_buckets(config: &Config) -> Vec<f64> {
+    with_edges(&config.buckets.ttft, &config.slo.ttft_targets())
+}
+
+/// The configured TPOT buckets with every TPOT target an exact edge.
+pub fn tpot_buckets(config: &Config) -> Vec<f64> {
+    with_edges(&config.buckets.tpot, &config.slo.tpot_targets())
 }
 
 /// The bucket list with `edges` (SLO targets: [`crate::config::SloConfig::ttft_targets`])

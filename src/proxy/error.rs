@@ -210,5 +210,25 @@ where
     serde_json::from_slice(&body).expect("JSON body")
 }
 
+/// Checks an error answer's body (see [`error_json`]): its `type`, its `code` (the status) and a
+/// `message` that names each of `names`, what a reader needs to act on it (`why` says what).
+#[cfg(test)]
+pub(crate) fn assert_error_json(
+    json: &serde_json::Value,
+    kind: &str,
+    code: u16,
+    names: &[&str],
+    why: &str,
+) {
+    assert_eq!(json["error"]["type"], kind, "type: {json}");
+    assert_eq!(json["error"]["code"], code, "code: {json}");
+    assert!(
+        json["error"]["message"]
+            .as_str()
+            .is_some_and(|message| names.iter().all(|name| message.contains(name))),
+        "{why}: {json}"
+    );
+}
+
 #[cfg(test)]
 mod tests;

@@ -68,19 +68,19 @@ const QUEUE_WAIT_BUCKETS: [f64; 11] = [
 /// Defines the estimate-error histogram and describes every series of the router; the router
 /// does this whenever it is built (again on reload: the first definition stands).
 pub fn describe(metrics: &Metrics) {
-    metrics.define_histogram(PROMPT_ESTIMATE_ERROR, &ESTIMATE_ERROR_BUCKETS, false);
-    metrics.describe_histogram(
+    metrics.define_described_histogram(
         PROMPT_ESTIMATE_ERROR,
+        &ESTIMATE_ERROR_BUCKETS,
         "(estimated - actual) / actual prompt tokens of the router's estimate, per response with usage.",
     );
-    metrics.define_histogram(QUEUE_WAIT, &QUEUE_WAIT_BUCKETS, false);
-    metrics.describe_histogram(
+    metrics.define_described_histogram(
         QUEUE_WAIT,
+        &QUEUE_WAIT_BUCKETS,
         "Time requests spent in a pool's gateway queue before they were placed, sent late or shed.",
     );
-    metrics.define_histogram(PREDICTION_ERROR, &PREDICTION_ERROR_BUCKETS, false);
-    metrics.describe_histogram(
+    metrics.define_described_histogram(
         PREDICTION_ERROR,
+        &PREDICTION_ERROR_BUCKETS,
         "predicted / measured latency of requests placed by balance = \"slo\", by kind: ttft (dispatch to first token) and tpot (mean gap between tokens).",
     );
     let counters = [

@@ -5,7 +5,7 @@
 use metrics::Label;
 
 use crate::config::Config;
-use crate::metrics::{with_edges, Metrics};
+use crate::metrics::{tpot_buckets, ttft_buckets, Metrics};
 
 /// Finished requests by `tenant` and `outcome`.
 pub(crate) const TENANT_REQUESTS: &str = "tokenmeter_tenant_requests_total";
@@ -31,18 +31,16 @@ pub const OTHER: &str = "other";
 
 /// Defines and describes every series of the subsystem.
 pub fn describe(metrics: &Metrics, config: &Config) {
-    metrics.define_histogram(
+    metrics.define_described_histogram(
         TENANT_TTFT,
-        &with_edges(&config.buckets.ttft, &config.slo.ttft_targets()),
-        false,
+        &ttft_buckets(config),
+        "TTFT of the tracked tenants, by tenant.",
     );
-    metrics.describe_histogram(TENANT_TTFT, "TTFT of the tracked tenants, by tenant.");
-    metrics.define_histogram(
+    metrics.define_described_histogram(
         TENANT_TPOT,
-        &with_edges(&config.buckets.tpot, &config.slo.tpot_targets()),
-        false,
+        &tpot_buckets(config),
+        "TPOT of the tracked tenants, by tenant.",
     );
-    metrics.describe_histogram(TENANT_TPOT, "TPOT of the tracked tenants, by tenant.");
     metrics.describe_counter(TENANT_REQUESTS, "Finished requests by tenant and outcome.");
     metrics.describe_counter(
         TENANT_TOKENS,

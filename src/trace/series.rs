@@ -7,7 +7,7 @@ use metrics::{Counter, Gauge, Histogram, Label};
 
 use crate::config::Config;
 use crate::context::phases::PHASES;
-use crate::metrics::{shared_label, with_edges, Metrics, LABEL_POOL};
+use crate::metrics::{shared_label, ttft_buckets, Metrics, LABEL_POOL};
 
 /// The phases of each TTFT, by `pool` and `phase` (see [`crate::context::phases`]): for each
 /// request that streamed a token, its phases add up to its TTFT.
@@ -39,20 +39,20 @@ pub(crate) const DROP_REASONS: [&str; 4] = ["queue_full", "export_failed", "time
 
 /// Defines and describes every series of the subsystem.
 pub fn describe(metrics: &Metrics, config: &Config) {
-    let edges = with_edges(&config.buckets.ttft, &config.slo.ttft_targets());
-    metrics.define_histogram(TTFT_PHASE, &edges, false);
-    metrics.describe_histogram(
+    let edges = ttft_buckets(config);
+    metrics.define_described_histogram(
         TTFT_PHASE,
+        &edges,
         "Where each TTFT went, by phase: admission, request_body, routing, handoff, retries, connect, upstream_head, first_token (they add up to the TTFT).",
     );
-    metrics.define_histogram(BACKEND_PREFILL, &edges, false);
-    metrics.describe_histogram(
+    metrics.define_described_histogram(
         BACKEND_PREFILL,
+        &edges,
         "The prefill time the backend reports per request (llama.cpp's timings.prompt_ms), beside the first_token phase.",
     );
-    metrics.define_histogram(GATEWAY_OVERHEAD, &OVERHEAD_BUCKETS, false);
-    metrics.describe_histogram(
+    metrics.define_described_histogram(
         GATEWAY_OVERHEAD,
+        &OVERHEAD_BUCKETS,
         "Time tokenmeter itself adds, by stage: request (before the backend has the request), first_token (holding the first token's frame).",
     );
     metrics.describe_counter(SPANS_EXPORTED, "Spans sent to the OTLP collector.");

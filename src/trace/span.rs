@@ -289,17 +289,13 @@ fn server_attributes(
             int(record.uncached_tokens),
         ));
     }
-    if let Some(ttft) = figures.ttft {
-        out.push(KeyValue::new(
-            "tokenmeter.time_to_first_token",
-            seconds(ttft),
-        ));
-    }
-    if let Some(tpot) = figures.tpot {
-        out.push(KeyValue::new(
-            "tokenmeter.time_per_output_token",
-            seconds(tpot),
-        ));
+    for (key, time) in [
+        ("tokenmeter.time_to_first_token", figures.ttft),
+        ("tokenmeter.time_per_output_token", figures.tpot),
+    ] {
+        if let Some(time) = time {
+            out.push(KeyValue::new(key, seconds(time)));
+        }
     }
     if context.stream.token_events > 1 {
         out.push(KeyValue::new(

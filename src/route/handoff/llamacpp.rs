@@ -18,7 +18,7 @@ use http::Method;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::splice;
+use super::{prefill, splice};
 use crate::proxy::client::UpstreamClient;
 use crate::route::backend::Backend;
 use crate::route::probe::{self, ExchangeError};
@@ -37,14 +37,9 @@ pub(crate) fn prefill_body(body: &[u8], slot: usize) -> Result<Bytes, serde_json
     let mut object: Map<String, Value> = serde_json::from_slice(body)?;
     object.insert(ID_SLOT.to_owned(), Value::from(slot));
     object.insert("cache_prompt".to_owned(), Value::Bool(true));
-    object.insert("stream".to_owned(), Value::Bool(false));
     // `max_tokens` for the OpenAI endpoints, `n_predict` for the native `/completion`.
-    object.insert("max_tokens".to_owned(), Value::from(1));
+    prefill::one_unstreamed_token(&mut object);
     object.insert("n_predict".to_owned(), Value::from(1));
-    if object.contains_key("max_completion_tokens") {
-        object.insert("max_completion_tokens".to_owned(), Value::from(1));
-    }
-    object.remove("stream_options");
     serde_json::to_vec(&object).map(Bytes::from)
 }
 

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::header::{ACCEPT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
+use serde_json::{Map, Value};
 
 use crate::proxy::client::UpstreamClient;
 use crate::proxy::{headers, RequestBody};
@@ -15,6 +16,19 @@ use crate::trace::record as trace;
 /// The largest prefill answer read: a one-token completion and its KV parameters (a block id per
 /// 16 tokens of a 128k-token prompt is ~50 KB of JSON).
 const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+/// Makes the client's request object (its body, parsed) a prefill's: one token, not streamed, so
+/// the replica computes the prompt and answers at once. `max_completion_tokens` too where the
+/// client set it (it would win over `max_tokens`); no `stream_options`, which a server refuses
+/// without `stream`. Each protocol adds its own members.
+pub(crate) fn one_unstreamed_token(object: &mut Map<String, Value>) {
+    object.insert("stream".to_owned(), Value::Bool(false));
+    object.insert("max_tokens".to_owned(), Value::from(1));
+    if object.contains_key("max_completion_tokens") {
+        object.insert("max_completion_tokens".to_owned(), Value::from(1));
+    }
+    object.remove("stream_options");
+}
 
 /// Why a prefill request brought no answer back.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,7 @@
 //! The handoff's series: what each request of a handoff pool did, and how long each phase of a
 //! remote prefill took.
 use crate::config::Config;
-use crate::metrics::{with_edges, Metrics};
+use crate::metrics::{ttft_buckets, Metrics};
 
 /// Requests of a pool with a prefill pool, by the decode `pool` and `result` (see
 /// [`crate::route::handoff::record::HandoffResult`]: `remote`, `local_short`, `local_cached`, `local_busy`, `unsupported`,
@@ -16,10 +16,9 @@ pub(crate) const DISAGGREGATION_PHASE: &str = "tokenmeter_disaggregation_phase_s
 /// Defines the phase histogram (the TTFT buckets, the TTFT target an exact edge: the phases
 /// split a TTFT) and describes both series.
 pub fn describe(metrics: &Metrics, config: &Config) {
-    let edges = with_edges(&config.buckets.ttft, &config.slo.ttft_targets());
-    metrics.define_histogram(DISAGGREGATION_PHASE, &edges, false);
-    metrics.describe_histogram(
+    metrics.define_described_histogram(
         DISAGGREGATION_PHASE,
+        &ttft_buckets(config),
         "Phases of requests prefilled on a prefill pool, by phase: prefill, transfer, decode_first_token.",
     );
     metrics.describe_counter(

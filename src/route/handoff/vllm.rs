@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::splice;
+use super::{prefill, splice};
 
 /// The member the protocol adds to both requests.
 pub(crate) const MEMBER: &str = "kv_transfer_params";
@@ -34,12 +34,9 @@ pub(crate) fn prefill_body(body: &[u8]) -> Result<Bytes, serde_json::Error> {
     let mut object: Map<String, Value> = serde_json::from_slice(body)?;
     let params: Value = serde_json::from_str(REMOTE_DECODE)?;
     object.insert(MEMBER.to_owned(), params);
-    object.insert("stream".to_owned(), Value::Bool(false));
-    object.insert("max_tokens".to_owned(), Value::from(1));
-    if object.contains_key("max_completion_tokens") {
-        object.insert("max_completion_tokens".to_owned(), Value::from(1));
-    }
-    for gone in ["stream_options", "min_tokens", "min_completion_tokens"] {
+    prefill::one_unstreamed_token(&mut object);
+    // A one-token prefill cannot meet them.
+    for gone in ["min_tokens", "min_completion_tokens"] {
         object.remove(gone);
     }
     serde_json::to_vec(&object).map(Bytes::from)

@@ -1,6 +1,6 @@
 use super::*;
 use crate::context::{FinishHook, FinishHooks, Finished, Outcome};
-use crate::proxy::error::error_json;
+use crate::proxy::error::{assert_error_json, error_json};
 use http::header;
 use http_body_util::BodyExt;
 use std::sync::Mutex;
@@ -34,14 +34,12 @@ async fn overloaded_is_a_503_with_retry_after_and_openai_json() {
         "1",
         "retry-after tells SDKs when to retry"
     );
-    let json = error_json(response).await;
-    assert_eq!(json["error"]["type"], "overloaded", "type: {json}");
-    assert_eq!(json["error"]["code"], 503, "code: {json}");
-    assert!(
-        json["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("server.max_streams")),
-        "the message names the config key: {json}"
+    assert_error_json(
+        &error_json(response).await,
+        "overloaded",
+        503,
+        &["server.max_streams"],
+        "the message names the config key",
     );
 }
 
@@ -176,13 +174,12 @@ async fn a_request_back_at_this_tokenmeter_is_refused_at_once_and_others_pass() 
         looped.headers().get(header::RETRY_AFTER).is_none(),
         "retrying cannot help"
     );
-    let json = error_json(looped).await;
-    assert_eq!(json["error"]["type"], "loop_detected", "{json}");
-    assert_eq!(json["error"]["code"], 508, "{json}");
-    let message = json["error"]["message"].as_str().expect("a message");
-    assert!(
-        message.contains(&format!("(instance {id})")) && message.contains("upstream.urls"),
-        "names this tokenmeter and the keys to check: {message}"
+    assert_error_json(
+        &error_json(looped).await,
+        "loop_detected",
+        508,
+        &[&format!("(instance {id})"), "upstream.urls"],
+        "names this tokenmeter and the keys to check",
     );
     assert_eq!(seen.lock().expect("lock").len(), 1, "never sent on");
     assert_eq!(limits.loops(), 1, "counted");

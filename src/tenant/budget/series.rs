@@ -76,9 +76,9 @@ impl BudgetSeries {
     /// The series; the store's own (round trip, settlements) exist only with a shared store
     /// (`shared`), the only one that records them.
     pub fn new(metrics: Arc<Metrics>, shared: bool) -> Self {
-        metrics.define_histogram(STORE_SECONDS, &STORE_BUCKETS, false);
-        metrics.describe_histogram(
+        metrics.define_described_histogram(
             STORE_SECONDS,
+            &STORE_BUCKETS,
             "The budget store's round trip (Redis), by op: admit, settle.",
         );
         metrics.describe_counter(
