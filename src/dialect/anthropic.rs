@@ -18,12 +18,11 @@
 //! - **End**: `message_stop`.
 
 use serde::de::MapAccess;
-use serde::Deserialize;
 
 use super::event::{EventSummary, Usage};
 use super::output::{self, Holds, Output, OutputKey};
 use super::typed::{self, EventType};
-use super::walk::{self, Count, Lenient, Members, Object, Pick, UsageMember};
+use super::walk::{self, keys, Count, Lenient, Members, Object, Pick, UsageMember};
 use kind::Kind;
 
 /// Classifies one event; `event` is its SSE `event:` field. The skimming fast path
@@ -136,37 +135,20 @@ struct Top {
     message_usage: Option<Counts>,
 }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum TopKey {
-    Type,
-    Delta,
-    Usage,
-    Message,
-    #[serde(other)]
-    Other,
+keys! { enum TopKey { Type, Delta, Usage, Message } }
+
+keys! {
+    /// A content block delta's members: output is non-empty text, thinking or tool-input JSON.
+    enum DeltaKey { Text, Thinking, PartialJson }
 }
 
-/// A content block delta's members: output is non-empty text, thinking or tool-input JSON.
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum DeltaKey {
-    Text,
-    Thinking,
-    PartialJson,
-    #[serde(other)]
-    Other,
-}
-
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum UsageKey {
-    InputTokens,
-    CacheCreationInputTokens,
-    CacheReadInputTokens,
-    OutputTokens,
-    #[serde(other)]
-    Other,
+keys! {
+    enum UsageKey {
+        InputTokens,
+        CacheCreationInputTokens,
+        CacheReadInputTokens,
+        OutputTokens,
+    }
 }
 
 impl<'de> Members<'de> for Top {

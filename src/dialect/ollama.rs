@@ -12,12 +12,13 @@
 //! - **End**: `"done": true`.
 
 use serde::de::MapAccess;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage};
 use super::output::{Holds, Output, OutputKey};
-use super::walk::{self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Members, Object};
+use super::walk::{
+    self, is_non_null, is_nonempty_string, keys, Count, Flag, Lenient, Members, Object,
+};
 
 /// Classifies one line.
 pub fn classify(data: &[u8]) -> EventSummary {
@@ -57,29 +58,11 @@ struct Top {
     error: bool,
 }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum TopKey {
-    Message,
-    Response,
-    Thinking,
-    Done,
-    PromptEvalCount,
-    EvalCount,
-    Error,
-    #[serde(other)]
-    Other,
-}
+keys! { enum TopKey { Message, Response, Thinking, Done, PromptEvalCount, EvalCount, Error } }
 
-/// A chat `message`'s members: output is content, thinking or tool calls.
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum MessageKey {
-    Content,
-    Thinking,
-    ToolCalls,
-    #[serde(other)]
-    Other,
+keys! {
+    /// A chat `message`'s members: output is content, thinking or tool calls.
+    enum MessageKey { Content, Thinking, ToolCalls }
 }
 
 impl<'de> Members<'de> for Top {

@@ -25,14 +25,13 @@
 //! all gives [`EventSummary::default()`]. Nothing here panics on any bytes.
 
 use serde::de::{MapAccess, SeqAccess};
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage, UsagePick};
 use super::llamacpp::TimingsPick;
 use super::output::{Holds, Output, OutputKey};
 use super::walk::{
-    self, is_non_null, is_nonempty_string, Lenient, Members, Object, Pick, UsageMember,
+    self, is_non_null, is_nonempty_string, keys, Lenient, Members, Object, Pick, UsageMember,
 };
 use choices::Choices;
 
@@ -131,41 +130,17 @@ struct Chunk {
     error: bool,
 }
 
-// Key enums: serde matches a borrowed key against the names without allocating; any other key
-// is `Other` and its value is skipped.
+// Key enums (`walk::keys!`): serde matches a borrowed key against the names without allocating;
+// any other key is `Other` and its value is skipped.
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum ChunkKey {
-    Choices,
-    Usage,
-    Timings,
-    Error,
-    #[serde(other)]
-    Other,
-}
+keys! { enum ChunkKey { Choices, Usage, Timings, Error } }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum ChoiceKey {
-    Delta,
-    Text,
-    FinishReason,
-    #[serde(other)]
-    Other,
-}
+keys! { enum ChoiceKey { Delta, Text, FinishReason } }
 
-/// A chat `delta`'s members: output is content, reasoning (both spellings servers use) or tool
-/// calls.
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum DeltaKey {
-    Content,
-    Reasoning,
-    ReasoningContent,
-    ToolCalls,
-    #[serde(other)]
-    Other,
+keys! {
+    /// A chat `delta`'s members: output is content, reasoning (both spellings servers use) or tool
+    /// calls.
+    enum DeltaKey { Content, Reasoning, ReasoningContent, ToolCalls }
 }
 
 /// The top-level object. A repeated key is folded in (last `usage` wins, tokens accumulate):

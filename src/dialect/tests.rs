@@ -1,3 +1,4 @@
+use super::walk::keys;
 use super::{Dialect, EventSummary, Usage};
 
 /// The usage most classifier tests expect: `prompt` and `completion` tokens, no cache or prefill
@@ -50,4 +51,33 @@ fn all_lists_every_dialect_once() {
         seen[slot(dialect)] += 1;
     }
     assert_eq!(seen, [1; Dialect::ALL.len()], "each dialect exactly once");
+}
+
+#[test]
+fn keys_read_snake_case_names_renames_and_every_other_name_as_other() {
+    keys! {
+        #[derive(Debug, PartialEq)]
+        enum Key { FinishReason, #[serde(rename = "type")] Kind }
+    }
+    let read = |name: &str| serde_json::from_str::<Key>(&format!("\"{name}\"")).ok();
+    assert_eq!(
+        read("finish_reason"),
+        Some(Key::FinishReason),
+        "a variant is its snake_case name"
+    );
+    assert_eq!(
+        read("type"),
+        Some(Key::Kind),
+        "a variant's own rename is kept"
+    );
+    assert_eq!(
+        read("kind"),
+        Some(Key::Other),
+        "a renamed variant no longer answers to its name"
+    );
+    assert_eq!(
+        read("FinishReason"),
+        Some(Key::Other),
+        "any other name is Other"
+    );
 }

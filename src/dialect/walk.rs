@@ -65,6 +65,32 @@ pub(super) fn is_non_null(raw: &RawValue) -> bool {
     raw.get() != "null"
 }
 
+/// Declares the member names a pick reads: a serde key enum of the given variants (each the
+/// `snake_case` spelling of its name, unless a `#[serde(rename = ...)]` says otherwise) plus an
+/// `Other` that stands for every other name, so a member the pick does not want is read as
+/// `Other` and [`skip`]ped rather than failing the walk. Every dialect reads its objects under
+/// this one policy; the macro states it once.
+///
+/// ```ignore
+/// keys! {
+///     /// The members of the top-level object.
+///     enum TopKey { Content, Stop }
+/// }
+/// ```
+macro_rules! keys {
+    ($(#[$attr:meta])* enum $name:ident { $($(#[$variant_attr:meta])* $variant:ident),+ $(,)? }) => {
+        $(#[$attr])*
+        #[derive(serde::Deserialize)]
+        #[serde(field_identifier, rename_all = "snake_case")]
+        enum $name {
+            $($(#[$variant_attr])* $variant,)+
+            #[serde(other)]
+            Other,
+        }
+    };
+}
+pub(super) use keys;
+
 /// Walks an object member by member, the one loop of every pick of an object: `read` is handed
 /// each key (an enum whose `#[serde(other)]` variant stands for every key the pick does not
 /// want) with the map to read its value from, and fills `out`; it must read or [`skip`] exactly
@@ -241,12 +267,8 @@ impl Pick<'_> for Flag {
 /// all) is skipped unread. A repeated `usage` key: the last one wins.
 pub(super) struct UsageMember<P>(pub(super) P);
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum UsageMemberKey {
-    Usage,
-    #[serde(other)]
-    Other,
+keys! {
+    enum UsageMemberKey { Usage }
 }
 
 impl<'de, P: Pick<'de> + Copy> Pick<'de> for UsageMember<P> {
