@@ -59,25 +59,22 @@ fn keys_read_snake_case_names_renames_and_every_other_name_as_other() {
         #[derive(Debug, PartialEq)]
         enum Key { FinishReason, #[serde(rename = "type")] Kind }
     }
-    let read = |name: &str| serde_json::from_str::<Key>(&format!("\"{name}\"")).ok();
-    assert_eq!(
-        read("finish_reason"),
-        Some(Key::FinishReason),
-        "a variant is its snake_case name"
-    );
-    assert_eq!(
-        read("type"),
-        Some(Key::Kind),
-        "a variant's own rename is kept"
-    );
-    assert_eq!(
-        read("kind"),
-        Some(Key::Other),
-        "a renamed variant no longer answers to its name"
-    );
-    assert_eq!(
-        read("FinishReason"),
-        Some(Key::Other),
-        "any other name is Other"
-    );
+    let cases = [
+        (
+            "finish_reason",
+            Key::FinishReason,
+            "a variant is its snake_case name",
+        ),
+        ("type", Key::Kind, "a variant's own rename is kept"),
+        (
+            "kind",
+            Key::Other,
+            "a renamed variant no longer answers to its name",
+        ),
+        ("FinishReason", Key::Other, "any other name is Other"),
+    ];
+    for (name, want, why) in cases {
+        let read: Key = serde_json::from_str(&format!("\"{name}\"")).expect("a key always reads");
+        assert_eq!(read, want, "{name:?}: {why}");
+    }
 }
