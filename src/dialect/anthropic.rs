@@ -20,7 +20,7 @@
 use serde::de::MapAccess;
 
 use super::event::{EventSummary, Usage};
-use super::output::{self, Holds, Output, OutputKey};
+use super::output::{self, Holds, Output};
 use super::typed::{self, EventType};
 use super::walk::{self, keys, Count, Lenient, Members, Object, Pick, UsageMember};
 use kind::Kind;
@@ -40,10 +40,7 @@ pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
 /// `tests/e2e/dialect_skim.rs`).
 pub fn classify_fast(event: &[u8], data: &[u8]) -> Option<EventSummary> {
     typed::classify::<Kind>(event, data, &[b"usage", b"message"], |skim| {
-        output::skimmed(skim, |name| match name {
-            b"text" | b"thinking" | b"partial_json" => Holds::Text,
-            _ => Holds::Nothing,
-        })
+        output::skimmed(skim, delta_member)
     })
 }
 
@@ -137,9 +134,12 @@ struct Top {
 
 keys! { enum TopKey { Type, Delta, Usage, Message } }
 
-keys! {
-    /// A content block delta's members: output is non-empty text, thinking or tool-input JSON.
-    enum DeltaKey { Text, Thinking, PartialJson }
+/// A content block delta's members: output is non-empty text, thinking or tool-input JSON.
+fn delta_member(name: &[u8]) -> Holds {
+    match name {
+        b"text" | b"thinking" | b"partial_json" => Holds::Text,
+        _ => Holds::Nothing,
+    }
 }
 
 keys! {
@@ -158,7 +158,7 @@ impl<'de> Members<'de> for Top {
         match key {
             TopKey::Type => self.kind = Kind::of_raw(map.next_value()?),
             TopKey::Delta => {
-                self.delta = map.next_value_seed(Lenient(Output::<DeltaKey>::pick()))?;
+                self.delta = map.next_value_seed(Lenient(Output(delta_member)))?;
             }
             TopKey::Usage => self.usage = map.next_value_seed(Lenient(CountsPick))?,
             TopKey::Message => {
@@ -167,15 +167,6 @@ impl<'de> Members<'de> for Top {
             TopKey::Other => walk::skip(map)?,
         }
         Ok(())
-    }
-}
-
-impl OutputKey for DeltaKey {
-    fn holds(&self) -> Holds {
-        match self {
-            DeltaKey::Text | DeltaKey::Thinking | DeltaKey::PartialJson => Holds::Text,
-            DeltaKey::Other => Holds::Nothing,
-        }
     }
 }
 

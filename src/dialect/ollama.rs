@@ -15,7 +15,7 @@ use serde::de::MapAccess;
 use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage};
-use super::output::{Holds, Output, OutputKey};
+use super::output::{Holds, Output};
 use super::walk::{
     self, is_non_null, is_nonempty_string, keys, Count, Flag, Lenient, Members, Object,
 };
@@ -60,9 +60,13 @@ struct Top {
 
 keys! { enum TopKey { Message, Response, Thinking, Done, PromptEvalCount, EvalCount, Error } }
 
-keys! {
-    /// A chat `message`'s members: output is content, thinking or tool calls.
-    enum MessageKey { Content, Thinking, ToolCalls }
+/// A chat `message`'s members: output is content, thinking or tool calls.
+fn message_member(name: &[u8]) -> Holds {
+    match name {
+        b"content" | b"thinking" => Holds::Text,
+        b"tool_calls" => Holds::List,
+        _ => Holds::Nothing,
+    }
 }
 
 impl<'de> Members<'de> for Top {
@@ -71,7 +75,7 @@ impl<'de> Members<'de> for Top {
     fn member<A: MapAccess<'de>>(&mut self, key: TopKey, map: &mut A) -> Result<(), A::Error> {
         match key {
             TopKey::Message => {
-                self.output |= map.next_value_seed(Lenient(Output::<MessageKey>::pick()))?;
+                self.output |= map.next_value_seed(Lenient(Output(message_member)))?;
             }
             TopKey::Response | TopKey::Thinking => {
                 self.output |= is_nonempty_string(map.next_value()?);
@@ -87,16 +91,6 @@ impl<'de> Members<'de> for Top {
             TopKey::Other => walk::skip(map)?,
         }
         Ok(())
-    }
-}
-
-impl OutputKey for MessageKey {
-    fn holds(&self) -> Holds {
-        match self {
-            MessageKey::Content | MessageKey::Thinking => Holds::Text,
-            MessageKey::ToolCalls => Holds::List,
-            MessageKey::Other => Holds::Nothing,
-        }
     }
 }
 

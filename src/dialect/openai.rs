@@ -29,11 +29,11 @@ use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage, UsagePick};
 use super::llamacpp::TimingsPick;
-use super::output::{Holds, Output, OutputKey};
+use super::output::Output;
 use super::walk::{
     self, is_non_null, is_nonempty_string, keys, Lenient, Members, Object, Pick, UsageMember,
 };
-use choices::Choices;
+use choices::{delta_member, Choices};
 
 mod choices;
 mod fast;
@@ -137,12 +137,6 @@ keys! { enum ChunkKey { Choices, Usage, Timings, Error } }
 
 keys! { enum ChoiceKey { Delta, Text, FinishReason } }
 
-keys! {
-    /// A chat `delta`'s members: output is content, reasoning (both spellings servers use) or tool
-    /// calls.
-    enum DeltaKey { Content, Reasoning, ReasoningContent, ToolCalls }
-}
-
 /// The top-level object. A repeated key is folded in (last `usage` wins, tokens accumulate):
 /// the event is still worth metering.
 impl<'de> Members<'de> for Chunk {
@@ -199,22 +193,12 @@ impl<'de> Members<'de> for Choices {
     fn member<A: MapAccess<'de>>(&mut self, key: ChoiceKey, map: &mut A) -> Result<(), A::Error> {
         match key {
             ChoiceKey::Delta => {
-                self.token |= map.next_value_seed(Lenient(Output::<DeltaKey>::pick()))?;
+                self.token |= map.next_value_seed(Lenient(Output(delta_member)))?;
             }
             ChoiceKey::Text => self.token |= is_nonempty_string(map.next_value()?),
             ChoiceKey::FinishReason => self.finish |= is_non_null(map.next_value()?),
             ChoiceKey::Other => walk::skip(map)?,
         }
         Ok(())
-    }
-}
-
-impl OutputKey for DeltaKey {
-    fn holds(&self) -> Holds {
-        match self {
-            DeltaKey::Content | DeltaKey::Reasoning | DeltaKey::ReasoningContent => Holds::Text,
-            DeltaKey::ToolCalls => Holds::List,
-            DeltaKey::Other => Holds::Nothing,
-        }
     }
 }

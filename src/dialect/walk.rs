@@ -96,15 +96,30 @@ pub(super) use keys;
 /// want) with the map to read its value from, and fills `out`; it must read or [`skip`] exactly
 /// one value per key. A repeated key is simply read again.
 pub(super) fn members<'de, K, A, O>(
-    mut map: A,
-    mut out: O,
-    mut read: impl FnMut(&mut O, K, &mut A) -> Result<(), A::Error>,
+    map: A,
+    out: O,
+    read: impl FnMut(&mut O, K, &mut A) -> Result<(), A::Error>,
 ) -> Result<O, A::Error>
 where
     K: Deserialize<'de>,
     A: MapAccess<'de>,
 {
-    while let Some(key) = map.next_key::<K>()? {
+    members_read_by(map, PhantomData::<K>, out, read)
+}
+
+/// [`members`] with each key read by `seed` instead of a key enum: for a table of names that
+/// the fast path reads too (see [`super::output`]).
+pub(super) fn members_read_by<'de, S, A, O>(
+    mut map: A,
+    seed: S,
+    mut out: O,
+    mut read: impl FnMut(&mut O, S::Value, &mut A) -> Result<(), A::Error>,
+) -> Result<O, A::Error>
+where
+    S: DeserializeSeed<'de> + Copy,
+    A: MapAccess<'de>,
+{
+    while let Some(key) = map.next_key_seed(seed)? {
         read(&mut out, key, &mut map)?;
     }
     Ok(out)
