@@ -18,12 +18,11 @@
 //! - **End**: `message_stop`.
 
 use serde::de::MapAccess;
-use serde::Deserialize;
 
 use super::event::{EventSummary, Usage};
-use super::output::{self, Holds, Output, OutputKey};
+use super::output::{self, Holds, Output};
 use super::typed::{self, EventType};
-use super::walk::{self, Count, Lenient, Members, Object, Pick, UsageMember};
+use super::walk::{self, keys, Count, Lenient, Members, Object, Pick, UsageMember};
 use kind::Kind;
 
 /// Classifies one event; `event` is its SSE `event:` field. The skimming fast path
@@ -41,10 +40,7 @@ pub fn classify(event: &[u8], data: &[u8]) -> EventSummary {
 /// `tests/e2e/dialect_skim.rs`).
 pub fn classify_fast(event: &[u8], data: &[u8]) -> Option<EventSummary> {
     typed::classify::<Kind>(event, data, &[b"usage", b"message"], |skim| {
-        output::skimmed(skim, |name| match name {
-            b"text" | b"thinking" | b"partial_json" => Holds::Text,
-            _ => Holds::Nothing,
-        })
+        output::skimmed(skim, delta_member)
     })
 }
 
@@ -136,37 +132,23 @@ struct Top {
     message_usage: Option<Counts>,
 }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum TopKey {
-    Type,
-    Delta,
-    Usage,
-    Message,
-    #[serde(other)]
-    Other,
-}
+keys! { enum TopKey { Type, Delta, Usage, Message } }
 
 /// A content block delta's members: output is non-empty text, thinking or tool-input JSON.
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum DeltaKey {
-    Text,
-    Thinking,
-    PartialJson,
-    #[serde(other)]
-    Other,
+fn delta_member(name: &[u8]) -> Holds {
+    match name {
+        b"text" | b"thinking" | b"partial_json" => Holds::Text,
+        _ => Holds::Nothing,
+    }
 }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum UsageKey {
-    InputTokens,
-    CacheCreationInputTokens,
-    CacheReadInputTokens,
-    OutputTokens,
-    #[serde(other)]
-    Other,
+keys! {
+    enum UsageKey {
+        InputTokens,
+        CacheCreationInputTokens,
+        CacheReadInputTokens,
+        OutputTokens,
+    }
 }
 
 impl<'de> Members<'de> for Top {
@@ -176,7 +158,7 @@ impl<'de> Members<'de> for Top {
         match key {
             TopKey::Type => self.kind = Kind::of_raw(map.next_value()?),
             TopKey::Delta => {
-                self.delta = map.next_value_seed(Lenient(Output::<DeltaKey>::pick()))?;
+                self.delta = map.next_value_seed(Lenient(Output(delta_member)))?;
             }
             TopKey::Usage => self.usage = map.next_value_seed(Lenient(CountsPick))?,
             TopKey::Message => {
@@ -185,15 +167,6 @@ impl<'de> Members<'de> for Top {
             TopKey::Other => walk::skip(map)?,
         }
         Ok(())
-    }
-}
-
-impl OutputKey for DeltaKey {
-    fn holds(&self) -> Holds {
-        match self {
-            DeltaKey::Text | DeltaKey::Thinking | DeltaKey::PartialJson => Holds::Text,
-            DeltaKey::Other => Holds::Nothing,
-        }
     }
 }
 

@@ -3,9 +3,8 @@
 //! OpenAI APIs share.
 
 use serde::de::MapAccess;
-use serde::Deserialize;
 
-use super::walk::{self, Count, Lenient, Pick};
+use super::walk::{self, keys, Count, Lenient, Pick};
 
 /// Token counts reported by the server in a `usage` object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -29,13 +28,7 @@ pub struct Usage {
 #[derive(Clone, Copy)]
 pub(super) struct CachedTokensPick;
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum DetailsKey {
-    CachedTokens,
-    #[serde(other)]
-    Other,
-}
+keys! { enum DetailsKey { CachedTokens } }
 
 impl<'de> Pick<'de> for CachedTokensPick {
     type Out = Option<u64>;
@@ -64,18 +57,16 @@ pub(super) enum UsagePick {
     Responses,
 }
 
-/// Both APIs' spellings; [`UsagePick`] reads only its own.
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum UsageKey {
-    PromptTokens,
-    CompletionTokens,
-    PromptTokensDetails,
-    InputTokens,
-    OutputTokens,
-    InputTokensDetails,
-    #[serde(other)]
-    Other,
+keys! {
+    /// Both APIs' spellings; [`UsagePick`] reads only its own.
+    enum UsageKey {
+        PromptTokens,
+        CompletionTokens,
+        PromptTokensDetails,
+        InputTokens,
+        OutputTokens,
+        InputTokensDetails,
+    }
 }
 
 impl<'de> Pick<'de> for UsagePick {

@@ -15,12 +15,12 @@
 //! - **End**: `"stop": true`.
 
 use serde::de::MapAccess;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage};
 use super::walk::{
-    self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Members, Millis, Object, Pick,
+    self, is_non_null, is_nonempty_string, keys, Count, Flag, Lenient, Members, Millis, Object,
+    Pick,
 };
 
 /// Classifies the `data` of one event.
@@ -67,29 +67,9 @@ struct Top {
     error: bool,
 }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum TopKey {
-    Content,
-    Stop,
-    TokensPredicted,
-    TokensEvaluated,
-    Timings,
-    Error,
-    #[serde(other)]
-    Other,
-}
+keys! { enum TopKey { Content, Stop, TokensPredicted, TokensEvaluated, Timings, Error } }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum TimingsKey {
-    PromptN,
-    CacheN,
-    PredictedN,
-    PromptMs,
-    #[serde(other)]
-    Other,
-}
+keys! { enum TimingsKey { PromptN, CacheN, PredictedN, PromptMs } }
 
 impl<'de> Members<'de> for Top {
     type Key = TopKey;

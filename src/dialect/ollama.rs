@@ -12,12 +12,13 @@
 //! - **End**: `"done": true`.
 
 use serde::de::MapAccess;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage};
-use super::output::{Holds, Output, OutputKey};
-use super::walk::{self, is_non_null, is_nonempty_string, Count, Flag, Lenient, Members, Object};
+use super::output::{Holds, Output};
+use super::walk::{
+    self, is_non_null, is_nonempty_string, keys, Count, Flag, Lenient, Members, Object,
+};
 
 /// Classifies one line.
 pub fn classify(data: &[u8]) -> EventSummary {
@@ -57,29 +58,15 @@ struct Top {
     error: bool,
 }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum TopKey {
-    Message,
-    Response,
-    Thinking,
-    Done,
-    PromptEvalCount,
-    EvalCount,
-    Error,
-    #[serde(other)]
-    Other,
-}
+keys! { enum TopKey { Message, Response, Thinking, Done, PromptEvalCount, EvalCount, Error } }
 
 /// A chat `message`'s members: output is content, thinking or tool calls.
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum MessageKey {
-    Content,
-    Thinking,
-    ToolCalls,
-    #[serde(other)]
-    Other,
+fn message_member(name: &[u8]) -> Holds {
+    match name {
+        b"content" | b"thinking" => Holds::Text,
+        b"tool_calls" => Holds::List,
+        _ => Holds::Nothing,
+    }
 }
 
 impl<'de> Members<'de> for Top {
@@ -88,7 +75,7 @@ impl<'de> Members<'de> for Top {
     fn member<A: MapAccess<'de>>(&mut self, key: TopKey, map: &mut A) -> Result<(), A::Error> {
         match key {
             TopKey::Message => {
-                self.output |= map.next_value_seed(Lenient(Output::<MessageKey>::pick()))?;
+                self.output |= map.next_value_seed(Lenient(Output(message_member)))?;
             }
             TopKey::Response | TopKey::Thinking => {
                 self.output |= is_nonempty_string(map.next_value()?);
@@ -104,16 +91,6 @@ impl<'de> Members<'de> for Top {
             TopKey::Other => walk::skip(map)?,
         }
         Ok(())
-    }
-}
-
-impl OutputKey for MessageKey {
-    fn holds(&self) -> Holds {
-        match self {
-            MessageKey::Content | MessageKey::Thinking => Holds::Text,
-            MessageKey::ToolCalls => Holds::List,
-            MessageKey::Other => Holds::Nothing,
-        }
     }
 }
 

@@ -25,16 +25,15 @@
 //! all gives [`EventSummary::default()`]. Nothing here panics on any bytes.
 
 use serde::de::{MapAccess, SeqAccess};
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage, UsagePick};
 use super::llamacpp::TimingsPick;
-use super::output::{Holds, Output, OutputKey};
+use super::output::Output;
 use super::walk::{
-    self, is_non_null, is_nonempty_string, Lenient, Members, Object, Pick, UsageMember,
+    self, is_non_null, is_nonempty_string, keys, Lenient, Members, Object, Pick, UsageMember,
 };
-use choices::Choices;
+use choices::{delta_member, Choices};
 
 mod choices;
 mod fast;
@@ -131,42 +130,12 @@ struct Chunk {
     error: bool,
 }
 
-// Key enums: serde matches a borrowed key against the names without allocating; any other key
-// is `Other` and its value is skipped.
+// Key enums (`walk::keys!`): serde matches a borrowed key against the names without allocating;
+// any other key is `Other` and its value is skipped.
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum ChunkKey {
-    Choices,
-    Usage,
-    Timings,
-    Error,
-    #[serde(other)]
-    Other,
-}
+keys! { enum ChunkKey { Choices, Usage, Timings, Error } }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum ChoiceKey {
-    Delta,
-    Text,
-    FinishReason,
-    #[serde(other)]
-    Other,
-}
-
-/// A chat `delta`'s members: output is content, reasoning (both spellings servers use) or tool
-/// calls.
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum DeltaKey {
-    Content,
-    Reasoning,
-    ReasoningContent,
-    ToolCalls,
-    #[serde(other)]
-    Other,
-}
+keys! { enum ChoiceKey { Delta, Text, FinishReason } }
 
 /// The top-level object. A repeated key is folded in (last `usage` wins, tokens accumulate):
 /// the event is still worth metering.
@@ -224,22 +193,12 @@ impl<'de> Members<'de> for Choices {
     fn member<A: MapAccess<'de>>(&mut self, key: ChoiceKey, map: &mut A) -> Result<(), A::Error> {
         match key {
             ChoiceKey::Delta => {
-                self.token |= map.next_value_seed(Lenient(Output::<DeltaKey>::pick()))?;
+                self.token |= map.next_value_seed(Lenient(Output(delta_member)))?;
             }
             ChoiceKey::Text => self.token |= is_nonempty_string(map.next_value()?),
             ChoiceKey::FinishReason => self.finish |= is_non_null(map.next_value()?),
             ChoiceKey::Other => walk::skip(map)?,
         }
         Ok(())
-    }
-}
-
-impl OutputKey for DeltaKey {
-    fn holds(&self) -> Holds {
-        match self {
-            DeltaKey::Content | DeltaKey::Reasoning | DeltaKey::ReasoningContent => Holds::Text,
-            DeltaKey::ToolCalls => Holds::List,
-            DeltaKey::Other => Holds::Nothing,
-        }
     }
 }

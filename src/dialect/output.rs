@@ -2,12 +2,12 @@
 //! `delta`, an Ollama `message`): some member holds a non-empty string, or a non-empty list of
 //! tool calls. Every API judges its deltas this way and only the member names differ, so the rule
 //! is written once here for both readings of an event, the serde walk ([`Output`]) and the
-//! skimming fast path ([`skimmed`]).
+//! skimming fast path ([`skimmed`]), and each API names its delta members once, in a table of
+//! names that both readings are given.
 
-use std::marker::PhantomData;
+use std::fmt;
 
-use serde::de::MapAccess;
-use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 
 use super::skim::Skim;
 use super::walk::{self, is_nonempty_array, is_nonempty_string, Pick};
@@ -22,26 +22,18 @@ pub(super) enum Holds {
     Nothing,
 }
 
-/// The member names of a delta object (a serde key enum), each saying what its value [`Holds`].
-pub(super) trait OutputKey {
-    fn holds(&self) -> Holds;
-}
+/// The walk's pick of a delta object: `true` when some member holds output. `.0` is the
+/// dialect's table of its delta members (what the value of the member of a given name
+/// [`Holds`]), the one the fast path consults too ([`skimmed`]), so the two readings cannot
+/// disagree on which member is output.
+pub(super) struct Output<T>(pub(super) T);
 
-/// The walk's pick of a delta object keyed by `K`: `true` when some member holds output.
-pub(super) struct Output<K>(PhantomData<fn() -> K>);
-
-impl<K> Output<K> {
-    pub(super) fn pick() -> Self {
-        Output(PhantomData)
-    }
-}
-
-impl<'de, K: OutputKey + Deserialize<'de>> Pick<'de> for Output<K> {
+impl<'de, T: Fn(&[u8]) -> Holds + Copy> Pick<'de> for Output<T> {
     type Out = bool;
 
     fn map<A: MapAccess<'de>>(self, map: A) -> Result<bool, A::Error> {
-        walk::members(map, false, |output, key: K, map| {
-            match key.holds() {
+        walk::members_read_by(map, Name(self.0), false, |output, holds, map| {
+            match holds {
                 Holds::Text => *output |= is_nonempty_string(map.next_value()?),
                 Holds::List => *output |= is_nonempty_array(map.next_value()?),
                 Holds::Nothing => walk::skip(map)?,
@@ -51,10 +43,39 @@ impl<'de, K: OutputKey + Deserialize<'de>> Pick<'de> for Output<K> {
     }
 }
 
+/// A member name read into what the table says its value holds. The name is decoded as a serde
+/// key enum decodes it (escapes and all), so the table matches where a key enum would.
+#[derive(Clone, Copy)]
+struct Name<T>(T);
+
+impl<'de, T: Fn(&[u8]) -> Holds> DeserializeSeed<'de> for Name<T> {
+    type Value = Holds;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Holds, D::Error> {
+        deserializer.deserialize_identifier(self)
+    }
+}
+
+impl<T: Fn(&[u8]) -> Holds> Visitor<'_> for Name<T> {
+    type Value = Holds;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E>(self, name: &str) -> Result<Holds, E> {
+        Ok((self.0)(name.as_bytes()))
+    }
+
+    fn visit_bytes<E>(self, name: &[u8]) -> Result<Holds, E> {
+        Ok((self.0)(name))
+    }
+}
+
 /// The fast path's reading of a delta, as the walk reads it with `Lenient(Output)`: whether the
-/// object holds output, `holds` naming its members as the dialect's [`OutputKey`] does; `null`, a
-/// boolean or an array is nothing. `None` when the walk must decide (a string or a number among
-/// them, see [`Skim::skip_lenient`]).
+/// object holds output, `holds` naming its members (the table the walk's [`Output`] is given);
+/// `null`, a boolean or an array is nothing. `None` when the walk must decide (a string or a
+/// number among them, see [`Skim::skip_lenient`]).
 pub(super) fn skimmed(skim: &mut Skim<'_>, holds: impl Fn(&[u8]) -> Holds) -> Option<bool> {
     if skim.peek()? != b'{' {
         skim.skip_lenient()?;

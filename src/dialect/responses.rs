@@ -16,12 +16,11 @@
 //! and fields are read in whatever order they come.
 
 use serde::de::MapAccess;
-use serde::Deserialize;
 
 use super::event::{EventSummary, Usage, UsagePick};
 use super::skim::Skim;
 use super::typed::{self, EventType};
-use super::walk::{self, is_nonempty_string, Lenient, Members, Object, UsageMember};
+use super::walk::{self, is_nonempty_string, keys, Lenient, Members, Object, UsageMember};
 use kind::Kind;
 
 /// Classifies one event; `event` is its SSE `event:` field. The skimming fast path
@@ -68,15 +67,7 @@ struct Top {
     usage: Option<Usage>,
 }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum TopKey {
-    Type,
-    Delta,
-    Response,
-    #[serde(other)]
-    Other,
-}
+keys! { enum TopKey { Type, Delta, Response } }
 
 impl<'de> Members<'de> for Top {
     type Key = TopKey;

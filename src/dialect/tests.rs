@@ -1,3 +1,4 @@
+use super::walk::keys;
 use super::{Dialect, EventSummary, Usage};
 
 /// The usage most classifier tests expect: `prompt` and `completion` tokens, no cache or prefill
@@ -50,4 +51,30 @@ fn all_lists_every_dialect_once() {
         seen[slot(dialect)] += 1;
     }
     assert_eq!(seen, [1; Dialect::ALL.len()], "each dialect exactly once");
+}
+
+#[test]
+fn keys_read_snake_case_names_renames_and_every_other_name_as_other() {
+    keys! {
+        #[derive(Debug, PartialEq)]
+        enum Key { FinishReason, #[serde(rename = "type")] Kind }
+    }
+    let cases = [
+        (
+            "finish_reason",
+            Key::FinishReason,
+            "a variant is its snake_case name",
+        ),
+        ("type", Key::Kind, "a variant's own rename is kept"),
+        (
+            "kind",
+            Key::Other,
+            "a renamed variant no longer answers to its name",
+        ),
+        ("FinishReason", Key::Other, "any other name is Other"),
+    ];
+    for (name, want, why) in cases {
+        let read: Key = serde_json::from_str(&format!("\"{name}\"")).expect("a key always reads");
+        assert_eq!(read, want, "{name:?}: {why}");
+    }
 }

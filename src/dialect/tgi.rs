@@ -13,11 +13,10 @@
 //! - **End**: the event with a non-null `generated_text`.
 
 use serde::de::MapAccess;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::event::{EventSummary, Usage};
-use super::walk::{self, is_non_null, Count, Flag, Lenient, Members, Object, Pick};
+use super::walk::{self, is_non_null, keys, Count, Flag, Lenient, Members, Object, Pick};
 
 /// Classifies the `data` of one event.
 pub fn classify(data: &[u8]) -> EventSummary {
@@ -50,33 +49,11 @@ struct Top {
     done: bool,
 }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum TopKey {
-    Token,
-    Details,
-    GeneratedText,
-    Error,
-    #[serde(other)]
-    Other,
-}
+keys! { enum TopKey { Token, Details, GeneratedText, Error } }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum TokenKey {
-    Special,
-    #[serde(other)]
-    Other,
-}
+keys! { enum TokenKey { Special } }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum DetailsKey {
-    GeneratedTokens,
-    InputLength,
-    #[serde(other)]
-    Other,
-}
+keys! { enum DetailsKey { GeneratedTokens, InputLength } }
 
 impl<'de> Members<'de> for Top {
     type Key = TopKey;

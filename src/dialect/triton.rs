@@ -11,11 +11,10 @@
 //! The model is named by the path, not the payload ([`super::Dialect::model_from_path`]).
 
 use serde::de::MapAccess;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::event::EventSummary;
-use super::walk::{self, is_non_null, is_nonempty_array, is_nonempty_string, Pick};
+use super::walk::{self, is_non_null, is_nonempty_array, is_nonempty_string, keys, Pick};
 
 /// Classifies the `data` of one event.
 pub fn classify(data: &[u8]) -> EventSummary {
@@ -29,14 +28,7 @@ pub fn classify(data: &[u8]) -> EventSummary {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum TopKey {
-    TextOutput,
-    Error,
-    #[serde(other)]
-    Other,
-}
+keys! { enum TopKey { TextOutput, Error } }
 
 /// `(token, error)`.
 struct TopPick;

@@ -65,20 +65,61 @@ pub(super) fn is_non_null(raw: &RawValue) -> bool {
     raw.get() != "null"
 }
 
+/// Declares the member names a pick reads: a serde key enum of the given variants (each the
+/// `snake_case` spelling of its name, unless a `#[serde(rename = ...)]` says otherwise) plus an
+/// `Other` that stands for every other name, so a member the pick does not want is read as
+/// `Other` and [`skip`]ped rather than failing the walk. Every dialect reads its objects under
+/// this one policy; the macro states it once.
+///
+/// ```ignore
+/// keys! {
+///     /// The members of the top-level object.
+///     enum TopKey { Content, Stop }
+/// }
+/// ```
+macro_rules! keys {
+    ($(#[$attr:meta])* enum $name:ident { $($(#[$variant_attr:meta])* $variant:ident),+ $(,)? }) => {
+        $(#[$attr])*
+        #[derive(serde::Deserialize)]
+        #[serde(field_identifier, rename_all = "snake_case")]
+        enum $name {
+            $($(#[$variant_attr])* $variant,)+
+            #[serde(other)]
+            Other,
+        }
+    };
+}
+pub(super) use keys;
+
 /// Walks an object member by member, the one loop of every pick of an object: `read` is handed
 /// each key (an enum whose `#[serde(other)]` variant stands for every key the pick does not
 /// want) with the map to read its value from, and fills `out`; it must read or [`skip`] exactly
 /// one value per key. A repeated key is simply read again.
 pub(super) fn members<'de, K, A, O>(
-    mut map: A,
-    mut out: O,
-    mut read: impl FnMut(&mut O, K, &mut A) -> Result<(), A::Error>,
+    map: A,
+    out: O,
+    read: impl FnMut(&mut O, K, &mut A) -> Result<(), A::Error>,
 ) -> Result<O, A::Error>
 where
     K: Deserialize<'de>,
     A: MapAccess<'de>,
 {
-    while let Some(key) = map.next_key::<K>()? {
+    members_read_by(map, PhantomData::<K>, out, read)
+}
+
+/// [`members`] with each key read by `seed` instead of a key enum: for a table of names that
+/// the fast path reads too (see [`super::output`]).
+pub(super) fn members_read_by<'de, S, A, O>(
+    mut map: A,
+    seed: S,
+    mut out: O,
+    mut read: impl FnMut(&mut O, S::Value, &mut A) -> Result<(), A::Error>,
+) -> Result<O, A::Error>
+where
+    S: DeserializeSeed<'de> + Copy,
+    A: MapAccess<'de>,
+{
+    while let Some(key) = map.next_key_seed(seed)? {
         read(&mut out, key, &mut map)?;
     }
     Ok(out)
@@ -241,12 +282,8 @@ impl Pick<'_> for Flag {
 /// all) is skipped unread. A repeated `usage` key: the last one wins.
 pub(super) struct UsageMember<P>(pub(super) P);
 
-#[derive(Deserialize)]
-#[serde(field_identifier, rename_all = "snake_case")]
-enum UsageMemberKey {
-    Usage,
-    #[serde(other)]
-    Other,
+keys! {
+    enum UsageMemberKey { Usage }
 }
 
 impl<'de, P: Pick<'de> + Copy> Pick<'de> for UsageMember<P> {

@@ -11,8 +11,8 @@
 //! the walk are kept member by member, so that whatever this returns, the walk returns too
 //! (`tests/e2e/dialect_skim.rs`).
 
-use super::choices::Choices;
-use crate::dialect::output::{self, Holds};
+use super::choices::{delta_member, Choices};
+use crate::dialect::output;
 use crate::dialect::skim::Skim;
 use crate::dialect::{EventSummary, Usage};
 
@@ -145,9 +145,5 @@ fn choice(skim: &mut Skim<'_>) -> Option<Choices> {
 
 /// A chat delta: whether it carries content, reasoning or tool calls.
 fn delta(skim: &mut Skim<'_>) -> Option<bool> {
-    output::skimmed(skim, |name| match name {
-        b"content" | b"reasoning" | b"reasoning_content" => Holds::Text,
-        b"tool_calls" => Holds::List,
-        _ => Holds::Nothing,
-    })
+    output::skimmed(skim, delta_member)
 }

@@ -31,6 +31,14 @@ fn token_only() -> EventSummary {
     }
 }
 
+/// A chunk where a choice ends without output.
+fn finish_only() -> EventSummary {
+    EventSummary {
+        finish: true,
+        ..EventSummary::default()
+    }
+}
+
 /// Totals over one fixture stream, in the shape of `NAME.expected.json`.
 #[derive(Debug, Default, PartialEq)]
 struct Totals {
@@ -167,11 +175,11 @@ fn tool_calls_count_only_when_non_empty() {
 #[test]
 fn final_empty_delta_is_not_a_token() {
     let data = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
-    let finish = EventSummary {
-        finish: true,
-        ..EventSummary::default()
-    };
-    assert_eq!(summary(data), finish, "empty delta, the choice finishes");
+    assert_eq!(
+        summary(data),
+        finish_only(),
+        "empty delta, the choice finishes"
+    );
     let open = r#"{"choices":[{"index":0,"delta":{},"finish_reason":null}]}"#;
     assert_eq!(summary(open), EventSummary::default(), "finish_reason null");
 }
@@ -181,11 +189,11 @@ fn completions_text_is_a_token_and_empty_text_is_not() {
     let text = r#"{"object":"text_completion","choices":[{"index":0,"text":" Once"}]}"#;
     assert_eq!(summary(text), token_only(), "non-empty text");
     let empty = r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}]}"#;
-    let finish = EventSummary {
-        finish: true,
-        ..EventSummary::default()
-    };
-    assert_eq!(summary(empty), finish, "empty text, the choice finishes");
+    assert_eq!(
+        summary(empty),
+        finish_only(),
+        "empty text, the choice finishes"
+    );
 }
 
 #[test]
