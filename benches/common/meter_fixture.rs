@@ -56,6 +56,7 @@ pub fn chat_context(series: &Arc<MeterSeries>, model: &str) -> Box<RequestContex
     let slo = SloTargets {
         ttft: std::time::Duration::from_millis(800),
         tpot: std::time::Duration::from_millis(35),
+        max_gap: None,
     };
     let hook: Arc<dyn FinishHook> = Arc::new(MeterHook::new(Arc::clone(series), slo));
     let mut context = RequestContext::for_head(

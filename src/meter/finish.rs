@@ -124,6 +124,9 @@ impl MeterHook {
                 if let Some(tpot_met) = verdict.tpot_met {
                     handles.slo_verdict(metrics, Slo::Tpot, tpot_met);
                 }
+                if let Some(gap_met) = verdict.gap_met {
+                    handles.slo_verdict(metrics, Slo::Gap, gap_met);
+                }
                 handles.slo_verdict(metrics, Slo::All, verdict.all_met());
             }
         }

@@ -81,6 +81,8 @@ pub struct Figures {
     pub e2e: Duration,
     pub ttft: Option<Duration>,
     pub tpot: Option<Duration>,
+    /// The largest gap between two token events; `None` with fewer than two.
+    pub max_gap: Option<Duration>,
     pub output_tokens: u64,
     /// `true` when `output_tokens` came from usage, `false` when counted from token events.
     pub exact_output: bool,
@@ -98,11 +100,14 @@ pub struct SloVerdict {
     pub ttft_met: bool,
     /// `None` when the stream had fewer than two output tokens (TTFT alone decides).
     pub tpot_met: Option<bool>,
+    /// Its largest gap within `max_gap`; `None` without a gap target, or with fewer than two
+    /// token events (no gap to judge).
+    pub gap_met: Option<bool>,
 }
 
 impl SloVerdict {
     pub fn all_met(self) -> bool {
-        self.ttft_met && self.tpot_met.unwrap_or(true)
+        self.ttft_met && self.tpot_met.unwrap_or(true) && self.gap_met.unwrap_or(true)
     }
 }
 
@@ -191,6 +196,7 @@ impl StreamRecord {
                 .first_token
                 .map(|first| first.saturating_duration_since(self.t0)),
             tpot,
+            max_gap: (self.token_events >= 2).then_some(self.max_gap),
             output_tokens,
             exact_output,
             input_tokens: self.usage.prompt_tokens,
@@ -206,6 +212,10 @@ impl Figures {
         Some(SloVerdict {
             ttft_met: ttft <= targets.ttft,
             tpot_met: self.tpot.map(|tpot| tpot <= targets.tpot),
+            gap_met: targets
+                .max_gap
+                .zip(self.max_gap)
+                .map(|(target, gap)| gap <= target),
         })
     }
 }

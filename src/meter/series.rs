@@ -21,8 +21,8 @@ use crate::context::Outcome;
 use crate::dialect::Operation;
 use crate::metrics::exemplar::TraceId;
 use crate::metrics::{
-    shared_label, tpot_buckets, ttft_buckets, with_edges, LatencyHistogram, Metrics, LABEL_BACKEND,
-    LABEL_MODEL, LABEL_POOL,
+    itl_buckets, shared_label, tpot_buckets, ttft_buckets, LatencyHistogram, Metrics,
+    LABEL_BACKEND, LABEL_MODEL, LABEL_POOL,
 };
 
 /// Time from the request head to the first token event (OpenTelemetry GenAI).
@@ -44,7 +44,8 @@ pub const TTFB: &str = "tokenmeter_time_to_first_byte_seconds";
 pub const REQUESTS: &str = "tokenmeter_requests_total";
 /// Requests between their head arriving and their stream finishing.
 pub(crate) const STREAMS_ACTIVE: &str = "tokenmeter_streams_active";
-/// Successful token streams by `slo` (ttft, tpot, all) and `result` (met, missed): goodput.
+/// Successful token streams by `slo` (ttft, tpot, gap where `slo.max_gap` is set, all) and
+/// `result` (met, missed): goodput.
 pub const SLO_REQUESTS: &str = "tokenmeter_slo_requests_total";
 /// Tokens by `gen_ai_token_type`, for tokens/s panels.
 pub const TOKENS: &str = "tokenmeter_tokens_total";
@@ -87,7 +88,7 @@ impl MeterSeries {
         let b = &config.buckets;
         let ttft = ttft_buckets(config);
         let tpot = tpot_buckets(config);
-        let itl = with_edges(&b.itl, &config.slo.tpot_targets());
+        let itl = itl_buckets(config);
         let families: [(&'static str, &[f64], bool, &str); 7] = [
             (
                 TTFT,
@@ -393,6 +394,7 @@ impl StreamMetrics {
 pub enum Slo {
     Ttft,
     Tpot,
+    Gap,
     All,
 }
 
@@ -401,6 +403,7 @@ impl Slo {
         match self {
             Slo::Ttft => "ttft",
             Slo::Tpot => "tpot",
+            Slo::Gap => "gap",
             Slo::All => "all",
         }
     }

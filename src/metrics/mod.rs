@@ -201,6 +201,14 @@ pub fn tpot_buckets(config: &Config) -> Vec<f64> {
     with_edges(&config.buckets.tpot, &config.slo.tpot_targets())
 }
 
+/// The configured ITL buckets with every TPOT target and every gap target an exact edge: the
+/// share of gaps over either reads from the histogram exactly.
+pub fn itl_buckets(config: &Config) -> Vec<f64> {
+    let mut edges = config.slo.tpot_targets();
+    edges.extend(config.slo.gap_targets());
+    with_edges(&config.buckets.itl, &edges)
+}
+
 /// The bucket list with `edges` (SLO targets: [`crate::config::SloConfig::ttft_targets`])
 /// inserted, kept sorted and free of duplicates, so that attainment can be read from the histogram
 /// too.

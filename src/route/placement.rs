@@ -99,7 +99,7 @@ pub(crate) const LONG_PROMPT_SLACK: f64 = 1.5;
 pub(crate) fn for_prompt(targets: SloTargets, alone: Duration) -> SloTargets {
     SloTargets {
         ttft: targets.ttft.max(alone.mul_f64(LONG_PROMPT_SLACK)),
-        tpot: targets.tpot,
+        ..targets
     }
 }
 

@@ -155,6 +155,10 @@ pub(crate) fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'stat
         "slo.tpot (bucket edge)",
         running.slo.tpot_targets() != new.slo.tpot_targets(),
     );
+    check(
+        "slo.max_gap (bucket edge)",
+        running.slo.gap_targets() != new.slo.gap_targets(),
+    );
     changed
 }
 

@@ -184,10 +184,14 @@ requests_per_minute = 1
     } else {
         // Placement by predicted latency, gated (the placement and queue series exist); a request
         // that cannot meet its TTFT target is sent late, never shed, so every bench request is
-        // served.
+        // served. A gap target, so that the gap SLO's series (and its alerts' expressions) have
+        // data.
         let config = dir.join(format!("tokenmeter-{index}.toml"));
         let toml = format!(
-            r#"[[pools]]
+            r#"[slo]
+max_gap = "250ms"
+
+[[pools]]
 name = "default"
 urls = ["http://{decode_addr}"]
 balance = "slo"
@@ -509,8 +513,8 @@ fn assert_rules_healthy(prometheus: &Prometheus, storage: Storage) -> Value {
         "every rule of tokenmeter-rules.yaml was loaded"
     );
     assert_eq!(
-        count, 37,
-        "the rules file has its 37 rules (20 recording, 17 alerting; promtool counts the same)"
+        count, 40,
+        "the rules file has its 40 rules (21 recording, 19 alerting; promtool counts the same)"
     );
     rules
 }

@@ -564,6 +564,101 @@ async fn an_injected_request_the_backend_refuses_is_counted_rejected() {
     assert_eq!(injections("injected"), 0.0, "not counted as taken");
 }
 
+/// With `[slo] max_gap`, a stream that stalls once misses its SLO though its TTFT and its mean
+/// TPOT are met: the stall a mean hides is scored. A class with a looser gap target meets it.
+#[tokio::test]
+async fn a_stall_misses_the_gap_target_that_ttft_and_tpot_do_not_see() {
+    // Seven token events, the gaps 10 ms but one of 600 ms: TPOT ~108 ms, within 500 ms; the
+    // largest gap ~600 ms, past 250 ms. A sleep never fires early and the targets leave hundreds
+    // of ms of room, so the verdicts hold on a loaded machine.
+    let events = events_of(&fixture("vllm-chat-usage.sse"));
+    let backend = Backend::start(move |_: &Seen| {
+        let script = events
+            .iter()
+            .enumerate()
+            .map(|(i, event)| {
+                let delay = match i {
+                    0 => ms(50),
+                    5 => ms(600),
+                    2..=7 => ms(10),
+                    _ => Duration::ZERO,
+                };
+                (delay, event.clone())
+            })
+            .collect();
+        Script::sse(script)
+    })
+    .await;
+    let mut config = config_for(&backend.url);
+    config.slo = tokenmeter::config::Config::from_toml(
+        r#"
+[slo]
+ttft = "5s"
+tpot = "500ms"
+max_gap = "250ms"
+
+[slo.classes.relaxed]
+max_gap = "2s"
+"#,
+    )
+    .expect("valid")
+    .slo;
+    let proxy = start_proxy(config).await;
+    for class in [None, Some("relaxed")] {
+        let headers: Vec<(&str, &str)> = class.map(|c| ("x-slo-class", c)).into_iter().collect();
+        let streamed = client::open_with(
+            proxy.traffic_addr,
+            client::Protocol::Http1,
+            "POST",
+            CHAT,
+            &chat_body(Some(true)),
+            &headers,
+        )
+        .await
+        .collect()
+        .await;
+        assert_eq!(streamed.status, 200, "status");
+        assert!(streamed.error.is_none(), "clean end: {:?}", streamed.error);
+    }
+    let text = proxy.metrics.render();
+    let slo = |slo: &'static str, result: &'static str| {
+        prom::sum(
+            &text,
+            "tokenmeter_slo_requests_total",
+            &[("slo", slo), ("result", result)],
+        )
+    };
+    assert_eq!((slo("ttft", "met"), slo("ttft", "missed")), (2.0, 0.0));
+    assert_eq!((slo("tpot", "met"), slo("tpot", "missed")), (2.0, 0.0));
+    assert_eq!(
+        (slo("gap", "met"), slo("gap", "missed")),
+        (1.0, 1.0),
+        "the 600 ms stall misses 250 ms, and meets the relaxed class's 2 s"
+    );
+    assert_eq!(
+        (slo("all", "met"), slo("all", "missed")),
+        (1.0, 1.0),
+        "all includes the gap target: one request is not goodput"
+    );
+    // The gap targets are exact ITL bucket edges: both stalls lie above 250 ms, below 2 s.
+    let chat = [
+        ("gen_ai_operation_name", "chat"),
+        ("gen_ai_request_model", MODEL),
+    ];
+    let itl = "tokenmeter_inter_token_latency_seconds";
+    let bucket = |le: &'static str| {
+        prom::value(
+            &text,
+            &format!("{itl}_bucket"),
+            &[chat[0], chat[1], ("le", le)],
+        )
+    };
+    let gaps = prom::value(&text, &format!("{itl}_count"), &chat);
+    assert_eq!(gaps, 12.0, "6 gaps a stream");
+    assert!(bucket("0.25") <= gaps - 2.0, "the stalls are over 250 ms");
+    assert_eq!(bucket("2"), gaps, "and under 2 s");
+}
+
 /// Each stream is judged against its own targets: its class's (by `x-slo-class`), over its
 /// model's, over the defaults; and every target is an exact bucket edge.
 #[tokio::test]

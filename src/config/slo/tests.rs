@@ -99,3 +99,47 @@ fn a_zero_or_unreadable_target_is_refused_by_its_key() {
     let (key, _) = refused("[slo.classes.\"\"]\nttft = \"1s\"\n");
     assert_eq!(key, "slo.classes");
 }
+
+const WITH_GAPS: &str = r#"
+[slo]
+max_gap = "250ms"
+
+[slo.models."llama-70b"]
+max_gap = "400ms"
+
+[slo.classes.batch]
+max_gap = "2s"
+"#;
+
+#[test]
+fn the_gap_target_is_unset_unless_configured_and_layers_like_the_others() {
+    let unset = config("").slo;
+    assert_eq!(unset.max_gap, None, "gaps are not judged by default");
+    assert_eq!(unset.targets(Some("m"), Some("batch")).max_gap, None);
+    assert!(unset.gap_targets().is_empty(), "no gap target, no edge");
+    let slo = config(WITH_GAPS).slo;
+    let gap = |model, class| slo.targets(model, class).max_gap;
+    assert_eq!(gap(None, None), Some(ms(250)));
+    assert_eq!(gap(Some("llama-70b"), None), Some(ms(400)));
+    assert_eq!(gap(Some("llama-70b"), Some("batch")), Some(ms(2000)));
+    assert_eq!(gap(Some("llama-70b"), Some("unheard-of")), Some(ms(400)));
+    assert_eq!(slo.gap_targets(), vec![ms(250), ms(400), ms(2000)]);
+    // A layer may set a gap target where the defaults have none.
+    let only_batch = config("[slo.classes.batch]\nmax_gap = \"1s\"\n").slo;
+    assert_eq!(only_batch.targets(None, None).max_gap, None);
+    assert_eq!(
+        only_batch.targets(None, Some("batch")).max_gap,
+        Some(ms(1000))
+    );
+}
+
+#[test]
+fn a_zero_gap_target_is_refused_by_its_key() {
+    let (key, message) = refused("[slo]\nmax_gap = \"0ms\"\n");
+    assert_eq!(key, "slo.max_gap");
+    assert!(message.contains("greater than zero"), "{message}");
+    let (key, _) = refused("[slo.classes.batch]\nmax_gap = \"0s\"\n");
+    assert_eq!(key, "slo.classes.batch.max_gap");
+    let (key, _) = refused("[slo]\nmax_gap = \"a while\"\n");
+    assert_eq!(key, "slo.max_gap");
+}

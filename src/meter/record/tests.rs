@@ -61,13 +61,15 @@ fn single_token_streams_are_judged_on_ttft_only() {
     let targets = SloTargets {
         ttft: ms(800),
         tpot: ms(35),
+        max_gap: None,
     };
     let verdict = figures.verdict(targets).expect("a token was seen");
     assert_eq!(
         verdict,
         SloVerdict {
             ttft_met: false,
-            tpot_met: None
+            tpot_met: None,
+            gap_met: None
         }
     );
     assert!(!verdict.all_met(), "TTFT missed");
@@ -89,10 +91,75 @@ fn slo_edges_are_inclusive() {
         .verdict(SloTargets {
             ttft: ms(800),
             tpot: ms(35),
+            max_gap: None,
         })
         .expect("verdict");
     assert!(
         verdict.all_met(),
         "TTFT == target and TPOT == target both meet: {verdict:?}"
     );
+}
+
+#[test]
+fn a_stall_the_mean_hides_misses_the_gap_target() {
+    // 71 token events 10 ms apart but one gap of 300 ms: TPOT is ~14 ms, well within 35 ms; the
+    // largest gap is not within 250 ms.
+    let t0 = Instant::now();
+    let mut record = StreamRecord::new(t0);
+    let mut at = ms(100);
+    record.on_token(t0 + at, None);
+    for i in 1..71 {
+        at += if i == 35 { ms(300) } else { ms(10) };
+        record.on_token(t0 + at, None);
+    }
+    let figures = record.figures(t0 + at);
+    assert_eq!(figures.max_gap, Some(ms(300)), "the largest gap");
+    assert_eq!(figures.tpot, Some(ms(990) / 70), "(69 x 10 + 300) / 70");
+    let targets = |max_gap| SloTargets {
+        ttft: ms(800),
+        tpot: ms(35),
+        max_gap,
+    };
+    let judged = figures.verdict(targets(Some(ms(250)))).expect("verdict");
+    assert_eq!(
+        judged,
+        SloVerdict {
+            ttft_met: true,
+            tpot_met: Some(true),
+            gap_met: Some(false)
+        },
+        "TTFT and TPOT met, the stall missed"
+    );
+    assert!(!judged.all_met(), "all includes the gap target");
+    let unjudged = figures.verdict(targets(None)).expect("verdict");
+    assert_eq!(unjudged.gap_met, None, "no gap target, no gap verdict");
+    assert!(
+        unjudged.all_met(),
+        "without a gap target, vLLM's definition"
+    );
+    let at_edge = figures.verdict(targets(Some(ms(300)))).expect("verdict");
+    assert_eq!(at_edge.gap_met, Some(true), "the gap target is inclusive");
+}
+
+#[test]
+fn a_stream_of_one_token_event_has_no_gap_to_judge() {
+    // One event carrying all 5 tokens (usage says so): a TPOT, but no gap.
+    let t0 = Instant::now();
+    let mut record = StreamRecord::new(t0);
+    record.on_token(t0 + ms(100), None);
+    record.on_usage(Usage {
+        completion_tokens: Some(5),
+        ..Usage::default()
+    });
+    let figures = record.figures(t0 + ms(110));
+    assert_eq!(figures.max_gap, None, "fewer than two token events");
+    let verdict = figures
+        .verdict(SloTargets {
+            ttft: ms(800),
+            tpot: ms(35),
+            max_gap: Some(ms(1)),
+        })
+        .expect("verdict");
+    assert_eq!(verdict.gap_met, None);
+    assert!(verdict.all_met());
 }

@@ -145,6 +145,7 @@ async fn a_slower_backend_is_used_only_when_it_has_more_headroom() {
         targets: Some(SloTargets {
             ttft: Duration::from_secs(1),
             tpot: Duration::from_millis(35),
+            max_gap: None,
         }),
         ..late
     };
@@ -260,6 +261,7 @@ fn a_backend_that_fits_the_tpot_target_beats_any_that_does_not() {
     let targets = SloTargets {
         ttft: Duration::from_millis(800),
         tpot: Duration::from_millis(40),
+        max_gap: None,
     };
     let ms = Duration::from_millis;
     let close = Score::of(targets, ms(400), ms(39));

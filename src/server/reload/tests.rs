@@ -62,6 +62,7 @@ fn a_new_class_waits_for_a_restart_only_for_a_new_bucket_edge() {
             crate::config::TargetsOverride {
                 ttft: Some(Duration::from_millis(ttft)),
                 tpot: tpot.map(Duration::from_millis),
+                max_gap: None,
             },
         );
         new
@@ -82,6 +83,23 @@ fn a_new_class_waits_for_a_restart_only_for_a_new_bucket_edge() {
         new.slo.targets(None, Some("batch")).ttft,
         Duration::from_secs(10),
         "the class's targets apply at once"
+    );
+}
+
+#[test]
+fn a_new_gap_target_waits_for_a_restart_only_for_its_bucket_edge() {
+    let running = Config::default();
+    let mut new = running.clone();
+    new.slo.max_gap = Some(Duration::from_millis(250));
+    assert_eq!(
+        restart_only_changes(&running, &new),
+        vec!["slo.max_gap (bucket edge)"]
+    );
+    keep_restart_only(&running, &mut new);
+    assert_eq!(
+        new.slo.defaults().max_gap,
+        Some(Duration::from_millis(250)),
+        "the target applies at once"
     );
 }
 
