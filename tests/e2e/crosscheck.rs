@@ -214,6 +214,7 @@ async fn demo_runs_and_reports_both_sides() {
         seed: 1,
         listen: "127.0.0.1:0".parse().expect("addr"),
         admin_listen: "127.0.0.1:0".parse().expect("addr"),
+        max_gap: Duration::from_millis(250),
         keep_running: false,
         routed: false,
     };
@@ -238,12 +239,28 @@ async fn demo_runs_and_reports_both_sides() {
         ok, all.ok as f64,
         "the proxy counted every request the client completed"
     );
+    let gap_verdicts: f64 = ["met", "missed"]
+        .iter()
+        .map(|result| {
+            prom::sum(
+                &outcome.proxy_metrics,
+                "tokenmeter_slo_requests_total",
+                &[("slo", "gap"), ("result", result)],
+            )
+        })
+        .sum();
+    assert_eq!(
+        gap_verdicts, all.max_gap.count as f64,
+        "with a gap target, the proxy judged the gap of every stream in which the client saw two \
+         token events or more"
+    );
     let table = demo::render(&args, &outcome);
     for heading in [
         "What users felt",
         "What tokenmeter metered",
         "document",
         "TTFT p50/p90/p99 ms",
+        "gap SLO",
     ] {
         assert!(table.contains(heading), "table has {heading:?}:\n{table}");
     }
@@ -262,6 +279,7 @@ async fn routed_demo_sends_documents_to_prefill_and_chats_to_decode() {
         seed: 3,
         listen: "127.0.0.1:0".parse().expect("addr"),
         admin_listen: "127.0.0.1:0".parse().expect("addr"),
+        max_gap: Duration::from_millis(250),
         keep_running: false,
         routed: true,
     };

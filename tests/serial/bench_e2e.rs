@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use support::ports::Refusing;
 use tokenmeter::testbed::bench::{
     run_point, Arrival, ArrivalProcess, Dist, Ending, Endpoint, LoadMode, LoadSpec, PointReport,
-    RequestRecord, Stop, Workload,
+    RequestRecord, Slo, Stop, Workload,
 };
 
 /// The client adds its gaps up in `f64`, which rounds; a microsecond hides no real error.
@@ -743,5 +743,59 @@ async fn closed_loop_scales_to_hundreds_of_users() {
     eprintln!(
         "{users} users: max in flight {max}\n{}",
         report.render_table()
+    );
+}
+
+/// A gap target judges each request's largest gap on the client's clock: 200 ms gaps miss a 30 ms
+/// target and meet a 5 s one (three gaps span at least 600 ms from the first token the backend
+/// wrote, so the largest is over 30 ms unless the client saw that token half a second late), while vLLM's goodput (TTFT and
+/// TPOT alone, generous here) counts every request either way; the table shows the gap column and
+/// vLLM's goodput only when a gap target is set.
+#[tokio::test]
+async fn a_gap_target_judges_the_largest_gap_and_shows_in_the_table() {
+    let script = Script {
+        first: Duration::from_millis(20),
+        gap: Duration::from_millis(200),
+        ..Script::default()
+    };
+    let (addr, _be) = backend(script).await;
+    let judged = |max_gap: Option<u64>| {
+        let mut s = spec(addr, 3, 4, 2);
+        s.slo = Slo {
+            ttft: Duration::from_secs(5),
+            tpot: Duration::from_secs(5),
+            max_gap: max_gap.map(Duration::from_millis),
+        };
+        s
+    };
+    let tight = run_point(&judged(Some(30))).await.expect("runs");
+    let all = tight.all().expect("all");
+    assert_eq!((all.ok, all.slo_met), (2, 0), "200 ms gaps miss 30 ms");
+    assert!(
+        all.goodput_ttft_tpot.is_some_and(|g| g > 0.0),
+        "vLLM's goodput counts both: {all:?}"
+    );
+    assert_eq!(all.max_gap.count, 2, "each request's largest gap");
+    assert!(
+        all.max_gap.min > 0.030,
+        "both over the target: {:?}",
+        all.max_gap
+    );
+    let table = tight.render_table();
+    assert!(table.contains("max gap p99/max ms"), "{table}");
+    assert!(
+        table.contains("TTFT and TPOT alone (vLLM's): all "),
+        "{table}"
+    );
+
+    let loose = run_point(&judged(Some(5_000))).await.expect("runs");
+    assert_eq!(loose.all().expect("all").slo_met, 2, "200 ms gaps meet 5 s");
+    let unset = run_point(&judged(None)).await.expect("runs");
+    let all = unset.all().expect("all");
+    assert_eq!((all.slo_met, all.goodput_ttft_tpot), (2, None));
+    let table = unset.render_table();
+    assert!(
+        !table.contains("max gap"),
+        "no gap target, no column: {table}"
     );
 }

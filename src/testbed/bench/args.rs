@@ -90,6 +90,10 @@ pub struct BenchArgs {
     /// TPOT target for goodput (ignored for requests with fewer than 2 output tokens).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "35ms")]
     pub slo_tpot: Duration,
+    /// Gap target for goodput: a request's largest gap between token events must be within it
+    /// too (the proxy's `[slo] max_gap`). Unset: goodput is vLLM's (TTFT and TPOT).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub slo_max_gap: Option<Duration>,
     /// Per-request bound, head to end of stream; past it the request counts as `timeout`.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "120s")]
     pub timeout: Duration,
@@ -219,6 +223,7 @@ impl BenchArgs {
             slo: Slo {
                 ttft: self.slo_ttft,
                 tpot: self.slo_tpot,
+                max_gap: self.slo_max_gap,
             },
             seed: self.seed,
             request_timeout: self.timeout,
@@ -301,6 +306,7 @@ impl BenchArgs {
             slo: Slo {
                 ttft: self.slo_ttft,
                 tpot: self.slo_tpot,
+                max_gap: self.slo_max_gap,
             },
             seed: self.seed,
             request_timeout: self.timeout,

@@ -77,39 +77,66 @@ impl PointReport {
             self.model,
             self.wall_time_s
         );
+        let rows = if self.classes.len() == 2 {
+            &self.classes[..1]
+        } else {
+            &self.classes[..]
+        };
+        // Judged against a gap target: each request's largest gap gets a column (its p99 and the
+        // worst), and vLLM's goodput a line of its own. Without one, the table is as it was.
+        let gaps_judged = rows.iter().any(|c| c.goodput_ttft_tpot.is_some());
+        let gap_column = |cell: &str| {
+            if gaps_judged {
+                format!(" {cell:>18} |")
+            } else {
+                String::new()
+            }
+        };
         let _ = writeln!(
             out,
-            "{:<10} {:>6} {:>5} | {:>20} | {:>20} | {:>20} | {:>13} | {:>7} {:>8} {:>7}",
+            "{:<10} {:>6} {:>5} | {:>20} | {:>20} | {:>20} |{} {:>13} | {:>7} {:>8} {:>7}",
             "class",
             "n",
             "err",
             "TTFT p50/p90/p99 ms",
             "ITL p50/p90/p99 ms",
             "TPOT p50/p90/p99 ms",
+            gap_column("max gap p99/max ms"),
             "E2E p50/p99 s",
             "req/s",
             "tok/s",
             "goodput"
         );
-        let rows = if self.classes.len() == 2 {
-            &self.classes[..1]
-        } else {
-            &self.classes[..]
-        };
         for c in rows {
             let _ = writeln!(
                 out,
-                "{:<10} {:>6} {:>5} | {:>20} | {:>20} | {:>20} | {:>13} | {:>7.2} {:>8.1} {:>7.2}",
+                "{:<10} {:>6} {:>5} | {:>20} | {:>20} | {:>20} |{} {:>13} | {:>7.2} {:>8.1} {:>7.2}",
                 truncate(&c.class, 10),
                 c.requests,
                 c.errors,
                 ms3(&c.ttft),
                 ms3(&c.itl),
                 ms3(&c.tpot),
+                gap_column(&worst_ms(&c.max_gap)),
                 s2(&c.e2e),
                 c.request_throughput,
                 c.output_throughput,
                 c.goodput
+            );
+        }
+        // With a gap target, goodput counts it; vLLM's (TTFT and TPOT alone) stays beside it.
+        let vllm: Vec<String> = rows
+            .iter()
+            .filter_map(|c| {
+                c.goodput_ttft_tpot
+                    .map(|goodput| format!("{} {goodput:.2}", c.class))
+            })
+            .collect();
+        if !vllm.is_empty() {
+            let _ = writeln!(
+                out,
+                "  goodput counts the gap target too; TTFT and TPOT alone (vLLM's): {}",
+                vllm.join(", ")
             );
         }
         for c in rows.iter().filter(|c| !c.error_kinds.is_empty()) {
@@ -137,6 +164,14 @@ pub(crate) fn ms3(s: &Summary) -> String {
         return "-".into();
     }
     format!("{:.1}/{:.1}/{:.1}", s.p50 * 1e3, s.p90 * 1e3, s.p99 * 1e3)
+}
+
+/// The p99 and the largest of a summary in ms: where the worst of a measure lies.
+fn worst_ms(s: &Summary) -> String {
+    if s.count == 0 {
+        return "-".into();
+    }
+    format!("{:.1}/{:.1}", s.p99 * 1e3, s.max * 1e3)
 }
 
 fn s2(s: &Summary) -> String {

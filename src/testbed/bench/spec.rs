@@ -126,13 +126,23 @@ pub enum Stop {
     Sessions(u64),
 }
 
-/// The service-level objective a request must meet to count towards goodput.
+/// The service-level objective a request must meet to count towards goodput: the proxy's
+/// `[slo]`, judged on the client's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Slo {
     #[serde(rename = "ttft_s", with = "secs")]
     pub ttft: Duration,
     #[serde(rename = "tpot_s", with = "secs")]
     pub tpot: Duration,
+    /// The largest gap between two token events a request may have (`[slo] max_gap`); `None`:
+    /// not judged, and goodput is vLLM's (TTFT and TPOT).
+    #[serde(
+        rename = "max_gap_s",
+        default,
+        with = "some_secs",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_gap: Option<Duration>,
 }
 
 impl Default for Slo {
@@ -140,6 +150,7 @@ impl Default for Slo {
         Slo {
             ttft: Duration::from_millis(800),
             tpot: Duration::from_millis(35),
+            max_gap: None,
         }
     }
 }
@@ -304,6 +315,26 @@ pub(crate) mod secs {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let v = f64::deserialize(d)?;
         Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// [`secs`] for an optional duration.
+mod some_secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => super::secs::serialize(d, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Option::<f64>::deserialize(d)?
+            .map(|v| Duration::try_from_secs_f64(v).map_err(serde::de::Error::custom))
+            .transpose()
     }
 }
 

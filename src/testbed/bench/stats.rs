@@ -77,7 +77,10 @@ pub struct ClassStats {
     /// N_in per request (tokens; from usage, else the words sent).
     pub prompt_tokens: Summary,
     pub output_tokens_total: u64,
-    /// Successful requests that met the SLO.
+    /// Of each successful request with two token events or more, its largest gap between them.
+    #[serde(default)]
+    pub max_gap: Summary,
+    /// Successful requests that met the SLO (the gap target too, where the SLO has one).
     pub slo_met: u64,
     /// Successful requests per second.
     pub request_throughput: f64,
@@ -85,13 +88,32 @@ pub struct ClassStats {
     pub output_throughput: f64,
     /// SLO-meeting requests per second.
     pub goodput: f64,
+    /// With a gap target: requests per second that met TTFT and TPOT, whatever their gaps
+    /// (vLLM's goodput), beside `goodput`, which counts the gap target too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput_ttft_tpot: Option<f64>,
 }
 
-/// Whether a successful request met the SLO (REFERENCE.md §1: TPOT only when N_out >= 2).
+/// Whether a successful request met the SLO (REFERENCE.md §1: TPOT only when N_out >= 2; its
+/// largest gap, where the SLO has a gap target and the request two token events or more).
 pub fn meets_slo(r: &RequestRecord, slo: &Slo) -> bool {
+    let gap_ok = match (slo.max_gap, largest_gap(r)) {
+        (Some(max), Some(gap)) => gap <= max.as_secs_f64(),
+        _ => true,
+    };
+    meets_ttft_tpot(r, slo) && gap_ok
+}
+
+/// Whether a successful request met the TTFT and TPOT targets (vLLM's goodput).
+fn meets_ttft_tpot(r: &RequestRecord, slo: &Slo) -> bool {
     let ttft_ok = r.ttft_s.is_some_and(|t| t <= slo.ttft.as_secs_f64());
     let tpot_ok = r.output_tokens < 2 || r.tpot_s.is_some_and(|t| t <= slo.tpot.as_secs_f64());
     r.outcome.is_ok() && ttft_ok && tpot_ok
+}
+
+/// A request's largest gap between two token events, in seconds; `None` with fewer than two.
+pub fn largest_gap(r: &RequestRecord) -> Option<f64> {
+    r.itl_s.iter().copied().max_by(f64::total_cmp)
 }
 
 impl ClassStats {
@@ -115,11 +137,15 @@ impl ClassStats {
             output_tokens: Summary::default(),
             prompt_tokens: Summary::default(),
             output_tokens_total: 0,
+            max_gap: Summary::default(),
             slo_met: 0,
             request_throughput: 0.0,
             output_throughput: 0.0,
             goodput: 0.0,
+            goodput_ttft_tpot: None,
         };
+        let mut ttft_tpot_met = 0u64;
+        let mut max_gaps = vec![];
         let (mut ttft, mut itl, mut tpot, mut e2e, mut out, mut inp) =
             (vec![], vec![], vec![], vec![], vec![], vec![]);
         for r in records {
@@ -134,6 +160,8 @@ impl ClassStats {
             s.ok += 1;
             s.output_tokens_total += r.output_tokens;
             s.slo_met += u64::from(meets_slo(r, slo));
+            ttft_tpot_met += u64::from(meets_ttft_tpot(r, slo));
+            max_gaps.extend(largest_gap(r));
             ttft.extend(r.ttft_s);
             itl.extend_from_slice(&r.itl_s);
             tpot.extend(r.tpot_s);
@@ -147,10 +175,12 @@ impl ClassStats {
         s.e2e = Summary::of(e2e);
         s.output_tokens = Summary::of(out);
         s.prompt_tokens = Summary::of(inp);
+        s.max_gap = Summary::of(max_gaps);
         if wall_s > 0.0 {
             s.request_throughput = s.ok as f64 / wall_s;
             s.output_throughput = s.output_tokens_total as f64 / wall_s;
             s.goodput = s.slo_met as f64 / wall_s;
+            s.goodput_ttft_tpot = slo.max_gap.map(|_| ttft_tpot_met as f64 / wall_s);
         }
         s
     }

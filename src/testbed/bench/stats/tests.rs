@@ -102,6 +102,7 @@ fn class_stats_count_goodput_and_errors() {
     let slo = Slo {
         ttft: Duration::from_millis(800),
         tpot: Duration::from_millis(35),
+        max_gap: None,
     };
     let rs = vec![
         record("a", Ending::Ok, 0.5, Some(0.02), 10),  // meets
@@ -138,4 +139,56 @@ fn class_stats_count_goodput_and_errors() {
         Some(&1),
         "error events counted by kind"
     );
+}
+
+#[test]
+fn a_gap_target_counts_the_largest_gap_and_keeps_vllms_goodput_beside() {
+    let mut stalled = record("a", Ending::Ok, 0.5, Some(0.02), 10);
+    stalled.itl_s[4] = 0.4; // one stall of 400 ms among 9 gaps: TPOT stays within 35 ms
+    let smooth = record("a", Ending::Ok, 0.5, Some(0.02), 10);
+    let one_token = record("a", Ending::Ok, 0.5, None, 1); // no gap to judge
+    let failed = record("a", Ending::Http, 0.1, Some(0.01), 0);
+    let rs = vec![stalled, smooth, one_token, failed];
+    let slo = |max_gap| Slo {
+        ttft: Duration::from_millis(800),
+        tpot: Duration::from_millis(35),
+        max_gap,
+    };
+    let judged = ClassStats::from_records("a", &rs, 2.0, &slo(Some(Duration::from_millis(250))));
+    assert_eq!(
+        judged.slo_met, 2,
+        "the stalled request misses the gap target"
+    );
+    assert!(close(judged.goodput, 1.0), "2 good requests over 2 s");
+    assert_eq!(
+        judged.goodput_ttft_tpot.map(|g| (g * 100.0).round()),
+        Some(150.0),
+        "vLLM's goodput beside it: 3 requests meet TTFT and TPOT"
+    );
+    assert_eq!(
+        judged.max_gap.count, 2,
+        "one largest gap per request of 2+ events"
+    );
+    assert!(
+        close(judged.max_gap.max, 0.4),
+        "the worst gap: {:?}",
+        judged.max_gap
+    );
+    assert!(
+        close(judged.max_gap.min, 0.01),
+        "the smooth one's: {:?}",
+        judged.max_gap
+    );
+    let unjudged = ClassStats::from_records("a", &rs, 2.0, &slo(None));
+    assert_eq!(
+        unjudged.slo_met, 3,
+        "without a gap target, TTFT and TPOT decide"
+    );
+    assert_eq!(unjudged.goodput_ttft_tpot, None, "no second goodput");
+    assert_eq!(
+        unjudged.max_gap, judged.max_gap,
+        "the gaps are summarised either way"
+    );
+    let at_edge = ClassStats::from_records("a", &rs, 2.0, &slo(Some(Duration::from_millis(400))));
+    assert_eq!(at_edge.slo_met, 3, "the gap target is inclusive");
 }
