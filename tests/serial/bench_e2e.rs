@@ -753,6 +753,7 @@ async fn closed_loop_scales_to_hundreds_of_users() {
 /// vLLM's goodput only when a gap target is set.
 #[tokio::test]
 async fn a_gap_target_judges_the_largest_gap_and_shows_in_the_table() {
+    let _alone = crate::alone().await;
     let script = Script {
         first: Duration::from_millis(20),
         gap: Duration::from_millis(200),
