@@ -399,6 +399,10 @@ pub enum Slo {
 }
 
 impl Slo {
+    /// How many there are: the size of each stream's cached verdict counters, so that a new
+    /// verdict gets a slot (not a key built and looked up at every request's end).
+    pub const COUNT: usize = 4;
+
     pub fn as_str(self) -> &'static str {
         match self {
             Slo::Ttft => "ttft",
@@ -415,7 +419,7 @@ impl Slo {
 #[derive(Debug, Default)]
 pub struct EndCounters {
     finished: [OnceLock<Counter>; Outcome::COUNT],
-    slo: [[OnceLock<Counter>; 2]; 3],
+    slo: [[OnceLock<Counter>; 2]; Slo::COUNT],
     source: [OnceLock<Counter>; 2],
     cache: [OnceLock<Counter>; 2],
 }

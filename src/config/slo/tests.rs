@@ -22,13 +22,16 @@ const LAYERED: &str = r#"
 [slo]
 ttft = "800ms"
 tpot = "35ms"
+max_gap = "250ms"
 
 [slo.models."llama-70b"]
 ttft = "2s"
+max_gap = "400ms"
 
 [slo.classes.batch]
 ttft = "10s"
 tpot = "100ms"
+max_gap = "2s"
 
 [slo.classes.snappy]
 ttft = "300ms"
@@ -100,24 +103,13 @@ fn a_zero_or_unreadable_target_is_refused_by_its_key() {
     assert_eq!(key, "slo.classes");
 }
 
-const WITH_GAPS: &str = r#"
-[slo]
-max_gap = "250ms"
-
-[slo.models."llama-70b"]
-max_gap = "400ms"
-
-[slo.classes.batch]
-max_gap = "2s"
-"#;
-
 #[test]
 fn the_gap_target_is_unset_unless_configured_and_layers_like_the_others() {
     let unset = config("").slo;
     assert_eq!(unset.max_gap, None, "gaps are not judged by default");
     assert_eq!(unset.targets(Some("m"), Some("batch")).max_gap, None);
     assert!(unset.gap_targets().is_empty(), "no gap target, no edge");
-    let slo = config(WITH_GAPS).slo;
+    let slo = config(LAYERED).slo;
     let gap = |model, class| slo.targets(model, class).max_gap;
     assert_eq!(gap(None, None), Some(ms(250)));
     assert_eq!(gap(Some("llama-70b"), None), Some(ms(400)));

@@ -113,3 +113,28 @@ fn a_reloaded_stall_threshold_applies_to_streams_from_then_on() {
         "the new one"
     );
 }
+
+#[test]
+fn every_slo_verdict_has_a_counter_slot_of_its_own() {
+    let series = series();
+    let metrics = Arc::clone(series.metrics());
+    let stream = series.stream(&labels(&series, "m", "b", "p"));
+    for slo in [Slo::Ttft, Slo::Tpot, Slo::Gap, Slo::All] {
+        stream.slo_verdict(&metrics, slo, false);
+        assert!(
+            stream
+                .ends
+                .slo
+                .get(slo as usize)
+                .is_some_and(|slots| slots[0].get().is_some()),
+            "{}: its counter is resolved once and kept, not looked up at each request's end",
+            slo.as_str()
+        );
+    }
+    let text = metrics.render();
+    let base = r#"gen_ai_operation_name="chat",gen_ai_provider_name="openai",gen_ai_request_model="m",backend="b",pool="p""#;
+    for slo in ["ttft", "tpot", "gap", "all"] {
+        let line = format!(r#"{SLO_REQUESTS}{{{base},slo="{slo}",result="missed"}} 1"#);
+        assert!(text.contains(&line), "{line} in:\n{text}");
+    }
+}

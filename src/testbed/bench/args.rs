@@ -182,6 +182,16 @@ impl BenchArgs {
         })
     }
 
+    /// The goodput targets of `--slo-ttft`, `--slo-tpot` and `--slo-max-gap`, for a load point
+    /// and a session run alike.
+    fn slo(&self) -> Slo {
+        Slo {
+            ttft: self.slo_ttft,
+            tpot: self.slo_tpot,
+            max_gap: self.slo_max_gap,
+        }
+    }
+
     /// The spec shared by every point (its `mode` is the first point's) and the sweep.
     pub fn to_specs(&self) -> Result<(LoadSpec, Vec<LoadMode>), BenchError> {
         let arrival = self.arrival()?;
@@ -220,11 +230,7 @@ impl BenchArgs {
             mode: modes[0],
             stop,
             workload,
-            slo: Slo {
-                ttft: self.slo_ttft,
-                tpot: self.slo_tpot,
-                max_gap: self.slo_max_gap,
-            },
+            slo: self.slo(),
             seed: self.seed,
             request_timeout: self.timeout,
         };
@@ -303,11 +309,7 @@ impl BenchArgs {
                 think_time: self.think_time,
             },
             session_header: self.session_header.clone(),
-            slo: Slo {
-                ttft: self.slo_ttft,
-                tpot: self.slo_tpot,
-                max_gap: self.slo_max_gap,
-            },
+            slo: self.slo(),
             seed: self.seed,
             request_timeout: self.timeout,
         };
