@@ -8,6 +8,7 @@ use std::time::Duration;
 use support::backend::{Backend, Script, Seen};
 use support::timeline::{self, Window};
 use support::{client, config_for, events_of, fixture, prom, start_proxy};
+use tokenmeter::ServerHandle;
 
 const CHAT: &str = "/v1/chat/completions";
 const MODEL: &str = "meta-llama/Llama-3.1-8B-Instruct";
@@ -161,13 +162,7 @@ async fn scripted_delays_are_metered_exactly() {
         ),
         1.0
     );
-    let slo = |slo: &'static str, result: &'static str| {
-        prom::sum(
-            &text,
-            "tokenmeter_slo_requests_total",
-            &[("slo", slo), ("result", result)],
-        )
-    };
+    let slo = |slo, result| slo_verdicts(&text, slo, result);
     // The verdict follows the TTFT measured: 300 ms (met) on any machine that is not 500 ms late.
     let ttft_met = if ttft <= 0.800 { 1.0 } else { 0.0 };
     assert_eq!(slo("ttft", "met"), ttft_met, "TTFT {ttft} s against 800 ms");
@@ -564,6 +559,36 @@ async fn an_injected_request_the_backend_refuses_is_counted_rejected() {
     assert_eq!(injections("injected"), 0.0, "not counted as taken");
 }
 
+/// Streams one chat (`body`) through `proxy` for each class, named in `x-slo-class` (or none),
+/// each to a clean end.
+async fn stream_each_class(proxy: &ServerHandle, classes: &[Option<&str>], body: &str) {
+    for class in classes {
+        let headers: Vec<(&str, &str)> = class.map(|c| ("x-slo-class", c)).into_iter().collect();
+        let streamed = client::open_with(
+            proxy.traffic_addr,
+            client::Protocol::Http1,
+            "POST",
+            CHAT,
+            body,
+            &headers,
+        )
+        .await
+        .collect()
+        .await;
+        assert_eq!(streamed.status, 200, "status");
+        assert!(streamed.error.is_none(), "clean end: {:?}", streamed.error);
+    }
+}
+
+/// The streams the proxy judged on `slo` with `result`, summed over every series.
+fn slo_verdicts(text: &str, slo: &str, result: &str) -> f64 {
+    prom::sum(
+        text,
+        "tokenmeter_slo_requests_total",
+        &[("slo", slo), ("result", result)],
+    )
+}
+
 /// With `[slo] max_gap`, a stream that stalls once misses its SLO though its TTFT and its mean
 /// TPOT are met: the stall a mean hides is scored. A class with a looser gap target meets it.
 #[tokio::test]
@@ -604,30 +629,9 @@ max_gap = "2s"
     .expect("valid")
     .slo;
     let proxy = start_proxy(config).await;
-    for class in [None, Some("relaxed")] {
-        let headers: Vec<(&str, &str)> = class.map(|c| ("x-slo-class", c)).into_iter().collect();
-        let streamed = client::open_with(
-            proxy.traffic_addr,
-            client::Protocol::Http1,
-            "POST",
-            CHAT,
-            &chat_body(Some(true)),
-            &headers,
-        )
-        .await
-        .collect()
-        .await;
-        assert_eq!(streamed.status, 200, "status");
-        assert!(streamed.error.is_none(), "clean end: {:?}", streamed.error);
-    }
+    stream_each_class(&proxy, &[None, Some("relaxed")], &chat_body(Some(true))).await;
     let text = proxy.metrics.render();
-    let slo = |slo: &'static str, result: &'static str| {
-        prom::sum(
-            &text,
-            "tokenmeter_slo_requests_total",
-            &[("slo", slo), ("result", result)],
-        )
-    };
+    let slo = |slo, result| slo_verdicts(&text, slo, result);
     assert_eq!((slo("ttft", "met"), slo("ttft", "missed")), (2.0, 0.0));
     assert_eq!((slo("tpot", "met"), slo("tpot", "missed")), (2.0, 0.0));
     assert_eq!(
@@ -682,30 +686,14 @@ tpot = "900ms"
     .expect("valid")
     .slo;
     let proxy = start_proxy(config).await;
-    for class in [None, Some("batch"), Some("no-such-class")] {
-        let headers: Vec<(&str, &str)> = class.map(|c| ("x-slo-class", c)).into_iter().collect();
-        let streamed = client::open_with(
-            proxy.traffic_addr,
-            client::Protocol::Http1,
-            "POST",
-            CHAT,
-            &chat_body(None),
-            &headers,
-        )
-        .await
-        .collect()
-        .await;
-        assert_eq!(streamed.status, 200, "status");
-        assert!(streamed.error.is_none(), "clean end: {:?}", streamed.error);
-    }
+    stream_each_class(
+        &proxy,
+        &[None, Some("batch"), Some("no-such-class")],
+        &chat_body(None),
+    )
+    .await;
     let text = proxy.metrics.render();
-    let slo = |slo: &'static str, result: &'static str| {
-        prom::sum(
-            &text,
-            "tokenmeter_slo_requests_total",
-            &[("slo", slo), ("result", result)],
-        )
-    };
+    let slo = |slo, result| slo_verdicts(&text, slo, result);
     // TTFT ~300 ms, TPOT ~60 ms: the model's 275 ms target misses TTFT and the default 35 ms
     // misses TPOT; the batch class (4.5 s, 900 ms) meets both. An unknown class is the model's.
     assert_eq!((slo("ttft", "met"), slo("ttft", "missed")), (1.0, 2.0));

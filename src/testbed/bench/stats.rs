@@ -112,7 +112,7 @@ fn meets_ttft_tpot(r: &RequestRecord, slo: &Slo) -> bool {
 }
 
 /// A request's largest gap between two token events, in seconds; `None` with fewer than two.
-pub fn largest_gap(r: &RequestRecord) -> Option<f64> {
+fn largest_gap(r: &RequestRecord) -> Option<f64> {
     r.itl_s.iter().copied().max_by(f64::total_cmp)
 }
 
