@@ -150,7 +150,7 @@ fn placement(c: &mut Criterion) {
             ..PoolConfig::default()
         };
         let pool = Members::new(&config, None, None).expect("a pool");
-        let slo = PoolSlo::new(0, "replicas", &Config::default(), None);
+        let slo = PoolSlo::new(0, "replicas", &Config::default(), true, None);
         let mut guards = Vec::new();
         for (i, backend) in pool.backends().iter().enumerate() {
             for k in 0..64u64 {

@@ -21,6 +21,9 @@
 #   prefix: one pool of the four, affinity = "prefix" (config/examples/affinity.toml's bound);
 #   slo:    one pool of the four, balance = "slo" with affinity = "prefix", [slo] ttft = "800ms",
 #           tpot = "35ms": each request to the replica predicted to meet both targets;
+#   slo-spread, gated-spread: slo and gated with prefill_heavy = "off" (no designation: every
+#           replica takes every prompt, a long one where it stalls the fewest streams; the
+#           policies before #39);
 #   gated:  slo with a gateway queue ([pools.queue], on_deadline = "shed"): a request no replica
 #           is predicted to serve in time waits for one, or is shed (429) once it cannot be;
 #   shares: gated with equal_shares = true (a tenant past an equal part of the work in flight
@@ -46,7 +49,7 @@
 # docs/routing.md).
 # Writes the `flood` part of docs/slo-routing-results.json and the slo-flood table.
 #
-# Usage: scripts/bench-slo.sh        (RATES, SESSION_RATIO, DURATION, SEED, SETUPS, WORKLOAD, ... override)
+# Usage: scripts/bench-slo.sh        (RATES, SESSION_RATIO, DURATION, SEED, SETUPS, WORKLOAD, NAME, ... override)
 #        EXPERIMENT=flood scripts/bench-slo.sh        (FLOOD_RATE, FLOOD_FACTOR, SETUPS override)
 #        [EXPERIMENT=flood] scripts/bench-slo.sh --summarize DIR   (rebuild the outputs from DIR)
 set -euo pipefail
@@ -93,6 +96,12 @@ else
         PART=mixed_seed$SEED
     fi
 fi
+# NAME=x keeps a run apart: the `<PART>_x` part of the JSON and the `<MARK>-x` markers (a run of
+# some set-ups that should not replace the table of all of them).
+if [ -n "${NAME:-}" ]; then
+    MARK=$MARK-$NAME
+    PART=${PART}_$NAME
+fi
 OUT=docs/slo-routing-results.json
 PROFILE=llama-3.1-8b-h100
 PORTS=(8101 8102 8103 8104)
@@ -131,13 +140,14 @@ config() {
         printf '[[pools]]\nname = "replicas"\nurls = %s\nbalance = "streams"\naffinity = "prefix"\n' "$(urls "${PORTS[@]}")"
         printf 'affinity_load_factor = 1.5\naffinity_load_slack = 4\n'
         ;;
-    slo)
+    slo | slo-spread)
         printf '[slo]\nttft = "%s"\ntpot = "%s"\nmax_gap = "%s"\n\n' "$SLO_TTFT" "$SLO_TPOT" "$SLO_MAX_GAP"
         printf '[[pools]]\nname = "replicas"\nurls = %s\nbalance = "slo"\naffinity = "prefix"\n' "$(urls "${PORTS[@]}")"
         printf 'affinity_load_factor = 1.5\naffinity_load_slack = 4\n'
+        [ "$1" = slo-spread ] && printf 'prefill_heavy = "off"\n'
         ;;
-    gated)
-        config slo
+    gated | gated-spread)
+        config "${1/gated/slo}"
         printf '\n[pools.queue]\ncapacity = 1024\non_deadline = "shed"\n'
         return
         ;;
@@ -146,7 +156,7 @@ config() {
         printf 'equal_shares = true\n'
         return
         ;;
-    *) echo "unknown set-up $1 (p2c, length, prefix, slo, gated, shares)" >&2; exit 1 ;;
+    *) echo "unknown set-up $1 (p2c, length, prefix, slo, slo-spread, gated, gated-spread, shares)" >&2; exit 1 ;;
     esac
     if [ "$EXPERIMENT" = flood ]; then
         printf '\n[tenants]\nsources = ["header"]\nheader = "x-tenant-id"\ntracked = [%s]\n' \
@@ -253,10 +263,14 @@ metrics_of() {
         --argjson tpot "$(prom_median "$prom" tokenmeter_prediction_error_ratio 'kind="tpot"')" \
         --argjson ttft_abs "$(prom_abs_error "$prom" tokenmeter_prediction_error_ratio 'kind="ttft"')" \
         --argjson tpot_abs "$(prom_abs_error "$prom" tokenmeter_prediction_error_ratio 'kind="tpot"')" \
+        --argjson gap "$(prom_median "$prom" tokenmeter_prediction_error_ratio 'kind="gap"')" \
+        --argjson gap_abs "$(prom_abs_error "$prom" tokenmeter_prediction_error_ratio 'kind="gap"')" \
+        --argjson moves "$(prom_labelled "$prom" tokenmeter_prefill_heavy_moves_total move)" \
         --argjson per_backend "$per_backend" --argjson uncached "$uncached" \
         '{requests_per_backend: $per_backend, uncached_prompt_per_request: $uncached, route_decisions: $route, slo_decisions: $slo, queue_exits: $queue,
           prediction_error_ttft_p50: $ttft, prediction_error_tpot_p50: $tpot,
-          prediction_abs_error_ttft_p50: $ttft_abs, prediction_abs_error_tpot_p50: $tpot_abs}'
+          prediction_abs_error_ttft_p50: $ttft_abs, prediction_abs_error_tpot_p50: $tpot_abs,
+          prediction_error_gap_p50: $gap, prediction_abs_error_gap_p50: $gap_abs, prefill_heavy_moves: $moves}'
 }
 
 [ -f "$OUT" ] || echo '{}' >"$OUT"
@@ -334,7 +348,7 @@ else
         '{duration: $duration, seed: ($seed | tonumber), workload: $workload,
           session_ratio: ($ratio | tonumber), sessions: $sessions, profile: "'"$PROFILE"'",
           replicas: "8101, 8102 full speed; 8103, 8104 half speed", slo: {ttft: "'"$SLO_TTFT"'", tpot: "'"$SLO_TPOT"'", max_gap: "'"$SLO_MAX_GAP"'"},
-          results: ($results | sort_by(.rate, ({"p2c": 0, "length": 1, "prefix": 2, "slo": 3, "gated": 4}[.setup] // 9)))}')
+          results: ($results | sort_by(.rate, ({"p2c": 0, "length": 1, "prefix": 2, "slo-spread": 3, "slo": 4, "gated-spread": 5, "gated": 6}[.setup] // 9)))}')
     jq --arg key "$PART" --argjson part "$part" '.[$key] = $part' "$OUT" >"$OUT.new" && mv "$OUT.new" "$OUT"
     table=$(jq -r --arg key "$PART" '
       def r: if . == null then "-" else (. * 10 | round) / 10 end;

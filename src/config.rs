@@ -29,7 +29,7 @@ pub use handoff::{HandoffConfig, HandoffProtocol};
 pub use load::{ENV_ADMIN_LISTEN, ENV_LISTEN};
 pub use queue::{OnDeadline, QueueConfig};
 pub(crate) use routing::DEFAULT_POOL;
-pub use routing::{Affinity, BalanceLoad, PoolConfig, RoutingConfig, RuleConfig};
+pub use routing::{Affinity, BalanceLoad, PoolConfig, PrefillHeavy, RoutingConfig, RuleConfig};
 pub use slo::{SloConfig, SloTargets, TargetsOverride};
 pub use spelling::REDACTED;
 pub(crate) use tenants::ENV_TENANT_KEYS_FILE;

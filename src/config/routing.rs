@@ -124,6 +124,32 @@ pub struct PoolConfig {
     /// The gateway queue of a `balance = "slo"` pool (see [`QueueConfig`]); none by default.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queue: Option<QueueConfig>,
+    /// Whether a `balance = "slo"` pool without a handoff designates its prefill-heavy replicas
+    /// from the measured load (see [`PrefillHeavy`]); unset: `auto`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill_heavy: Option<PrefillHeavy>,
+}
+
+/// Whether a `balance = "slo"` pool designates prefill-heavy replicas (`route::placement::designate`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrefillHeavy {
+    /// From the measured demand of long prompts against the replicas' learned prefill rates: long
+    /// prompts go to those replicas, chats elsewhere.
+    #[default]
+    Auto,
+    /// None: every replica takes every prompt, ranked by its predictions alone.
+    Off,
+}
+
+impl PoolConfig {
+    /// Whether the pool designates prefill-heavy replicas: a `balance = "slo"` pool without a
+    /// handoff, unless `prefill_heavy = "off"`.
+    pub fn designates(&self) -> bool {
+        self.balance == BalanceLoad::Slo
+            && self.handoff.is_none()
+            && self.prefill_heavy.unwrap_or_default() == PrefillHeavy::Auto
+    }
 }
 
 /// Which backend of a pool a request prefers, before the pool's balancing.
@@ -216,6 +242,7 @@ impl Default for PoolConfig {
             tls: None,
             handoff: None,
             queue: None,
+            prefill_heavy: None,
         }
     }
 }

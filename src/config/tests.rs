@@ -588,6 +588,36 @@ fn a_pool_queue_parses_and_needs_slo_balancing_and_room() {
     assert!(bad_header.contains("tenant_header"), "{bad_header}");
 }
 
+#[test]
+fn prefill_heavy_is_auto_in_an_slo_pool_off_on_request_and_refused_elsewhere() {
+    let pool = "[[pools]]\nname = \"p\"\nurls = [\"http://127.0.0.1:1\"]\n";
+    let auto = Config::from_toml(&format!("{pool}balance = \"slo\"\n")).expect("parses");
+    assert_eq!(auto.pools[0].prefill_heavy, None);
+    assert!(auto.pools[0].designates(), "auto by default in an slo pool");
+    let off = Config::from_toml(&format!(
+        "{pool}balance = \"slo\"\nprefill_heavy = \"off\"\n"
+    ))
+    .expect("parses");
+    assert_eq!(
+        off.pools[0].prefill_heavy,
+        Some(crate::config::PrefillHeavy::Off)
+    );
+    assert!(!off.pools[0].designates());
+    let streams = Config::from_toml(pool).expect("parses");
+    assert!(
+        !streams.pools[0].designates(),
+        "only an slo pool designates"
+    );
+    assert_eq!(
+        invalid_key(&format!("{pool}prefill_heavy = \"auto\"\n")),
+        "pools[0].prefill_heavy"
+    );
+    let unknown = refused(&format!(
+        "{pool}balance = \"slo\"\nprefill_heavy = \"always\"\n"
+    ));
+    assert!(unknown.contains("prefill_heavy"), "{unknown}");
+}
+
 /// `tokenmeter.toml` of a Kubernetes ConfigMap: the block scalar under the key, dedented.
 fn configmap_toml(manifest: &str) -> String {
     let mut lines = manifest

@@ -235,6 +235,12 @@ impl Config {
                     "must be at least 64",
                 ));
             }
+            if pool.prefill_heavy.is_some() && pool.balance != BalanceLoad::Slo {
+                return Err(invalid(
+                    format!("pools[{i}].prefill_heavy"),
+                    "needs balance = \"slo\" (the designation weighs the replicas' learned prefill rates)",
+                ));
+            }
             if let Some(queue) = &pool.queue {
                 if pool.balance != BalanceLoad::Slo {
                     return Err(invalid(

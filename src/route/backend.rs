@@ -10,10 +10,15 @@ use super::health::{EjectPolicy, Fault, Health, Verdict};
 use super::series::BackendMetrics;
 use crate::config::BalanceLoad;
 use crate::metrics::Metrics;
-use crate::upstream::{BodyGuard, Target};
+use crate::upstream::Target;
 use predict::{Ask, LatencyModel, Load, Outcome, Predicted};
+use role::Role;
 
+mod guard;
 pub mod predict;
+pub mod role;
+
+pub use guard::LoadGuard;
 
 /// A backend as the prefix index names it: its id and its ejection epoch at the time. An entry
 /// whose backend has left the pool, or has been ejected since (its epoch moved on), is dead.
@@ -60,6 +65,8 @@ pub struct Backend {
     /// request reached its first response byte, or one joined an empty queue. Since then the
     /// backend has been prefilling the queue's head ([`Backend::load`]).
     moved_at: AtomicU64,
+    /// Whether it is one of the pool's prefill-heavy replicas now (`balance = "slo"`).
+    role: Role,
     born: Instant,
     metrics: Option<BackendMetrics>,
 }
@@ -86,6 +93,7 @@ impl Backend {
             stalls_until: AtomicU64::new(0),
             taught_at: AtomicU64::new(0),
             moved_at: AtomicU64::new(0),
+            role: Role::default(),
             born: Instant::now(),
             metrics,
         }
@@ -175,6 +183,29 @@ impl Backend {
     /// What the priors predict, whatever the backend's model learned ([`LatencyModel::new`]).
     pub(crate) fn predict_by_priors(load: Load, ask: Ask) -> Predicted {
         LatencyModel::new(2).predict(load, ask)
+    }
+
+    /// The prompt tokens per second it prefills, as its latency model learned (the priors'
+    /// before it has one).
+    pub fn prefill_rate(&self) -> f64 {
+        match self.lock_latency().as_ref() {
+            Some(model) => model.prefill_rate(),
+            None => LatencyModel::new(2).prefill_rate(),
+        }
+    }
+
+    /// Its role in the pool's placement now.
+    pub fn role(&self) -> &Role {
+        &self.role
+    }
+
+    /// Makes it one of the pool's prefill-heavy replicas, or not, expecting streams started on
+    /// it to meet `expected_stall` (see [`Role`]); the gauge follows.
+    pub(crate) fn designate(&self, prefill_heavy: bool, expected_stall: Duration) {
+        let changed = self.role.set(prefill_heavy, expected_stall);
+        if let (true, Some(m)) = (changed, &self.metrics) {
+            m.prefill_heavy.set(if prefill_heavy { 1.0 } else { 0.0 });
+        }
     }
 
     /// Requests its latency model learned from.
@@ -323,62 +354,6 @@ pub enum Confirmation {
     Ejected = 1,
     /// The backend has no health endpoint: kept, answers alone never eject.
     Unavailable = 2,
-}
-
-/// A request's load on its backend: counted from the pick until the response body ends (the
-/// guard travels in the body), its prompt tokens only until the first response byte.
-#[derive(Debug)]
-pub struct LoadGuard {
-    backend: Arc<Backend>,
-    prompt_tokens: u64,
-    prefill_done: AtomicBool,
-}
-
-impl LoadGuard {
-    pub fn new(backend: Arc<Backend>, prompt_tokens: u64) -> Self {
-        backend.streams.fetch_add(1, Ordering::Relaxed);
-        let before = backend
-            .queued_tokens
-            .fetch_add(prompt_tokens, Ordering::Relaxed);
-        if before == 0 && prompt_tokens > 0 {
-            backend.queue_moved(Instant::now());
-        }
-        if let Some(m) = &backend.metrics {
-            m.inflight.increment(1.0);
-        }
-        Self {
-            backend,
-            prompt_tokens,
-            prefill_done: AtomicBool::new(false),
-        }
-    }
-
-    fn end_prefill(&self) {
-        if !self.prefill_done.swap(true, Ordering::Relaxed) {
-            self.backend
-                .queued_tokens
-                .fetch_sub(self.prompt_tokens, Ordering::Relaxed);
-            if self.prompt_tokens > 0 {
-                self.backend.queue_moved(Instant::now());
-            }
-        }
-    }
-}
-
-impl BodyGuard for LoadGuard {
-    fn first_frame(&self) {
-        self.end_prefill();
-    }
-}
-
-impl Drop for LoadGuard {
-    fn drop(&mut self) {
-        self.end_prefill();
-        self.backend.streams.fetch_sub(1, Ordering::Relaxed);
-        if let Some(m) = &self.backend.metrics {
-            m.inflight.decrement(1.0);
-        }
-    }
 }
 
 #[cfg(test)]

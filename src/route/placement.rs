@@ -48,7 +48,15 @@
 //! started beside the documents would be stalled by the next one. The two preferences feed each
 //! other: the backends that take documents lose their chats, and so have the fewest streams when
 //! the next document comes. Long prefills gather on a few backends while they meet their target,
-//! as a prefill pool would, without a fixed split; headroom decides only between equals.
+//! as a prefill pool would, without a fixed split; headroom decides only between equals. With a
+//! gap target (`[slo] max_gap`), a stall is a prefill longer than it ([`gap_limit`]).
+//!
+//! **Prefill-heavy replicas.** Preference alone still spread the documents over every replica on
+//! the simulated fleet, and chats started beside them. So a pool names the replicas that take them
+//! from the measured load ([`designate`], `prefill_heavy = "auto"`): while some are designated, a
+//! request that would stall a backend goes only to a designated one, or (when none of those meets
+//! its targets) to one with no stream to stall; and a request that would not prefers, before
+//! headroom, a backend where no stall is expected while it decodes.
 //!
 //! A backend the pool has not learned yet (fewer than [`EXPLORE`] requests: new, or just joined
 //! from DNS) speaks with the priors, which may be slower than a learned backend's measurements
@@ -77,7 +85,9 @@ use crate::config::{Config, SloTargets};
 use crate::context::RequestContext;
 use crate::metrics::Metrics;
 use crate::route::placement::record::Prediction;
+use designate::Designation;
 
+pub(crate) mod designate;
 pub mod gate;
 pub mod hook;
 pub mod queue;
@@ -155,9 +165,17 @@ pub(crate) const STALL_TARGETS: f64 = 4.0;
 pub(crate) const STALL_LINGER: Duration = Duration::from_secs(2);
 
 /// Whether a prefill that would make one decode step `stall` long stalls the streams held to
-/// `tpot_target` ([`STALL_TARGETS`] of it: a gap a user sees).
-pub fn stalls(stall: Duration, tpot_target: Duration) -> bool {
-    stall > tpot_target.mul_f64(STALL_TARGETS)
+/// `targets` (past [`gap_limit`]: a gap a user sees).
+pub fn stalls(stall: Duration, targets: SloTargets) -> bool {
+    stall > gap_limit(targets)
+}
+
+/// The longest decode step the streams held to `targets` take without a stall a user sees: the
+/// gap target where there is one (`[slo] max_gap`), else [`STALL_TARGETS`] TPOT targets.
+pub fn gap_limit(targets: SloTargets) -> Duration {
+    targets
+        .max_gap
+        .unwrap_or_else(|| targets.tpot.mul_f64(STALL_TARGETS))
 }
 
 /// Until when a backend stays marked as stalling, for a stalling prefill whose first token is
@@ -186,6 +204,9 @@ pub struct PoolSlo {
     /// token (the transfer and the decode replica's first step), a moving mean in nanoseconds;
     /// 0 before the first.
     handoff_overhead: AtomicU64,
+    /// Which backends take the long prompts now (`prefill_heavy = "auto"`, in a pool without a
+    /// prefill pool).
+    designation: Option<Designation>,
     metrics: Option<SloMetrics>,
 }
 
@@ -193,13 +214,36 @@ pub struct PoolSlo {
 const HANDOFF_OVERHEAD_WEIGHT: f64 = 1.0 / 16.0;
 
 impl PoolSlo {
-    pub fn new(index: usize, pool: &str, config: &Config, metrics: Option<&Metrics>) -> Self {
+    /// The placement of pool `index`, named `pool`, that designates prefill-heavy replicas when
+    /// `designates` ([`designate`]).
+    pub fn new(
+        index: usize,
+        pool: &str,
+        config: &Config,
+        designates: bool,
+        metrics: Option<&Metrics>,
+    ) -> Self {
         Self {
             index,
             targets: config.slo.defaults(),
             memory: config.routing.prediction_memory,
             handoff_overhead: AtomicU64::new(0),
+            designation: designates.then(Designation::new),
             metrics: metrics.map(|m| SloMetrics::new(m, pool)),
+        }
+    }
+
+    /// Designates the prefill-heavy replicas of `pool` again, when that is due.
+    fn refresh(&self, pool: &Members, now: Instant) {
+        if let Some(designation) = &self.designation {
+            designation.refresh(pool, now, self.metrics.as_ref());
+        }
+    }
+
+    /// A long prompt of `uncached` tokens was placed: the designation's demand.
+    pub fn long_prompt(&self, uncached: u64) {
+        if let Some(designation) = &self.designation {
+            designation.long_prompt(uncached);
         }
     }
 
@@ -230,8 +274,15 @@ impl PoolSlo {
         }
     }
 
-    /// Records predicted / measured TTFT (and TPOT, where measured) of a finished request.
-    pub fn observed(&self, prediction: &Prediction, ttft: Duration, tpot: Option<Duration>) {
+    /// Records predicted / measured TTFT, and TPOT and the largest gap where measured, of a
+    /// finished request.
+    pub fn observed(
+        &self,
+        prediction: &Prediction,
+        ttft: Duration,
+        tpot: Option<Duration>,
+        gap: Option<Duration>,
+    ) {
         let Some(m) = &self.metrics else {
             return;
         };
@@ -240,6 +291,9 @@ impl PoolSlo {
         }
         if let Some(ratio) = tpot.and_then(|tpot| ratio(prediction.tpot, tpot)) {
             m.tpot_error.record(ratio);
+        }
+        if let Some(ratio) = gap.and_then(|gap| ratio(prediction.gap, gap)) {
+            m.gap_error.record(ratio);
         }
     }
 }
@@ -282,6 +336,7 @@ pub fn choose(
     cached_tokens: impl Fn(&Backend) -> u64,
     rng: &mut impl Rng,
 ) -> Option<Placed> {
+    slo.refresh(pool, now);
     let backends = pool.backends();
     let n = backends.len();
     if n == 0 {
@@ -300,29 +355,41 @@ pub fn choose(
                 cached_tokens: cached_tokens(backend).min(demand.prompt_tokens),
             };
             let predicted = backend.predict(load, ask);
+            let role = backend.role();
             Candidate {
                 backend,
                 load,
                 ask,
                 predicted,
                 stalling: backend.stalling(now),
+                prefill_heavy: role.prefill_heavy(),
+                expected_stall: role.expected_stall(),
             }
         })
         .collect();
     let alone = candidates.iter().map(|c| c.predicted.alone).min()?;
     let own = demand.targets.unwrap_or(slo.targets);
     let targets = for_prompt(own, alone);
-    let stall = own.tpot.mul_f64(STALL_TARGETS);
+    let stall = gap_limit(own);
+    // With prefill-heavy replicas designated, a prefill that would stall a backend's streams goes
+    // only to one of them, or to a backend with no stream to stall.
+    let designated = candidates.iter().any(|c| c.prefill_heavy);
     let mut best: Option<Ranked<'_>> = None;
     for candidate in &candidates {
+        if designated && !candidate.takes_long(stall) {
+            continue;
+        }
         let Predicted { ttft, tpot, .. } = candidate.predicted;
         let score = Score::of(targets, demand.waited + ttft, tpot);
         let ranked = Ranked {
             candidate,
             score,
-            harm: candidate.harm(stall),
+            harm: candidate.harm(stall, designated),
         };
-        if candidate.load == Load::default() && candidate.unproven(now) {
+        // Exploring is free only where it harms nobody: not the request's own streams on a
+        // replica where a stall is expected, not a stalling backend's.
+        let harmless = ranked.harm == (false, 0, false);
+        if harmless && candidate.load == Load::default() && candidate.unproven(now) {
             let priors = Backend::predict_by_priors(candidate.load, candidate.ask);
             let score = Score::of(targets, demand.waited + priors.ttft, priors.tpot);
             if score.met() {
@@ -345,6 +412,10 @@ struct Candidate<'a> {
     predicted: Predicted,
     /// The backend is marked as stalling ([`Backend::stalling`]).
     stalling: bool,
+    /// It is one of the pool's prefill-heavy replicas now ([`designate`]).
+    prefill_heavy: bool,
+    /// The stall a stream started on it now is expected to meet ([`designate`]).
+    expected_stall: Duration,
 }
 
 impl Candidate<'_> {
@@ -357,15 +428,25 @@ impl Candidate<'_> {
                 .map_or(true, |ago| ago > RELEARN_AFTER)
     }
 
-    /// What placing the request here costs the streams' gaps, fewer first: the streams its
-    /// prefill would stall (when it is longer than `stall`), then whether it would itself start
-    /// beside a stalling prefill.
-    fn harm(&self, stall: Duration) -> (u64, bool) {
+    /// What placing the request here costs the streams' gaps, least first. For a prefill longer
+    /// than `stall`: whether the backend is not one of the `designated` prefill-heavy replicas
+    /// (one with no stream to stall is let take it, but only when no designated replica meets
+    /// the targets: it would then repel chats for a while), then the streams it would stall.
+    /// For another request: whether it would start beside a stalling prefill, or where one is
+    /// expected while it decodes.
+    fn harm(&self, stall: Duration, designated: bool) -> (bool, u64, bool) {
         if self.predicted.stall > stall {
-            (self.load.streams, false)
+            (designated && !self.prefill_heavy, self.load.streams, false)
         } else {
-            (0, self.stalling)
+            (false, 0, self.stalling || self.expected_stall > stall)
         }
+    }
+
+    /// Whether the request may go here while prefill-heavy replicas are designated: it would not
+    /// stall the backend's streams (longer than `stall`), or the backend is designated, or it has
+    /// no stream to stall.
+    fn takes_long(&self, stall: Duration) -> bool {
+        self.predicted.stall <= stall || self.prefill_heavy || self.load.streams == 0
     }
 }
 
@@ -373,7 +454,7 @@ impl Candidate<'_> {
 struct Ranked<'a> {
     candidate: &'a Candidate<'a>,
     score: Score,
-    harm: (u64, bool),
+    harm: (bool, u64, bool),
 }
 
 impl Ranked<'_> {
@@ -414,6 +495,7 @@ impl Ranked<'_> {
                 cached_tokens: candidate.ask.cached_tokens,
                 ttft: predicted.ttft,
                 tpot: predicted.tpot,
+                gap: predicted.tpot.saturating_add(candidate.expected_stall),
             },
             met: self.score.met(),
             alone,

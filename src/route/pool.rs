@@ -106,7 +106,14 @@ impl Pool {
             )?)),
         };
         let placement = (config.balance == BalanceLoad::Slo).then(|| {
-            let slo = Arc::new(PoolSlo::new(index, &config.name, whole, Some(metrics)));
+            let designates = config.designates();
+            let slo = Arc::new(PoolSlo::new(
+                index,
+                &config.name,
+                whole,
+                designates,
+                Some(metrics),
+            ));
             let gate = config.queue.as_ref().map(|queue| {
                 Arc::new(Gate::new(
                     Arc::clone(&members),
@@ -213,6 +220,12 @@ impl Pool {
         // backend (`handoff::predicted`): most of those prefills run elsewhere.
         if let (Some(until), None) = (placed.stalls_until, &self.handoff) {
             placed.backend.stall_until(until);
+            // The demand is what is placed: in a gated pool, a long prompt shed at its deadline
+            // does not count (counted as it arrived, the designation took the chats' replicas for
+            // documents the pool could not serve anyway: docs/routing.md).
+            if first {
+                slo.long_prompt(placed.prediction.uncached_tokens());
+            }
         }
         if first {
             slo.decided(if placed.met {

@@ -20,6 +20,15 @@ pub(crate) const ROUTE_RETRIES: &str = "tokenmeter_route_retries_total";
 pub(crate) const BACKEND_HEALTHY: &str = "tokenmeter_backend_healthy";
 /// Requests sent to a backend whose stream has not ended, by `pool` and `backend`.
 pub(crate) const BACKEND_INFLIGHT: &str = "tokenmeter_backend_inflight";
+/// 1 while a backend is one of its pool's prefill-heavy replicas (`balance = "slo"`: designated
+/// from the measured prefill demand), 0 otherwise; by `pool` and `backend`.
+pub(crate) const BACKEND_PREFILL_HEAVY: &str = "tokenmeter_backend_prefill_heavy";
+/// Changes of a pool's prefill-heavy replicas, by `pool` and `move` (`in`: a replica became one;
+/// `out`: one stopped being one, its demand gone or the replica failed).
+pub(crate) const PREFILL_HEAVY_MOVES: &str = "tokenmeter_prefill_heavy_moves_total";
+/// The prompt tokens per second of a pool's long prompts (those whose prefill would stall the
+/// streams beside it), less what the prompt caches held, as the designation measures it.
+pub(crate) const PREFILL_DEMAND: &str = "tokenmeter_prefill_demand_tokens_per_second";
 /// Ejections of a backend by passive or active health checking.
 pub(crate) const BACKEND_EJECTIONS: &str = "tokenmeter_backend_ejections_total";
 /// Health checks that a run of answer failures asked for, by `result`: `ejected` (the check
@@ -81,7 +90,7 @@ pub fn describe(metrics: &Metrics) {
     metrics.define_described_histogram(
         PREDICTION_ERROR,
         &PREDICTION_ERROR_BUCKETS,
-        "predicted / measured latency of requests placed by balance = \"slo\", by kind: ttft (dispatch to first token) and tpot (mean gap between tokens).",
+        "predicted / measured latency of requests placed by balance = \"slo\", by kind: ttft (dispatch to first token), tpot (mean gap between tokens) and gap (the largest gap between tokens).",
     );
     let counters = [
         (ROUTE_DECISIONS, "Routing decisions by pool and reason (rule, fallback, spill)."),
@@ -90,6 +99,7 @@ pub fn describe(metrics: &Metrics) {
         (BACKEND_EJECTIONS, "Times a backend was ejected by health checking."),
         (BACKEND_CONFIRMATIONS, "Health checks asked for by a run of answer failures, by result (ejected, kept, unavailable)."),
         (SLO_DECISIONS, "Placements of balance = \"slo\" pools by decision: met (the backend chosen is predicted to meet both SLO targets), missed (none was; the one with the fewest streams)."),
+        (PREFILL_HEAVY_MOVES, "Changes of a pool's prefill-heavy replicas by move: in (a replica became one, the long prompts' demand grew or one failed), out (one stopped being one)."),
         (QUEUE_EXITS, "Requests through a pool's gateway queue by exit: direct (never waited), placed (after waiting), late (sent past hope, on_deadline = send), shed_deadline, shed_full, cancelled (the client left)."),
         (PROMPT_TOKENIZE, "Calls to a backend's /tokenize for an untrusted model's prompt, by mode (wait, background) and result (ok, unsupported, error, timeout)."),
     ];
@@ -111,6 +121,14 @@ pub fn describe(metrics: &Metrics) {
         ),
         (QUEUE_DEPTH, "Requests waiting in the pool's gateway queue."),
         (
+            BACKEND_PREFILL_HEAVY,
+            "1 while a backend is one of its pool's prefill-heavy replicas (balance = \"slo\", designated from the measured prefill demand).",
+        ),
+        (
+            PREFILL_DEMAND,
+            "Uncached prompt tokens per second of the pool's long prompts (those whose prefill would stall the streams beside it), as the designation measures it.",
+        ),
+        (
             AFFINITY_INDEX_BLOCKS,
             "Prompt blocks the pool's prefix index holds (bounded by affinity_index_blocks).",
         ),
@@ -125,6 +143,7 @@ pub fn describe(metrics: &Metrics) {
 pub(crate) struct BackendMetrics {
     pub healthy: Gauge,
     pub inflight: Gauge,
+    pub prefill_heavy: Gauge,
     pub retries: Counter,
     pub ejections: Counter,
     /// [`BACKEND_CONFIRMATIONS`] by result: kept, ejected, unavailable.
@@ -142,6 +161,7 @@ impl BackendMetrics {
         Self {
             healthy: metrics.gauge(BACKEND_HEALTHY, set()),
             inflight: metrics.gauge(BACKEND_INFLIGHT, set()),
+            prefill_heavy: metrics.gauge(BACKEND_PREFILL_HEAVY, set()),
             retries: metrics.counter(ROUTE_RETRIES, set()),
             ejections: metrics.counter(BACKEND_EJECTIONS, set()),
             confirmations: ["kept", "ejected", "unavailable"].map(|result| {
@@ -187,6 +207,10 @@ pub(crate) struct SloMetrics {
     pub decisions: [Counter; 2],
     pub ttft_error: Histogram,
     pub tpot_error: Histogram,
+    pub gap_error: Histogram,
+    /// [`PREFILL_HEAVY_MOVES`] by move: in, out.
+    pub moves: [Counter; 2],
+    pub demand: Gauge,
 }
 
 impl SloMetrics {
@@ -204,6 +228,10 @@ impl SloMetrics {
                 .map(|decision| metrics.counter(SLO_DECISIONS, labels("decision", decision))),
             ttft_error: metrics.histogram(PREDICTION_ERROR, &labels("kind", "ttft")),
             tpot_error: metrics.histogram(PREDICTION_ERROR, &labels("kind", "tpot")),
+            gap_error: metrics.histogram(PREDICTION_ERROR, &labels("kind", "gap")),
+            moves: ["in", "out"]
+                .map(|way| metrics.counter(PREFILL_HEAVY_MOVES, labels("move", way))),
+            demand: metrics.gauge(PREFILL_DEMAND, vec![Label::new(LABEL_POOL, pool.clone())]),
         }
     }
 }

@@ -43,6 +43,7 @@ const KNOWN_LABELS: &[&str] = &[
     "job",
     "decision",
     "exit",
+    "move",
     "instance",
 ];
 

@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use serde_json::json;
-use tokenmeter::config::{Affinity, BalanceLoad, Config, OnDeadline, PoolConfig, QueueConfig};
+use tokenmeter::config::{
+    Affinity, BalanceLoad, Config, OnDeadline, PoolConfig, PrefillHeavy, QueueConfig,
+};
 use tokenmeter::server::ServerHandle;
 use tokenmeter::testbed::sim::{self, SimConfig, SimHandle};
 use tokio::net::TcpListener;
@@ -97,7 +99,12 @@ async fn learns_each_replicas_speed_and_places_a_burst_by_predicted_headroom() {
     let slow = start_sim(4.0).await;
     let fast_label = fast.local_addr().to_string();
     let slow_label = slow.local_addr().to_string();
-    let proxy = start_proxy(proxy_config(&[&fast, &slow])).await;
+    // Placement by headroom alone: with prefill-heavy replicas designated, a 2 000-token prompt
+    // (a stall past 140 ms on the slow replica) would go to the slow one only once the fast one
+    // missed, which the last test covers.
+    let mut config = proxy_config(&[&fast, &slow]);
+    config.pools[0].prefill_heavy = Some(PrefillHeavy::Off);
+    let proxy = start_proxy(config).await;
     let addr = proxy.traffic_addr;
 
     // One at a time, prompts of 500 to 3 000 tokens: each replica's prefill rate is learned
@@ -280,4 +287,95 @@ async fn a_gated_pool_sheds_what_it_cannot_serve_in_time_or_sends_it_late() {
             "the queue is empty once every request has left it"
         );
     }
+}
+
+/// The prefill-heavy gauge of every backend of the pool, by backend.
+fn prefill_heavy(proxy: &ServerHandle) -> HashMap<String, f64> {
+    prom::find(
+        &proxy.metrics.render(),
+        "tokenmeter_backend_prefill_heavy",
+        &[("pool", POOL)],
+    )
+    .into_iter()
+    .filter_map(|sample| Some((sample.labels.get("backend")?.clone(), sample.value)))
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_designate_a_prefill_heavy_replica_and_chats_start_elsewhere() {
+    let sims = [
+        start_sim(1.0).await,
+        start_sim(1.0).await,
+        start_sim(1.0).await,
+    ];
+    let proxy = start_proxy(proxy_config(&[&sims[0], &sims[1], &sims[2]])).await;
+    let addr = proxy.traffic_addr;
+    // Four documents of 6 000 tokens, one after another: each prefills for about 0.3 s, a stall
+    // past 4 x 35 ms, so each is a long prompt; each takes longer than a refresh (250 ms), so
+    // the next one's placement designates from the demand the last ones made.
+    for n in 0..4 {
+        send(addr, 500 + n, 6_000).await;
+    }
+    let roles = prefill_heavy(&proxy);
+    assert_eq!(roles.len(), 3, "a gauge per backend: {roles:?}");
+    let designated: Vec<&String> = roles
+        .iter()
+        .filter(|(_, value)| **value == 1.0)
+        .map(|(backend, _)| backend)
+        .collect();
+    assert_eq!(
+        designated.len(),
+        1,
+        "one replica covers 4 documents in about a second: {roles:?}"
+    );
+    let designated = designated[0].clone();
+    let metrics = proxy.metrics.render();
+    let moves = |way: &str| {
+        prom::value(
+            &metrics,
+            "tokenmeter_prefill_heavy_moves_total",
+            &[("pool", POOL), ("move", way)],
+        )
+    };
+    assert_eq!(moves("in"), 1.0, "{metrics}");
+    assert_eq!(moves("out"), 0.0, "{metrics}");
+    let demand = prom::value(
+        &metrics,
+        "tokenmeter_prefill_demand_tokens_per_second",
+        &[("pool", POOL)],
+    );
+    assert!(
+        demand > 0.0 && demand < 24_000.0,
+        "the documents' tokens per second, averaged over a window: {demand}"
+    );
+    assert_eq!(
+        prom::value(
+            &metrics,
+            "tokenmeter_prediction_error_ratio_count",
+            &[("pool", POOL), ("kind", "gap")],
+        ),
+        4.0,
+        "each document's largest gap held against its prediction"
+    );
+    // Chats now, while documents have been coming more than one a second: each starts on a
+    // replica where no stall is expected, never on the designated one.
+    let before = served(&proxy);
+    for n in 0..6 {
+        send(addr, 600 + n, 100).await;
+    }
+    let after = served(&proxy);
+    let on = |label: &str| {
+        after.get(label).copied().unwrap_or(0.0) - before.get(label).copied().unwrap_or(0.0)
+    };
+    assert_eq!(
+        on(&designated),
+        0.0,
+        "no chat on the prefill-heavy replica: {before:?} -> {after:?}"
+    );
+    assert_eq!(
+        sims.iter()
+            .map(|sim| on(&sim.local_addr().to_string()))
+            .sum::<f64>(),
+        6.0
+    );
 }

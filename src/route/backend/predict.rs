@@ -161,6 +161,18 @@ impl LatencyModel {
         tokens as u64
     }
 
+    /// The prompt tokens per second the backend prefills at its learned rate (`1 / a₂`); the
+    /// priors' rate while the learned one is not positive.
+    pub(crate) fn prefill_rate(&self) -> f64 {
+        let per_thousand = self.ttft.theta()[2];
+        let per_thousand = if per_thousand > 0.0 {
+            per_thousand
+        } else {
+            TTFT_PRIOR[2]
+        };
+        1000.0 / per_thousand
+    }
+
     /// Predicted mean gap between tokens of the streams on a backend with `load` once a request
     /// asking `ask` joins them (its own included).
     pub fn tpot(&self, load: Load, ask: Ask) -> Duration {

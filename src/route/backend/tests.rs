@@ -1,4 +1,5 @@
 use super::*;
+use crate::upstream::BodyGuard;
 
 fn backend(url: &str) -> Arc<Backend> {
     let target = Target::from_url(url).expect("a target");

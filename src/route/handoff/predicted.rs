@@ -91,7 +91,7 @@ impl Handoff {
         let forecast = Forecast {
             local: prediction.ttft.saturating_sub(since_dispatch),
             remote_times_out: prefill.is_some_and(|prefill| prefill > handoff.prefill_timeout),
-            local_stalls: prediction.streams > 0 && stalls(here.stall, targets.tpot),
+            local_stalls: prediction.streams > 0 && stalls(here.stall, targets),
             remote,
             budget: targets
                 .ttft

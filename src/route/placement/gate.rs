@@ -78,6 +78,9 @@ const IDLE: Duration = Duration::from_secs(1);
 const DEFAULT_OUTPUT_TOKENS: u64 = 256;
 
 /// How a request leaves the gate.
+// One per gated request, moved once from the gate to the dispatch and never stored in bulk:
+// boxing the placement would add an allocation per request to save stack bytes for one call.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Admission {
     /// Placed on a backend predicted to meet both targets; `guard` already counts its load there,

@@ -71,7 +71,7 @@ impl FinishHook for SloHook {
         }
         let ttft = first_token.saturating_duration_since(dispatched);
         let tpot = request.figures.tpot;
-        slo.observed(&prediction, ttft, tpot);
+        slo.observed(&prediction, ttft, tpot, request.figures.max_gap);
         let backend = context
             .route
             .backend

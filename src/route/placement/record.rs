@@ -20,4 +20,14 @@ pub struct Prediction {
     pub ttft: Duration,
     /// Predicted mean gap between its tokens.
     pub tpot: Duration,
+    /// Predicted largest gap between its tokens: the mean, plus the stall the backend expected
+    /// a stream started there to meet ([`super::designate`]).
+    pub gap: Duration,
+}
+
+impl Prediction {
+    /// The prompt tokens the backend was expected to prefill: its prompt less what its cache held.
+    pub fn uncached_tokens(&self) -> u64 {
+        self.prompt_tokens.saturating_sub(self.cached_tokens)
+    }
 }

@@ -13,7 +13,7 @@ use crate::route::backend::predict::Outcome;
 use crate::route::backend::LoadGuard;
 use crate::route::health::{EjectPolicy, Fault};
 
-fn pool(n: usize) -> Members {
+pub(super) fn pool(n: usize) -> Members {
     let config = PoolConfig {
         name: "p".to_owned(),
         urls: (0..n)
@@ -29,12 +29,12 @@ fn slo() -> PoolSlo {
     let mut config = Config::default();
     config.slo.ttft = Duration::from_millis(800);
     config.slo.tpot = Duration::from_millis(35);
-    PoolSlo::new(0, "p", &config, None)
+    PoolSlo::new(0, "p", &config, false, None)
 }
 
 /// A pool of one backend per `(rate, base)`, each taught that it prefills `rate` tokens per
 /// second, after a `base` and with no other cost; decoding at 10 ms a token.
-fn taught(lessons: &[(f64, f64)]) -> Members {
+pub(super) fn taught(lessons: &[(f64, f64)]) -> Members {
     let pool = pool(lessons.len());
     for (backend, &(rate, base)) in pool.backends().iter().zip(lessons) {
         teach_curve(backend, rate, base, 13, |_| 0.010);

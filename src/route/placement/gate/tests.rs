@@ -38,7 +38,7 @@ fn fixture(ttft_target: Duration, queue: QueueConfig) -> Fixture {
     config.slo.ttft = ttft_target;
     config.slo.tpot = Duration::from_millis(35);
     let metrics = Metrics::new(&config).expect("default buckets");
-    let slo = Arc::new(PoolSlo::new(0, "p", &config, None));
+    let slo = Arc::new(PoolSlo::new(0, "p", &config, false, None));
     teach_curve(&pool.backends()[0], 10_000.0, 0.020, 13, |streams| {
         0.010 + 0.002 * (streams + 1) as f64
     });
