@@ -11,8 +11,8 @@
 #   A, BEFORE (15 s): the load alone;
 #   B, BURST (20 s): the load, and a second bench sending documents alone at twice the load's
 #      document rate (documents x3 for 20 s);
-#   C, AFTER (25 s): the load alone; KILL_AFTER (10 s) into it the replica designated first
-#      (prefill-heavy now, the fastest one; with no designation, 8101) is killed.
+#   C, AFTER (25 s): the load alone; KILL_AFTER (10 s) into it a replica is killed: one that was
+#      prefill-heavy as the burst ended (the first /metrics lists; with no designation, 8101).
 # Reported per set-up and phase: requests, errors, goodput (800 ms / 35 ms, vLLM's) and with the
 # gap target counted (SLO_MAX_GAP, 250 ms); and from the proxy's log, every designation move with
 # its time after the burst's start or the kill. Writes the `moving_seedN` part of

@@ -82,6 +82,16 @@ async fn try_send(proxy: SocketAddr, n: usize, tokens: usize) -> client::Streame
     client::post(proxy, CHAT, &body.to_string()).await
 }
 
+/// The value of the series `name` of the pool whose label `label` is `value`.
+fn pool_series(metrics: &str, name: &str, label: &str, value: &str) -> f64 {
+    prom::value(metrics, name, &[("pool", POOL), (label, value)])
+}
+
+/// Requests `label` served between two [`served`] readings.
+fn delta(label: &str, before: &HashMap<String, f64>, after: &HashMap<String, f64>) -> f64 {
+    after.get(label).copied().unwrap_or(0.0) - before.get(label).copied().unwrap_or(0.0)
+}
+
 /// Requests each replica served, by the proxy's counters.
 fn served(proxy: &ServerHandle) -> HashMap<String, f64> {
     let mut by_backend = HashMap::new();
@@ -119,10 +129,11 @@ async fn learns_each_replicas_speed_and_places_a_burst_by_predicted_headroom() {
     );
     let metrics = proxy.metrics.render();
     let counted = |kind: &str| {
-        prom::value(
+        pool_series(
             &metrics,
             "tokenmeter_prediction_error_ratio_count",
-            &[("pool", POOL), ("kind", kind)],
+            "kind",
+            kind,
         )
     };
     assert_eq!(
@@ -142,9 +153,6 @@ async fn learns_each_replicas_speed_and_places_a_burst_by_predicted_headroom() {
         send(addr, 100 + n, 2_000).await;
     }
     let after = served(&proxy);
-    let delta = |label: &str, a: &HashMap<String, f64>, b: &HashMap<String, f64>| {
-        b.get(label).copied().unwrap_or(0.0) - a.get(label).copied().unwrap_or(0.0)
-    };
     assert_eq!(
         delta(&fast_label, &before, &after),
         4.0,
@@ -237,13 +245,8 @@ async fn a_gated_pool_sheds_what_it_cannot_serve_in_time_or_sends_it_late() {
         let ok = statuses.iter().filter(|s| **s == 200).count() as f64;
         let shed = statuses.iter().filter(|s| **s == 429).count() as f64;
         let metrics = proxy.metrics.render();
-        let exits = |exit: &str| {
-            prom::value(
-                &metrics,
-                "tokenmeter_queue_exits_total",
-                &[("pool", POOL), ("exit", exit)],
-            )
-        };
+        let exits =
+            |exit: &str| pool_series(&metrics, "tokenmeter_queue_exits_total", "exit", exit);
         match on_deadline {
             OnDeadline::Shed => {
                 // Two fit (predicted ~0.4 s and ~0.8 s); a third is near the line, where the
@@ -331,10 +334,11 @@ async fn documents_designate_a_prefill_heavy_replica_and_chats_start_elsewhere()
     let designated = designated[0].clone();
     let metrics = proxy.metrics.render();
     let moves = |way: &str| {
-        prom::value(
+        pool_series(
             &metrics,
             "tokenmeter_prefill_heavy_moves_total",
-            &[("pool", POOL), ("move", way)],
+            "move",
+            way,
         )
     };
     assert_eq!(moves("in"), 1.0, "{metrics}");
@@ -349,10 +353,11 @@ async fn documents_designate_a_prefill_heavy_replica_and_chats_start_elsewhere()
         "the documents' tokens per second, averaged over a window: {demand}"
     );
     assert_eq!(
-        prom::value(
+        pool_series(
             &metrics,
             "tokenmeter_prediction_error_ratio_count",
-            &[("pool", POOL), ("kind", "gap")],
+            "kind",
+            "gap"
         ),
         4.0,
         "each document's largest gap held against its prediction"
@@ -364,9 +369,7 @@ async fn documents_designate_a_prefill_heavy_replica_and_chats_start_elsewhere()
         send(addr, 600 + n, 100).await;
     }
     let after = served(&proxy);
-    let on = |label: &str| {
-        after.get(label).copied().unwrap_or(0.0) - before.get(label).copied().unwrap_or(0.0)
-    };
+    let on = |label: &str| delta(label, &before, &after);
     assert_eq!(
         on(&designated),
         0.0,
