@@ -109,7 +109,7 @@ async fn serve(args: ServeArgs) -> Result<(), crate::BoxError> {
         pools = ?config
             .effective_pools()
             .iter()
-            .map(|pool| format!("{}={:?}", pool.name, pool.urls))
+            .map(|pool| format!("{}={:?} balance={:?}", pool.name, pool.urls, pool.balance))
             .collect::<Vec<_>>(),
         "tokenmeter serving"
     );

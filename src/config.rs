@@ -263,16 +263,26 @@ pub const SHIPPED: &str = include_str!("../config/tokenmeter.toml");
 
 impl Config {
     /// The pools requests are routed to: the configured ones, or the implicit `default` pool of
-    /// `upstream.urls` (so a sidecar config stays a one-liner).
+    /// `upstream.urls` (so a sidecar config stays a one-liner); each with `balance = "auto"`
+    /// resolved ([`PoolConfig::resolve_balance`]).
     pub fn effective_pools(&self) -> Vec<PoolConfig> {
-        if !self.pools.is_empty() {
-            return self.pools.clone();
+        let mut pools = if self.pools.is_empty() {
+            vec![PoolConfig {
+                name: DEFAULT_POOL.to_owned(),
+                urls: self.upstream.urls.clone(),
+                ..PoolConfig::default()
+            }]
+        } else {
+            self.pools.clone()
+        };
+        let prefill_pools: Vec<String> = pools
+            .iter()
+            .filter_map(|pool| Some(pool.handoff.as_ref()?.prefill_pool.clone()))
+            .collect();
+        for pool in &mut pools {
+            pool.balance = pool.resolve_balance(prefill_pools.contains(&pool.name));
         }
-        vec![PoolConfig {
-            name: DEFAULT_POOL.to_owned(),
-            urls: self.upstream.urls.clone(),
-            ..PoolConfig::default()
-        }]
+        pools
     }
 }
 

@@ -61,12 +61,18 @@ pub struct RoutingConfig {
     pub prediction_memory: u32,
 }
 
-/// How a pool chooses among its healthy backends (power of two choices on a load).
+/// How a pool chooses among its healthy backends (power of two choices on a load, or placement by
+/// predicted latency).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BalanceLoad {
-    /// Streams in flight (head to end of stream): what loads a decode replica.
+    /// The default: `slo` where there is a choice to make, `prompt_tokens` in a handoff's prefill
+    /// pool, `streams` in a pool of one backend (see [`PoolConfig::resolve_balance`]).
+    /// [`Config::effective_pools`](super::Config::effective_pools) resolves it, so no pool runs
+    /// with it.
     #[default]
+    Auto,
+    /// Streams in flight (head to end of stream): what loads a decode replica.
     Streams,
     /// Prompt tokens sent and not yet past their first response byte: what queues on a prefill
     /// replica.
@@ -143,6 +149,34 @@ pub enum PrefillHeavy {
 }
 
 impl PoolConfig {
+    /// The policy `balance = "auto"` stands for in this pool; any other value stands for itself.
+    /// - `prompt_tokens` in the prefill pool of another pool's handoff (`prefill_pool`): every
+    ///   prompt there is long, and what queues on a prefill replica is its prompt tokens;
+    /// - `streams` in a pool with a header affinity (`header:<name>`): a session's home is a
+    ///   promise `slo` does not keep (its placement weighs prompt caches, which only a prefix
+    ///   affinity knows);
+    /// - `slo` (latency-predicting placement, prefill-heavy replicas designated from the load) in
+    ///   a pool that may have several backends (two or more `urls`, or `dns`), or that sets what
+    ///   only `slo` reads (`queue`, `prefill_heavy`): the one policy that kept both TTFT and the
+    ///   chats' gaps on the mixed fleet (docs/routing.md, "Which policy");
+    /// - `streams` in a pool of one backend, where there is nothing to choose.
+    pub fn resolve_balance(&self, prefill_pool: bool) -> BalanceLoad {
+        if self.balance != BalanceLoad::Auto {
+            return self.balance;
+        }
+        if self.queue.is_some() || self.prefill_heavy.is_some() {
+            BalanceLoad::Slo
+        } else if prefill_pool {
+            BalanceLoad::PromptTokens
+        } else if matches!(self.affinity, Affinity::Header(_)) {
+            BalanceLoad::Streams
+        } else if self.urls.len() >= 2 || self.dns.is_some() {
+            BalanceLoad::Slo
+        } else {
+            BalanceLoad::Streams
+        }
+    }
+
     /// Whether the pool designates prefill-heavy replicas: a `balance = "slo"` pool without a
     /// handoff, unless `prefill_heavy = "off"`.
     pub fn designates(&self) -> bool {

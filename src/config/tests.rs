@@ -573,7 +573,7 @@ fn a_pool_queue_parses_and_needs_slo_balancing_and_room() {
     );
     assert_eq!(queue.tenant_header, None);
     assert_eq!(
-        invalid_key(&format!("{pool}[pools.queue]\n")),
+        invalid_key(&format!("{pool}balance = \"streams\"\n[pools.queue]\n")),
         "pools[0].queue"
     );
     assert_eq!(
@@ -603,19 +603,86 @@ fn prefill_heavy_is_auto_in_an_slo_pool_off_on_request_and_refused_elsewhere() {
         Some(crate::config::PrefillHeavy::Off)
     );
     assert!(!off.pools[0].designates());
-    let streams = Config::from_toml(pool).expect("parses");
+    let streams = Config::from_toml(&format!("{pool}balance = \"streams\"\n")).expect("parses");
     assert!(
-        !streams.pools[0].designates(),
+        !streams.effective_pools()[0].designates(),
         "only an slo pool designates"
     );
     assert_eq!(
-        invalid_key(&format!("{pool}prefill_heavy = \"auto\"\n")),
+        invalid_key(&format!(
+            "{pool}balance = \"streams\"\nprefill_heavy = \"auto\"\n"
+        )),
         "pools[0].prefill_heavy"
     );
     let unknown = refused(&format!(
         "{pool}balance = \"slo\"\nprefill_heavy = \"always\"\n"
     ));
     assert!(unknown.contains("prefill_heavy"), "{unknown}");
+}
+
+#[test]
+fn balance_auto_places_by_prediction_where_there_is_a_choice() {
+    let balance = |text: &str| {
+        let config = Config::from_toml(text).unwrap_or_else(|err| panic!("{text}: {err}"));
+        config
+            .effective_pools()
+            .iter()
+            .map(|pool| (pool.name.clone(), pool.balance, pool.designates()))
+            .collect::<Vec<_>>()
+    };
+    let one = "[[pools]]\nname = \"one\"\nurls = [\"http://a:1\"]\n";
+    let two = "[[pools]]\nname = \"two\"\nurls = [\"http://a:1\", \"http://b:1\"]\n";
+    let dns = "[[pools]]\nname = \"dns\"\ndns = \"vllm.ns.svc:8000\"\n";
+    assert_eq!(
+        balance(&format!("{one}{two}{dns}")),
+        [
+            ("one".to_owned(), BalanceLoad::Streams, false),
+            ("two".to_owned(), BalanceLoad::Slo, true),
+            ("dns".to_owned(), BalanceLoad::Slo, true),
+        ],
+        "one backend: nothing to choose; several, or as many as DNS gives: slo, designating"
+    );
+    assert_eq!(
+        balance(&format!("{one}[pools.queue]\n")),
+        [("one".to_owned(), BalanceLoad::Slo, true)],
+        "a queue asks for slo"
+    );
+    assert_eq!(
+        balance(&format!("{two}affinity = \"header:x-session-id\"\n")),
+        [("two".to_owned(), BalanceLoad::Streams, false)],
+        "a session header's home is kept by streams, which slo would not keep"
+    );
+    assert_eq!(
+        balance(&format!("{two}affinity = \"prefix\"\n")),
+        [("two".to_owned(), BalanceLoad::Slo, true)],
+        "slo weighs the prefix index's cached tokens"
+    );
+    assert_eq!(
+        balance(&format!("{two}balance = \"streams\"\n")),
+        [("two".to_owned(), BalanceLoad::Streams, false)],
+        "a balance given is kept"
+    );
+    let handoff = format!(
+        "{two}[pools.handoff]\nprefill_pool = \"prefill\"\n\
+         [[pools]]\nname = \"prefill\"\nurls = [\"http://p:1\", \"http://p:2\"]\n"
+    );
+    assert_eq!(
+        balance(&handoff),
+        [
+            ("two".to_owned(), BalanceLoad::Slo, false),
+            ("prefill".to_owned(), BalanceLoad::PromptTokens, false),
+        ],
+        "a handoff's prefill pool queues prompt tokens; its decode pool places, without designating"
+    );
+    let mut sidecar = Config::default();
+    sidecar.upstream.urls = vec!["http://a:1".into(), "http://b:1".into()];
+    assert_eq!(sidecar.effective_pools()[0].balance, BalanceLoad::Slo);
+    assert_eq!(Config::default().pools.len(), 0);
+    assert_eq!(
+        Config::default().effective_pools()[0].balance,
+        BalanceLoad::Streams,
+        "the shipped default: one upstream"
+    );
 }
 
 /// `tokenmeter.toml` of a Kubernetes ConfigMap: the block scalar under the key, dedented.

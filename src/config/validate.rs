@@ -235,14 +235,16 @@ impl Config {
                     "must be at least 64",
                 ));
             }
-            if pool.prefill_heavy.is_some() && pool.balance != BalanceLoad::Slo {
+            // As `auto` resolved (it resolves to `slo` where `queue` or `prefill_heavy` is set).
+            let balance = pools[i].balance;
+            if pool.prefill_heavy.is_some() && balance != BalanceLoad::Slo {
                 return Err(invalid(
                     format!("pools[{i}].prefill_heavy"),
                     "needs balance = \"slo\" (the designation weighs the replicas' learned prefill rates)",
                 ));
             }
             if let Some(queue) = &pool.queue {
-                if pool.balance != BalanceLoad::Slo {
+                if balance != BalanceLoad::Slo {
                     return Err(invalid(
                         format!("pools[{i}].queue"),
                         "needs balance = \"slo\" (the queue holds requests no backend is predicted to serve in time)",

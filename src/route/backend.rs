@@ -162,9 +162,11 @@ impl Backend {
     pub fn score(&self, kind: BalanceLoad) -> f64 {
         let load = match kind {
             BalanceLoad::PromptTokens => self.queued_tokens() as f64,
-            BalanceLoad::Streams | BalanceLoad::RoundRobin | BalanceLoad::Slo => {
-                self.streams() as f64
-            }
+            // `Auto` is resolved before a pool is built; were it not, streams is its fallback.
+            BalanceLoad::Auto
+            | BalanceLoad::Streams
+            | BalanceLoad::RoundRobin
+            | BalanceLoad::Slo => self.streams() as f64,
         };
         let waiting = self.waiting.load(Ordering::Relaxed) as f64;
         let kv = f64::from_bits(self.kv_usage.load(Ordering::Relaxed));

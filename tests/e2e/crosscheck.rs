@@ -4,6 +4,7 @@
 use crate::support;
 use std::time::Duration;
 
+use tokenmeter::config::{BalanceLoad, PoolConfig};
 use tokenmeter::testbed::bench::{
     self, Arrival, ArrivalProcess, Endpoint, LoadMode, LoadSpec, Stop, Workload,
 };
@@ -47,10 +48,17 @@ async fn replica() -> sim::SimHandle {
 async fn proxy_metrics_equal_what_bench_saw() {
     let replicas = [replica().await, replica().await];
     let mut config = config_for(&format!("http://{}", replicas[0].local_addr()));
-    config
-        .upstream
-        .urls
-        .push(format!("http://{}", replicas[1].local_addr()));
+    // Least streams, so that both replicas serve a share this test can assert (`auto` would
+    // place by predicted latency, and may keep most on one).
+    config.pools = vec![PoolConfig {
+        name: "default".to_owned(),
+        urls: replicas
+            .iter()
+            .map(|r| format!("http://{}", r.local_addr()))
+            .collect(),
+        balance: BalanceLoad::Streams,
+        ..PoolConfig::default()
+    }];
     let proxy = start_proxy(config).await;
 
     for (endpoint, operation) in [

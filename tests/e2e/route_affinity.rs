@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use serde_json::{json, Value};
-use tokenmeter::config::{Affinity, Config, PoolConfig};
+use tokenmeter::config::{Affinity, BalanceLoad, Config, PoolConfig};
 use tokenmeter::server::ServerHandle;
 use tokenmeter::testbed::sim::{self, SimConfig, SimHandle};
 use tokio::net::TcpListener;
@@ -39,6 +39,10 @@ fn proxy_config(sims: &[SimHandle], affinity: &str) -> Config {
             .map(|sim| format!("http://{}", sim.local_addr()))
             .collect(),
         affinity: Affinity::parse(affinity).expect("valid affinity"),
+        // Two gateways that share nothing agree on a conversation's home under power of two
+        // choices; `slo` (`auto`'s choice for a prefix affinity) weighs what each one's own index
+        // saw, and agreeing across gateways is #40's.
+        balance: BalanceLoad::Streams,
         ..PoolConfig::default()
     }];
     config.validate().expect("valid config");

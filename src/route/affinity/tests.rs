@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::config::{Config, PoolConfig};
+use crate::config::{BalanceLoad, Config, PoolConfig};
 use crate::context::RequestContext;
 use crate::meter::record::Generation;
 use crate::metrics::Metrics;
@@ -25,6 +25,10 @@ fn config(affinity: &str, edit: impl FnOnce(&mut PoolConfig)) -> Config {
             .map(|i| format!("http://127.0.0.1:{}", 9100 + i))
             .collect(),
         affinity: Affinity::parse(affinity).expect("a valid affinity"),
+        // The affinity's own load bound, with power of two choices behind it; a `slo` pool
+        // (`auto`'s choice here) weighs the cached tokens in its predictions instead, which
+        // route::placement's tests cover.
+        balance: BalanceLoad::Streams,
         ..PoolConfig::default()
     };
     edit(&mut pool);

@@ -14,7 +14,10 @@
 //!   tokens and prompts per second ([`DEMAND_WINDOW`]).
 //! - **Supply.** Each replica prefills at the rate its latency model learned (`1 / a₂`; the
 //!   priors' 20 000 tokens/s before it learned one).
-//! - **Designation.** The fastest replica is designated at the first long prompt. Another is
+//! - **Designation.** The fastest replica is designated at the first long prompt (between equals,
+//!   one already prefilling a long prompt, whose streams meet that stall anyway: in the demo the
+//!   first document went to one replica and the designation took the other, and the chats
+//!   started on it met the second document). Another is
 //!   designated only once the demand exceeds [`HIGH`] (all) of the designated replicas' rate: the
 //!   slowest replica that covers the shortfall, else the fastest left. Below that rate their queue
 //!   stays bounded, and what waiting there is falls on the long prompts (one request each, held to
@@ -29,12 +32,15 @@
 //!   at once, a lull does not undo it. One replica is always left to the chats; a pool with no
 //!   long prompt for [`FORGET`] has none designated. A replica that fails (ejected, or gone from
 //!   DNS) loses its role at the next refresh, and the demand designates another. While one
-//!   replica is designated, one [`SWAP`] times as fast takes its place: a cold pool designates by
+//!   replica is designated, one [`pick::SWAP`] times as fast takes its place: a cold pool designates by
 //!   the priors, which rate every replica alike.
 //! - **Expected stall.** A designated replica takes, on average, `prompts per second / designated`
-//!   long prompts; when a stream started on it would likely meet one before it ends (at least half
-//!   a long prompt within [`STREAM_LIFE`]), its expected stall is the mean long prompt's prefill at
-//!   its rate. The placement reads it: a chat prefers a replica that expects none (so a designated
+//!   long prompts; when a stream started on it may well meet one before it ends (at least
+//!   [`LIKELY`] long prompts within [`STREAM_LIFE`]), its expected stall is the mean long prompt's
+//!   prefill at its rate. The rate it reads is the larger of the demand's and a slower one
+//!   ([`SPARSE_WINDOW`]): documents a few seconds apart leave the 2 s rate near zero between
+//!   them, and the chats placed there in the lull met the next one (the demo: 42 of 109 chats on
+//!   the designated replica, 12 of them stalled). The placement reads it: a chat prefers a replica that expects none (so a designated
 //!   replica takes chats while documents are rare, or when the others cannot meet the targets),
 //!   and a long prompt goes only to a designated replica or to one with no stream to stall.
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +52,9 @@ use tokio::time::Instant;
 use crate::route::backend::Backend;
 use crate::route::members::Members;
 use crate::route::series::SloMetrics;
+
+mod pick;
+use pick::{capacity, heavy, strongest, sufficient, swap, weakest, Replica};
 
 /// How often the designation looks again (at the first placement after it is due).
 pub const REFRESH: Duration = Duration::from_millis(250);
@@ -65,15 +74,12 @@ pub const FORGET: Duration = Duration::from_secs(30);
 /// About a chat's life (150 tokens at 15 ms): what the expected stall looks ahead.
 pub const STREAM_LIFE: Duration = Duration::from_secs(2);
 /// A stream started on a designated replica is expected to meet a long prompt's prefill when at
-/// least this many are expected there within [`STREAM_LIFE`].
-const LIKELY: f64 = 0.5;
-/// A replica at least this many times as fast as a designated one takes its place ([`swap`]):
-/// well past the learned rates' noise between replicas of one kind.
-const SWAP: f64 = 1.5;
-/// Replicas whose prefill rates are within this factor are equally fast: between them, the one
-/// with fewer streams is designated first (fewer chats to stall), the one with more let go first.
-const SAME_RATE: f64 = 1.1;
-
+/// least this many are expected there within [`STREAM_LIFE`]: about a one-in-ten chance, which
+/// is worth a chat's going to a replica with none expected, as long as that one meets its targets.
+pub const LIKELY: f64 = 0.1;
+/// The time constant of the slower rate of long prompts the expected stall also reads: long
+/// enough to see one document every 20 s, as [`FORGET`] is.
+pub const SPARSE_WINDOW: Duration = Duration::from_secs(30);
 /// One pool's designation.
 #[derive(Debug)]
 pub struct Designation {
@@ -93,20 +99,12 @@ pub(crate) struct Demand {
     /// Uncached prompt tokens and long prompts per second.
     pub tokens: f64,
     pub prompts: f64,
+    /// Long prompts per second over [`SPARSE_WINDOW`], and the weight its looks so far carry (it
+    /// starts from nothing: until a window has passed, the rate is this over that weight).
+    sparse_prompts: f64,
+    sparse_weight: f64,
     last_long: Option<Instant>,
     low_since: Option<Instant>,
-}
-
-/// One available backend as the designation weighs it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Replica {
-    /// Prompt tokens per second it prefills.
-    pub rate: f64,
-    pub streams: u64,
-    /// Prefill-heavy: before the step, as it was; after, as it is now.
-    pub heavy: bool,
-    /// The stall a stream started on it is expected to meet (set by the step).
-    pub expected_stall: Duration,
 }
 
 impl Designation {
@@ -162,6 +160,7 @@ impl Designation {
                 replicas.push(Replica {
                     rate: backend.prefill_rate(),
                     streams: backend.streams(),
+                    prefilling: backend.stalling(now),
                     heavy: role.prefill_heavy(),
                     expected_stall: Duration::ZERO,
                 });
@@ -233,6 +232,8 @@ impl Demand {
             let window = DEMAND_WINDOW.as_secs_f64();
             self.tokens = tokens as f64 / window;
             self.prompts = prompts as f64 / window;
+            self.sparse_weight = 1.0 - (-window / SPARSE_WINDOW.as_secs_f64()).exp();
+            self.sparse_prompts = self.prompts * self.sparse_weight;
             return;
         };
         let span = now.saturating_duration_since(last).as_secs_f64();
@@ -242,6 +243,19 @@ impl Demand {
         let kept = (-span / DEMAND_WINDOW.as_secs_f64()).exp();
         self.tokens = self.tokens * kept + tokens as f64 / span * (1.0 - kept);
         self.prompts = self.prompts * kept + prompts as f64 / span * (1.0 - kept);
+        let kept = (-span / SPARSE_WINDOW.as_secs_f64()).exp();
+        self.sparse_prompts = self.sparse_prompts * kept + prompts as f64 / span * (1.0 - kept);
+        self.sparse_weight = self.sparse_weight * kept + (1.0 - kept);
+    }
+
+    /// Long prompts per second over [`SPARSE_WINDOW`] (over the time measured, while that is
+    /// shorter).
+    pub(crate) fn sparse_prompts(&self) -> f64 {
+        if self.sparse_weight > 0.0 {
+            self.sparse_prompts / self.sparse_weight
+        } else {
+            0.0
+        }
     }
 
     /// Designates among the available `replicas` (see the module docs) and sets each one's
@@ -309,8 +323,9 @@ impl Demand {
     /// designated replica likely to take one within a stream's life.
     fn expect(&self, replicas: &mut [Replica]) {
         let designated = heavy(replicas);
-        let likely = designated > 0
-            && self.prompts / designated as f64 * STREAM_LIFE.as_secs_f64() >= LIKELY;
+        let prompts = self.prompts.max(self.sparse_prompts());
+        let likely =
+            designated > 0 && prompts / designated as f64 * STREAM_LIFE.as_secs_f64() >= LIKELY;
         let mean = if self.prompts > 0.0 {
             self.tokens / self.prompts
         } else {
@@ -324,74 +339,6 @@ impl Demand {
             };
         }
     }
-}
-
-/// Trades the slowest designated replica for the fastest other one when that is at least
-/// [`SWAP`] times as fast: a cold pool designates by the priors, which rate every replica alike,
-/// and a replica that slowed down (a noisy neighbour) should not keep the documents.
-fn swap(replicas: &mut [Replica]) {
-    if heavy(replicas) != 1 {
-        return;
-    }
-    let (Some(weakest), Some(strongest)) = (weakest(replicas), strongest(replicas)) else {
-        return;
-    };
-    if replicas[strongest].rate >= SWAP * replicas[weakest].rate {
-        replicas[weakest].heavy = false;
-        replicas[strongest].heavy = true;
-    }
-}
-
-fn heavy(replicas: &[Replica]) -> usize {
-    replicas.iter().filter(|r| r.heavy).count()
-}
-
-/// The designated replicas' prefill rate, tokens per second.
-fn capacity(replicas: &[Replica]) -> f64 {
-    replicas.iter().filter(|r| r.heavy).map(|r| r.rate).sum()
-}
-
-/// The slowest replica not designated that prefills `short` tokens per second, the fewest
-/// streams between equals: what covers the demand and takes the least from the chats.
-fn sufficient(replicas: &[Replica], short: f64) -> Option<usize> {
-    replicas
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| !r.heavy && r.rate >= short)
-        .min_by(|(_, a), (_, b)| a.rate.total_cmp(&b.rate).then(a.streams.cmp(&b.streams)))
-        .map(|(k, _)| k)
-}
-
-/// The replica to designate next: among the fastest not designated (within [`SAME_RATE`]), the
-/// one with the fewest streams.
-fn strongest(replicas: &[Replica]) -> Option<usize> {
-    let fastest = replicas
-        .iter()
-        .filter(|r| !r.heavy)
-        .map(|r| r.rate)
-        .fold(f64::NAN, f64::max);
-    replicas
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| !r.heavy && r.rate * SAME_RATE >= fastest)
-        .min_by_key(|(_, r)| r.streams)
-        .map(|(k, _)| k)
-}
-
-/// The designated replica to let go first: among the slowest designated (within
-/// [`SAME_RATE`]), the one with the most streams (it already serves chats).
-fn weakest(replicas: &[Replica]) -> Option<usize> {
-    let slowest = replicas
-        .iter()
-        .filter(|r| r.heavy)
-        .map(|r| r.rate)
-        .fold(f64::NAN, f64::min);
-    replicas
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.heavy && r.rate <= slowest * SAME_RATE)
-        .max_by_key(|(_, r)| r.streams)
-        .map(|(k, _)| k)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use crate::config::Config;
+use crate::config::{BalanceLoad, Config};
 use crate::testbed::bench::{
     self, Arrival, LoadMode, LoadSpec, PointReport, Progress, Slo, Stop, Workload,
 };
@@ -141,8 +141,10 @@ pub async fn run_quiet(args: &DemoArgs, chatty: bool) -> Result<DemoOutcome, cra
     if chatty {
         let layout = if args.routed {
             "prefill + decode, routed by config/examples/pools.toml"
+        } else if config.effective_pools()[0].balance == BalanceLoad::Slo {
+            "placed by predicted latency, balance = \"auto\""
         } else {
-            "balanced by streams in flight"
+            "one replica, balance = \"auto\""
         };
         crate::stdout::print(format_args!(
             "tokenmeter demo: {} simulated replica(s) ({}, time scale {}; {layout}) at {}\n\

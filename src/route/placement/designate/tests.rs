@@ -19,6 +19,7 @@ fn replicas(of: &[(f64, u64)]) -> Vec<Replica> {
         .map(|&(rate, streams)| Replica {
             rate,
             streams,
+            prefilling: false,
             heavy: false,
             expected_stall: Duration::ZERO,
         })
@@ -171,11 +172,78 @@ fn a_designated_replica_expects_a_stall_only_where_long_prompts_come_often() {
         ],
         "8 000 tokens at 20 000 and 10 000 a second"
     );
-    // One document every ten seconds: 0.2 within a stream's life, so a chat may start there.
+    // One document every 40 s: 0.05 within a stream's life, so a chat may start there.
     let mut fleet = replicas(&[(20_000.0, 0), (20_000.0, 0)]);
-    demand(800.0, 0.1, now).step(&mut fleet, now);
+    demand(200.0, 0.025, now).step(&mut fleet, now);
     assert_eq!(heavy(&fleet), [true, false]);
     assert!(fleet.iter().all(|r| r.expected_stall.is_zero()));
+}
+
+#[test]
+fn between_equals_the_replica_already_prefilling_a_long_prompt_is_designated() {
+    let now = Instant::now();
+    let mut fleet = replicas(&[(20_000.0, 0), (20_000.0, 2), (19_000.0, 3)]);
+    demand(8_000.0, 1.0, now).step(&mut fleet, now);
+    assert_eq!(heavy(&fleet), [true, false, false], "the fewest streams");
+    let mut fleet = replicas(&[(20_000.0, 0), (20_000.0, 2), (19_000.0, 3)]);
+    fleet[2].prefilling = true;
+    demand(8_000.0, 1.0, now).step(&mut fleet, now);
+    assert_eq!(
+        heavy(&fleet),
+        [false, false, true],
+        "its chats meet the stall anyway"
+    );
+    let mut fleet = replicas(&[(40_000.0, 0), (20_000.0, 3)]);
+    fleet[1].prefilling = true;
+    demand(8_000.0, 1.0, now).step(&mut fleet, now);
+    assert_eq!(heavy(&fleet), [true, false], "not one twice as slow");
+}
+
+#[test]
+fn the_slow_rate_is_the_rate_so_far_until_its_window_has_passed() {
+    let start = Instant::now();
+    let mut measured = Demand::default();
+    measured.measure(start, 0, 0);
+    // Two documents in the next 10 s, at 4 s and 8 s.
+    let mut at = start;
+    for look in 1..=40 {
+        at += REFRESH;
+        let document = look % 16 == 0;
+        measured.measure(at, if document { 8_000 } else { 0 }, u64::from(document));
+    }
+    let sparse = measured.sparse_prompts();
+    assert!(sparse > 0.15 && sparse < 0.25, "about 2 in 10 s: {sparse}");
+}
+
+#[test]
+fn documents_seconds_apart_keep_their_stall_expected_between_them() {
+    // A document of 8 000 tokens every 8 s for two minutes, looked at every 250 ms.
+    let start = Instant::now();
+    let mut measured = Demand::default();
+    let mut fleet = replicas(&[(20_000.0, 0), (20_000.0, 0)]);
+    let mut at = start;
+    for look in 1..=479 {
+        at += REFRESH;
+        let document = look % 32 == 0;
+        measured.measure(at, if document { 8_000 } else { 0 }, u64::from(document));
+        measured.step(&mut fleet, at);
+    }
+    // The last look came 7.75 s after the last document: the 2 s rate has all but forgotten it,
+    assert!(
+        measured.prompts * STREAM_LIFE.as_secs_f64() < LIKELY,
+        "{}",
+        measured.prompts
+    );
+    // the slow one has not (one per 8 s, a quarter of its window's decay since the last).
+    let sparse = measured.sparse_prompts();
+    assert!(sparse > 0.1 && sparse < 0.15, "{sparse}");
+    assert_eq!(heavy(&fleet), [true, false]);
+    assert_eq!(
+        fleet[0].expected_stall,
+        Duration::from_millis(400),
+        "8 000 tokens at 20 000 a second, still expected"
+    );
+    assert_eq!(fleet[1].expected_stall, Duration::ZERO);
 }
 
 #[test]

@@ -1,0 +1,94 @@
+//! A replica as the designation weighs it, and which one goes in or out: the fastest first, the
+//! slowest that covers a shortfall, the slowest let go first, and the swap that corrects a cold
+//! pool.
+use std::time::Duration;
+
+/// A replica at least this many times as fast as a designated one takes its place ([`swap`]):
+/// well past the learned rates' noise between replicas of one kind.
+pub(super) const SWAP: f64 = 1.5;
+/// Replicas whose prefill rates are within this factor are equally fast: between them, one already
+/// prefilling a long prompt is designated first, then the one with fewer streams (fewer chats to
+/// stall); the one with more streams is let go first.
+pub(super) const SAME_RATE: f64 = 1.1;
+
+/// One available backend as the designation weighs it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Replica {
+    /// Prompt tokens per second it prefills.
+    pub rate: f64,
+    pub streams: u64,
+    /// It is prefilling a long prompt now (marked stalling): its streams meet that stall anyway.
+    pub prefilling: bool,
+    /// Prefill-heavy: before the step, as it was; after, as it is now.
+    pub heavy: bool,
+    /// The stall a stream started on it is expected to meet (set by the step).
+    pub expected_stall: Duration,
+}
+
+/// Trades the slowest designated replica for the fastest other one when that is at least
+/// [`SWAP`] times as fast: a cold pool designates by the priors, which rate every replica alike,
+/// and a replica that slowed down (a noisy neighbour) should not keep the documents.
+pub(super) fn swap(replicas: &mut [Replica]) {
+    if heavy(replicas) != 1 {
+        return;
+    }
+    let (Some(weakest), Some(strongest)) = (weakest(replicas), strongest(replicas)) else {
+        return;
+    };
+    if replicas[strongest].rate >= SWAP * replicas[weakest].rate {
+        replicas[weakest].heavy = false;
+        replicas[strongest].heavy = true;
+    }
+}
+
+pub(super) fn heavy(replicas: &[Replica]) -> usize {
+    replicas.iter().filter(|r| r.heavy).count()
+}
+
+/// The designated replicas' prefill rate, tokens per second.
+pub(super) fn capacity(replicas: &[Replica]) -> f64 {
+    replicas.iter().filter(|r| r.heavy).map(|r| r.rate).sum()
+}
+
+/// The slowest replica not designated that prefills `short` tokens per second, the fewest
+/// streams between equals: what covers the demand and takes the least from the chats.
+pub(super) fn sufficient(replicas: &[Replica], short: f64) -> Option<usize> {
+    replicas
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.heavy && r.rate >= short)
+        .min_by(|(_, a), (_, b)| a.rate.total_cmp(&b.rate).then(a.streams.cmp(&b.streams)))
+        .map(|(k, _)| k)
+}
+
+/// The replica to designate next: among the fastest not designated (within [`SAME_RATE`]), one
+/// prefilling a long prompt already, then the one with the fewest streams.
+pub(super) fn strongest(replicas: &[Replica]) -> Option<usize> {
+    let fastest = replicas
+        .iter()
+        .filter(|r| !r.heavy)
+        .map(|r| r.rate)
+        .fold(f64::NAN, f64::max);
+    replicas
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !r.heavy && r.rate * SAME_RATE >= fastest)
+        .min_by_key(|(_, r)| (!r.prefilling, r.streams))
+        .map(|(k, _)| k)
+}
+
+/// The designated replica to let go first: among the slowest designated (within
+/// [`SAME_RATE`]), the one with the most streams (it already serves chats).
+pub(super) fn weakest(replicas: &[Replica]) -> Option<usize> {
+    let slowest = replicas
+        .iter()
+        .filter(|r| r.heavy)
+        .map(|r| r.rate)
+        .fold(f64::NAN, f64::min);
+    replicas
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.heavy && r.rate <= slowest * SAME_RATE)
+        .max_by_key(|(_, r)| r.streams)
+        .map(|(k, _)| k)
+}
