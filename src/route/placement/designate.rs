@@ -54,7 +54,7 @@ use crate::route::members::Members;
 use crate::route::series::SloMetrics;
 
 mod pick;
-use pick::{capacity, heavy, strongest, sufficient, swap, weakest, Replica};
+use pick::{capacity, first, heavy, strongest, sufficient, swap, weakest, Replica};
 
 /// How often the designation looks again (at the first placement after it is due).
 pub const REFRESH: Duration = Duration::from_millis(250);
@@ -280,8 +280,8 @@ impl Demand {
             replicas[weakest].heavy = false;
         }
         if heavy(replicas) == 0 {
-            if let Some(strongest) = strongest(replicas) {
-                replicas[strongest].heavy = true;
+            if let Some(first) = first(replicas) {
+                replicas[first].heavy = true;
             }
         }
         while heavy(replicas) < most && self.tokens > HIGH * capacity(replicas) {

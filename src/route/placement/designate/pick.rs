@@ -6,9 +6,9 @@ use std::time::Duration;
 /// A replica at least this many times as fast as a designated one takes its place ([`swap`]):
 /// well past the learned rates' noise between replicas of one kind.
 pub(super) const SWAP: f64 = 1.5;
-/// Replicas whose prefill rates are within this factor are equally fast: between them, one already
-/// prefilling a long prompt is designated first, then the one with fewer streams (fewer chats to
-/// stall); the one with more streams is let go first.
+/// Replicas whose prefill rates are within this factor are equally fast: between them, the one
+/// with fewer streams is designated first (fewer chats to stall; [`first`]: one already
+/// prefilling a long prompt before that), the one with more let go first.
 pub(super) const SAME_RATE: f64 = 1.1;
 
 /// One available backend as the designation weighs it.
@@ -61,8 +61,21 @@ pub(super) fn sufficient(replicas: &[Replica], short: f64) -> Option<usize> {
         .map(|(k, _)| k)
 }
 
-/// The replica to designate next: among the fastest not designated (within [`SAME_RATE`]), one
-/// prefilling a long prompt already, then the one with the fewest streams.
+/// The first replica to designate: among the fastest (within [`SAME_RATE`]), one prefilling a
+/// long prompt already (the one that came before any replica was designated: its streams meet
+/// that stall anyway), then the one with the fewest streams.
+pub(super) fn first(replicas: &[Replica]) -> Option<usize> {
+    let fastest = replicas.iter().map(|r| r.rate).fold(f64::NAN, f64::max);
+    replicas
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.rate * SAME_RATE >= fastest)
+        .min_by_key(|(_, r)| (!r.prefilling, r.streams))
+        .map(|(k, _)| k)
+}
+
+/// The replica to designate next: among the fastest not designated (within [`SAME_RATE`]), the
+/// one with the fewest streams.
 pub(super) fn strongest(replicas: &[Replica]) -> Option<usize> {
     let fastest = replicas
         .iter()
@@ -73,7 +86,7 @@ pub(super) fn strongest(replicas: &[Replica]) -> Option<usize> {
         .iter()
         .enumerate()
         .filter(|(_, r)| !r.heavy && r.rate * SAME_RATE >= fastest)
-        .min_by_key(|(_, r)| (!r.prefilling, r.streams))
+        .min_by_key(|(_, r)| r.streams)
         .map(|(k, _)| k)
 }
 

@@ -180,7 +180,7 @@ fn a_designated_replica_expects_a_stall_only_where_long_prompts_come_often() {
 }
 
 #[test]
-fn between_equals_the_replica_already_prefilling_a_long_prompt_is_designated() {
+fn the_first_designation_takes_the_replica_already_prefilling_between_equals() {
     let now = Instant::now();
     let mut fleet = replicas(&[(20_000.0, 0), (20_000.0, 2), (19_000.0, 3)]);
     demand(8_000.0, 1.0, now).step(&mut fleet, now);
