@@ -390,6 +390,10 @@ async fn prefix_affinity_keeps_each_session_on_its_server() {
         name: "chat".to_owned(),
         urls: vec![first.url.clone(), second.url.clone()],
         affinity: tokenmeter::config::Affinity::Prefix,
+        // The affinity's promise, under power of two choices. `auto` would place by prediction
+        // (`slo`), where a cached prefix is a weight, and an unproven server is explored with the
+        // next turn while the models are young: eighteen requests never get past that.
+        balance: tokenmeter::config::BalanceLoad::Streams,
         ..tokenmeter::config::PoolConfig::default()
     }];
     config.validate().expect("valid config");
