@@ -67,7 +67,8 @@ pub struct RoutingConfig {
 #[serde(rename_all = "snake_case")]
 pub enum BalanceLoad {
     /// The default: `slo` where there is a choice to make, `prompt_tokens` in a handoff's prefill
-    /// pool, `streams` in a pool of one backend (see [`PoolConfig::resolve_balance`]).
+    /// pool, `streams` in a pool of one backend or with a header affinity (see
+    /// [`PoolConfig::resolve_balance`]).
     /// [`Config::effective_pools`](super::Config::effective_pools) resolves it, so no pool runs
     /// with it.
     #[default]
