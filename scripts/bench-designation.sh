@@ -13,12 +13,15 @@
 #      document rate (documents x3 for 20 s);
 #   C, AFTER (25 s): the load alone; KILL_AFTER (10 s) into it a replica is killed: one that was
 #      prefill-heavy as the burst ended (the first /metrics lists; with no designation, 8101).
+#      The pool checks its replicas' health every HEALTH_CHECK (500ms; "0s": off, the replica is
+#      then ejected only once requests to it fail).
 # Reported per set-up and phase: requests, errors, goodput (800 ms / 35 ms, vLLM's) and with the
 # gap target counted (SLO_MAX_GAP, 250 ms); and from the proxy's log, every designation move with
 # its time after the burst's start or the kill. Writes the `moving_seedN` part of
 # docs/slo-routing-results.json and the table between the slo-moving markers of docs/routing.md.
 #
-# Usage: scripts/bench-designation.sh     (RATE, SEED, SETUPS, WORKLOAD, KILL_AFTER override)
+# Usage: scripts/bench-designation.sh     (RATE, SEED, SETUPS, WORKLOAD, KILL_AFTER, HEALTH_CHECK
+#                                          override)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/bench.sh
@@ -30,6 +33,7 @@ DOC_SHARE=0.1
 WORKLOAD=${WORKLOAD:-"chat:0.9:prompt=uniform:200-600:output=uniform:64-256,document:0.1:prompt=uniform:6000-10000:output=fixed:128"}
 BURST_WORKLOAD="document:1:prompt=uniform:6000-10000:output=fixed:128"
 KILL_AFTER=${KILL_AFTER:-10}
+HEALTH_CHECK=${HEALTH_CHECK:-500ms}
 SLO_TTFT=800ms SLO_TPOT=35ms SLO_MAX_GAP=${SLO_MAX_GAP:-250ms}
 PROFILE=llama-3.1-8b-h100
 PORTS=(8101 8102 8103 8104)
@@ -44,6 +48,7 @@ tmp=$(mktemp -d)
 config() {
     printf '[slo]\nttft = "%s"\ntpot = "%s"\nmax_gap = "%s"\n\n' "$SLO_TTFT" "$SLO_TPOT" "$SLO_MAX_GAP"
     printf '[[pools]]\nname = "replicas"\nurls = %s\nbalance = "slo"\naffinity = "prefix"\n' "$(urls "${PORTS[@]}")"
+    printf 'health_check = "%s"\n' "$HEALTH_CHECK"
     [ "$1" = gated-spread ] && printf 'prefill_heavy = "off"\n'
     printf '\n[pools.queue]\ncapacity = 1024\non_deadline = "shed"\n'
 }
@@ -100,9 +105,9 @@ for setup in $SETUPS; do
 done
 echo "raw results in $tmp" >&2
 
-part=$(python3 - "$tmp" "$SETUPS" "$RATE" "$SEED" "$KILL_AFTER" <<'PY'
+part=$(python3 - "$tmp" "$SETUPS" "$RATE" "$SEED" "$KILL_AFTER" "$HEALTH_CHECK" <<'PY'
 import json, re, sys, datetime
-tmp, setups, rate, seed, kill_after = sys.argv[1:6]
+tmp, setups, rate, seed, kill_after, health_check = sys.argv[1:7]
 def at(path):
     return float(open(path).read())
 def stamp(line):
@@ -131,7 +136,7 @@ for setup in setups.split():
                       "after_burst_s": round(t - burst, 2), "after_kill_s": round(t - kill, 2)})
     results.append({"setup": setup, "killed": f"127.0.0.1:{killed}", "phases": phases, "moves": moves})
 print(json.dumps({"rate": float(rate), "seed": int(seed), "kill_after_s": int(kill_after),
-                  "results": results}))
+                  "health_check": health_check, "results": results}))
 PY
 )
 key=moving

@@ -41,7 +41,7 @@
 //! **Stalls.** TPOT is a mean: it does not see that a document's prefill, joining a decode step,
 //! makes that one gap as long as the prefill — 400 ms where the target is 35 — in every stream on
 //! the backend. A request whose predicted prefill there ([`Predicted::stall`]) exceeds
-//! [`STALL_TARGETS`] TPOT targets *stalls* that backend. Among the backends predicted to meet
+//! [`STALL_SHARE`] of [`STALL_TARGETS`] TPOT targets *stalls* that backend. Among the backends predicted to meet
 //! its targets, such a request goes to the one with the fewest streams to stall, and the backend
 //! is marked as stalling until [`STALL_LINGER`] after its predicted first token. A request that
 //! does not stall prefers, among the backends that meet its targets, one not marked: a chat
@@ -49,7 +49,9 @@
 //! other: the backends that take documents lose their chats, and so have the fewest streams when
 //! the next document comes. Long prefills gather on a few backends while they meet their target,
 //! as a prefill pool would, without a fixed split; headroom decides only between equals. With a
-//! gap target (`[slo] max_gap`), a stall is a prefill longer than it ([`gap_limit`]).
+//! gap target (`[slo] max_gap`), a stall is a prefill longer than [`STALL_SHARE`] of it
+//! ([`stall_limit`]: the step that carries the prefill decodes the batch too, and the learned rate
+//! reads a long prompt short).
 //!
 //! **Prefill-heavy replicas.** Preference alone still spread the documents over every replica on
 //! the simulated fleet, and chats started beside them. So a pool names the replicas that take them
@@ -164,10 +166,25 @@ pub(crate) const STALL_TARGETS: f64 = 4.0;
 /// document is likely to go.
 pub(crate) const STALL_LINGER: Duration = Duration::from_secs(2);
 
+/// The share of [`gap_limit`] a prefill may take before it counts as a stall ([`stall_limit`]).
+/// The gap a stream sees is the whole step that carries the prefill (the batch's decode too), and
+/// the prefill rate a backend's model learned is a fit over prompts of every size, most of them
+/// short: it reads a long prompt's prefill short. Measured on the simulated fleet
+/// (`scripts/bench-designation.sh`, docs/routing.md): documents of 6 200-6 700 tokens predicted
+/// at 220-247 ms against a 250 ms gap target went to a chat replica beside 11-24 streams, and
+/// stalled them about 300 ms (the replica prefills 6 000 tokens alone in 282 ms).
+pub(crate) const STALL_SHARE: f64 = 0.75;
+
 /// Whether a prefill that would make one decode step `stall` long stalls the streams held to
-/// `targets` (past [`gap_limit`]: a gap a user sees).
+/// `targets` (past [`stall_limit`]: a gap a user may see).
 pub fn stalls(stall: Duration, targets: SloTargets) -> bool {
-    stall > gap_limit(targets)
+    stall > stall_limit(targets)
+}
+
+/// The longest predicted prefill that joins streams held to `targets` without stalling them:
+/// [`STALL_SHARE`] of [`gap_limit`].
+pub fn stall_limit(targets: SloTargets) -> Duration {
+    gap_limit(targets).mul_f64(STALL_SHARE)
 }
 
 /// The longest decode step the streams held to `targets` take without a stall a user sees: the
@@ -240,10 +257,18 @@ impl PoolSlo {
         }
     }
 
-    /// A long prompt of `uncached` tokens was placed: the designation's demand.
+    /// A long prompt of `uncached` tokens was offered (entered the gate, or was placed in a pool
+    /// without one): the designation's demand.
     pub fn long_prompt(&self, uncached: u64) {
         if let Some(designation) = &self.designation {
             designation.long_prompt(uncached);
+        }
+    }
+
+    /// Another prompt, of `uncached` tokens, was placed: what the chats ask of their replicas.
+    pub fn chat_prompt(&self, uncached: u64) {
+        if let Some(designation) = &self.designation {
+            designation.chat_prompt(uncached);
         }
     }
 
@@ -370,7 +395,7 @@ pub fn choose(
     let alone = candidates.iter().map(|c| c.predicted.alone).min()?;
     let own = demand.targets.unwrap_or(slo.targets);
     let targets = for_prompt(own, alone);
-    let stall = gap_limit(own);
+    let stall = stall_limit(own);
     // With prefill-heavy replicas designated, a prefill that would stall a backend's streams goes
     // only to one of them, or to a backend with no stream to stall.
     let designated = candidates.iter().any(|c| c.prefill_heavy);

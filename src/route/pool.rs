@@ -220,12 +220,13 @@ impl Pool {
         // backend (`handoff::predicted`): most of those prefills run elsewhere.
         if let (Some(until), None) = (placed.stalls_until, &self.handoff) {
             placed.backend.stall_until(until);
-            // The demand is what is placed: in a gated pool, a long prompt shed at its deadline
-            // does not count (counted as it arrived, the designation took the chats' replicas for
-            // documents the pool could not serve anyway: docs/routing.md).
-            if first {
+            // A gated pool counted the long prompt as it entered the gate (the demand includes
+            // those it sheds); elsewhere, every long prompt is placed.
+            if first && self.gate().is_none() {
                 slo.long_prompt(placed.prediction.uncached_tokens());
             }
+        } else if first {
+            slo.chat_prompt(placed.prediction.uncached_tokens());
         }
         if first {
             slo.decided(if placed.met {

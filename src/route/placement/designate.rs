@@ -2,24 +2,29 @@
 //! long prompts now.
 //!
 //! A long prompt is one whose prefill, where it is placed, would stall the streams beside it: one
-//! decode step as long as the prefill, past the gap limit (`placement::gap_limit`: `[slo] max_gap`,
-//! else four TPOT targets). A static prefill pool keeps such prompts away from the chats and
+//! decode step as long as the prefill, past the stall limit (`placement::stall_limit`: three
+//! quarters of `[slo] max_gap`, else of four TPOT targets). A static prefill pool keeps such prompts away from the chats and
 //! starves them when the documents come faster than its replicas prefill (length routing on the
 //! simulated fleet: 60 s document TTFT at 24 requests/s); spreading them over every replica serves
 //! them and stalls every chat (the worst chat gap stays at a document's prefill, ~760 ms, at every
 //! load). The designation keeps the split and sizes it by the load:
 //!
-//! - **Demand.** Every long prompt placed adds its uncached tokens ([`Designation::long_prompt`],
-//!   two relaxed atomics). Every [`REFRESH`] the first placement folds them into a moving rate of
-//!   tokens and prompts per second ([`DEMAND_WINDOW`]).
+//! - **Demand.** Every long prompt offered adds its uncached tokens ([`Designation::long_prompt`],
+//!   two relaxed atomics): as it enters a gated pool's queue, shed or not (counted only once
+//!   placed, a burst the designated replicas could not take never showed more than they took),
+//!   else as it is placed. Every other prompt placed adds its uncached tokens to the chats'
+//!   demand ([`Designation::chat_prompt`], one). Every [`REFRESH`] the first placement folds them
+//!   into moving rates per second ([`DEMAND_WINDOW`]).
 //! - **Supply.** Each replica prefills at the rate its latency model learned (`1 / a₂`; the
 //!   priors' 20 000 tokens/s before it learned one).
 //! - **Designation.** The fastest replica is designated at the first long prompt (between equals,
 //!   one already prefilling a long prompt, whose streams meet that stall anyway: in the demo the
 //!   first document went to one replica and the designation took the other, and the chats
 //!   started on it met the second document). Another is
-//!   designated only once the demand exceeds [`HIGH`] (all) of the designated replicas' rate: the
-//!   slowest replica that covers the shortfall, else the fastest left. Below that rate their queue
+//!   designated only once the demand exceeds [`HIGH`] (all) of the designated replicas' rate, and
+//!   only while the chats' prompts would take at most [`CHAT_SHARE`] of the prefill rate of the
+//!   replicas left to them: the slowest replica that covers the shortfall, else the fastest
+//!   left. Below that rate their queue
 //!   stays bounded, and what waiting there is falls on the long prompts (one request each, held to
 //!   1.5 times their own prefill, `LONG_PROMPT_SLACK`) rather than on every chat of a replica taken from the chats; and
 //!   the replica added is the one the chats miss least. Measured on the simulated fleet (two
@@ -28,8 +33,9 @@
 //!   the rest, met their gap target less often than with no designation at all; at 100 % with the
 //!   slowest sufficient replica added, goodput with the gap counted was 23.2 and 32.3 requests/s
 //!   against 16.0 and 16.7 with no designation. One is let go (the slowest) only once the
-//!   demand has stayed below [`LOW`] of what the rest would give for [`HOLD`]: a burst designates
-//!   at once, a lull does not undo it. One replica is always left to the chats; a pool with no
+//!   demand has stayed below [`LOW`] of what the rest would give, or the chats above
+//!   [`CHAT_SHARE`] / [`LOW`] of their replicas' rate, for [`HOLD`]: a burst designates at once, a
+//!   lull does not undo it. One replica is always left to the chats; a pool with no
 //!   long prompt for [`FORGET`] has none designated. A replica that fails (ejected, or gone from
 //!   DNS) loses its role at the next refresh, and the demand designates another. While one
 //!   replica is designated, one [`pick::SWAP`] times as fast takes its place: a cold pool designates by
@@ -54,7 +60,7 @@ use crate::route::members::Members;
 use crate::route::series::SloMetrics;
 
 mod pick;
-use pick::{capacity, first, heavy, strongest, sufficient, swap, weakest, Replica};
+use pick::{capacity, chat_capacity, first, heavy, strongest, sufficient, swap, weakest, Replica};
 
 /// How often the designation looks again (at the first placement after it is due).
 pub const REFRESH: Duration = Duration::from_millis(250);
@@ -80,12 +86,22 @@ pub const LIKELY: f64 = 0.1;
 /// The time constant of the slower rate of long prompts the expected stall also reads: long
 /// enough to see one document every 20 s, as [`FORGET`] is.
 pub const SPARSE_WINDOW: Duration = Duration::from_secs(30);
+/// Another replica is designated only while the replicas left to the chats keep at least this
+/// share of their prefill rate free of the chats' own prompts: each chat's prefill lengthens the
+/// decode step it joins, so a replica that spends a share `u` of its time prefilling decodes at
+/// about `1 / (1 − u)` times its idle step. At a half, the half-speed replicas of the simulated
+/// fleet (a 20 ms step) reach the 35 ms TPOT target. (Counted as they arrive with no such bound,
+/// the documents at 32 requests/s took three replicas of four, and the one left to the chats
+/// served 2 796 of them: goodput fell from 34.0 to 24.9 requests/s, docs/routing.md.)
+pub const CHAT_SHARE: f64 = 0.5;
 /// One pool's designation.
 #[derive(Debug)]
 pub struct Designation {
-    /// Uncached tokens and count of the long prompts placed since the last refresh.
+    /// Uncached tokens and count of the long prompts offered since the last refresh, and the
+    /// uncached tokens of the other prompts placed.
     pending_tokens: AtomicU64,
     pending_prompts: AtomicU64,
+    pending_chat_tokens: AtomicU64,
     /// When the next refresh is due, in nanoseconds after `born`.
     due: AtomicU64,
     born: Instant,
@@ -99,6 +115,8 @@ pub(crate) struct Demand {
     /// Uncached prompt tokens and long prompts per second.
     pub tokens: f64,
     pub prompts: f64,
+    /// Uncached prompt tokens per second of the other prompts (the chats').
+    pub chat_tokens: f64,
     /// Long prompts per second over [`SPARSE_WINDOW`], and the weight its looks so far carry (it
     /// starts from nothing: until a window has passed, the rate is this over that weight).
     sparse_prompts: f64,
@@ -112,16 +130,24 @@ impl Designation {
         Self {
             pending_tokens: AtomicU64::new(0),
             pending_prompts: AtomicU64::new(0),
+            pending_chat_tokens: AtomicU64::new(0),
             due: AtomicU64::new(0),
             born: Instant::now(),
             state: Mutex::new(Demand::default()),
         }
     }
 
-    /// A long prompt of `uncached` tokens was placed.
+    /// A long prompt of `uncached` tokens was offered (entered the gate, or was placed in a pool
+    /// without one).
     pub fn long_prompt(&self, uncached: u64) {
         self.pending_tokens.fetch_add(uncached, Ordering::Relaxed);
         self.pending_prompts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Another prompt, of `uncached` tokens, was placed.
+    pub fn chat_prompt(&self, uncached: u64) {
+        self.pending_chat_tokens
+            .fetch_add(uncached, Ordering::Relaxed);
     }
 
     /// Designates `pool`'s prefill-heavy replicas again when a refresh is due at `now`: one
@@ -149,7 +175,8 @@ impl Designation {
         };
         let tokens = self.pending_tokens.swap(0, Ordering::Relaxed);
         let prompts = self.pending_prompts.swap(0, Ordering::Relaxed);
-        demand.measure(now, tokens, prompts);
+        let chat_tokens = self.pending_chat_tokens.swap(0, Ordering::Relaxed);
+        demand.measure(now, tokens, prompts, chat_tokens);
         let backends = pool.backends();
         let mut replicas = Vec::with_capacity(backends.len());
         let mut available = Vec::with_capacity(backends.len());
@@ -221,9 +248,9 @@ fn nanos(duration: Duration) -> u64 {
 }
 
 impl Demand {
-    /// Folds `tokens` uncached tokens of `prompts` long prompts placed since the last refresh into
-    /// the moving rates.
-    pub(crate) fn measure(&mut self, now: Instant, tokens: u64, prompts: u64) {
+    /// Folds `tokens` uncached tokens of `prompts` long prompts offered since the last refresh,
+    /// and `chat_tokens` of the other prompts placed, into the moving rates.
+    pub(crate) fn measure(&mut self, now: Instant, tokens: u64, prompts: u64, chat_tokens: u64) {
         if prompts > 0 {
             self.last_long = Some(now);
         }
@@ -232,6 +259,7 @@ impl Demand {
             let window = DEMAND_WINDOW.as_secs_f64();
             self.tokens = tokens as f64 / window;
             self.prompts = prompts as f64 / window;
+            self.chat_tokens = chat_tokens as f64 / window;
             self.sparse_weight = 1.0 - (-window / SPARSE_WINDOW.as_secs_f64()).exp();
             self.sparse_prompts = self.prompts * self.sparse_weight;
             return;
@@ -243,6 +271,7 @@ impl Demand {
         let kept = (-span / DEMAND_WINDOW.as_secs_f64()).exp();
         self.tokens = self.tokens * kept + tokens as f64 / span * (1.0 - kept);
         self.prompts = self.prompts * kept + prompts as f64 / span * (1.0 - kept);
+        self.chat_tokens = self.chat_tokens * kept + chat_tokens as f64 / span * (1.0 - kept);
         let kept = (-span / SPARSE_WINDOW.as_secs_f64()).exp();
         self.sparse_prompts = self.sparse_prompts * kept + prompts as f64 / span * (1.0 - kept);
         self.sparse_weight = self.sparse_weight * kept + (1.0 - kept);
@@ -286,7 +315,10 @@ impl Demand {
         }
         while heavy(replicas) < most && self.tokens > HIGH * capacity(replicas) {
             let short = self.tokens / HIGH - capacity(replicas);
-            let Some(next) = sufficient(replicas, short).or_else(|| strongest(replicas)) else {
+            let spare = |r: &Replica| self.chats_fit(chat_capacity(replicas) - r.rate);
+            let Some(next) =
+                sufficient(replicas, short, spare).or_else(|| strongest(replicas, spare))
+            else {
                 break;
             };
             replicas[next].heavy = true;
@@ -297,8 +329,15 @@ impl Demand {
         self.expect(replicas);
     }
 
-    /// Lets the slowest designated replica go once the demand has stayed below [`LOW`] of what
-    /// the others give for [`HOLD`].
+    /// Whether the chats' prompts take at most [`CHAT_SHARE`] of `rate` tokens per second of
+    /// prefill.
+    fn chats_fit(&self, rate: f64) -> bool {
+        self.chat_tokens <= CHAT_SHARE * rate
+    }
+
+    /// Lets the slowest designated replica go once, for [`HOLD`], the demand has stayed below
+    /// [`LOW`] of what the others give, or the chats have taken more than [`CHAT_SHARE`] /
+    /// [`LOW`] of their replicas' prefill rate: they need it back.
     fn let_go(&mut self, replicas: &mut [Replica], now: Instant) {
         let weakest = match weakest(replicas) {
             Some(weakest) if heavy(replicas) > 1 => weakest,
@@ -308,7 +347,8 @@ impl Demand {
             }
         };
         let rest = capacity(replicas) - replicas[weakest].rate;
-        if self.tokens >= LOW * rest {
+        let crowded = !self.chats_fit(chat_capacity(replicas) / LOW);
+        if self.tokens >= LOW * rest && !crowded {
             self.low_since = None;
             return;
         }

@@ -177,6 +177,11 @@ impl Gate {
         };
         // Half its slack to wait here, half for the backend's queue: ordering within its
         // tenant, and when it leaves unserved.
+        // The designation's demand is every long prompt offered, shed or not: a burst of
+        // documents the designated replicas cannot take in time is what designates another.
+        if placed.stalls_until.is_some() {
+            self.slo.long_prompt(placed.prediction.uncached_tokens());
+        }
         let budget = placed.ttft_target.saturating_sub(placed.alone) / 2;
         let latest = context.received + budget;
         if latest <= now {

@@ -32,7 +32,8 @@ pub(super) fn swap(replicas: &mut [Replica]) {
     if heavy(replicas) != 1 {
         return;
     }
-    let (Some(weakest), Some(strongest)) = (weakest(replicas), strongest(replicas)) else {
+    let (Some(weakest), Some(strongest)) = (weakest(replicas), strongest(replicas, |_| true))
+    else {
         return;
     };
     if replicas[strongest].rate >= SWAP * replicas[weakest].rate {
@@ -50,13 +51,23 @@ pub(super) fn capacity(replicas: &[Replica]) -> f64 {
     replicas.iter().filter(|r| r.heavy).map(|r| r.rate).sum()
 }
 
-/// The slowest replica not designated that prefills `short` tokens per second, the fewest
-/// streams between equals: what covers the demand and takes the least from the chats.
-pub(super) fn sufficient(replicas: &[Replica], short: f64) -> Option<usize> {
+/// The other replicas' prefill rate, tokens per second: what the chats have.
+pub(super) fn chat_capacity(replicas: &[Replica]) -> f64 {
+    replicas.iter().filter(|r| !r.heavy).map(|r| r.rate).sum()
+}
+
+/// The slowest replica not designated that prefills `short` tokens per second and the chats can
+/// `spare`, the fewest streams between equals: what covers the demand and takes the least from
+/// the chats.
+pub(super) fn sufficient(
+    replicas: &[Replica],
+    short: f64,
+    spare: impl Fn(&Replica) -> bool,
+) -> Option<usize> {
     replicas
         .iter()
         .enumerate()
-        .filter(|(_, r)| !r.heavy && r.rate >= short)
+        .filter(|(_, r)| !r.heavy && r.rate >= short && spare(r))
         .min_by(|(_, a), (_, b)| a.rate.total_cmp(&b.rate).then(a.streams.cmp(&b.streams)))
         .map(|(k, _)| k)
 }
@@ -74,18 +85,18 @@ pub(super) fn first(replicas: &[Replica]) -> Option<usize> {
         .map(|(k, _)| k)
 }
 
-/// The replica to designate next: among the fastest not designated (within [`SAME_RATE`]), the
-/// one with the fewest streams.
-pub(super) fn strongest(replicas: &[Replica]) -> Option<usize> {
+/// The replica to designate next: among the fastest not designated that the chats can `spare`
+/// (within [`SAME_RATE`]), the one with the fewest streams.
+pub(super) fn strongest(replicas: &[Replica], spare: impl Fn(&Replica) -> bool) -> Option<usize> {
     let fastest = replicas
         .iter()
-        .filter(|r| !r.heavy)
+        .filter(|r| !r.heavy && spare(r))
         .map(|r| r.rate)
         .fold(f64::NAN, f64::max);
     replicas
         .iter()
         .enumerate()
-        .filter(|(_, r)| !r.heavy && r.rate * SAME_RATE >= fastest)
+        .filter(|(_, r)| !r.heavy && spare(r) && r.rate * SAME_RATE >= fastest)
         .min_by_key(|(_, r)| r.streams)
         .map(|(k, _)| k)
 }

@@ -81,6 +81,81 @@ fn demand_past_the_designated_rate_designates_the_slowest_replica_that_covers_it
 }
 
 #[test]
+fn another_replica_is_designated_only_where_the_chats_can_spare_it() {
+    let now = Instant::now();
+    // Two fast replicas and two at half speed; 25 600 document tokens a second (3.2 documents).
+    let designated = |chat_tokens: f64| {
+        let mut fleet = replicas(&[(20_000.0, 9), (20_000.0, 9), (10_000.0, 4), (10_000.0, 4)]);
+        let mut measured = demand(25_600.0, 3.2, now);
+        measured.chat_tokens = chat_tokens;
+        measured.step(&mut fleet, now);
+        heavy(&fleet)
+    };
+    assert_eq!(
+        designated(6_000.0),
+        [true, false, true, false],
+        "5 600 short: a slow replica covers it, and 6 000 chat tokens take 20 % of the 30 000 left"
+    );
+    assert_eq!(
+        designated(15_000.0),
+        [true, false, true, false],
+        "15 000 chat tokens: 50 % of the 30 000 left, as much as they may take"
+    );
+    assert_eq!(
+        designated(15_001.0),
+        [true, false, false, false],
+        "any more, and no replica is taken from the chats: the documents the designated one cannot \
+         take in time are shed"
+    );
+    assert_eq!(
+        designated(0.0),
+        [true, false, true, false],
+        "a burst with the chats quiet"
+    );
+    let mut fleet = replicas(&[(20_000.0, 9), (20_000.0, 9), (10_000.0, 4), (10_000.0, 4)]);
+    let mut measured = demand(45_000.0, 5.6, now);
+    measured.chat_tokens = 9_000.0;
+    measured.step(&mut fleet, now);
+    assert_eq!(
+        heavy(&fleet),
+        [true, true, false, false],
+        "25 000 short: no slow replica covers it, the other fast one does while the slow two keep \
+         the chats within 45 %; then 5 000 short, but one more would leave them 90 %"
+    );
+}
+
+#[test]
+fn crowded_chats_take_a_designated_replica_back_after_holding() {
+    let start = Instant::now();
+    let at = |ms: u64| start + Duration::from_millis(ms);
+    let mut fleet = replicas(&[(20_000.0, 9), (20_000.0, 9), (10_000.0, 4), (10_000.0, 4)]);
+    let mut measured = demand(25_600.0, 3.2, start);
+    measured.chat_tokens = 6_000.0;
+    measured.step(&mut fleet, start);
+    assert_eq!(heavy(&fleet), [true, false, true, false]);
+    // The chats grow to 20 000 tokens a second: 67 % of the 30 000 they have, within the 83 %
+    // (CHAT_SHARE / LOW) that takes a replica back.
+    measured.chat_tokens = 20_000.0;
+    measured.step(&mut fleet, at(1_000));
+    measured.step(&mut fleet, at(7_000));
+    assert_eq!(
+        heavy(&fleet),
+        [true, false, true, false],
+        "crowded, not over"
+    );
+    measured.chat_tokens = 26_000.0;
+    measured.step(&mut fleet, at(8_000));
+    measured.step(&mut fleet, at(8_000 + 4_999));
+    assert_eq!(heavy(&fleet), [true, false, true, false], "held");
+    measured.step(&mut fleet, at(8_000 + 5_000));
+    assert_eq!(
+        heavy(&fleet),
+        [true, false, false, false],
+        "83 % past for 5 s: the slow one goes back to the chats"
+    );
+}
+
+#[test]
 fn a_replica_half_as_fast_gives_its_role_to_a_faster_one() {
     let now = Instant::now();
     // Designated by the priors (all alike), then 9000 learned it prefills at half the rate.
@@ -203,13 +278,13 @@ fn the_first_designation_takes_the_replica_already_prefilling_between_equals() {
 fn the_slow_rate_is_the_rate_so_far_until_its_window_has_passed() {
     let start = Instant::now();
     let mut measured = Demand::default();
-    measured.measure(start, 0, 0);
+    measured.measure(start, 0, 0, 0);
     // Two documents in the next 10 s, at 4 s and 8 s.
     let mut at = start;
     for look in 1..=40 {
         at += REFRESH;
         let document = look % 16 == 0;
-        measured.measure(at, if document { 8_000 } else { 0 }, u64::from(document));
+        measured.measure(at, if document { 8_000 } else { 0 }, u64::from(document), 0);
     }
     let sparse = measured.sparse_prompts();
     assert!(sparse > 0.15 && sparse < 0.25, "about 2 in 10 s: {sparse}");
@@ -225,7 +300,7 @@ fn documents_seconds_apart_keep_their_stall_expected_between_them() {
     for look in 1..=479 {
         at += REFRESH;
         let document = look % 32 == 0;
-        measured.measure(at, if document { 8_000 } else { 0 }, u64::from(document));
+        measured.measure(at, if document { 8_000 } else { 0 }, u64::from(document), 0);
         measured.step(&mut fleet, at);
     }
     // The last look came 7.75 s after the last document: the 2 s rate has all but forgotten it,
@@ -250,13 +325,13 @@ fn documents_seconds_apart_keep_their_stall_expected_between_them() {
 fn the_demand_is_a_moving_rate_of_the_long_prompts() {
     let start = Instant::now();
     let mut measured = Demand::default();
-    measured.measure(start, 0, 0);
+    measured.measure(start, 0, 0, 0);
     assert_eq!(measured.last_long, None);
     // 1 000 tokens in one prompt every 250 ms, for 20 s: 4 000 tokens and 4 prompts a second.
     let mut at = start;
     for _ in 0..80 {
         at += REFRESH;
-        measured.measure(at, 1_000, 1);
+        measured.measure(at, 1_000, 1, 0);
     }
     assert!(
         (measured.tokens - 4_000.0).abs() < 4_000.0 * 0.01,
@@ -272,7 +347,7 @@ fn the_demand_is_a_moving_rate_of_the_long_prompts() {
     // Then 10 s of none: five windows, e⁻⁵ of it is left.
     for _ in 0..40 {
         at += REFRESH;
-        measured.measure(at, 0, 0);
+        measured.measure(at, 0, 0, 0);
     }
     let left = 4_000.0 * (-5.0f64).exp();
     assert!((measured.tokens - left).abs() < 1.0, "{}", measured.tokens);
@@ -423,6 +498,29 @@ async fn a_chat_starts_where_no_stall_is_expected_while_another_meets_its_target
     assert_eq!(
         placed.prediction.gap,
         placed.prediction.tpot + Duration::from_millis(400)
+    );
+}
+
+#[test]
+fn a_prefill_stalls_past_three_quarters_of_the_gap_limit() {
+    let targets = SloTargets {
+        ttft: Duration::from_millis(800),
+        tpot: Duration::from_millis(35),
+        max_gap: Some(Duration::from_millis(250)),
+    };
+    assert_eq!(
+        super::super::stall_limit(targets),
+        Duration::from_micros(187_500)
+    );
+    let stalls = |ms| super::super::stalls(Duration::from_millis(ms), targets);
+    assert!(
+        stalls(240),
+        "predicted under the 250 ms target, as the fleet's 6 700-token documents were"
+    );
+    assert!(stalls(188));
+    assert!(
+        !stalls(187),
+        "a chat's prompt, or a short document on a fast replica"
     );
 }
 

@@ -10,6 +10,7 @@ use http::HeaderMap;
 use super::*;
 use crate::config::{BalanceLoad, Config, PoolConfig};
 use crate::request::PromptSize;
+use crate::route::placement::designate::{DEMAND_WINDOW, REFRESH};
 use crate::route::placement::tests::teach_curve;
 use crate::route::record::Estimate;
 use crate::tenant::record::TenantRecord;
@@ -27,6 +28,11 @@ struct Fixture {
 /// A gate over one backend taught to prefill 10 000 tokens/s after 20 ms, and to decode at
 /// `10 ms + 2 ms` per stream in its batch (so 12 streams meet a 35 ms TPOT target and 13 miss).
 fn fixture(ttft_target: Duration, queue: QueueConfig) -> Fixture {
+    fixture_of(ttft_target, queue, false)
+}
+
+/// [`fixture`], its placement designating prefill-heavy replicas when `designates`.
+fn fixture_of(ttft_target: Duration, queue: QueueConfig, designates: bool) -> Fixture {
     let pool_config = PoolConfig {
         name: "p".to_owned(),
         urls: vec!["http://127.0.0.1:9".to_owned()],
@@ -38,7 +44,7 @@ fn fixture(ttft_target: Duration, queue: QueueConfig) -> Fixture {
     config.slo.ttft = ttft_target;
     config.slo.tpot = Duration::from_millis(35);
     let metrics = Metrics::new(&config).expect("default buckets");
-    let slo = Arc::new(PoolSlo::new(0, "p", &config, false, None));
+    let slo = Arc::new(PoolSlo::new(0, "p", &config, designates, None));
     teach_curve(&pool.backends()[0], 10_000.0, 0.020, 13, |streams| {
         0.010 + 0.002 * (streams + 1) as f64
     });
@@ -360,6 +366,36 @@ async fn a_waiting_request_whose_deadline_passes_is_shed() {
     );
     assert_eq!(fixture.exits("shed_deadline"), 1, "its exit is counted");
     assert_eq!(fixture.depth(), 0, "nothing queued");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_prompt_shed_at_its_deadline_counts_in_the_designations_demand() {
+    let fixture = fixture_of(Duration::from_millis(800), QueueConfig::default(), true);
+    // 13 streams: a 14th misses the TPOT target, so the document waits until its deadline.
+    let _streams = fixture.load(13, 0);
+    let arrived = Instant::now();
+    let admission = answer(enter(&fixture.gate, 6_000, HeaderMap::new())).await;
+    assert!(
+        matches!(admission, Admission::Shed("deadline")),
+        "shed: {admission:?}"
+    );
+    // The next placement due a refresh folds it in: 6 000 tokens over the time since the first
+    // look (the document's arrival), into the 2 s moving rate.
+    tokio::time::sleep(REFRESH).await;
+    budget_of(&fixture, 500);
+    let designation = fixture.gate.slo.designation.as_ref().expect("designates");
+    let span = arrived.elapsed().as_secs_f64();
+    let expected = 6_000.0 / span * (1.0 - (-span / DEMAND_WINDOW.as_secs_f64()).exp());
+    let demand = designation.demand();
+    assert!(
+        (demand.tokens - expected).abs() < 1.0,
+        "the shed document is demand: {} tokens/s, not {expected}",
+        demand.tokens
+    );
+    assert_eq!(
+        demand.chat_tokens, 0.0,
+        "a placement the gate only predicts is not"
+    );
 }
 
 #[tokio::test(start_paused = true)]
