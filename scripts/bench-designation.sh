@@ -11,8 +11,8 @@
 #   A, BEFORE (15 s): the load alone;
 #   B, BURST (20 s): the load, and a second bench sending documents alone at twice the load's
 #      document rate (documents x3 for 20 s);
-#   C, AFTER (25 s): the load alone; KILL_AFTER (10 s) into it a replica is killed: one that was
-#      prefill-heavy as the burst ended (the first /metrics lists; with no designation, 8101).
+#   C, AFTER (25 s): the load alone; KILL_AFTER (10 s) into it a replica is killed: one that is
+#      prefill-heavy then (the first /metrics lists; with no designation, 8101).
 #      The pool checks its replicas' health every HEALTH_CHECK (500ms; "0s": off, the replica is
 #      then ejected only once requests to it fail).
 # Reported per set-up and phase: requests, errors, goodput (800 ms / 35 ms, vLLM's) and with the
@@ -93,8 +93,14 @@ for setup in $SETUPS; do
     extra=$!
     bench "$setup-burst" 20s "$RATE" "$WORKLOAD"
     wait "$extra"
-    victim=$(designated)
-    (sleep "$KILL_AFTER"; kill "${sim[$victim]}"; date -u +%s.%N >"$tmp/$setup-kill.at"; echo "$victim" >"$tmp/$setup-kill.port") &
+    # The victim is chosen at the kill: one designated when the burst ended may have been let go.
+    (
+        sleep "$KILL_AFTER"
+        victim=$(designated)
+        kill "${sim[$victim]}"
+        date -u +%s.%N >"$tmp/$setup-kill.at"
+        echo "$victim" >"$tmp/$setup-kill.port"
+    ) &
     killer=$!
     bench "$setup-after" 25s "$RATE" "$WORKLOAD"
     wait "$killer"
