@@ -272,6 +272,14 @@ impl PoolSlo {
         }
     }
 
+    /// A chat could not be placed at once on a backend predicted to meet its targets: the
+    /// replicas left to the chats are short.
+    pub fn chat_missed(&self) {
+        if let Some(designation) = &self.designation {
+            designation.chat_missed();
+        }
+    }
+
     /// What the pool's handoffs took from the prefill's answer to the first token, lately;
     /// `None` before the first was measured.
     pub(crate) fn handoff_overhead(&self) -> Option<Duration> {

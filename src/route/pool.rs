@@ -227,6 +227,11 @@ impl Pool {
             }
         } else if first {
             slo.chat_prompt(placed.prediction.uncached_tokens());
+            // A gated pool counted the miss as the chat entered the gate (placed from it, it
+            // meets its targets).
+            if !placed.met && self.gate().is_none() {
+                slo.chat_missed();
+            }
         }
         if first {
             slo.decided(if placed.met {

@@ -60,7 +60,7 @@ use crate::route::members::Members;
 use crate::route::series::SloMetrics;
 
 mod pick;
-use pick::{capacity, chat_capacity, first, heavy, strongest, sufficient, swap, weakest, Replica};
+use pick::{capacity, chat_capacity, first, heavy, sufficient, swap, weakest, Replica};
 
 /// How often the designation looks again (at the first placement after it is due).
 pub const REFRESH: Duration = Duration::from_millis(250);
@@ -94,6 +94,14 @@ pub const SPARSE_WINDOW: Duration = Duration::from_secs(30);
 /// the documents at 32 requests/s took three replicas of four, and the one left to the chats
 /// served 2 796 of them: goodput fell from 34.0 to 24.9 requests/s, docs/routing.md.)
 pub const CHAT_SHARE: f64 = 0.5;
+/// Another replica is designated only while at most this share of the chats placed could not be
+/// placed at once on a replica predicted to meet their targets (they waited in the gate, or
+/// were placed predicted to miss); past it for [`HOLD`], the slowest designated replica goes back
+/// to the chats. The prefill rate does not see decode: at 32 requests/s on the simulated fleet
+/// the chats' prompts fit half the prefill rate of the two half-speed replicas, the designation
+/// took both fast ones, and the chats, 29 a second on two half-speed replicas, waited: goodput
+/// with the gap counted fell to 4.4 requests/s (docs/routing.md).
+pub const CHAT_MISSES: f64 = 0.05;
 /// One pool's designation.
 #[derive(Debug)]
 pub struct Designation {
@@ -102,6 +110,10 @@ pub struct Designation {
     pending_tokens: AtomicU64,
     pending_prompts: AtomicU64,
     pending_chat_tokens: AtomicU64,
+    /// The other prompts placed, and the chats that could not be placed at once within their
+    /// targets.
+    pending_chats: AtomicU64,
+    pending_chat_misses: AtomicU64,
     /// When the next refresh is due, in nanoseconds after `born`.
     due: AtomicU64,
     born: Instant,
@@ -117,6 +129,10 @@ pub(crate) struct Demand {
     pub prompts: f64,
     /// Uncached prompt tokens per second of the other prompts (the chats').
     pub chat_tokens: f64,
+    /// The other prompts placed per second, and the chats per second that could not be placed
+    /// at once within their targets.
+    pub chats: f64,
+    pub chat_misses: f64,
     /// Long prompts per second over [`SPARSE_WINDOW`], and the weight its looks so far carry (it
     /// starts from nothing: until a window has passed, the rate is this over that weight).
     sparse_prompts: f64,
@@ -131,6 +147,8 @@ impl Designation {
             pending_tokens: AtomicU64::new(0),
             pending_prompts: AtomicU64::new(0),
             pending_chat_tokens: AtomicU64::new(0),
+            pending_chats: AtomicU64::new(0),
+            pending_chat_misses: AtomicU64::new(0),
             due: AtomicU64::new(0),
             born: Instant::now(),
             state: Mutex::new(Demand::default()),
@@ -148,6 +166,12 @@ impl Designation {
     pub fn chat_prompt(&self, uncached: u64) {
         self.pending_chat_tokens
             .fetch_add(uncached, Ordering::Relaxed);
+        self.pending_chats.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A chat could not be placed at once on a replica predicted to meet its targets.
+    pub fn chat_missed(&self) {
+        self.pending_chat_misses.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Designates `pool`'s prefill-heavy replicas again when a refresh is due at `now`: one
@@ -175,8 +199,20 @@ impl Designation {
         };
         let tokens = self.pending_tokens.swap(0, Ordering::Relaxed);
         let prompts = self.pending_prompts.swap(0, Ordering::Relaxed);
-        let chat_tokens = self.pending_chat_tokens.swap(0, Ordering::Relaxed);
-        demand.measure(now, tokens, prompts, chat_tokens);
+        let chats = Chats {
+            tokens: self.pending_chat_tokens.swap(0, Ordering::Relaxed),
+            placed: self.pending_chats.swap(0, Ordering::Relaxed),
+            missed: self.pending_chat_misses.swap(0, Ordering::Relaxed),
+        };
+        demand.measure(now, tokens, prompts, chats);
+        tracing::debug!(
+            pool = &*pool.name,
+            tokens_per_second = demand.tokens.round(),
+            chat_tokens_per_second = demand.chat_tokens.round(),
+            chats_per_second = demand.chats,
+            chats_missed_per_second = demand.chat_misses,
+            "prefill demand measured"
+        );
         let backends = pool.backends();
         let mut replicas = Vec::with_capacity(backends.len());
         let mut available = Vec::with_capacity(backends.len());
@@ -239,6 +275,8 @@ fn moved(backend: &Backend, heavy: bool, demand: &Demand, metrics: Option<&SloMe
         backend = &*backend.target.label,
         prefill_heavy = heavy,
         demand_tokens_per_second = demand.tokens.round(),
+        chat_tokens_per_second = demand.chat_tokens.round(),
+        chats_missed = format_args!("{:.1} %", 100.0 * demand.missed_share()),
         "prefill-heavy replicas changed"
     );
 }
@@ -247,10 +285,19 @@ fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// The other prompts since the last refresh: their uncached tokens, how many were placed, and
+/// how many chats could not be placed at once within their targets.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Chats {
+    pub tokens: u64,
+    pub placed: u64,
+    pub missed: u64,
+}
+
 impl Demand {
     /// Folds `tokens` uncached tokens of `prompts` long prompts offered since the last refresh,
-    /// and `chat_tokens` of the other prompts placed, into the moving rates.
-    pub(crate) fn measure(&mut self, now: Instant, tokens: u64, prompts: u64, chat_tokens: u64) {
+    /// and the `chats`, into the moving rates.
+    pub(crate) fn measure(&mut self, now: Instant, tokens: u64, prompts: u64, chats: Chats) {
         if prompts > 0 {
             self.last_long = Some(now);
         }
@@ -259,7 +306,9 @@ impl Demand {
             let window = DEMAND_WINDOW.as_secs_f64();
             self.tokens = tokens as f64 / window;
             self.prompts = prompts as f64 / window;
-            self.chat_tokens = chat_tokens as f64 / window;
+            self.chat_tokens = chats.tokens as f64 / window;
+            self.chats = chats.placed as f64 / window;
+            self.chat_misses = chats.missed as f64 / window;
             self.sparse_weight = 1.0 - (-window / SPARSE_WINDOW.as_secs_f64()).exp();
             self.sparse_prompts = self.prompts * self.sparse_weight;
             return;
@@ -271,7 +320,10 @@ impl Demand {
         let kept = (-span / DEMAND_WINDOW.as_secs_f64()).exp();
         self.tokens = self.tokens * kept + tokens as f64 / span * (1.0 - kept);
         self.prompts = self.prompts * kept + prompts as f64 / span * (1.0 - kept);
-        self.chat_tokens = self.chat_tokens * kept + chat_tokens as f64 / span * (1.0 - kept);
+        let fold = |rate: f64, count: u64| rate * kept + count as f64 / span * (1.0 - kept);
+        self.chat_tokens = fold(self.chat_tokens, chats.tokens);
+        self.chats = fold(self.chats, chats.placed);
+        self.chat_misses = fold(self.chat_misses, chats.missed);
         let kept = (-span / SPARSE_WINDOW.as_secs_f64()).exp();
         self.sparse_prompts = self.sparse_prompts * kept + prompts as f64 / span * (1.0 - kept);
         self.sparse_weight = self.sparse_weight * kept + (1.0 - kept);
@@ -316,8 +368,10 @@ impl Demand {
         while heavy(replicas) < most && self.tokens > HIGH * capacity(replicas) {
             let short = self.tokens / HIGH - capacity(replicas);
             let spare = |r: &Replica| self.chats_fit(chat_capacity(replicas) - r.rate);
+            // Short of one that covers it, the slowest: the next refresh adds another while
+            // the demand still exceeds them and the chats can spare it.
             let Some(next) =
-                sufficient(replicas, short, spare).or_else(|| strongest(replicas, spare))
+                sufficient(replicas, short, spare).or_else(|| sufficient(replicas, 0.0, spare))
             else {
                 break;
             };
@@ -330,9 +384,20 @@ impl Demand {
     }
 
     /// Whether the chats' prompts take at most [`CHAT_SHARE`] of `rate` tokens per second of
-    /// prefill.
+    /// prefill, and at most [`CHAT_MISSES`] of them could not be placed at once within their
+    /// targets.
     fn chats_fit(&self, rate: f64) -> bool {
-        self.chat_tokens <= CHAT_SHARE * rate
+        self.chat_tokens <= CHAT_SHARE * rate && self.missed_share() <= CHAT_MISSES
+    }
+
+    /// The share of the chats placed lately that could not be placed at once within their
+    /// targets.
+    pub(crate) fn missed_share(&self) -> f64 {
+        if self.chats > 0.0 {
+            self.chat_misses / self.chats
+        } else {
+            0.0
+        }
     }
 
     /// Lets the slowest designated replica go once, for [`HOLD`], the demand has stayed below
@@ -347,7 +412,8 @@ impl Demand {
             }
         };
         let rest = capacity(replicas) - replicas[weakest].rate;
-        let crowded = !self.chats_fit(chat_capacity(replicas) / LOW);
+        let crowded = self.chat_tokens > CHAT_SHARE / LOW * chat_capacity(replicas)
+            || self.missed_share() > CHAT_MISSES;
         if self.tokens >= LOW * rest && !crowded {
             self.low_since = None;
             return;

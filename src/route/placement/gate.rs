@@ -179,8 +179,11 @@ impl Gate {
         // tenant, and when it leaves unserved.
         // The designation's demand is every long prompt offered, shed or not: a burst of
         // documents the designated replicas cannot take in time is what designates another.
+        // And a chat no replica is predicted to serve in time now tells it the chats are short.
         if placed.stalls_until.is_some() {
             self.slo.long_prompt(placed.prediction.uncached_tokens());
+        } else if !placed.met {
+            self.slo.chat_missed();
         }
         let budget = placed.ttft_target.saturating_sub(placed.alone) / 2;
         let latest = context.received + budget;

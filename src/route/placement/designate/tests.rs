@@ -70,13 +70,13 @@ fn demand_past_the_designated_rate_designates_the_slowest_replica_that_covers_it
     );
     assert_eq!(
         designated(45_000.0),
-        [true, false, true, true],
-        "25 000 short: no one covers it, the fastest left; then 4 500 short, the slow one"
+        [true, true, false, true],
+        "25 000 short: no one covers it, the slowest; then 15 000 short, the slowest that covers it"
     );
     assert_eq!(
         designated(130_000.0),
-        [false, true, true, true],
-        "all but one, the slow one left to the chats"
+        [true, true, false, true],
+        "all but one: the slowest first, the fastest left to the chats"
     );
 }
 
@@ -118,9 +118,49 @@ fn another_replica_is_designated_only_where_the_chats_can_spare_it() {
     measured.step(&mut fleet, now);
     assert_eq!(
         heavy(&fleet),
-        [true, true, false, false],
-        "25 000 short: no slow replica covers it, the other fast one does while the slow two keep \
-         the chats within 45 %; then 5 000 short, but one more would leave them 90 %"
+        [true, false, true, true],
+        "25 000 short: no replica covers it, so the slowest, twice; the fast one left keeps the \
+         chats within 45 %"
+    );
+}
+
+#[test]
+fn chats_that_miss_their_targets_keep_their_replicas_and_take_one_back() {
+    let start = Instant::now();
+    let at = |ms: u64| start + Duration::from_millis(ms);
+    let fleet = || replicas(&[(20_000.0, 9), (20_000.0, 9), (10_000.0, 4), (10_000.0, 4)]);
+    // 25 600 document tokens a second, and 28.8 chats of 6 000 tokens a second in all: their
+    // prompts fit any replicas left to them; whether they are served in time is what decides.
+    let measured = |misses: f64| Demand {
+        chat_tokens: 6_000.0,
+        chats: 28.8,
+        chat_misses: misses,
+        ..demand(25_600.0, 3.2, start)
+    };
+    let designated = |misses: f64| {
+        let mut fleet = fleet();
+        measured(misses).step(&mut fleet, start);
+        heavy(&fleet)
+    };
+    assert_eq!(designated(1.44), [true, false, true, false], "5 % waited");
+    assert_eq!(
+        designated(1.45),
+        [true, false, false, false],
+        "more than 5 % waited: no replica is taken from the chats"
+    );
+    let mut fleet = fleet();
+    let mut measured = measured(0.0);
+    measured.step(&mut fleet, start);
+    assert_eq!(heavy(&fleet), [true, false, true, false]);
+    measured.chat_misses = 2.9;
+    measured.step(&mut fleet, at(1_000));
+    measured.step(&mut fleet, at(1_000 + 4_999));
+    assert_eq!(heavy(&fleet), [true, false, true, false], "held");
+    measured.step(&mut fleet, at(1_000 + 5_000));
+    assert_eq!(
+        heavy(&fleet),
+        [true, false, false, false],
+        "10 % of the chats waited for 5 s: the slow one goes back to them"
     );
 }
 
@@ -278,13 +318,18 @@ fn the_first_designation_takes_the_replica_already_prefilling_between_equals() {
 fn the_slow_rate_is_the_rate_so_far_until_its_window_has_passed() {
     let start = Instant::now();
     let mut measured = Demand::default();
-    measured.measure(start, 0, 0, 0);
+    measured.measure(start, 0, 0, Chats::default());
     // Two documents in the next 10 s, at 4 s and 8 s.
     let mut at = start;
     for look in 1..=40 {
         at += REFRESH;
         let document = look % 16 == 0;
-        measured.measure(at, if document { 8_000 } else { 0 }, u64::from(document), 0);
+        measured.measure(
+            at,
+            if document { 8_000 } else { 0 },
+            u64::from(document),
+            Chats::default(),
+        );
     }
     let sparse = measured.sparse_prompts();
     assert!(sparse > 0.15 && sparse < 0.25, "about 2 in 10 s: {sparse}");
@@ -300,7 +345,12 @@ fn documents_seconds_apart_keep_their_stall_expected_between_them() {
     for look in 1..=479 {
         at += REFRESH;
         let document = look % 32 == 0;
-        measured.measure(at, if document { 8_000 } else { 0 }, u64::from(document), 0);
+        measured.measure(
+            at,
+            if document { 8_000 } else { 0 },
+            u64::from(document),
+            Chats::default(),
+        );
         measured.step(&mut fleet, at);
     }
     // The last look came 7.75 s after the last document: the 2 s rate has all but forgotten it,
@@ -325,13 +375,13 @@ fn documents_seconds_apart_keep_their_stall_expected_between_them() {
 fn the_demand_is_a_moving_rate_of_the_long_prompts() {
     let start = Instant::now();
     let mut measured = Demand::default();
-    measured.measure(start, 0, 0, 0);
+    measured.measure(start, 0, 0, Chats::default());
     assert_eq!(measured.last_long, None);
     // 1 000 tokens in one prompt every 250 ms, for 20 s: 4 000 tokens and 4 prompts a second.
     let mut at = start;
     for _ in 0..80 {
         at += REFRESH;
-        measured.measure(at, 1_000, 1, 0);
+        measured.measure(at, 1_000, 1, Chats::default());
     }
     assert!(
         (measured.tokens - 4_000.0).abs() < 4_000.0 * 0.01,
@@ -347,7 +397,7 @@ fn the_demand_is_a_moving_rate_of_the_long_prompts() {
     // Then 10 s of none: five windows, e⁻⁵ of it is left.
     for _ in 0..40 {
         at += REFRESH;
-        measured.measure(at, 0, 0, 0);
+        measured.measure(at, 0, 0, Chats::default());
     }
     let left = 4_000.0 * (-5.0f64).exp();
     assert!((measured.tokens - left).abs() < 1.0, "{}", measured.tokens);

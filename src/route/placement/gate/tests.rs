@@ -399,6 +399,38 @@ async fn a_long_prompt_shed_at_its_deadline_counts_in_the_designations_demand() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_chat_no_replica_serves_in_time_counts_as_a_miss_for_the_designation() {
+    let fixture = fixture_of(Duration::from_millis(800), QueueConfig::default(), true);
+    let designation = fixture.gate.slo.designation.as_ref().expect("designates");
+    let admission = answer(enter(&fixture.gate, 100, HeaderMap::new())).await;
+    assert!(
+        matches!(admission, Admission::Placed { .. }),
+        "placed at once: {admission:?}"
+    );
+    tokio::time::sleep(REFRESH).await;
+    budget_of(&fixture, 500);
+    assert_eq!(designation.demand().chat_misses, 0.0, "served in time");
+    // 13 streams: a 14th misses the TPOT target, so the next chat waits until its deadline.
+    let _streams = fixture.load(13, 0);
+    let admission = answer(enter(&fixture.gate, 100, HeaderMap::new())).await;
+    assert!(
+        matches!(admission, Admission::Shed("deadline")),
+        "shed: {admission:?}"
+    );
+    tokio::time::sleep(REFRESH).await;
+    budget_of(&fixture, 500);
+    let demand = designation.demand();
+    // One miss, folded at one of the refreshes since into the 2 s moving rate: more than none,
+    // less than one per refresh.
+    assert!(
+        demand.chat_misses > 0.0 && demand.chat_misses < 1.0 / REFRESH.as_secs_f64(),
+        "the chat that waited is a miss: {} a second",
+        demand.chat_misses
+    );
+    assert_eq!(demand.tokens, 0.0, "a chat is not a long prompt");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_full_queue_sheds_the_next_request() {
     let queue = QueueConfig {
         capacity: 2,
