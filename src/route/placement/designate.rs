@@ -13,7 +13,8 @@
 //!   two relaxed atomics): as it enters a gated pool's queue, shed or not (counted only once
 //!   placed, a burst the designated replicas could not take never showed more than they took),
 //!   else as it is placed. Every other prompt placed adds its uncached tokens to the chats'
-//!   demand ([`Designation::chat_prompt`], one). Every [`REFRESH`] the first placement folds them
+//!   demand ([`Designation::chat_prompt`], two), and a chat no replica is predicted to serve in
+//!   time counts a miss ([`Designation::chat_missed`]: held at a gate, else placed to miss). Every [`REFRESH`] the first placement folds them
 //!   into moving rates per second ([`DEMAND_WINDOW`]).
 //! - **Supply.** Each replica prefills at the rate its latency model learned (`1 / a₂`; the
 //!   priors' 20 000 tokens/s before it learned one).
@@ -22,9 +23,11 @@
 //!   first document went to one replica and the designation took the other, and the chats
 //!   started on it met the second document). Another is
 //!   designated only once the demand exceeds [`HIGH`] (all) of the designated replicas' rate, and
-//!   only while the chats' prompts would take at most [`CHAT_SHARE`] of the prefill rate of the
-//!   replicas left to them: the slowest replica that covers the shortfall, else the fastest
-//!   left. Below that rate their queue
+//!   only while the chats can spare it: their prompts would take at most [`CHAT_SHARE`] of the
+//!   prefill rate of the replicas left to them, and at most [`CHAT_MISSES`] of them could not be
+//!   placed at once within their targets. It is the slowest replica that covers the shortfall,
+//!   else the slowest the chats can spare (the next refresh adds another while the demand still
+//!   exceeds them): the fast replicas are the last the chats give up. Below that rate their queue
 //!   stays bounded, and what waiting there is falls on the long prompts (one request each, held to
 //!   1.5 times their own prefill, `LONG_PROMPT_SLACK`) rather than on every chat of a replica taken from the chats; and
 //!   the replica added is the one the chats miss least. Measured on the simulated fleet (two
@@ -34,7 +37,8 @@
 //!   slowest sufficient replica added, goodput with the gap counted was 23.2 and 32.3 requests/s
 //!   against 16.0 and 16.7 with no designation. One is let go (the slowest) only once the
 //!   demand has stayed below [`LOW`] of what the rest would give, or the chats above
-//!   [`CHAT_SHARE`] / [`LOW`] of their replicas' rate, for [`HOLD`]: a burst designates at once, a
+//!   [`CHAT_SHARE`] / [`LOW`] of their replicas' rate or [`CHAT_MISSES`] of them held, for
+//!   [`HOLD`]: a burst designates at once, a
 //!   lull does not undo it. One replica is always left to the chats; a pool with no
 //!   long prompt for [`FORGET`] has none designated. A replica that fails (ejected, or gone from
 //!   DNS) loses its role at the next refresh, and the demand designates another. While one
@@ -97,10 +101,12 @@ pub const CHAT_SHARE: f64 = 0.5;
 /// Another replica is designated only while at most this share of the chats placed could not be
 /// placed at once on a replica predicted to meet their targets (they waited in the gate, or
 /// were placed predicted to miss); past it for [`HOLD`], the slowest designated replica goes back
-/// to the chats. The prefill rate does not see decode: at 32 requests/s on the simulated fleet
-/// the chats' prompts fit half the prefill rate of the two half-speed replicas, the designation
-/// took both fast ones, and the chats, 29 a second on two half-speed replicas, waited: goodput
-/// with the gap counted fell to 4.4 requests/s (docs/routing.md).
+/// to the chats. The prefill rate does not see decode: in one run at 32 requests/s on the
+/// simulated fleet the designation took both fast replicas (the fallback then was the fastest
+/// left), the chats' prompts fit half the prefill rate of the two half-speed ones, so nothing
+/// took one back while 29 chats a second waited on them: goodput with the gap counted 4.4
+/// requests/s (docs/routing.md). In the runs since (16 to 44 requests/s) the share stayed at
+/// most 4.2 %.
 pub const CHAT_MISSES: f64 = 0.05;
 /// One pool's designation.
 #[derive(Debug)]

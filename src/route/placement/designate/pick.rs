@@ -1,6 +1,6 @@
-//! A replica as the designation weighs it, and which one goes in or out: the fastest first, the
-//! slowest that covers a shortfall, the slowest let go first, and the swap that corrects a cold
-//! pool.
+//! A replica as the designation weighs it, and which one goes in or out: the fastest first, then
+//! the slowest that covers a shortfall (else the slowest), the slowest let go first, and the swap
+//! that corrects a cold pool.
 use std::time::Duration;
 
 /// A replica at least this many times as fast as a designated one takes its place ([`swap`]):
@@ -32,8 +32,7 @@ pub(super) fn swap(replicas: &mut [Replica]) {
     if heavy(replicas) != 1 {
         return;
     }
-    let (Some(weakest), Some(strongest)) = (weakest(replicas), strongest(replicas, |_| true))
-    else {
+    let (Some(weakest), Some(strongest)) = (weakest(replicas), strongest(replicas)) else {
         return;
     };
     if replicas[strongest].rate >= SWAP * replicas[weakest].rate {
@@ -85,18 +84,18 @@ pub(super) fn first(replicas: &[Replica]) -> Option<usize> {
         .map(|(k, _)| k)
 }
 
-/// The replica to designate next: among the fastest not designated that the chats can `spare`
+/// The replica a single designated one is swapped for: among the fastest not designated
 /// (within [`SAME_RATE`]), the one with the fewest streams.
-pub(super) fn strongest(replicas: &[Replica], spare: impl Fn(&Replica) -> bool) -> Option<usize> {
+pub(super) fn strongest(replicas: &[Replica]) -> Option<usize> {
     let fastest = replicas
         .iter()
-        .filter(|r| !r.heavy && spare(r))
+        .filter(|r| !r.heavy)
         .map(|r| r.rate)
         .fold(f64::NAN, f64::max);
     replicas
         .iter()
         .enumerate()
-        .filter(|(_, r)| !r.heavy && spare(r) && r.rate * SAME_RATE >= fastest)
+        .filter(|(_, r)| !r.heavy && r.rate * SAME_RATE >= fastest)
         .min_by_key(|(_, r)| r.streams)
         .map(|(k, _)| k)
 }
