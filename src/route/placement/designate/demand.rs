@@ -1,0 +1,194 @@
+//! The measured demand of a pool's designation (its moving rates) and the step that designates
+//! from it; the constants and the reasons are the parent module's.
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::pick::{capacity, chat_capacity, first, heavy, sufficient, swap, weakest, Replica};
+use super::{
+    CHAT_MISSES, CHAT_SHARE, DEMAND_WINDOW, FORGET, HIGH, HOLD, LIKELY, LOW, SPARSE_WINDOW,
+    STREAM_LIFE,
+};
+
+/// The measured demand and the hysteresis' memory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Demand {
+    pub(super) refreshed: Option<Instant>,
+    /// Uncached prompt tokens and long prompts per second.
+    pub tokens: f64,
+    pub prompts: f64,
+    /// Uncached prompt tokens per second of the other prompts (the chats').
+    pub chat_tokens: f64,
+    /// The other prompts placed per second, and the chats per second that could not be placed
+    /// at once within their targets.
+    pub chats: f64,
+    pub chat_misses: f64,
+    /// Long prompts per second over [`SPARSE_WINDOW`], and the weight its looks so far carry (it
+    /// starts from nothing: until a window has passed, the rate is this over that weight).
+    pub(super) sparse_prompts: f64,
+    pub(super) sparse_weight: f64,
+    pub(super) last_long: Option<Instant>,
+    pub(super) low_since: Option<Instant>,
+}
+
+/// The other prompts since the last refresh: their uncached tokens, how many were placed, and
+/// how many chats could not be placed at once within their targets.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Chats {
+    pub tokens: u64,
+    pub placed: u64,
+    pub missed: u64,
+}
+
+impl Demand {
+    /// Folds `tokens` uncached tokens of `prompts` long prompts offered since the last refresh,
+    /// and the `chats`, into the moving rates.
+    pub(crate) fn measure(&mut self, now: Instant, tokens: u64, prompts: u64, chats: Chats) {
+        if prompts > 0 {
+            self.last_long = Some(now);
+        }
+        let Some(last) = self.refreshed.replace(now) else {
+            // The first look: the pending prompts came over an unknown span; take one window.
+            let window = DEMAND_WINDOW.as_secs_f64();
+            self.tokens = tokens as f64 / window;
+            self.prompts = prompts as f64 / window;
+            self.chat_tokens = chats.tokens as f64 / window;
+            self.chats = chats.placed as f64 / window;
+            self.chat_misses = chats.missed as f64 / window;
+            self.sparse_weight = 1.0 - (-window / SPARSE_WINDOW.as_secs_f64()).exp();
+            self.sparse_prompts = self.prompts * self.sparse_weight;
+            return;
+        };
+        let span = now.saturating_duration_since(last).as_secs_f64();
+        if span <= 0.0 {
+            return;
+        }
+        let kept = (-span / DEMAND_WINDOW.as_secs_f64()).exp();
+        self.tokens = self.tokens * kept + tokens as f64 / span * (1.0 - kept);
+        self.prompts = self.prompts * kept + prompts as f64 / span * (1.0 - kept);
+        let fold = |rate: f64, count: u64| rate * kept + count as f64 / span * (1.0 - kept);
+        self.chat_tokens = fold(self.chat_tokens, chats.tokens);
+        self.chats = fold(self.chats, chats.placed);
+        self.chat_misses = fold(self.chat_misses, chats.missed);
+        let kept = (-span / SPARSE_WINDOW.as_secs_f64()).exp();
+        self.sparse_prompts = self.sparse_prompts * kept + prompts as f64 / span * (1.0 - kept);
+        self.sparse_weight = self.sparse_weight * kept + (1.0 - kept);
+    }
+
+    /// Long prompts per second over [`SPARSE_WINDOW`] (over the time measured, while that is
+    /// shorter).
+    pub(crate) fn sparse_prompts(&self) -> f64 {
+        if self.sparse_weight > 0.0 {
+            self.sparse_prompts / self.sparse_weight
+        } else {
+            0.0
+        }
+    }
+
+    /// Designates among the available `replicas` (see the module docs) and sets each one's
+    /// expected stall.
+    pub(crate) fn step(&mut self, replicas: &mut [Replica], now: Instant) {
+        let most = replicas.len().saturating_sub(1);
+        let forgotten = self
+            .last_long
+            .map_or(true, |at| now.saturating_duration_since(at) > FORGET);
+        if forgotten || most == 0 {
+            for replica in replicas.iter_mut() {
+                replica.heavy = false;
+                replica.expected_stall = Duration::ZERO;
+            }
+            self.low_since = None;
+            return;
+        }
+        while heavy(replicas) > most {
+            let Some(weakest) = weakest(replicas) else {
+                break;
+            };
+            replicas[weakest].heavy = false;
+        }
+        if heavy(replicas) == 0 {
+            if let Some(first) = first(replicas) {
+                replicas[first].heavy = true;
+            }
+        }
+        while heavy(replicas) < most && self.tokens > HIGH * capacity(replicas) {
+            let short = self.tokens / HIGH - capacity(replicas);
+            let spare = |r: &Replica| self.chats_fit(chat_capacity(replicas) - r.rate);
+            // Short of one that covers it, the slowest: the next refresh adds another while
+            // the demand still exceeds them and the chats can spare it.
+            let Some(next) =
+                sufficient(replicas, short, spare).or_else(|| sufficient(replicas, 0.0, spare))
+            else {
+                break;
+            };
+            replicas[next].heavy = true;
+            self.low_since = None;
+        }
+        self.let_go(replicas, now);
+        swap(replicas);
+        self.expect(replicas);
+    }
+
+    /// Whether the chats' prompts take at most [`CHAT_SHARE`] of `rate` tokens per second of
+    /// prefill, and at most [`CHAT_MISSES`] of them could not be placed at once within their
+    /// targets.
+    fn chats_fit(&self, rate: f64) -> bool {
+        self.chat_tokens <= CHAT_SHARE * rate && self.missed_share() <= CHAT_MISSES
+    }
+
+    /// The share of the chats placed lately that could not be placed at once within their
+    /// targets.
+    pub(crate) fn missed_share(&self) -> f64 {
+        if self.chats > 0.0 {
+            self.chat_misses / self.chats
+        } else {
+            0.0
+        }
+    }
+
+    /// Lets the slowest designated replica go once, for [`HOLD`], the demand has stayed below
+    /// [`LOW`] of what the others give, or the chats have taken more than [`CHAT_SHARE`] /
+    /// [`LOW`] of their replicas' prefill rate: they need it back.
+    fn let_go(&mut self, replicas: &mut [Replica], now: Instant) {
+        let weakest = match weakest(replicas) {
+            Some(weakest) if heavy(replicas) > 1 => weakest,
+            _ => {
+                self.low_since = None;
+                return;
+            }
+        };
+        let rest = capacity(replicas) - replicas[weakest].rate;
+        let crowded = self.chat_tokens > CHAT_SHARE / LOW * chat_capacity(replicas)
+            || self.missed_share() > CHAT_MISSES;
+        if self.tokens >= LOW * rest && !crowded {
+            self.low_since = None;
+            return;
+        }
+        let since = *self.low_since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= HOLD {
+            replicas[weakest].heavy = false;
+            self.low_since = None;
+        }
+    }
+
+    /// Sets each replica's expected stall: the mean long prompt's prefill at its rate, on a
+    /// designated replica likely to take one within a stream's life.
+    fn expect(&self, replicas: &mut [Replica]) {
+        let designated = heavy(replicas);
+        let prompts = self.prompts.max(self.sparse_prompts());
+        let likely =
+            designated > 0 && prompts / designated as f64 * STREAM_LIFE.as_secs_f64() >= LIKELY;
+        let mean = if self.prompts > 0.0 {
+            self.tokens / self.prompts
+        } else {
+            0.0
+        };
+        for replica in replicas.iter_mut() {
+            replica.expected_stall = if replica.heavy && likely && replica.rate > 0.0 {
+                Duration::try_from_secs_f64(mean / replica.rate).unwrap_or(Duration::MAX)
+            } else {
+                Duration::ZERO
+            };
+        }
+    }
+}
