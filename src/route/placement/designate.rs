@@ -66,50 +66,12 @@ use crate::route::series::SloMetrics;
 mod demand;
 mod pick;
 pub(crate) use demand::{Chats, Demand};
+#[cfg(test)]
+pub(crate) use demand::{DEMAND_WINDOW, FORGET, LIKELY, STREAM_LIFE};
 use pick::Replica;
 
 /// How often the designation looks again (at the first placement after it is due).
 pub const REFRESH: Duration = Duration::from_millis(250);
-/// The time constant of the demand's moving rate: a burst shows within about a second, and a
-/// document rate of a few per second is averaged over several.
-pub const DEMAND_WINDOW: Duration = Duration::from_secs(2);
-/// Designate another replica when the demand exceeds this share of the designated replicas'
-/// prefill rate: once the long prompts come faster than they prefill (see the module docs).
-pub const HIGH: f64 = 1.0;
-/// Let the slowest designated replica go when the demand stays below this share of what the
-/// others would give, for [`HOLD`].
-pub const LOW: f64 = 0.6;
-/// How long the demand must stay low before a designated replica is let go.
-pub const HOLD: Duration = Duration::from_secs(5);
-/// A pool with no long prompt for this long has no prefill-heavy replica.
-pub const FORGET: Duration = Duration::from_secs(30);
-/// About a chat's life (150 tokens at 15 ms): what the expected stall looks ahead.
-pub const STREAM_LIFE: Duration = Duration::from_secs(2);
-/// A stream started on a designated replica is expected to meet a long prompt's prefill when at
-/// least this many are expected there within [`STREAM_LIFE`]: about a one-in-ten chance, which
-/// is worth a chat's going to a replica with none expected, as long as that one meets its targets.
-pub const LIKELY: f64 = 0.1;
-/// The time constant of the slower rate of long prompts the expected stall also reads: long
-/// enough to see one document every 20 s, as [`FORGET`] is.
-pub const SPARSE_WINDOW: Duration = Duration::from_secs(30);
-/// Another replica is designated only while the replicas left to the chats keep at least this
-/// share of their prefill rate free of the chats' own prompts: each chat's prefill lengthens the
-/// decode step it joins, so a replica that spends a share `u` of its time prefilling decodes at
-/// about `1 / (1 − u)` times its idle step. At a half, the half-speed replicas of the simulated
-/// fleet (a 20 ms step) reach the 35 ms TPOT target. (Counted as they arrive with no such bound,
-/// the documents at 32 requests/s took three replicas of four, and the one left to the chats
-/// served 2 796 of them: goodput fell from 34.0 to 24.9 requests/s, docs/routing.md.)
-pub const CHAT_SHARE: f64 = 0.5;
-/// Another replica is designated only while at most this share of the chats placed could not be
-/// placed at once on a replica predicted to meet their targets (they waited in the gate, or
-/// were placed predicted to miss); past it for [`HOLD`], the slowest designated replica goes back
-/// to the chats. The prefill rate does not see decode: in one run at 32 requests/s on the
-/// simulated fleet the designation took both fast replicas (the fallback then was the fastest
-/// left), the chats' prompts fit half the prefill rate of the two half-speed ones, so nothing
-/// took one back while 29 chats a second waited on them: goodput with the gap counted 4.4
-/// requests/s (docs/routing.md). In the runs since (16 to 44 requests/s) the share stayed at
-/// most 4.2 %.
-pub const CHAT_MISSES: f64 = 0.05;
 /// One pool's designation.
 #[derive(Debug)]
 pub struct Designation {
