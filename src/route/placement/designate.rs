@@ -14,8 +14,9 @@
 //!   placed, a burst the designated replicas could not take never showed more than they took),
 //!   else as it is placed. Every other prompt placed adds its uncached tokens to the chats'
 //!   demand ([`Designation::chat_prompt`], two), and a chat no replica is predicted to serve in
-//!   time counts a miss ([`Designation::chat_missed`]: held at a gate, else placed to miss). Every [`REFRESH`] the first placement folds them
-//!   into moving rates per second ([`DEMAND_WINDOW`]).
+//!   time counts a miss ([`Designation::chat_missed`]: held at a gate, else placed to miss).
+//!   Every [`REFRESH`] the first placement folds them into moving rates per second
+//!   ([`DEMAND_WINDOW`]).
 //! - **Supply.** Each replica prefills at the rate its latency model learned (`1 / a₂`; the
 //!   priors' 20 000 tokens/s before it learned one).
 //! - **Designation.** The fastest replica is designated at the first long prompt (between equals,
@@ -38,8 +39,7 @@
 //!   against 16.0 and 16.7 with no designation. One is let go (the slowest) only once the
 //!   demand has stayed below [`LOW`] of what the rest would give, or the chats above
 //!   [`CHAT_SHARE`] / [`LOW`] of their replicas' rate or [`CHAT_MISSES`] of them held, for
-//!   [`HOLD`]: a burst designates at once, a
-//!   lull does not undo it. One replica is always left to the chats; a pool with no
+//!   [`HOLD`]: a burst designates at once, a lull does not undo it. One replica is always left to the chats; a pool with no
 //!   long prompt for [`FORGET`] has none designated. A replica that fails (ejected, or gone from
 //!   DNS) loses its role at the next refresh, and the demand designates another. While one
 //!   replica is designated, one [`pick::SWAP`] times as fast takes its place: a cold pool designates by
@@ -53,6 +53,17 @@
 //!   the designated replica, 12 of them stalled). The placement reads it: a chat prefers a replica that expects none (so a designated
 //!   replica takes chats while documents are rare, or when the others cannot meet the targets),
 //!   and a long prompt goes only to a designated replica or to one with no stream to stall.
+//!
+//! [`DEMAND_WINDOW`]: demand::DEMAND_WINDOW
+//! [`HIGH`]: demand::HIGH
+//! [`LOW`]: demand::LOW
+//! [`HOLD`]: demand::HOLD
+//! [`FORGET`]: demand::FORGET
+//! [`STREAM_LIFE`]: demand::STREAM_LIFE
+//! [`LIKELY`]: demand::LIKELY
+//! [`SPARSE_WINDOW`]: demand::SPARSE_WINDOW
+//! [`CHAT_SHARE`]: demand::CHAT_SHARE
+//! [`CHAT_MISSES`]: demand::CHAT_MISSES
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;

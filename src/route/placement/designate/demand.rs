@@ -87,11 +87,12 @@ impl Demand {
         let Some(last) = self.refreshed.replace(now) else {
             // The first look: the pending prompts came over an unknown span; take one window.
             let window = DEMAND_WINDOW.as_secs_f64();
-            self.tokens = tokens as f64 / window;
-            self.prompts = prompts as f64 / window;
-            self.chat_tokens = chats.tokens as f64 / window;
-            self.chats = chats.placed as f64 / window;
-            self.chat_misses = chats.missed as f64 / window;
+            let rate = |count: u64| count as f64 / window;
+            self.tokens = rate(tokens);
+            self.prompts = rate(prompts);
+            self.chat_tokens = rate(chats.tokens);
+            self.chats = rate(chats.placed);
+            self.chat_misses = rate(chats.missed);
             self.sparse_weight = 1.0 - (-window / SPARSE_WINDOW.as_secs_f64()).exp();
             self.sparse_prompts = self.prompts * self.sparse_weight;
             return;
@@ -101,9 +102,9 @@ impl Demand {
             return;
         }
         let kept = (-span / DEMAND_WINDOW.as_secs_f64()).exp();
-        self.tokens = self.tokens * kept + tokens as f64 / span * (1.0 - kept);
-        self.prompts = self.prompts * kept + prompts as f64 / span * (1.0 - kept);
         let fold = |rate: f64, count: u64| rate * kept + count as f64 / span * (1.0 - kept);
+        self.tokens = fold(self.tokens, tokens);
+        self.prompts = fold(self.prompts, prompts);
         self.chat_tokens = fold(self.chat_tokens, chats.tokens);
         self.chats = fold(self.chats, chats.placed);
         self.chat_misses = fold(self.chat_misses, chats.missed);
@@ -185,7 +186,8 @@ impl Demand {
 
     /// Lets the slowest designated replica go once, for [`HOLD`], the demand has stayed below
     /// [`LOW`] of what the others give, or the chats have taken more than [`CHAT_SHARE`] /
-    /// [`LOW`] of their replicas' prefill rate: they need it back.
+    /// [`LOW`] of their replicas' prefill rate or more than [`CHAT_MISSES`] of them were held:
+    /// they need it back.
     fn let_go(&mut self, replicas: &mut [Replica], now: Instant) {
         let weakest = match weakest(replicas) {
             Some(weakest) if heavy(replicas) > 1 => weakest,
@@ -195,8 +197,7 @@ impl Demand {
             }
         };
         let rest = capacity(replicas) - replicas[weakest].rate;
-        let crowded = self.chat_tokens > CHAT_SHARE / LOW * chat_capacity(replicas)
-            || self.missed_share() > CHAT_MISSES;
+        let crowded = !self.chats_fit(chat_capacity(replicas) / LOW);
         if self.tokens >= LOW * rest && !crowded {
             self.low_since = None;
             return;

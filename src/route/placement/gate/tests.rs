@@ -368,25 +368,35 @@ async fn a_waiting_request_whose_deadline_passes_is_shed() {
     assert_eq!(fixture.depth(), 0, "nothing queued");
 }
 
+/// Enters a request of `prompt_tokens` and checks the gate sheds it at its deadline.
+async fn shed_at_deadline(fixture: &Fixture, prompt_tokens: u64) {
+    let admission = answer(enter(&fixture.gate, prompt_tokens, HeaderMap::new())).await;
+    assert!(
+        matches!(admission, Admission::Shed("deadline")),
+        "shed: {admission:?}"
+    );
+}
+
+/// The designation's demand once the next placement due a refresh has folded in what came.
+async fn demand_after_refresh(fixture: &Fixture) -> crate::route::placement::designate::Demand {
+    tokio::time::sleep(REFRESH).await;
+    budget_of(fixture, 500);
+    let designation = fixture.gate.slo.designation.as_ref().expect("designates");
+    designation.demand()
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_long_prompt_shed_at_its_deadline_counts_in_the_designations_demand() {
     let fixture = fixture_of(Duration::from_millis(800), QueueConfig::default(), true);
     // 13 streams: a 14th misses the TPOT target, so the document waits until its deadline.
     let _streams = fixture.load(13, 0);
     let arrived = Instant::now();
-    let admission = answer(enter(&fixture.gate, 6_000, HeaderMap::new())).await;
-    assert!(
-        matches!(admission, Admission::Shed("deadline")),
-        "shed: {admission:?}"
-    );
+    shed_at_deadline(&fixture, 6_000).await;
     // The next placement due a refresh folds it in: 6 000 tokens over the time since the first
     // look (the document's arrival), into the 2 s moving rate.
-    tokio::time::sleep(REFRESH).await;
-    budget_of(&fixture, 500);
-    let designation = fixture.gate.slo.designation.as_ref().expect("designates");
+    let demand = demand_after_refresh(&fixture).await;
     let span = arrived.elapsed().as_secs_f64();
     let expected = 6_000.0 / span * (1.0 - (-span / DEMAND_WINDOW.as_secs_f64()).exp());
-    let demand = designation.demand();
     assert!(
         (demand.tokens - expected).abs() < 1.0,
         "the shed document is demand: {} tokens/s, not {expected}",
@@ -401,25 +411,17 @@ async fn a_long_prompt_shed_at_its_deadline_counts_in_the_designations_demand() 
 #[tokio::test(start_paused = true)]
 async fn a_chat_no_replica_serves_in_time_counts_as_a_miss_for_the_designation() {
     let fixture = fixture_of(Duration::from_millis(800), QueueConfig::default(), true);
-    let designation = fixture.gate.slo.designation.as_ref().expect("designates");
     let admission = answer(enter(&fixture.gate, 100, HeaderMap::new())).await;
     assert!(
         matches!(admission, Admission::Placed { .. }),
         "placed at once: {admission:?}"
     );
-    tokio::time::sleep(REFRESH).await;
-    budget_of(&fixture, 500);
-    assert_eq!(designation.demand().chat_misses, 0.0, "served in time");
+    let demand = demand_after_refresh(&fixture).await;
+    assert_eq!(demand.chat_misses, 0.0, "served in time");
     // 13 streams: a 14th misses the TPOT target, so the next chat waits until its deadline.
     let _streams = fixture.load(13, 0);
-    let admission = answer(enter(&fixture.gate, 100, HeaderMap::new())).await;
-    assert!(
-        matches!(admission, Admission::Shed("deadline")),
-        "shed: {admission:?}"
-    );
-    tokio::time::sleep(REFRESH).await;
-    budget_of(&fixture, 500);
-    let demand = designation.demand();
+    shed_at_deadline(&fixture, 100).await;
+    let demand = demand_after_refresh(&fixture).await;
     // One miss, folded at one of the refreshes since into the 2 s moving rate: more than none,
     // less than one per refresh.
     assert!(
