@@ -6,12 +6,14 @@
 //! docs are a third of the file.
 //!
 //! A request enters ([`Gate::enter`]) after the plan:
-//! - nothing is waiting (or, with shares held, nothing of its tenant's, and the tenant is under its
-//!   share) and a backend is predicted to meet both targets: it goes there at once;
+//! - nothing is waiting in its lane (or, with shares held, nothing of its tenant's, and the tenant
+//!   is under its share) and a backend is predicted to meet both targets: it goes there at once;
 //! - even a backend with nothing else to do could not give it its first token in time any more:
 //!   it leaves at once, see below;
-//! - otherwise it waits in a [`FairQueue`], ordered by its tenant's fair share, then its priority,
-//!   then its deadline.
+//! - otherwise it waits in a [`FairQueue`](super::queue::FairQueue), ordered by its tenant's fair
+//!   share, then its priority, then its deadline. While the pool has prefill-heavy replicas
+//!   designated, a long prompt waits in a lane of its own ([`lanes`]): it waits for a designated
+//!   replica, a chat for another, and neither holds the other.
 //!
 //! **Half the slack each.** A request's slack is its TTFT target less its first token on the
 //! fastest idle backend (`alone`, its own prefill): what waiting, here and in a backend's queue
@@ -31,11 +33,11 @@
 //!
 //! One task per gated pool releases the queue ([`Gate::release`]): whenever something was pushed,
 //! and every [`TICK`] while anything waits (streams end and prefills finish without telling the
-//! queue; a tick costs one prediction per backend). The next entry in fair order is placed as a
-//! dispatch would place it, and released when a backend has room for it: its first token within
-//! half its slack, its TPOT within target. Its backend's load is counted at once, so the next
-//! entry is predicted against it. An entry is never overtaken within its pool; a large one at the
-//! head waits until a backend has room for it, or its deadline.
+//! queue; a tick costs one prediction per backend). The next entry of each lane in fair order is
+//! placed as a dispatch would place it, and released when a backend has room for it: its first
+//! token within half its slack, its TPOT within target. Its backend's load is counted at once, so
+//! the next entry is predicted against it. An entry is never overtaken within its lane; a large
+//! one at the head waits until a backend has room for it, or its deadline.
 //!
 //! **Shares** (`equal_shares`, off by default). The gate also counts each tenant's work in flight
 //! (prompt and output tokens) until its streams end ([`super::share`]). A tenant that holds an
@@ -66,7 +68,10 @@ use crate::metrics::Metrics;
 use crate::route::affinity::{self, AffinityKeys, PoolAffinity};
 use crate::route::backend::LoadGuard;
 use crate::route::members::Members;
-use crate::route::placement::queue::{Entry, FairQueue, Key};
+use crate::route::placement::queue::Entry;
+use lanes::{Lane, LaneKey, Lanes};
+
+mod lanes;
 use crate::route::series::QueueMetrics;
 
 /// How often the release task looks again while entries wait.
@@ -117,7 +122,7 @@ pub struct Gate {
     slo: Arc<PoolSlo>,
     affinity: Option<Arc<PoolAffinity>>,
     config: QueueConfig,
-    queue: Mutex<FairQueue<Waiter>>,
+    queue: Mutex<Lanes<Waiter>>,
     /// Wakes the release task; its own `Arc` so the task can wait on it without holding the
     /// gate alive.
     wake: Arc<Notify>,
@@ -137,7 +142,7 @@ impl Gate {
     ) -> Self {
         let metrics = metrics.map(|m| QueueMetrics::new(m, &pool.name));
         Self {
-            queue: Mutex::new(FairQueue::new(config.capacity)),
+            queue: Mutex::new(Lanes::new(config.capacity)),
             pool,
             slo,
             affinity,
@@ -180,11 +185,17 @@ impl Gate {
         // The designation's demand is every long prompt offered, shed or not: a burst of
         // documents the designated replicas cannot take in time is what designates another.
         // And a chat no replica is predicted to serve in time now tells it the chats are short.
-        if placed.stalls_until.is_some() {
+        let long = placed.stalls_until.is_some();
+        if long {
             self.slo.long_prompt(placed.prediction.uncached_tokens());
         } else if !placed.met {
             self.slo.chat_missed();
         }
+        let lane = if long && self.designated() {
+            Lane::Long
+        } else {
+            Lane::Chats
+        };
         let budget = placed.ttft_target.saturating_sub(placed.alone) / 2;
         let latest = context.received + budget;
         if latest <= now {
@@ -206,8 +217,8 @@ impl Gate {
             let mut queue = self.lock();
             // With shares held, a tenant under its share with nothing of its own waiting goes
             // first: what waits is over its share, or waits for the room its longer wait needs.
-            let first = queue.is_empty()
-                || (self.config.equal_shares && !over && queue.counter(&tenant).is_none());
+            let first = queue.is_empty(lane)
+                || (self.config.equal_shares && !over && !queue.holds(lane, &tenant));
             if first && room {
                 drop(queue);
                 self.exit("direct");
@@ -232,7 +243,7 @@ impl Gate {
                     answer: tx,
                 },
             };
-            match queue.push(entry) {
+            match queue.push(lane, entry) {
                 Ok(key) => {
                     self.depth(queue.len());
                     (rx, key)
@@ -254,15 +265,25 @@ impl Gate {
         admission
     }
 
-    /// Releases what can go now: entries whose deadline passed leave as `on_deadline` says; then
-    /// entries in fair order while the next one is predicted to meet its targets. Returns whether
-    /// anything is still waiting.
+    /// Releases what can go now: entries whose deadline passed leave as `on_deadline` says; then,
+    /// in each lane, entries in fair order while the next one is predicted to meet its targets.
+    /// Returns whether anything is still waiting.
     pub fn release(&self, now: Instant) -> bool {
         let mut queue = self.lock();
-        while let Some((_, entry)) = queue.pop_expired(now) {
+        while let Some(entry) = queue.pop_expired(now) {
             self.answer(entry.payload, self.late(), now);
         }
-        while let Some(next) = queue.peek() {
+        for lane in Lane::ALL {
+            self.release_lane(&mut queue, lane, now);
+        }
+        self.depth(queue.len());
+        queue.len() > 0
+    }
+
+    /// Releases the entries of `lane` in fair order while the next one is predicted to meet its
+    /// targets.
+    fn release_lane(&self, queue: &mut Lanes<Waiter>, lane: Lane, now: Instant) {
+        while let Some(next) = queue.peek(lane) {
             // Released when a backend has room for it after its whole waiting budget, spent or
             // not: its first token within `(target + alone) / 2` (see the module docs).
             // Over its tenant's share, into ample room only.
@@ -279,7 +300,7 @@ impl Gate {
             else {
                 break;
             };
-            let Some((_, entry)) = queue.pop() else {
+            let Some(entry) = queue.pop(lane) else {
                 break;
             };
             let uncached =
@@ -294,8 +315,15 @@ impl Gate {
             };
             self.answer(entry.payload, admission, now);
         }
-        self.depth(queue.len());
-        !queue.is_empty()
+    }
+
+    /// Whether the pool has prefill-heavy replicas designated now: its long prompts then wait for
+    /// them, in their own lane.
+    fn designated(&self) -> bool {
+        self.pool
+            .backends()
+            .iter()
+            .any(|backend| backend.role().prefill_heavy())
     }
 
     /// Starts the release task on the first request (there is a runtime then).
@@ -393,7 +421,7 @@ impl Gate {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, FairQueue<Waiter>> {
+    fn lock(&self) -> MutexGuard<'_, Lanes<Waiter>> {
         self.queue
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -404,7 +432,7 @@ impl Gate {
 /// it takes the entry out.
 struct Waiting<'a> {
     gate: &'a Gate,
-    key: Option<Key>,
+    key: Option<LaneKey>,
 }
 
 impl Drop for Waiting<'_> {

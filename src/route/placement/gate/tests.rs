@@ -679,3 +679,100 @@ async fn a_tenant_under_its_share_goes_at_once_while_the_flood_waits() {
     assert_eq!(fixture.exits("placed"), 1);
     assert_eq!(fixture.gate.shares.of("flood"), 1_368);
 }
+
+/// A gate over two backends taught as [`fixture`]'s, the first designated prefill-heavy when
+/// `designated` (by hand: no designation runs to undo it); the first full of streams (a 14th
+/// misses the TPOT target) and the second with 4 000 prompt tokens queued (a chat's first token
+/// in about 430 ms, a 6 000-token document's in about 1 s, past its target).
+fn crowded_pair(designated: bool) -> (Fixture, Vec<LoadGuard>) {
+    let pool_config = PoolConfig {
+        name: "p".to_owned(),
+        urls: vec![
+            "http://127.0.0.1:9".to_owned(),
+            "http://127.0.0.1:10".to_owned(),
+        ],
+        balance: BalanceLoad::Slo,
+        ..PoolConfig::default()
+    };
+    let pool = Arc::new(Members::new(&pool_config, None, None).expect("valid pool"));
+    let mut config = Config::default();
+    config.slo.ttft = Duration::from_millis(800);
+    config.slo.tpot = Duration::from_millis(35);
+    let metrics = Metrics::new(&config).expect("default buckets");
+    let slo = Arc::new(PoolSlo::new(0, "p", &config, false, None));
+    for backend in pool.backends().iter() {
+        teach_curve(backend, 10_000.0, 0.020, 13, |streams| {
+            0.010 + 0.002 * (streams + 1) as f64
+        });
+    }
+    let backends = pool.backends();
+    backends[0].designate(designated, Duration::ZERO);
+    let mut load: Vec<LoadGuard> = (0..13)
+        .map(|_| LoadGuard::new(Arc::clone(&backends[0]), 0))
+        .collect();
+    load.push(LoadGuard::new(Arc::clone(&backends[1]), 4_000));
+    let gate = Arc::new(Gate::new(
+        Arc::clone(&pool),
+        slo,
+        None,
+        QueueConfig::default(),
+        Some(&metrics),
+    ));
+    let fixture = Fixture {
+        gate,
+        pool,
+        metrics,
+    };
+    (fixture, load)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_chat_does_not_wait_behind_a_long_prompt_that_waits_for_a_designated_replica() {
+    let (fixture, _load) = crowded_pair(true);
+    let document = enter(&fixture.gate, 6_000, HeaderMap::new());
+    queued(&fixture, 1).await;
+    // The designated replica has no room for the document's streams, and the other must not take
+    // it: it waits, in the long prompts' lane.
+    let chat = answer(enter(&fixture.gate, 100, HeaderMap::new())).await;
+    let Admission::Placed { placed, .. } = chat else {
+        panic!("the chat goes at once: {chat:?}");
+    };
+    assert!(
+        Arc::ptr_eq(&placed.backend, &fixture.pool.backends()[1]),
+        "to the replica with room"
+    );
+    assert_eq!(fixture.exits("direct"), 1, "past the waiting document");
+    assert!(still_waiting(&fixture, 1), "the document still waits");
+    assert!(!document.is_finished());
+    document_shed_at_its_deadline(document).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_no_replica_designated_a_chat_waits_behind_the_long_prompt_before_it() {
+    let (fixture, _load) = crowded_pair(false);
+    let document = enter(&fixture.gate, 6_000, HeaderMap::new());
+    queued(&fixture, 1).await;
+    // The document waits for room on either replica: a chat let past it would take that room.
+    let chat = enter(&fixture.gate, 100, HeaderMap::new());
+    queued(&fixture, 2).await;
+    ticks(4).await;
+    assert!(!chat.is_finished(), "the chat waits behind the document");
+    document_shed_at_its_deadline(document).await;
+    let chat = answer(chat).await;
+    assert!(
+        matches!(chat, Admission::Placed { .. }),
+        "released once the document left: {chat:?}"
+    );
+    assert_eq!(fixture.exits("direct"), 0);
+    assert_eq!(fixture.exits("placed"), 1);
+}
+
+/// The document of [`crowded_pair`] leaves the gate: shed at its deadline (no replica makes room
+/// for it meanwhile).
+async fn document_shed_at_its_deadline(document: tokio::task::JoinHandle<Admission>) {
+    let admission = answer(document).await;
+    assert!(
+        matches!(admission, Admission::Shed("deadline")),
+        "shed at its deadline: {admission:?}"
+    );
+}
