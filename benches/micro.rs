@@ -131,12 +131,36 @@ fn per_request(c: &mut Criterion) {
     group.finish();
 }
 
+/// Teaches `backend`, the `i`th of its pool, 64 requests over varied loads and prompts (a higher
+/// `i` prefills slower).
+fn teach(backend: &tokenmeter::route::backend::Backend, i: usize) {
+    use tokenmeter::route::backend::predict::{Ask, Load, Outcome};
+
+    for k in 0..64u64 {
+        let load = Load {
+            queued_tokens: (k * 311) % 8_000,
+            streams: k % 24,
+        };
+        let ask = Ask {
+            prompt_tokens: 200 + (k * 97) % 3_000,
+            cached_tokens: 0,
+        };
+        let work = (load.queued_tokens + ask.prompt_tokens) as f64 / 1_000.0;
+        let outcome = Outcome {
+            ttft: Duration::from_secs_f64(0.02 + 0.05 * work * (1.0 + i as f64 / 8.0)),
+            tpot: Some(Duration::from_secs_f64(0.01 + 0.0005 * load.streams as f64)),
+        };
+        backend.learn(200, load, ask, outcome);
+    }
+}
+
 /// `balance = "slo"`: one placement in a pool of `n` learned backends with streams and queued
-/// prompts on each (the decision #27 keeps under 10 µs at 16 backends).
+/// prompts on each (the decision #27 keeps under 10 µs at 16 backends); at 16, also as a decode
+/// pool that hands prefills off.
 fn placement(c: &mut Criterion) {
     use tokenmeter::config::{BalanceLoad, Config};
-    use tokenmeter::route::backend::predict::{Ask, Load, Outcome};
     use tokenmeter::route::backend::LoadGuard;
+    use tokenmeter::route::placement::handed::PrefillPool;
     use tokenmeter::route::placement::{choose, Demand, PoolSlo};
 
     let mut group = c.benchmark_group("route");
@@ -153,22 +177,7 @@ fn placement(c: &mut Criterion) {
         let slo = PoolSlo::new(0, "replicas", &Config::default(), true, None);
         let mut guards = Vec::new();
         for (i, backend) in pool.backends().iter().enumerate() {
-            for k in 0..64u64 {
-                let load = Load {
-                    queued_tokens: (k * 311) % 8_000,
-                    streams: k % 24,
-                };
-                let ask = Ask {
-                    prompt_tokens: 200 + (k * 97) % 3_000,
-                    cached_tokens: 0,
-                };
-                let work = (load.queued_tokens + ask.prompt_tokens) as f64 / 1_000.0;
-                let outcome = Outcome {
-                    ttft: Duration::from_secs_f64(0.02 + 0.05 * work * (1.0 + i as f64 / 8.0)),
-                    tpot: Some(Duration::from_secs_f64(0.01 + 0.0005 * load.streams as f64)),
-                };
-                backend.learn(200, load, ask, outcome);
-            }
+            teach(backend, i);
             for k in 0..(i % 5) {
                 guards.push(LoadGuard::new(
                     std::sync::Arc::clone(backend),
@@ -195,6 +204,47 @@ fn placement(c: &mut Criterion) {
                 )
             })
         });
+        if n != 16 {
+            continue;
+        }
+        // The same 16 as a decode pool handing prefills off to a prefill pool of 4 (#39): the
+        // prefill pool's offer once per placement, and each decode replica scored on the path
+        // through it too (a document, which takes it).
+        let prefill_config = PoolConfig {
+            name: "prefill".to_owned(),
+            urls: (0..4)
+                .map(|i| format!("http://127.0.0.1:{}", 9300 + i))
+                .collect(),
+            balance: BalanceLoad::Slo,
+            ..PoolConfig::default()
+        };
+        let prefill = Members::new(&prefill_config, None, None).expect("a pool");
+        for backend in prefill.backends().iter() {
+            teach(backend, 0);
+        }
+        let decode = PoolSlo::new(0, "replicas", &Config::default(), false, None);
+        let timeout = Duration::from_secs(10);
+        decode.hand_off_to(PrefillPool::new(std::sync::Arc::new(prefill), timeout));
+        for (kind, prompt_tokens) in [("chat", 1_000), ("document", 8_000)] {
+            let demand = Demand {
+                prompt_tokens,
+                ..demand
+            };
+            let name = format!("slo_place_{n}_backends_handing_off_a_{kind}");
+            group.bench_function(name, |b| {
+                b.iter(|| {
+                    choose(
+                        &pool,
+                        &decode,
+                        black_box(demand),
+                        tokio::time::Instant::now(),
+                        &[],
+                        |_| 0,
+                        &mut rng,
+                    )
+                })
+            });
+        }
     }
     group.finish();
 }

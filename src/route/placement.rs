@@ -60,6 +60,13 @@
 //! its targets) to one with no stream to stall; and a request that would not prefers, before
 //! headroom, a backend where no stall is expected while it decodes.
 //!
+//! **Prefills handed off.** In a pool with a prefill pool (`[pools.handoff]`), each decode replica
+//! is scored on the path the request's prefill will take from there ([`handed`]): where it decodes,
+//! or through the prefill pool (its first token after the prefill pool's predicted prefill and the
+//! replica's first step; no stall, and the batch's TPOT without it). A document goes where its
+//! first step comes soonest, not where its prefill would stall the fewest streams it will not
+//! stall.
+//!
 //! A backend the pool has not learned yet (fewer than [`EXPLORE`] requests: new, or just joined
 //! from DNS) speaks with the priors, which may be slower than a learned backend's measurements
 //! and would then never be tried while the pool is quiet. So an idle, unlearned backend that the
@@ -73,7 +80,7 @@
 //! to a few dozen backends; power of two choices samples two because its load signal is noisy,
 //! while the prediction already weighs what the noise hid.
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rand::Rng;
@@ -86,11 +93,14 @@ use super::series::SloMetrics;
 use crate::config::{Config, SloTargets};
 use crate::context::RequestContext;
 use crate::metrics::Metrics;
+use crate::route::handoff::record::Choice;
 use crate::route::placement::record::Prediction;
 use designate::Designation;
+use handed::PrefillPool;
 
 pub(crate) mod designate;
 pub mod gate;
+pub mod handed;
 pub mod hook;
 pub mod queue;
 pub mod record;
@@ -221,6 +231,9 @@ pub struct PoolSlo {
     /// token (the transfer and the decode replica's first step), a moving mean in nanoseconds;
     /// 0 before the first.
     handoff_overhead: AtomicU64,
+    /// With a prefill pool: that pool, whose predicted prefill scores the path through it
+    /// ([`handed`]); set once the router has built every pool.
+    prefill: OnceLock<PrefillPool>,
     /// Which backends take the long prompts now (`prefill_heavy = "auto"`, in a pool without a
     /// prefill pool).
     designation: Option<Designation>,
@@ -245,6 +258,7 @@ impl PoolSlo {
             targets: config.slo.defaults(),
             memory: config.routing.prediction_memory,
             handoff_overhead: AtomicU64::new(0),
+            prefill: OnceLock::new(),
             designation: designates.then(Designation::new),
             metrics: metrics.map(|m| SloMetrics::new(m, pool)),
         }
@@ -278,6 +292,18 @@ impl PoolSlo {
         if let Some(designation) = &self.designation {
             designation.chat_missed();
         }
+    }
+
+    /// Hands this pool's prefills to `prefill` (the router, once it has built every pool): each
+    /// decode replica is then scored on the path its prefill takes ([`handed`]). Set once.
+    pub fn hand_off_to(&self, prefill: PrefillPool) {
+        // A pool's placement is built anew with its router, so a second call does not come.
+        let _ = self.prefill.set(prefill);
+    }
+
+    /// The prefill pool it hands prefills to, in a pool with one.
+    pub(crate) fn prefill_pool(&self) -> Option<&PrefillPool> {
+        self.prefill.get()
     }
 
     /// What the pool's handoffs took from the prefill's answer to the first token, lately;
@@ -376,7 +402,13 @@ pub fn choose(
         return None;
     }
     let start = rng.gen_range(0..n);
-    let candidates: Vec<Candidate<'_>> = (0..n)
+    // In a pool that hands prefills off, what the prefill pool offers this prompt (`Some(None)`:
+    // no prefill backend is available), once for every decode replica.
+    let offer = slo
+        .prefill_pool()
+        .map(|prefill| prefill.offer(demand.prompt_tokens, now));
+    let overhead = slo.handoff_overhead();
+    let mut candidates: Vec<Candidate<'_>> = (0..n)
         .map(|k| &backends[(start + k) % n])
         .filter(|backend| {
             backend.available(now) && !exclude.iter().any(|x| Arc::ptr_eq(x, backend))
@@ -388,22 +420,43 @@ pub fn choose(
                 cached_tokens: cached_tokens(backend).min(demand.prompt_tokens),
             };
             let predicted = backend.predict(load, ask);
+            let through = offer.flatten().map(|offer| {
+                let through = handed::through(offer, overhead, backend, load, ask.prompt_tokens);
+                (offer, through)
+            });
             let role = backend.role();
             Candidate {
                 backend,
                 load,
                 ask,
                 predicted,
+                through,
+                handed_off: false,
                 stalling: backend.stalling(now),
                 prefill_heavy: role.prefill_heavy(),
                 expected_stall: role.expected_stall(),
             }
         })
         .collect();
-    let alone = candidates.iter().map(|c| c.predicted.alone).min()?;
+    // Its own prefill, what no placement beats: where it decodes, or through the prefill pool
+    // unless that is predicted to outlast the prefill timeout (it would not go there).
+    let alone = candidates
+        .iter()
+        .flat_map(|c| {
+            let through = c.through.filter(|(offer, _)| !offer.times_out);
+            [Some(c.predicted.alone), through.map(|(_, t)| t.alone)]
+        })
+        .flatten()
+        .min()?;
     let own = demand.targets.unwrap_or(slo.targets);
     let targets = for_prompt(own, alone);
     let stall = stall_limit(own);
+    if offer.is_some() {
+        let budget = targets.ttft.saturating_sub(demand.waited);
+        for candidate in &mut candidates {
+            candidate.take_path(stall, budget);
+        }
+    }
     // With prefill-heavy replicas designated, a prefill that would stall a backend's streams goes
     // only to one of them, or to a backend with no stream to stall.
     let designated = candidates.iter().any(|c| c.prefill_heavy);
@@ -422,7 +475,8 @@ pub fn choose(
         // Exploring is free only where it harms nobody: not the request's own streams on a
         // replica where a stall is expected, not a stalling backend's.
         let harmless = ranked.harm == (false, 0, false);
-        if harmless && candidate.load == Load::default() && candidate.unproven(now) {
+        let local = !candidate.handed_off;
+        if harmless && local && candidate.load == Load::default() && candidate.unproven(now) {
             let priors = Backend::predict_by_priors(candidate.load, candidate.ask);
             let score = Score::of(targets, demand.waited + priors.ttft, priors.tpot);
             if score.met() {
@@ -442,7 +496,14 @@ struct Candidate<'a> {
     backend: &'a Arc<Backend>,
     load: Load,
     ask: Ask,
+    /// What the request meets here on the path its prefill takes: where it decodes, or through
+    /// the prefill pool once [`Candidate::take_path`] chose that.
     predicted: Predicted,
+    /// In a pool that hands prefills off: what the prefill pool offers and what the request meets
+    /// here through it ([`handed::through`]); `None` elsewhere, or with no prefill backend.
+    through: Option<(handed::Offer, Predicted)>,
+    /// Its prefill is handed off from here: `predicted` is the path through the prefill pool.
+    handed_off: bool,
     /// The backend is marked as stalling ([`Backend::stalling`]).
     stalling: bool,
     /// It is one of the pool's prefill-heavy replicas now ([`designate`]).
@@ -452,6 +513,19 @@ struct Candidate<'a> {
 }
 
 impl Candidate<'_> {
+    /// In a pool that hands prefills off: scores it on the path the handoff will take from here
+    /// ([`handed::path`]), for a request whose prefill longer than `stall` would stall the streams
+    /// here and with `budget` left of its TTFT target.
+    fn take_path(&mut self, stall: Duration, budget: Duration) {
+        let local_stalls = self.load.streams > 0 && self.predicted.stall > stall;
+        let cached = self.ask.cached_tokens > 0;
+        let choice = handed::path(&self.predicted, local_stalls, self.through, budget, cached);
+        if let (Choice::Remote, Some((_, through))) = (choice, self.through) {
+            self.predicted = through;
+            self.handed_off = true;
+        }
+    }
+
     /// Its model has too few requests to go by, or has not learned for [`RELEARN_AFTER`].
     fn unproven(&self, now: Instant) -> bool {
         self.backend.learned() < EXPLORE

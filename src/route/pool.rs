@@ -17,6 +17,7 @@ use super::balance;
 use super::handoff::PoolHandoff;
 use super::members::Members;
 use super::placement::gate::Gate;
+use super::placement::handed::PrefillPool;
 use super::placement::{self, Decision as SloDecision, Demand, Placed, PoolSlo};
 use super::RouteError;
 use crate::config::{BalanceLoad, Config, PoolConfig};
@@ -132,6 +133,21 @@ impl Pool {
             handoff,
             placement,
         })
+    }
+
+    /// Gives a `balance = "slo"` pool that hands prefills off its prefill pool, of the router's
+    /// `pools` (all built: a handoff may name a pool after it): its placement then scores each
+    /// decode replica on the path the request's prefill takes from there
+    /// ([`placement::handed`]).
+    pub fn link(&self, pools: &[Arc<Pool>]) {
+        let (Some(placement), Some(handoff)) = (&self.placement, &self.handoff) else {
+            return;
+        };
+        if let Some(prefill) = pools.get(handoff.prefill) {
+            let members = Arc::clone(&prefill.members);
+            let prefill = PrefillPool::new(members, handoff.prefill_timeout);
+            placement.slo.hand_off_to(prefill);
+        }
     }
 
     /// Its backends now (a snapshot: DNS re-resolution swaps the set whole).

@@ -120,6 +120,9 @@ impl Router {
                 Pool::build(&recipe, before).map(Arc::new)
             })
             .collect::<Result<Vec<_>, _>>()?;
+        for pool in &pools {
+            pool.link(&pools);
+        }
         let rules = Rules::new(&config.rules, &names)?;
         let placing = pools.iter().any(|pool| pool.placement.is_some());
         let hooks = Hooks {

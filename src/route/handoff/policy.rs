@@ -22,8 +22,9 @@
 //!    the decode backend had (measured on llama-server: every turn handed off took TTFT p50 from
 //!    0.5 to 4.4 s).
 //!
-//! A decode pool with `balance = "slo"` decides by prediction instead ([`decide_predicted`]), the
-//! thresholds unused: its latency models say when the request's first token would come on its
+//! A decode pool with `balance = "slo"` decides by prediction instead ([`decide_predicted`], in
+//! [`crate::route::placement::handed`]: its placement scores each decode replica on the path the
+//! same decision takes from there), the thresholds unused: its latency models say when the request's first token would come on its
 //! decode backend (with its queue, less its prompt cache) and through the prefill pool (that
 //! pool's best backend, whose model learns from its prefills, then the transfer and first step as
 //! the pool's handoffs measured them), and whether its prefill would stall the streams decoding
@@ -35,10 +36,10 @@
 //! predicted to take longer than `prefill_timeout` over stays where it decodes (`local_busy`, as
 //! rule 3): handed off, it would be abandoned at the timeout and prefilled there all the same,
 //! late by the timeout.
-use std::time::Duration;
-
 use super::PoolHandoff;
+pub use crate::route::handoff::record::Choice;
 use crate::route::handoff::record::HandoffResult;
+pub(crate) use crate::route::placement::handed::{decide_predicted, Forecast};
 
 /// What the decision weighs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,15 +51,6 @@ pub struct PolicyInput {
     /// Prompt tokens queued on the prefill pool's least-queued available backend; `None` when
     /// it has no available backend.
     pub prefill_queue: Option<u64>,
-}
-
-/// Where the prefill runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Choice {
-    /// On the prefill pool.
-    Remote,
-    /// Where it decodes, for this reason (a policy choice or a fallback).
-    Local(HandoffResult),
 }
 
 /// Decides where a request's prefill runs.
@@ -87,68 +79,6 @@ pub fn decide(handoff: &PoolHandoff, input: PolicyInput) -> Choice {
         return Choice::Remote;
     }
     Choice::Local(HandoffResult::LocalShort)
-}
-
-/// What a decode pool with `balance = "slo"` weighs instead: predictions, each from now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Forecast {
-    /// The first token if it prefills where it decodes (the decode backend's latency model, as
-    /// the placement predicted it).
-    pub local: Duration,
-    /// A prefill where it decodes would stall the streams there: longer than the placement's
-    /// stall threshold, with streams to stall.
-    pub local_stalls: bool,
-    /// The first token through the prefill pool: its best backend's predicted prefill, then the
-    /// transfer and the decode replica's first step as measured on earlier handoffs; `None`
-    /// while the prefill pool has no available backend.
-    pub remote: Option<Duration>,
-    /// The prefill pool's predicted prefill (before the transfer) is longer than
-    /// `prefill_timeout`: handed off, the request would be abandoned there at the timeout and
-    /// prefilled where it decodes anyway, late by the timeout.
-    pub remote_times_out: bool,
-    /// What is left of its TTFT target.
-    pub budget: Duration,
-    /// The decode backend's prompt cache holds part of the prompt.
-    pub cached: bool,
-}
-
-/// Decides where a request's prefill runs by predicted latency: where it decodes when the prefill
-/// pool is predicted to take longer than `prefill_timeout` (`local_busy`: the handoff would only
-/// add the timeout to the same local prefill); the prefill pool for a prefill that would stall the
-/// decode replica's streams (it would miss their ITL target there); otherwise where it decodes
-/// (no transfer to pay for) when that meets its TTFT target, else the prefill pool when that
-/// does, else the sooner.
-pub(crate) fn decide_predicted(input: Forecast) -> Choice {
-    let Some(remote) = input.remote else {
-        return Choice::Local(HandoffResult::PrefillUnavailable);
-    };
-    if input.remote_times_out {
-        return Choice::Local(HandoffResult::LocalBusy);
-    }
-    let local_met = input.local <= input.budget;
-    let remote_met = remote <= input.budget;
-    let local = || {
-        Choice::Local(if input.cached {
-            HandoffResult::LocalCached
-        } else {
-            HandoffResult::LocalShort
-        })
-    };
-    if input.local_stalls {
-        // Prefilled where it decodes, it would put every stream there past its ITL target: a
-        // miss of the targets whatever its own TTFT. Protecting those streams is what the prefill
-        // pool is for, even when its queue makes this request late (measured: keeping such
-        // prefills local whenever the prefill pool's queue would miss a TTFT target the decode
-        // replica meets took goodput at 48 requests/s from 41.8 to 14.2 req/s;
-        // docs/disaggregation.md).
-        return Choice::Remote;
-    }
-    match (local_met, remote_met) {
-        (true, _) => local(),
-        (false, true) => Choice::Remote,
-        (false, false) if remote < input.local => Choice::Remote,
-        (false, false) => local(),
-    }
 }
 
 /// The uncached part of `prompt_tokens` when the decode backend holds `cached_bytes` of the

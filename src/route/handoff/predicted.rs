@@ -1,14 +1,16 @@
 //! What a decode pool with `balance = "slo"` predicts for a request's prefill, both ways: where it
 //! decodes, and through the prefill pool ([`policy::decide_predicted`] weighs them).
 //!
-//! Where it decodes is what the placement already predicted on the decode backend (its queue,
-//! its prompt cache, its measured prefill rate), less the moments since the dispatch, and whether
-//! that prefill stalls the streams there, by the placement's own threshold. Through the prefill
-//! pool is the best available prefill backend's predicted prefill (its latency model learns from
-//! the prefills it served, [`Router::prefilled`]), then what the pool's handoffs measured from a
-//! prefill's answer to the first token (the transfer and the decode replica's first step,
-//! [`crate::route::placement::PoolSlo::handoff_overhead`]); before any was measured, the decode
-//! backend's predicted first token for a prompt it need not compute.
+//! The placement chose the decode backend on the path it predicted then
+//! ([`crate::route::placement::handed`]); at the dispatch the same figures are taken again, with
+//! the moments since. Where it decodes is the decode backend's model (its queue, its prompt cache,
+//! its measured prefill rate) less the moments since the dispatch, and whether that prefill stalls
+//! the streams there, by the placement's own threshold. Through the prefill pool is the best
+//! available prefill backend's predicted prefill (its latency model learns from the prefills it
+//! served, [`Router::prefilled`]), then what the pool's handoffs measured from a prefill's answer
+//! to the first token (the transfer and the decode replica's first step,
+//! [`crate::route::placement::PoolSlo::handoff_overhead`]), or the decode backend's predicted
+//! first token for a prompt it need not compute when that is longer ([`handed::through`]).
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,10 +18,10 @@ use tokio::time::Instant;
 
 use super::phase::Handoff;
 use super::policy::{self, Choice, Forecast};
-use super::PoolHandoff;
 use crate::context::RequestContext;
 use crate::route::backend::predict::{self, Ask, Load};
 use crate::route::backend::Backend;
+use crate::route::placement::handed;
 use crate::route::placement::{for_prompt, stalling_until, stalls};
 
 impl Handoff {
@@ -30,11 +32,10 @@ impl Handoff {
     /// (which it does not do in a pool that hands prefills off: most of those go elsewhere).
     pub(super) fn decide_handoff(
         &self,
-        handoff: &PoolHandoff,
         context: &RequestContext,
         prompt_tokens: u64,
     ) -> Option<Choice> {
-        let (forecast, decode) = self.predict_handoff(handoff, context, prompt_tokens)?;
+        let (forecast, decode) = self.predict_handoff(context, prompt_tokens)?;
         let choice = policy::decide_predicted(forecast);
         if matches!(choice, Choice::Local(_)) && forecast.local_stalls {
             let until = stalling_until(Instant::now(), forecast.local);
@@ -46,7 +47,6 @@ impl Handoff {
     /// The predictions of [`policy::decide_predicted`], and the decode backend.
     fn predict_handoff(
         &self,
-        handoff: &PoolHandoff,
         context: &RequestContext,
         prompt_tokens: u64,
     ) -> Option<(Forecast, Arc<Backend>)> {
@@ -77,45 +77,23 @@ impl Handoff {
             .marks
             .dispatched
             .map_or(Duration::ZERO, |at| now.saturating_duration_since(at));
-        let prefill = self.best_prefill(handoff.prefill, prompt_tokens, now);
-        let remote = prefill.map(|prefill| {
-            let after = slo.handoff_overhead().unwrap_or_else(|| {
-                let nothing_to_compute = Ask {
-                    prompt_tokens: prediction.prompt_tokens,
-                    cached_tokens: prediction.prompt_tokens,
-                };
-                decode.predict(load, nothing_to_compute).ttft
-            });
-            prefill.saturating_add(after)
-        });
+        let offer = slo
+            .prefill_pool()
+            .and_then(|prefill| prefill.offer(prompt_tokens, now));
+        let overhead = slo.handoff_overhead();
+        let through =
+            offer.map(|offer| handed::through(offer, overhead, &decode, load, prompt_tokens));
         let forecast = Forecast {
-            local: prediction.ttft.saturating_sub(since_dispatch),
-            remote_times_out: prefill.is_some_and(|prefill| prefill > handoff.prefill_timeout),
+            local: here.ttft.saturating_sub(since_dispatch),
+            remote_times_out: offer.is_some_and(|offer| offer.times_out),
             local_stalls: prediction.streams > 0 && stalls(here.stall, targets),
-            remote,
+            remote: through.map(|through| through.ttft),
             budget: targets
                 .ttft
                 .saturating_sub(now.saturating_duration_since(context.received)),
             cached: prediction.cached_tokens > 0,
         };
         Some((forecast, decode))
-    }
-
-    /// The shortest predicted prefill of `prompt_tokens` among the available backends of pool
-    /// `index`; `None` when it has none.
-    fn best_prefill(&self, index: usize, prompt_tokens: u64, now: Instant) -> Option<Duration> {
-        let ask = Ask {
-            prompt_tokens,
-            cached_tokens: 0,
-        };
-        self.router
-            .pools
-            .get(index)?
-            .backends()
-            .iter()
-            .filter(|backend| backend.available(now))
-            .map(|backend| backend.predict(backend.load(now), ask).ttft)
-            .min()
     }
 
     /// A prefill `backend` served for the request of `context` in `took`, sent when its load was

@@ -77,6 +77,15 @@ impl HandoffResult {
     }
 }
 
+/// Where a request's prefill runs: the handoff policy's decision ([`super::policy`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// On the prefill pool.
+    Remote,
+    /// Where it decodes, for this reason (a policy choice or a fallback).
+    Local(HandoffResult),
+}
+
 /// The handoff phase of one request.
 #[derive(Debug, Clone)]
 pub struct HandoffRecord {

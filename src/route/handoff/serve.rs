@@ -143,7 +143,7 @@ impl Handoff {
             .map_or((0, 0), |e| (e.tokens, e.size.text_bytes));
         let uncached =
             policy::uncached(prompt_tokens, text_bytes, context.route.cached_prompt_bytes);
-        if let Some(choice) = self.decide_handoff(handoff, context, prompt_tokens) {
+        if let Some(choice) = self.decide_handoff(context, prompt_tokens) {
             return (choice, uncached);
         }
         let input = PolicyInput {

@@ -431,3 +431,83 @@ fn a_pool_learns_what_its_handoffs_add_after_the_prefill() {
         "{lately:?}: the latest handoffs"
     );
 }
+
+/// A pool of two decode replicas at 10 000 tokens/s handing prefills off to a prefill pool of one
+/// replica at 40 000 tokens/s (both after 20 ms), whose prefills outlast `timeout` at their
+/// peril. 9000 has six streams decoding; 9001 two, and 4 000 prompt tokens queued.
+fn handing_off(timeout: Duration) -> (Members, PoolSlo, Vec<LoadGuard>) {
+    let decode = taught(&[(10_000.0, 0.02), (10_000.0, 0.02)]);
+    let prefill = taught(&[(40_000.0, 0.02)]);
+    let slo = slo();
+    slo.hand_off_to(handed::PrefillPool::new(Arc::new(prefill), timeout));
+    let backends = decode.backends();
+    let mut load: Vec<LoadGuard> = (0..6)
+        .map(|_| LoadGuard::new(Arc::clone(&backends[0]), 0))
+        .collect();
+    load.push(LoadGuard::new(Arc::clone(&backends[1]), 4_000));
+    load.push(LoadGuard::new(Arc::clone(&backends[1]), 0));
+    (decode, slo, load)
+}
+
+fn seconds(duration: Duration) -> f64 {
+    duration.as_secs_f64()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_document_handed_off_is_placed_by_its_path_through_the_prefill_pool() {
+    let (decode, slo, _load) = handing_off(Duration::from_secs(10));
+    let mut rng = StdRng::seed_from_u64(10);
+    let now = Instant::now();
+    // An 8 000-token document would stall either replica's streams (0.8 s of prefill): it is
+    // handed off. Through the prefill pool its first token comes 0.22 s after the dispatch, then
+    // the decode replica's first step: 0.02 s on 9000, 0.42 s on 9001 behind its 4 000 queued
+    // tokens. Scored as if it prefilled where it decodes, it went to 9001, fewer streams to stall.
+    for _ in 0..10 {
+        let placed =
+            choose(&decode, &slo, demand(8_000), now, &[], |_| 0, &mut rng).expect("placed");
+        assert_eq!(
+            label(&placed),
+            "127.0.0.1:9000",
+            "its first step comes first"
+        );
+        assert!(placed.met, "0.24 s within 0.8 s");
+        let ttft = seconds(placed.prediction.ttft);
+        assert!((ttft - 0.24).abs() < 0.01, "the path through: {ttft}");
+        assert_eq!(placed.stalls_until, None, "its prefill runs elsewhere");
+        assert_eq!(placed.ttft_target, Duration::from_millis(800));
+    }
+    // Once the pool measured what a handoff adds after the prefill (the transfer and a first
+    // step, 50 ms), that is the least it adds.
+    slo.handed_off(Duration::from_millis(50));
+    let placed = choose(&decode, &slo, demand(8_000), now, &[], |_| 0, &mut rng).expect("placed");
+    let ttft = seconds(placed.prediction.ttft);
+    assert!((ttft - 0.27).abs() < 0.01, "0.22 + 0.05: {ttft}");
+    // A chat stalls nobody and meets its target where it decodes: scored there (0.07 s on 9000),
+    // not through the prefill pool.
+    let placed = choose(&decode, &slo, demand(500), now, &[], |_| 0, &mut rng).expect("placed");
+    assert_eq!(label(&placed), "127.0.0.1:9000");
+    let ttft = seconds(placed.prediction.ttft);
+    assert!((ttft - 0.07).abs() < 0.01, "where it decodes: {ttft}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_document_the_prefill_pool_would_time_out_is_placed_where_it_prefills() {
+    // The prefill pool's 0.22 s is past a 0.1 s prefill_timeout: the document prefills where it
+    // decodes (`local_busy`), so it is placed as in a pool without a prefill pool: where it
+    // stalls the fewest streams (9001: 0.02 + 1.2 s, within 1.5 x its 0.82 s alone), marking it.
+    let (decode, slo, _load) = handing_off(Duration::from_millis(100));
+    let mut rng = StdRng::seed_from_u64(11);
+    let now = Instant::now();
+    for _ in 0..10 {
+        let placed =
+            choose(&decode, &slo, demand(8_000), now, &[], |_| 0, &mut rng).expect("placed");
+        assert_eq!(
+            label(&placed),
+            "127.0.0.1:9001",
+            "two streams stalled, not six"
+        );
+        let ttft = seconds(placed.prediction.ttft);
+        assert!((ttft - 1.22).abs() < 0.01, "where it decodes: {ttft}");
+        assert!(placed.stalls_until.is_some(), "it stalls the streams there");
+    }
+}

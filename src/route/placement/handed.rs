@@ -1,0 +1,183 @@
+//! A `balance = "slo"` pool that hands prefills off to a prefill pool (`[pools.handoff]`): where
+//! a request's prefill runs, by prediction, and what the request meets on a decode replica by that
+//! path.
+//!
+//! The placement chooses the decode replica; the handoff then runs the prefill there or on the
+//! prefill pool ([`decide_predicted`]). Scored as if every request prefilled where it decodes, a
+//! document looked alike on every decode replica: predicted to stall each one's streams, its TTFT
+//! that of a prefill at the decode replica's step budget. So it went where the fewest streams
+//! were, whatever the prefills queued there before its first step, was counted `missed` though the
+//! prefill pool would serve it in time, and a gateway queue held it for a replica that could
+//! prefill it, which none needed to. Each decode replica is now scored on the path the handoff
+//! will take from it ([`path`]): through the prefill pool, the request's first token comes after
+//! the prefill pool's best predicted prefill ([`PrefillPool::offer`]) and then what the pool's
+//! handoffs measured after one, or the replica's own first step for a prompt it need not compute
+//! when that is longer (the prefills queued there come first); its prefill does not join that
+//! replica's batch, so it stalls no stream there and its TPOT is the batch's without it.
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::route::backend::predict::{Ask, Load, Predicted};
+use crate::route::backend::Backend;
+use crate::route::handoff::record::{Choice, HandoffResult};
+use crate::route::members::Members;
+
+/// The prefill pool of a `balance = "slo"` pool with a handoff, as its placement predicts it.
+#[derive(Debug)]
+pub struct PrefillPool {
+    members: Arc<Members>,
+    /// `prefill_timeout`: a prefill predicted to take longer there stays where it decodes.
+    timeout: Duration,
+}
+
+/// What the prefill pool offers one prompt now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offer {
+    /// The shortest predicted prefill among its available backends, with their queues.
+    pub prefill: Duration,
+    /// The shortest with nothing queued: what no placement can beat.
+    pub alone: Duration,
+    /// The prefill is predicted to outlast `prefill_timeout`.
+    pub times_out: bool,
+}
+
+impl PrefillPool {
+    pub fn new(members: Arc<Members>, timeout: Duration) -> Self {
+        Self { members, timeout }
+    }
+
+    /// What its available backends offer a prompt of `prompt_tokens` (none cached: the prefill
+    /// pool keeps no conversation) at `now`; `None` when it has none available.
+    pub fn offer(&self, prompt_tokens: u64, now: Instant) -> Option<Offer> {
+        let ask = Ask {
+            prompt_tokens,
+            cached_tokens: 0,
+        };
+        let backends = self.members.backends();
+        let predicted = backends
+            .iter()
+            .filter(|backend| backend.available(now))
+            .map(|backend| backend.predict(backend.load(now), ask));
+        let (prefill, alone) = predicted.fold(None, |best: Option<(Duration, Duration)>, p| {
+            Some(best.map_or((p.ttft, p.alone), |(ttft, alone)| {
+                (ttft.min(p.ttft), alone.min(p.alone))
+            }))
+        })?;
+        Some(Offer {
+            prefill,
+            alone,
+            times_out: prefill > self.timeout,
+        })
+    }
+}
+
+/// What a request of `prompt_tokens` handed off meets on decode `backend` under `load`, after
+/// `offer`: its first token after the prefill and then `overhead` (what the pool's handoffs
+/// measured from a prefill's answer to the first token) or, when longer or before any was
+/// measured, the backend's first step for a prompt it need not compute; the batch's TPOT without
+/// its prefill; no stall.
+pub fn through(
+    offer: Offer,
+    overhead: Option<Duration>,
+    backend: &Backend,
+    load: Load,
+    prompt_tokens: u64,
+) -> Predicted {
+    let nothing_to_compute = Ask {
+        prompt_tokens,
+        cached_tokens: prompt_tokens,
+    };
+    let here = backend.predict(load, nothing_to_compute);
+    let after = overhead.map_or(here.ttft, |overhead| overhead.max(here.ttft));
+    Predicted {
+        ttft: offer.prefill.saturating_add(after),
+        tpot: here.tpot,
+        alone: offer.alone.saturating_add(overhead.unwrap_or(here.alone)),
+        stall: Duration::ZERO,
+    }
+}
+
+/// The path the handoff takes for a request on a decode replica where it would meet `local`
+/// prefilling there (stalling the streams there when `local_stalls`) and `remote` through the
+/// prefill pool (`None`: no prefill backend available); `budget` is what is left of its TTFT
+/// target, `cached` that the replica's prompt cache holds part of it.
+pub fn path(
+    local: &Predicted,
+    local_stalls: bool,
+    remote: Option<(Offer, Predicted)>,
+    budget: Duration,
+    cached: bool,
+) -> Choice {
+    decide_predicted(Forecast {
+        local: local.ttft,
+        local_stalls,
+        remote: remote.map(|(_, through)| through.ttft),
+        remote_times_out: remote.is_some_and(|(offer, _)| offer.times_out),
+        budget,
+        cached,
+    })
+}
+
+/// What a decode pool with `balance = "slo"` weighs instead: predictions, each from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Forecast {
+    /// The first token if it prefills where it decodes (the decode backend's latency model, as
+    /// the placement predicted it).
+    pub local: Duration,
+    /// A prefill where it decodes would stall the streams there: longer than the placement's
+    /// stall threshold, with streams to stall.
+    pub local_stalls: bool,
+    /// The first token through the prefill pool: its best backend's predicted prefill, then the
+    /// transfer and the decode replica's first step as measured on earlier handoffs; `None`
+    /// while the prefill pool has no available backend.
+    pub remote: Option<Duration>,
+    /// The prefill pool's predicted prefill (before the transfer) is longer than
+    /// `prefill_timeout`: handed off, the request would be abandoned there at the timeout and
+    /// prefilled where it decodes anyway, late by the timeout.
+    pub remote_times_out: bool,
+    /// What is left of its TTFT target.
+    pub budget: Duration,
+    /// The decode backend's prompt cache holds part of the prompt.
+    pub cached: bool,
+}
+
+/// Decides where a request's prefill runs by predicted latency: where it decodes when the prefill
+/// pool is predicted to take longer than `prefill_timeout` (`local_busy`: the handoff would only
+/// add the timeout to the same local prefill); the prefill pool for a prefill that would stall the
+/// decode replica's streams (it would miss their ITL target there); otherwise where it decodes
+/// (no transfer to pay for) when that meets its TTFT target, else the prefill pool when that
+/// does, else the sooner.
+pub(crate) fn decide_predicted(input: Forecast) -> Choice {
+    let Some(remote) = input.remote else {
+        return Choice::Local(HandoffResult::PrefillUnavailable);
+    };
+    if input.remote_times_out {
+        return Choice::Local(HandoffResult::LocalBusy);
+    }
+    let local_met = input.local <= input.budget;
+    let remote_met = remote <= input.budget;
+    let local = || {
+        Choice::Local(if input.cached {
+            HandoffResult::LocalCached
+        } else {
+            HandoffResult::LocalShort
+        })
+    };
+    if input.local_stalls {
+        // Prefilled where it decodes, it would put every stream there past its ITL target: a
+        // miss of the targets whatever its own TTFT. Protecting those streams is what the prefill
+        // pool is for, even when its queue makes this request late (measured: keeping such
+        // prefills local whenever the prefill pool's queue would miss a TTFT target the decode
+        // replica meets took goodput at 48 requests/s from 41.8 to 14.2 req/s;
+        // docs/disaggregation.md).
+        return Choice::Remote;
+    }
+    match (local_met, remote_met) {
+        (true, _) => local(),
+        (false, true) => Choice::Remote,
+        (false, false) if remote < input.local => Choice::Remote,
+        (false, false) => local(),
+    }
+}
