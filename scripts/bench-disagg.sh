@@ -43,7 +43,7 @@ RESULTS=${RESULTS:-docs/disagg-results.json}
 BLOCK=${BLOCK:-disagg4}
 WORKLOAD=${WORKLOAD:-"chat:0.9:prompt=uniform:200-600:output=uniform:64-256,document:0.1:prompt=uniform:6000-10000:output=fixed:128"}
 PROFILE=llama-3.1-8b-h100
-BIN=target/release/tokenmeter
+BIN=${BIN:-target/release/tokenmeter}
 export TOKENMETER_LISTEN=127.0.0.1:${PROXY_PORT:-18000}
 export TOKENMETER_ADMIN_LISTEN=127.0.0.1:${ADMIN_PORT:-19464}
 
@@ -67,7 +67,7 @@ config() {
         if [ "${1#1p3d_pd}" != "$1" ]; then prefill=(8101) decode=(8102 8103 8104); else prefill=(8101 8102) decode=(8103 8104); fi
         printf '[[pools]]\nname = "prefill"\nurls = %s\nbalance = "prompt_tokens"\n\n' "$(urls "${prefill[@]}")"
         local balance=streams
-        [ "${1%_slo}" != "$1" ] && balance=slo
+        case $1 in *_slo*) balance=slo ;; esac
         printf '[[pools]]\nname = "decode"\nurls = %s\nbalance = "%s"\n' "$(urls "${decode[@]}")" "$balance"
         printf '[pools.handoff]\nprefill_pool = "prefill"\nprotocol = "vllm"\nmin_prompt_tokens = 2048\nshort_queue_tokens = %s\nspill_queue_tokens = %s\nprefill_timeout = "%s"\n\n' "$SHORT_QUEUE" "$SPILL_QUEUE" "$PREFILL_TIMEOUT"
         printf '[[rules]]\npool = "decode"\n'

@@ -93,10 +93,9 @@ use super::series::SloMetrics;
 use crate::config::{Config, SloTargets};
 use crate::context::RequestContext;
 use crate::metrics::Metrics;
-use crate::route::handoff::record::Choice;
 use crate::route::placement::record::Prediction;
 use designate::Designation;
-use handed::PrefillPool;
+use handed::{Handing, PrefillPool};
 
 pub(crate) mod designate;
 pub mod gate;
@@ -402,12 +401,10 @@ pub fn choose(
         return None;
     }
     let start = rng.gen_range(0..n);
-    // In a pool that hands prefills off, what the prefill pool offers this prompt (`Some(None)`:
-    // no prefill backend is available), once for every decode replica.
-    let offer = slo
+    // In a pool that hands prefills off, what the prefill pool offers this prompt, once.
+    let handing = slo
         .prefill_pool()
-        .map(|prefill| prefill.offer(demand.prompt_tokens, now));
-    let overhead = slo.handoff_overhead();
+        .map(|prefill| Handing::new(prefill, demand.prompt_tokens, now, slo.handoff_overhead()));
     let mut candidates: Vec<Candidate<'_>> = (0..n)
         .map(|k| &backends[(start + k) % n])
         .filter(|backend| {
@@ -420,17 +417,12 @@ pub fn choose(
                 cached_tokens: cached_tokens(backend).min(demand.prompt_tokens),
             };
             let predicted = backend.predict(load, ask);
-            let through = offer.flatten().map(|offer| {
-                let through = handed::through(offer, overhead, backend, load, ask.prompt_tokens);
-                (offer, through)
-            });
             let role = backend.role();
             Candidate {
                 backend,
                 load,
                 ask,
                 predicted,
-                through,
                 handed_off: false,
                 stalling: backend.stalling(now),
                 prefill_heavy: role.prefill_heavy(),
@@ -438,23 +430,22 @@ pub fn choose(
             }
         })
         .collect();
-    // Its own prefill, what no placement beats: where it decodes, or through the prefill pool
-    // unless that is predicted to outlast the prefill timeout (it would not go there).
-    let alone = candidates
-        .iter()
-        .flat_map(|c| {
-            let through = c.through.filter(|(offer, _)| !offer.times_out);
-            [Some(c.predicted.alone), through.map(|(_, t)| t.alone)]
-        })
-        .flatten()
-        .min()?;
     let own = demand.targets.unwrap_or(slo.targets);
+    // Its own prefill, what no placement beats. A prompt held to it (a document, see
+    // `for_prompt`) is held to the prefill pool's where it would go there.
+    let local_alone = candidates.iter().map(|c| c.predicted.alone).min()?;
+    let alone = match &handing {
+        Some(handing) if local_alone.mul_f64(LONG_PROMPT_SLACK) > own.ttft => handing
+            .alone()
+            .map_or(local_alone, |through| through.min(local_alone)),
+        _ => local_alone,
+    };
     let targets = for_prompt(own, alone);
     let stall = stall_limit(own);
-    if offer.is_some() {
+    if let Some(handing) = &handing {
         let budget = targets.ttft.saturating_sub(demand.waited);
         for candidate in &mut candidates {
-            candidate.take_path(stall, budget);
+            candidate.take_path(handing, stall, budget);
         }
     }
     // With prefill-heavy replicas designated, a prefill that would stall a backend's streams goes
@@ -499,9 +490,6 @@ struct Candidate<'a> {
     /// What the request meets here on the path its prefill takes: where it decodes, or through
     /// the prefill pool once [`Candidate::take_path`] chose that.
     predicted: Predicted,
-    /// In a pool that hands prefills off: what the prefill pool offers and what the request meets
-    /// here through it ([`handed::through`]); `None` elsewhere, or with no prefill backend.
-    through: Option<(handed::Offer, Predicted)>,
     /// Its prefill is handed off from here: `predicted` is the path through the prefill pool.
     handed_off: bool,
     /// The backend is marked as stalling ([`Backend::stalling`]).
@@ -514,13 +502,13 @@ struct Candidate<'a> {
 
 impl Candidate<'_> {
     /// In a pool that hands prefills off: scores it on the path the handoff will take from here
-    /// ([`handed::path`]), for a request whose prefill longer than `stall` would stall the streams
-    /// here and with `budget` left of its TTFT target.
-    fn take_path(&mut self, stall: Duration, budget: Duration) {
+    /// ([`Handing::hands_off`]), for a request whose prefill longer than `stall` would stall the
+    /// streams here, with `budget` left of its TTFT target.
+    fn take_path(&mut self, handing: &Handing<'_>, stall: Duration, budget: Duration) {
         let local_stalls = self.load.streams > 0 && self.predicted.stall > stall;
-        let cached = self.ask.cached_tokens > 0;
-        let choice = handed::path(&self.predicted, local_stalls, self.through, budget, cached);
-        if let (Choice::Remote, Some((_, through))) = (choice, self.through) {
+        let (backend, load, ask) = (self.backend, self.load, self.ask);
+        let local = &self.predicted;
+        if let Some(through) = handing.hands_off(backend, load, ask, local, local_stalls, budget) {
             self.predicted = through;
             self.handed_off = true;
         }

@@ -9,11 +9,12 @@
 //! were, whatever the prefills queued there before its first step, was counted `missed` though the
 //! prefill pool would serve it in time, and a gateway queue held it for a replica that could
 //! prefill it, which none needed to. Each decode replica is now scored on the path the handoff
-//! will take from it ([`path`]): through the prefill pool, the request's first token comes after
+//! will take from it ([`Handing::hands_off`]): through the prefill pool, the request's first token comes after
 //! the prefill pool's best predicted prefill ([`PrefillPool::offer`]) and then what the pool's
 //! handoffs measured after one, or the replica's own first step for a prompt it need not compute
 //! when that is longer (the prefills queued there come first); its prefill does not join that
 //! replica's batch, so it stalls no stream there and its TPOT is the batch's without it.
+use std::cell::OnceCell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,25 +100,81 @@ pub fn through(
     }
 }
 
-/// The path the handoff takes for a request on a decode replica where it would meet `local`
-/// prefilling there (stalling the streams there when `local_stalls`) and `remote` through the
-/// prefill pool (`None`: no prefill backend available); `budget` is what is left of its TTFT
-/// target, `cached` that the replica's prompt cache holds part of it.
-pub fn path(
-    local: &Predicted,
-    local_stalls: bool,
-    remote: Option<(Offer, Predicted)>,
-    budget: Duration,
-    cached: bool,
-) -> Choice {
-    decide_predicted(Forecast {
-        local: local.ttft,
-        local_stalls,
-        remote: remote.map(|(_, through)| through.ttft),
-        remote_times_out: remote.is_some_and(|(offer, _)| offer.times_out),
-        budget,
-        cached,
-    })
+/// What one placement in a pool that hands prefills off asks of the prefill pool: its offer for
+/// the request, asked once and only when a decision weighs it (a chat that meets its targets where
+/// it decodes never does, and costs nothing more than in another pool).
+pub(crate) struct Handing<'a> {
+    pool: &'a PrefillPool,
+    prompt_tokens: u64,
+    now: Instant,
+    /// What the pool's handoffs measured from a prefill's answer to the first token, lately.
+    overhead: Option<Duration>,
+    offer: OnceCell<Option<Offer>>,
+}
+
+impl<'a> Handing<'a> {
+    pub fn new(
+        pool: &'a PrefillPool,
+        prompt_tokens: u64,
+        now: Instant,
+        overhead: Option<Duration>,
+    ) -> Self {
+        Self {
+            pool,
+            prompt_tokens,
+            now,
+            overhead,
+            offer: OnceCell::new(),
+        }
+    }
+
+    fn offer(&self) -> Option<Offer> {
+        *self
+            .offer
+            .get_or_init(|| self.pool.offer(self.prompt_tokens, self.now))
+    }
+
+    /// The request's first token through the prefill pool with nothing queued there (and what
+    /// the handoffs measured after one); `None` when it would not go there (no prefill backend,
+    /// or a prefill predicted past the timeout).
+    pub fn alone(&self) -> Option<Duration> {
+        let offer = self.offer().filter(|offer| !offer.times_out)?;
+        Some(
+            offer
+                .alone
+                .saturating_add(self.overhead.unwrap_or_default()),
+        )
+    }
+
+    /// What the request meets on decode `backend` under `load` when the handoff takes its prefill
+    /// off it ([`decide_predicted`]); `None` when it prefills there. `local` is what it meets
+    /// prefilling there, stalling the streams there when `local_stalls`; `budget` is what is
+    /// left of its TTFT target. Only a prefill that would stall the streams there or miss its
+    /// target there weighs the path through the prefill pool: another stays where it decodes.
+    pub fn hands_off(
+        &self,
+        backend: &Backend,
+        load: Load,
+        ask: Ask,
+        local: &Predicted,
+        local_stalls: bool,
+        budget: Duration,
+    ) -> Option<Predicted> {
+        if !local_stalls && local.ttft <= budget {
+            return None;
+        }
+        let offer = self.offer()?;
+        let through = through(offer, self.overhead, backend, load, ask.prompt_tokens);
+        let choice = decide_predicted(Forecast {
+            local: local.ttft,
+            local_stalls,
+            remote: Some(through.ttft),
+            remote_times_out: offer.times_out,
+            budget,
+            cached: ask.cached_tokens > 0,
+        });
+        (choice == Choice::Remote).then_some(through)
+    }
 }
 
 /// What a decode pool with `balance = "slo"` weighs instead: predictions, each from now.
