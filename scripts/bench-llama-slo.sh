@@ -5,16 +5,21 @@
 # architecture with 16 layers (about half as fast; written once to target/llama/model-16.gguf).
 # Long documents among short chats, as scripts/bench-llama-routing.sh. Set-ups, each through
 # tokenmeter:
-#   one_pool: both servers in one pool, power of two choices on streams;
+#   one_pool: both servers in one pool, power of two choices on streams (balance = "streams");
+#   defaults: both servers in one pool with nothing set (balance = "auto", which is "slo" in a pool
+#             of two, with [slo]'s default targets and no gap target);
 #   split:    documents (>= 1000 estimated tokens) to the fast server, chats to the slow one;
 #   slo:      both in one pool, balance = "slo" with [slo] ttft = TTFT, tpot = TPOT (the targets
-#             bench's goodput counts against).
+#             bench's goodput counts against) and max_gap = MAX_GAP (250ms, as scripts/bench-slo.sh):
+#             prefill-heavy replicas designated from the load (#39's default);
+#   gated:    slo with a gateway queue ([pools.queue], on_deadline = "shed").
 # RUNS repetitions of each, interleaved. Reports chat stalls (gaps of 100 ms or more), chat TTFT
 # p99, goodput, and for `slo` the median of predicted / measured TTFT and its median absolute error
 # (from tokenmeter_prediction_error_ratio, as scripts/bench-slo.sh). Writes
 # docs/llama-slo-results.json and the table between the llama-slo markers of docs/routing.md.
 #
-# Usage: scripts/bench-llama-slo.sh   (RATE, DURATION, RUNS, SETUPS, WORKLOAD, TTFT, TPOT override)
+# Usage: scripts/bench-llama-slo.sh   (RATE, DURATION, RUNS, SETUPS, WORKLOAD, TTFT, TPOT, MAX_GAP
+#                                     override)
 #        scripts/bench-llama-slo.sh --summarize DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +31,8 @@ RUNS=${RUNS:-2}
 SEED=${SEED:-1}
 TTFT=${TTFT:-800ms}
 TPOT=${TPOT:-35ms}
-SETUPS=${SETUPS:-"one_pool split slo"}
+MAX_GAP=${MAX_GAP:-250ms}
+SETUPS=${SETUPS:-"one_pool split slo gated"}
 WORKLOAD=${WORKLOAD:-"chat:0.88:prompt=uniform:100-300:output=uniform:48-96,document:0.12:prompt=uniform:1500-2500:output=fixed:32"}
 LLAMA=${TOKENMETER_LLAMA_DIR:-target/llama}
 SLOW_MODEL=$LLAMA/model-16.gguf
@@ -62,15 +68,20 @@ run() {
     wait_http http://127.0.0.1:8202/health 600
     case $name in
     one_pool)
+        printf '[[pools]]\nname = "both"\nurls = %s\nbalance = "streams"\n' "$(urls 8201 8202)" >"$tmp/$name.toml" ;;
+    defaults)
         printf '[[pools]]\nname = "both"\nurls = %s\n' "$(urls 8201 8202)" >"$tmp/$name.toml" ;;
     split)
         printf '[[pools]]\nname = "prefill"\nurls = %s\nbalance = "prompt_tokens"\n\n' "$(urls 8201)" >"$tmp/$name.toml"
         printf '[[pools]]\nname = "decode"\nurls = %s\n\n' "$(urls 8202)" >>"$tmp/$name.toml"
         printf '[[rules]]\npool = "prefill"\nmin_prompt_tokens = 1000\nfallback = "decode"\n\n[[rules]]\npool = "decode"\n' >>"$tmp/$name.toml" ;;
-    slo)
-        printf '[slo]\nttft = "%s"\ntpot = "%s"\n\n' "$TTFT" "$TPOT" >"$tmp/$name.toml"
-        printf '[[pools]]\nname = "both"\nurls = %s\nbalance = "slo"\n' "$(urls 8201 8202)" >>"$tmp/$name.toml" ;;
-    *) echo "unknown set-up $name (one_pool, split, slo)" >&2; exit 1 ;;
+    slo | gated)
+        printf '[slo]\nttft = "%s"\ntpot = "%s"\nmax_gap = "%s"\n\n' "$TTFT" "$TPOT" "$MAX_GAP" >"$tmp/$name.toml"
+        printf '[[pools]]\nname = "both"\nurls = %s\nbalance = "slo"\n' "$(urls 8201 8202)" >>"$tmp/$name.toml"
+        if [ "$name" = gated ]; then
+            printf '\n[pools.queue]\ncapacity = 1024\non_deadline = "shed"\n' >>"$tmp/$name.toml"
+        fi ;;
+    *) echo "unknown set-up $name (one_pool, defaults, split, slo, gated)" >&2; exit 1 ;;
     esac
     "$BIN" serve --config "$tmp/$name.toml" >"$tmp/serve-$name-$n.log" 2>&1 &
     local serve=$!
