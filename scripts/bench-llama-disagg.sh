@@ -66,7 +66,7 @@ server() {
 # config SETUP: the proxy's config.
 config() {
     case $1 in
-    one_pool) printf '[[pools]]\nname = "both"\nurls = ["http://127.0.0.1:8201", "http://127.0.0.1:8202"]\n' ;;
+    one_pool) printf '[[pools]]\nname = "both"\nurls = ["http://127.0.0.1:8201", "http://127.0.0.1:8202"]\nbalance = "streams"\n' ;;
     split)
         printf '[[pools]]\nname = "prefill"\nurls = ["http://127.0.0.1:8201"]\nbalance = "prompt_tokens"\n\n'
         printf '[[pools]]\nname = "decode"\nurls = ["http://127.0.0.1:8202"]\n\n'

@@ -55,7 +55,7 @@ run() {
     wait_http http://127.0.0.1:8201/health 600
     wait_http http://127.0.0.1:8202/health 600
     if [ "$name" = one_pool ]; then
-        printf '[[pools]]\nname = "both"\nurls = ["http://127.0.0.1:8201", "http://127.0.0.1:8202"]\n' >"$tmp/$name.toml"
+        printf '[[pools]]\nname = "both"\nurls = ["http://127.0.0.1:8201", "http://127.0.0.1:8202"]\nbalance = "streams"\n' >"$tmp/$name.toml"
     else
         printf '[[pools]]\nname = "prefill"\nurls = ["http://127.0.0.1:8201"]\nbalance = "prompt_tokens"\n\n' >"$tmp/$name.toml"
         printf '[[pools]]\nname = "decode"\nurls = ["http://127.0.0.1:8202"]\n\n' >>"$tmp/$name.toml"
