@@ -154,26 +154,31 @@ fn teach(backend: &tokenmeter::route::backend::Backend, i: usize) {
     }
 }
 
+/// A `balance = "slo"` pool `name` of `n` backends on loopback ports from `port`.
+fn slo_pool(name: &str, port: usize, n: usize) -> Members {
+    let config = PoolConfig {
+        name: name.to_owned(),
+        urls: (0..n)
+            .map(|i| format!("http://127.0.0.1:{}", port + i))
+            .collect(),
+        balance: tokenmeter::config::BalanceLoad::Slo,
+        ..PoolConfig::default()
+    };
+    Members::new(&config, None, None).expect("a pool")
+}
+
 /// `balance = "slo"`: one placement in a pool of `n` learned backends with streams and queued
 /// prompts on each (the decision #27 keeps under 10 µs at 16 backends); at 16, also as a decode
 /// pool that hands prefills off.
 fn placement(c: &mut Criterion) {
-    use tokenmeter::config::{BalanceLoad, Config};
+    use tokenmeter::config::Config;
     use tokenmeter::route::backend::LoadGuard;
     use tokenmeter::route::placement::handed::PrefillPool;
     use tokenmeter::route::placement::{choose, Demand, PoolSlo};
 
     let mut group = c.benchmark_group("route");
     for n in [4usize, 16, 64] {
-        let config = PoolConfig {
-            name: "replicas".to_owned(),
-            urls: (0..n)
-                .map(|i| format!("http://127.0.0.1:{}", 9100 + i))
-                .collect(),
-            balance: BalanceLoad::Slo,
-            ..PoolConfig::default()
-        };
-        let pool = Members::new(&config, None, None).expect("a pool");
+        let pool = slo_pool("replicas", 9100, n);
         let slo = PoolSlo::new(0, "replicas", &Config::default(), true, None);
         let mut guards = Vec::new();
         for (i, backend) in pool.backends().iter().enumerate() {
@@ -210,15 +215,7 @@ fn placement(c: &mut Criterion) {
         // The same 16 as a decode pool handing prefills off to a prefill pool of 4 (#39): the
         // prefill pool's offer once per placement, and each decode replica scored on the path
         // through it too (a document, which takes it).
-        let prefill_config = PoolConfig {
-            name: "prefill".to_owned(),
-            urls: (0..4)
-                .map(|i| format!("http://127.0.0.1:{}", 9300 + i))
-                .collect(),
-            balance: BalanceLoad::Slo,
-            ..PoolConfig::default()
-        };
-        let prefill = Members::new(&prefill_config, None, None).expect("a pool");
+        let prefill = slo_pool("prefill", 9300, 4);
         for backend in prefill.backends().iter() {
             teach(backend, 0);
         }

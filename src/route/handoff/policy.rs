@@ -24,11 +24,11 @@
 //!
 //! A decode pool with `balance = "slo"` decides by prediction instead ([`decide_predicted`], in
 //! [`crate::route::placement::handed`]: its placement scores each decode replica on the path the
-//! same decision takes from there), the thresholds unused: its latency models say when the request's first token would come on its
-//! decode backend (with its queue, less its prompt cache) and through the prefill pool (that
-//! pool's best backend, whose model learns from its prefills, then the transfer and first step as
-//! the pool's handoffs measured them), and whether its prefill would stall the streams decoding
-//! beside it. Rules 1, 2 and 4 fall out of those figures rather than fixed token counts: a prefill
+//! same decision takes from there), the thresholds unused: its latency models say when the
+//! request's first token would come on its decode backend (with its queue, less its prompt
+//! cache) and through the prefill pool (that pool's best backend, whose model learns from its
+//! prefills, then the transfer and first step as the pool's handoffs measured them), and whether
+//! its prefill would stall the streams decoding beside it. Rules 1, 2 and 4 fall out of those figures rather than fixed token counts: a prefill
 //! that would stall its decode backend's streams goes to the prefill pool (1), whatever its own
 //! TTFT there; a follow-up whose prefix is cached stalls nobody and meets its target where it
 //! decodes (2); a short chat goes to the prefill pool only when its own decode backend's queue

@@ -9,11 +9,11 @@
 //! were, whatever the prefills queued there before its first step, was counted `missed` though the
 //! prefill pool would serve it in time, and a gateway queue held it for a replica that could
 //! prefill it, which none needed to. Each decode replica is now scored on the path the handoff
-//! will take from it ([`Handing::hands_off`]): through the prefill pool, the request's first token comes after
-//! the prefill pool's best predicted prefill ([`PrefillPool::offer`]) and then what the pool's
-//! handoffs measured after one, or the replica's own first step for a prompt it need not compute
-//! when that is longer (the prefills queued there come first); its prefill does not join that
-//! replica's batch, so it stalls no stream there and its TPOT is the batch's without it.
+//! will take from it ([`Handing::hands_off`]): through the prefill pool, the request's first token
+//! comes after the prefill pool's best predicted prefill ([`PrefillPool::offer`]) and then what
+//! the pool's handoffs measured after one, or the replica's own first step for a prompt it need
+//! not compute when that is longer (the prefills queued there come first); its prefill does not
+//! join that replica's batch, so it stalls no stream there and its TPOT is the batch's without it.
 use std::cell::OnceCell;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,16 +56,17 @@ impl PrefillPool {
             prompt_tokens,
             cached_tokens: 0,
         };
-        let backends = self.members.backends();
-        let predicted = backends
-            .iter()
-            .filter(|backend| backend.available(now))
-            .map(|backend| backend.predict(backend.load(now), ask));
-        let (prefill, alone) = predicted.fold(None, |best: Option<(Duration, Duration)>, p| {
-            Some(best.map_or((p.ttft, p.alone), |(ttft, alone)| {
-                (ttft.min(p.ttft), alone.min(p.alone))
-            }))
-        })?;
+        let (mut prefill, mut alone) = (Duration::MAX, Duration::MAX);
+        for backend in self.members.backends().iter() {
+            if backend.available(now) {
+                let predicted = backend.predict(backend.load(now), ask);
+                prefill = prefill.min(predicted.ttft);
+                alone = alone.min(predicted.alone);
+            }
+        }
+        if prefill == Duration::MAX {
+            return None;
+        }
         Some(Offer {
             prefill,
             alone,
@@ -180,15 +181,13 @@ impl<'a> Handing<'a> {
 /// What a decode pool with `balance = "slo"` weighs instead: predictions, each from now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Forecast {
-    /// The first token if it prefills where it decodes (the decode backend's latency model, as
-    /// the placement predicted it).
+    /// The first token if it prefills where it decodes (the decode backend's latency model).
     pub local: Duration,
     /// A prefill where it decodes would stall the streams there: longer than the placement's
     /// stall threshold, with streams to stall.
     pub local_stalls: bool,
-    /// The first token through the prefill pool: its best backend's predicted prefill, then the
-    /// transfer and the decode replica's first step as measured on earlier handoffs; `None`
-    /// while the prefill pool has no available backend.
+    /// The first token through the prefill pool ([`through`]); `None` while the prefill pool has
+    /// no available backend.
     pub remote: Option<Duration>,
     /// The prefill pool's predicted prefill (before the transfer) is longer than
     /// `prefill_timeout`: handed off, the request would be abandoned there at the timeout and

@@ -85,7 +85,18 @@ fn label(placed: &Placed) -> &str {
 /// Places a request of `prompt_tokens` at `now`, against the pool's targets, excluding nothing and
 /// with nothing cached.
 fn place(pool: &Members, prompt_tokens: u64, now: Instant, rng: &mut StdRng) -> Placed {
-    choose(pool, &slo(), demand(prompt_tokens), now, &[], |_| 0, rng).expect("placed")
+    place_by(pool, &slo(), prompt_tokens, now, rng)
+}
+
+/// [`place`] by the placement `slo`.
+fn place_by(
+    pool: &Members,
+    slo: &PoolSlo,
+    prompt_tokens: u64,
+    now: Instant,
+    rng: &mut StdRng,
+) -> Placed {
+    choose(pool, slo, demand(prompt_tokens), now, &[], |_| 0, rng).expect("placed")
 }
 
 #[tokio::test(start_paused = true)]
@@ -449,8 +460,11 @@ fn handing_off(timeout: Duration) -> (Members, PoolSlo, Vec<LoadGuard>) {
     (decode, slo, load)
 }
 
-fn seconds(duration: Duration) -> f64 {
-    duration.as_secs_f64()
+/// Checks that `placed` was predicted its first token `seconds` after the dispatch, to 10 ms.
+#[track_caller]
+fn assert_ttft(placed: &Placed, seconds: f64, why: &str) {
+    let ttft = placed.prediction.ttft.as_secs_f64();
+    assert!((ttft - seconds).abs() < 0.01, "{why}: {ttft}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -463,31 +477,27 @@ async fn a_document_handed_off_is_placed_by_its_path_through_the_prefill_pool() 
     // the decode replica's first step: 0.02 s on 9000, 0.42 s on 9001 behind its 4 000 queued
     // tokens. Scored as if it prefilled where it decodes, it went to 9001, fewer streams to stall.
     for _ in 0..10 {
-        let placed =
-            choose(&decode, &slo, demand(8_000), now, &[], |_| 0, &mut rng).expect("placed");
+        let placed = place_by(&decode, &slo, 8_000, now, &mut rng);
         assert_eq!(
             label(&placed),
             "127.0.0.1:9000",
             "its first step comes first"
         );
         assert!(placed.met, "0.24 s within 0.8 s");
-        let ttft = seconds(placed.prediction.ttft);
-        assert!((ttft - 0.24).abs() < 0.01, "the path through: {ttft}");
+        assert_ttft(&placed, 0.24, "the path through");
         assert_eq!(placed.stalls_until, None, "its prefill runs elsewhere");
         assert_eq!(placed.ttft_target, Duration::from_millis(800));
     }
     // Once the pool measured what a handoff adds after the prefill (the transfer and a first
     // step, 50 ms), that is the least it adds.
     slo.handed_off(Duration::from_millis(50));
-    let placed = choose(&decode, &slo, demand(8_000), now, &[], |_| 0, &mut rng).expect("placed");
-    let ttft = seconds(placed.prediction.ttft);
-    assert!((ttft - 0.27).abs() < 0.01, "0.22 + 0.05: {ttft}");
+    let placed = place_by(&decode, &slo, 8_000, now, &mut rng);
+    assert_ttft(&placed, 0.27, "0.22 + 0.05");
     // A chat stalls nobody and meets its target where it decodes: scored there (0.07 s on 9000),
     // not through the prefill pool.
-    let placed = choose(&decode, &slo, demand(500), now, &[], |_| 0, &mut rng).expect("placed");
+    let placed = place_by(&decode, &slo, 500, now, &mut rng);
     assert_eq!(label(&placed), "127.0.0.1:9000");
-    let ttft = seconds(placed.prediction.ttft);
-    assert!((ttft - 0.07).abs() < 0.01, "where it decodes: {ttft}");
+    assert_ttft(&placed, 0.07, "where it decodes");
 }
 
 #[tokio::test(start_paused = true)]
@@ -499,15 +509,13 @@ async fn a_document_the_prefill_pool_would_time_out_is_placed_where_it_prefills(
     let mut rng = StdRng::seed_from_u64(11);
     let now = Instant::now();
     for _ in 0..10 {
-        let placed =
-            choose(&decode, &slo, demand(8_000), now, &[], |_| 0, &mut rng).expect("placed");
+        let placed = place_by(&decode, &slo, 8_000, now, &mut rng);
         assert_eq!(
             label(&placed),
             "127.0.0.1:9001",
             "two streams stalled, not six"
         );
-        let ttft = seconds(placed.prediction.ttft);
-        assert!((ttft - 1.22).abs() < 0.01, "where it decodes: {ttft}");
+        assert_ttft(&placed, 1.22, "where it decodes");
         assert!(placed.stalls_until.is_some(), "it stalls the streams there");
     }
 }
