@@ -232,17 +232,23 @@ fn streams_past_the_tpot_target_count_against_a_backend() {
     assert!((tpot - 0.021).abs() < 0.002, "{tpot}");
 }
 
-#[test]
-fn never_an_ejected_or_excluded_backend() {
-    let pool = pool(3);
-    let backends = pool.backends();
+/// Ejects `backend` for 10 s from `now`: one connection failure, under a policy that ejects after
+/// one.
+fn eject(backend: &Backend, now: Instant) {
     let policy = EjectPolicy {
         after: 1,
         base: Duration::from_secs(10),
         max: Duration::from_secs(10),
     };
+    backend.on_failure(now, &policy, Fault::Connection);
+}
+
+#[test]
+fn never_an_ejected_or_excluded_backend() {
+    let pool = pool(3);
+    let backends = pool.backends();
     let now = Instant::now();
-    backends[1].on_failure(now, &policy, Fault::Connection);
+    eject(&backends[1], now);
     let excluded = [Arc::clone(&backends[2])];
     let mut rng = StdRng::seed_from_u64(5);
     for _ in 0..50 {
@@ -445,19 +451,21 @@ fn a_pool_learns_what_its_handoffs_add_after_the_prefill() {
 
 /// A pool of two decode replicas at 10 000 tokens/s handing prefills off to a prefill pool of one
 /// replica at 40 000 tokens/s (both after 20 ms), whose prefills outlast `timeout` at their
-/// peril. 9000 has six streams decoding; 9001 two, and 4 000 prompt tokens queued.
-fn handing_off(timeout: Duration) -> (Members, PoolSlo, Vec<LoadGuard>) {
+/// peril. 9000 has six streams decoding; 9001 two, and 4 000 prompt tokens queued. Also the
+/// prefill pool's backend.
+fn handing_off(timeout: Duration) -> (Members, PoolSlo, Vec<LoadGuard>, Arc<Backend>) {
     let decode = taught(&[(10_000.0, 0.02), (10_000.0, 0.02)]);
-    let prefill = taught(&[(40_000.0, 0.02)]);
+    let prefill = Arc::new(taught(&[(40_000.0, 0.02)]));
+    let prefill_backend = Arc::clone(&prefill.backends()[0]);
     let slo = slo();
-    slo.hand_off_to(handed::PrefillPool::new(Arc::new(prefill), timeout));
+    slo.hand_off_to(handed::PrefillPool::new(prefill, timeout));
     let backends = decode.backends();
     let mut load: Vec<LoadGuard> = (0..6)
         .map(|_| LoadGuard::new(Arc::clone(&backends[0]), 0))
         .collect();
     load.push(LoadGuard::new(Arc::clone(&backends[1]), 4_000));
     load.push(LoadGuard::new(Arc::clone(&backends[1]), 0));
-    (decode, slo, load)
+    (decode, slo, load, prefill_backend)
 }
 
 /// Checks that `placed` was predicted its first token `seconds` after the dispatch, to 10 ms.
@@ -469,7 +477,7 @@ fn assert_ttft(placed: &Placed, seconds: f64, why: &str) {
 
 #[tokio::test(start_paused = true)]
 async fn a_document_handed_off_is_placed_by_its_path_through_the_prefill_pool() {
-    let (decode, slo, _load) = handing_off(Duration::from_secs(10));
+    let (decode, slo, _load, _) = handing_off(Duration::from_secs(10));
     let mut rng = StdRng::seed_from_u64(10);
     let now = Instant::now();
     // An 8 000-token document would stall either replica's streams (0.8 s of prefill): it is
@@ -505,7 +513,7 @@ async fn a_document_the_prefill_pool_would_time_out_is_placed_where_it_prefills(
     // The prefill pool's 0.22 s is past a 0.1 s prefill_timeout: the document prefills where it
     // decodes (`local_busy`), so it is placed as in a pool without a prefill pool: where it
     // stalls the fewest streams (9001: 0.02 + 1.2 s, within 1.5 x its 0.82 s alone), marking it.
-    let (decode, slo, _load) = handing_off(Duration::from_millis(100));
+    let (decode, slo, _load, _) = handing_off(Duration::from_millis(100));
     let mut rng = StdRng::seed_from_u64(11);
     let now = Instant::now();
     for _ in 0..10 {
@@ -515,6 +523,22 @@ async fn a_document_the_prefill_pool_would_time_out_is_placed_where_it_prefills(
             "127.0.0.1:9001",
             "two streams stalled, not six"
         );
+        assert_ttft(&placed, 1.22, "where it decodes");
+        assert!(placed.stalls_until.is_some(), "it stalls the streams there");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_prefill_pool_down_a_document_is_placed_where_it_prefills() {
+    // The prefill pool's one backend failed and is ejected: no path through it, so the document
+    // is placed as in a pool without a prefill pool (9001, two streams stalled, not six).
+    let (decode, slo, _load, prefill) = handing_off(Duration::from_secs(10));
+    let now = Instant::now();
+    eject(&prefill, now);
+    let mut rng = StdRng::seed_from_u64(12);
+    for _ in 0..10 {
+        let placed = place_by(&decode, &slo, 8_000, now, &mut rng);
+        assert_eq!(label(&placed), "127.0.0.1:9001", "where it prefills");
         assert_ttft(&placed, 1.22, "where it decodes");
         assert!(placed.stalls_until.is_some(), "it stalls the streams there");
     }
