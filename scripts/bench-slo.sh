@@ -49,7 +49,7 @@
 # docs/routing.md).
 # Writes the `flood` part of docs/slo-routing-results.json and the slo-flood table.
 #
-# Usage: scripts/bench-slo.sh        (RATES, SESSION_RATIO, DURATION, SEED, SETUPS, WORKLOAD, NAME, ... override)
+# Usage: scripts/bench-slo.sh        (RATES, SESSION_RATIO (0: no sessions), DURATION, SEED, SETUPS, WORKLOAD, NAME, SIM_ARGS, ... override)
 #        EXPERIMENT=flood scripts/bench-slo.sh        (FLOOD_RATE, FLOOD_FACTOR, SETUPS override)
 #        [EXPERIMENT=flood] scripts/bench-slo.sh --summarize DIR   (rebuild the outputs from DIR)
 set -euo pipefail
@@ -77,6 +77,8 @@ FLOOD_FACTOR=${FLOOD_FACTOR:-5}
 TENANT_PROMPT=${TENANT_PROMPT:-lognormal:400,1.2,10000}
 TENANT_OUTPUT=${TENANT_OUTPUT:-uniform:64-256}
 TENANTS=(a b c d)
+# SIM_ARGS: more `tokenmeter sim` flags for every replica (e.g. --max-num-batched-tokens 2048).
+SIM_ARGS=${SIM_ARGS:-}
 SLO_TTFT=800ms SLO_TPOT=35ms SLO_MAX_GAP=${SLO_MAX_GAP:-250ms}
 if [ "$EXPERIMENT" = flood ]; then
     SETUPS=${SETUPS:-"slo"}
@@ -173,7 +175,7 @@ run() {
         local scale=1.0
         [ "$port" -ge 8103 ] && scale=2.0
         "$BIN" sim --listen "127.0.0.1:$port" --profile "$PROFILE" --time-scale "$scale" \
-            --enable-prompt-tokens-details >"$tmp/sim-$port-$id.log" 2>&1 &
+            --enable-prompt-tokens-details $SIM_ARGS >"$tmp/sim-$port-$id.log" 2>&1 &
         sims+=("$!")
         pids+=("$!")
     done
@@ -203,12 +205,17 @@ if [ "$EXPERIMENT" = flood ]; then
 else
     for rate in $RATES; do
         session_rate=$(awk -v r="$rate" -v s="$SESSION_RATIO" 'BEGIN { print r * s }')
+        # SESSION_RATIO=0: the other mix, chats and documents alone (bench takes no session flag
+        # without a session rate).
+        sessions=()
+        if awk -v s="$session_rate" 'BEGIN { exit !(s > 0) }'; then
+            sessions=(--session-rate "$session_rate" --system-prompts "$SYSTEM_PROMPTS"
+                --system-tokens "$SYSTEM_TOKENS" --turns "$TURNS" --user-tokens "$USER_TOKENS"
+                --output-tokens "$OUTPUT_TOKENS" --think-time "$THINK_TIME")
+        fi
         for setup in $SETUPS; do
             echo "== $setup: $rate requests/s + $session_rate sessions/s for $DURATION" >&2
-            run "$setup" "$setup-$rate" --rate "$rate" --workload "$WORKLOAD" \
-                --session-rate "$session_rate" --system-prompts "$SYSTEM_PROMPTS" \
-                --system-tokens "$SYSTEM_TOKENS" --turns "$TURNS" --user-tokens "$USER_TOKENS" \
-                --output-tokens "$OUTPUT_TOKENS" --think-time "$THINK_TIME"
+            run "$setup" "$setup-$rate" --rate "$rate" --workload "$WORKLOAD" "${sessions[@]}"
         done
     done
 fi
@@ -320,15 +327,15 @@ else
                 --slurpfile r "$f" '
                 def ms: . * 1000;
                 def c($n): $r[0].points[0].classes[] | select(.class == $n);
-                . + [{setup: $setup, rate: $rate, session_rate: $r[0].points[0].mode.session_rate,
+                . + [{setup: $setup, rate: $rate, session_rate: ($r[0].points[0].mode.session_rate // 0),
                       requests: c("all").requests, errors: c("all").errors,
                       chat_itl_p50_ms: (c("chat").itl.p50 | ms), chat_itl_p99_ms: (c("chat").itl.p99 | ms),
                       chat_itl_max_ms: (c("chat").itl.max | ms),
                       chat_ttft_p50_ms: (c("chat").ttft.p50 | ms), chat_ttft_p99_ms: (c("chat").ttft.p99 | ms),
                       document_ttft_p50_ms: (c("document").ttft.p50 | ms),
                       document_ttft_p99_ms: (c("document").ttft.p99 | ms),
-                      session_ttft_p50_ms: (c("session").ttft.p50 | ms),
-                      session_ttft_p99_ms: (c("session").ttft.p99 | ms),
+                      session_ttft_p50_ms: ([c("session").ttft.p50 | ms] | first),
+                      session_ttft_p99_ms: ([c("session").ttft.p99 | ms] | first),
                       chat_max_gap_p99_ms: (c("chat").max_gap.p99 // null | if . == null then null else ms end),
                       slo_met_pct: (100 * (if c("all").goodput_ttft_tpot == null then c("all").slo_met
                                    else (c("all").goodput_ttft_tpot * $r[0].points[0].wall_time_s | round) end)
