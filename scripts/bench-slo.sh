@@ -351,9 +351,10 @@ else
     done
     part=$(jq -n --arg duration "$DURATION" --arg seed "$SEED" --arg workload "$WORKLOAD" --arg ratio "$SESSION_RATIO" \
         --arg sessions "system_prompts=$SYSTEM_PROMPTS system_tokens=$SYSTEM_TOKENS turns=$TURNS user_tokens=$USER_TOKENS output_tokens=$OUTPUT_TOKENS think_time=$THINK_TIME" \
-        --argjson results "$results" \
+        --arg sim_args "$SIM_ARGS" --argjson results "$results" \
         '{duration: $duration, seed: ($seed | tonumber), workload: $workload,
           session_ratio: ($ratio | tonumber), sessions: $sessions, profile: "'"$PROFILE"'",
+          sim_args: $sim_args,
           replicas: "8101, 8102 full speed; 8103, 8104 half speed", slo: {ttft: "'"$SLO_TTFT"'", tpot: "'"$SLO_TPOT"'", max_gap: "'"$SLO_MAX_GAP"'"},
           results: ($results | sort_by(.rate, ({"p2c": 0, "length": 1, "prefix": 2, "slo-spread": 3, "slo": 4, "gated-spread": 5, "gated": 6}[.setup] // 9)))}')
     jq --arg key "$PART" --argjson part "$part" '.[$key] = $part' "$OUT" >"$OUT.new" && mv "$OUT.new" "$OUT"
