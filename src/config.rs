@@ -25,6 +25,8 @@ use serde::{Deserialize, Serialize};
 pub(crate) use budgets::ENV_BUDGET_STORE;
 pub use budgets::{BudgetsConfig, Counts, Limits, OnStoreError, StoreTlsConfig, StoreUrl};
 pub use error::ConfigError;
+pub use fleet::FleetConfig;
+pub(crate) use fleet::ENV_FLEET_STORE;
 pub use handoff::{HandoffConfig, HandoffProtocol};
 pub use load::{ENV_ADMIN_LISTEN, ENV_LISTEN};
 pub use queue::{OnDeadline, QueueConfig};
@@ -39,6 +41,7 @@ pub use tracing::{ExportSettings, OtlpProtocol, Sampler, TracingConfig};
 
 mod budgets;
 mod error;
+mod fleet;
 mod handoff;
 mod load;
 mod queue;
@@ -73,6 +76,8 @@ pub struct Config {
     pub tracing: TracingConfig,
     /// Who is calling, and the bound on the tenant label (`[tenants]`).
     pub tenants: TenantsConfig,
+    /// Gateway replicas that share their load through a store (`[fleet]`).
+    pub fleet: FleetConfig,
 }
 
 /// Listeners and request limits.

@@ -55,6 +55,7 @@ pub mod server;
 pub mod shutdown;
 pub mod sse;
 mod stdout;
+pub mod store;
 pub mod tenant;
 #[cfg(feature = "testbed")]
 pub mod testbed;

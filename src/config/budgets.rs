@@ -255,48 +255,12 @@ impl BudgetsConfig {
             key: format!("tenants.budgets.{key}"),
             message: message.to_owned(),
         };
-        let store = self.store.trim();
-        let urls: Vec<&str> = store.split(',').map(str::trim).collect();
-        let tls = urls.iter().all(|url| url.starts_with("rediss://"));
-        let redis = urls
-            .iter()
-            .all(|url| url.starts_with("redis://") || url.starts_with("rediss://"));
-        if store != "memory" && !redis {
-            return Err(invalid(
-                "store",
-                "must be \"memory\", a redis:// URL, or a rediss:// URL (Redis over TLS)",
-            ));
-        }
-        if urls.len() > 1 && !self.store_cluster {
-            return Err(invalid(
-                "store",
-                "names several URLs: that is a Redis Cluster's nodes, with store_cluster = true",
-            ));
-        }
-        if self.store_cluster && store == "memory" {
-            return Err(invalid(
-                "store_cluster",
-                "needs the store to be the cluster's node URLs (redis:// or rediss://)",
-            ));
-        }
-        if redis && !tls && urls.iter().any(|url| url.starts_with("rediss://")) {
-            return Err(invalid(
-                "store",
-                "mixes redis:// and rediss:// nodes: a cluster is all TLS or none",
-            ));
-        }
-        if self.store_tls.any() && !tls {
-            return Err(invalid(
-                "store_tls",
-                "applies to a rediss:// store only (the store is not one)",
-            ));
-        }
-        let files = &self.store_tls;
-        super::tls::check_client_files(
-            "tenants.budgets.store_tls",
-            &files.ca,
-            &files.cert,
-            &files.key,
+        check_store(
+            "tenants.budgets",
+            &self.store,
+            self.store_cluster,
+            &self.store_tls,
+            true,
         )?;
         if self.store_timeout.is_zero() {
             return Err(invalid("store_timeout", "must be greater than zero"));
@@ -322,4 +286,67 @@ impl BudgetsConfig {
         }
         Ok(())
     }
+}
+
+/// Checks a store's URLs and TLS files, each refusal naming its key under `table`
+/// (`tenants.budgets`, `fleet`); `"memory"` passes where `memory` says it may be. Never repeats a
+/// URL: it may carry a password.
+pub(super) fn check_store(
+    table: &str,
+    store: &str,
+    cluster: bool,
+    tls_files: &StoreTlsConfig,
+    memory: bool,
+) -> Result<(), ConfigError> {
+    let invalid = |key: &str, message: &str| ConfigError::Invalid {
+        key: format!("{table}.{key}"),
+        message: message.to_owned(),
+    };
+    let store = store.trim();
+    let urls: Vec<&str> = store.split(',').map(str::trim).collect();
+    let tls = urls.iter().all(|url| url.starts_with("rediss://"));
+    let redis = urls
+        .iter()
+        .all(|url| url.starts_with("redis://") || url.starts_with("rediss://"));
+    if !(redis || memory && store == "memory") {
+        return Err(invalid(
+            "store",
+            if memory {
+                "must be \"memory\", a redis:// URL, or a rediss:// URL (Redis over TLS)"
+            } else {
+                "must be a redis:// URL, or a rediss:// URL (Redis over TLS)"
+            },
+        ));
+    }
+    if urls.len() > 1 && !cluster {
+        return Err(invalid(
+            "store",
+            "names several URLs: that is a Redis Cluster's nodes, with store_cluster = true",
+        ));
+    }
+    if cluster && store == "memory" {
+        return Err(invalid(
+            "store_cluster",
+            "needs the store to be the cluster's node URLs (redis:// or rediss://)",
+        ));
+    }
+    if redis && !tls && urls.iter().any(|url| url.starts_with("rediss://")) {
+        return Err(invalid(
+            "store",
+            "mixes redis:// and rediss:// nodes: a cluster is all TLS or none",
+        ));
+    }
+    if tls_files.any() && !tls {
+        return Err(invalid(
+            "store_tls",
+            "applies to a rediss:// store only (the store is not one)",
+        ));
+    }
+    super::tls::check_client_files(
+        &format!("{table}.store_tls"),
+        &tls_files.ca,
+        &tls_files.cert,
+        &tls_files.key,
+    )?;
+    Ok(())
 }

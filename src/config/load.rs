@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use super::validate::validate_upstream_url;
-use super::{Config, ConfigError, ENV_BUDGET_STORE, ENV_TENANT_KEYS_FILE};
+use super::{Config, ConfigError, ENV_BUDGET_STORE, ENV_FLEET_STORE, ENV_TENANT_KEYS_FILE};
 
 /// Environment variables a sidecar sets per pod; they win over the file.
 pub const ENV_LISTEN: &str = "TOKENMETER_LISTEN";
@@ -111,6 +111,16 @@ impl Config {
                         other => other.to_string(),
                     },
                 })?;
+        }
+        if let Some(store) = lookup(ENV_FLEET_STORE).filter(|store| !store.trim().is_empty()) {
+            self.fleet.store = store.trim().to_owned();
+            self.fleet.validate().map_err(|err| ConfigError::Env {
+                var: ENV_FLEET_STORE,
+                message: match err {
+                    ConfigError::Invalid { message, .. } => message,
+                    other => other.to_string(),
+                },
+            })?;
         }
         Ok(())
     }

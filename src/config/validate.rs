@@ -20,6 +20,7 @@ impl Config {
         self.upstream.tls.validate("upstream.tls")?;
         self.tracing.validate()?;
         self.tenants.validate(self.server.tls.as_ref())?;
+        self.fleet.validate()?;
         for (table, tls) in [
             ("server.tls", &self.server.tls),
             ("server.admin_tls", &self.server.admin_tls),

@@ -1,5 +1,9 @@
 //! One backend of a pool: its load (streams in flight, prompt tokens queued), its health and
 //! ejections, and the guard that holds a request's load on it until the response ends.
+//!
+//! Long on purpose: every router path reads one backend's state through this one struct (load,
+//! the fleet's share of it, health, latency model, role), and each part is a few atomics with
+//! the accessors that read them together.
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,10 +15,12 @@ use super::series::BackendMetrics;
 use crate::config::BalanceLoad;
 use crate::metrics::Metrics;
 use crate::upstream::Target;
+use others::Others;
 use predict::{Ask, LatencyModel, Load, Outcome, Predicted};
 use role::Role;
 
 mod guard;
+mod others;
 pub mod predict;
 pub mod role;
 
@@ -46,8 +52,14 @@ pub struct Backend {
     /// prefill): the prefill work queued.
     queued_tokens: AtomicU64,
     health: Mutex<Health>,
-    /// Scraped `vllm:num_requests_waiting`.
+    /// The load the fleet's other gateway replicas put on it, as the store last said
+    /// (`[fleet]`; none without one).
+    others: Others,
+    /// Scraped `vllm:num_requests_waiting` (or the engine's like of it).
     waiting: AtomicU64,
+    /// Scraped `vllm:num_requests_running` (or the engine's like of it): with `waiting`, a floor
+    /// under the streams in flight the fleet's view counts.
+    running: AtomicU64,
     /// Scraped `vllm:kv_cache_usage_perc`, as `f64` bits.
     kv_usage: AtomicU64,
     /// A health check asked for by a run of answer failures is under way.
@@ -85,7 +97,9 @@ impl Backend {
             streams: AtomicU64::new(0),
             queued_tokens: AtomicU64::new(0),
             health: Mutex::new(Health::default()),
+            others: Others::default(),
             waiting: AtomicU64::new(0),
+            running: AtomicU64::new(0),
             kv_usage: AtomicU64::new(0f64.to_bits()),
             checking: AtomicBool::new(false),
             no_tokenize: AtomicBool::new(false),
@@ -116,12 +130,41 @@ impl Backend {
         }
     }
 
+    /// Its streams in flight. In a fleet (`[fleet]`), the whole fleet's: this replica's and
+    /// the other replicas' as last read, and at least what the engine last said it runs and
+    /// queues (when its `/metrics` are scraped: so with the store down, the engine's gauges
+    /// still carry the others' load). Alone, this replica's.
     pub fn streams(&self) -> u64 {
+        let own = self.own_streams();
+        if !self.others.joined() {
+            return own;
+        }
+        let fleet = own.saturating_add(self.others.streams());
+        let engine = self
+            .running
+            .load(Ordering::Relaxed)
+            .saturating_add(self.waiting.load(Ordering::Relaxed));
+        fleet.max(engine)
+    }
+
+    /// The streams in flight this replica sent.
+    pub fn own_streams(&self) -> u64 {
         self.streams.load(Ordering::Relaxed)
     }
 
+    /// Its prompt tokens queued, this replica's and the others' as last read.
     pub fn queued_tokens(&self) -> u64 {
+        self.own_queued_tokens()
+            .saturating_add(self.others.queued().0)
+    }
+
+    fn own_queued_tokens(&self) -> u64 {
         self.queued_tokens.load(Ordering::Relaxed)
+    }
+
+    /// Takes the other replicas' load on it, read at `at` (the fleet's sync).
+    pub fn set_others(&self, streams: u64, queued_tokens: u64, at: Instant) {
+        self.others.set(streams, queued_tokens, self.nanos(at));
     }
 
     /// Its load at `now`, as its latency model weighs it: the streams in flight, and the prefill
@@ -134,21 +177,50 @@ impl Backend {
     /// just as it was about to clear, and predictions past capacity were 1.1-1.2x too slow at the
     /// median. Draining it this way took the median absolute error of the simulated fleet at
     /// 32 requests/s from 22 % to 17 % (a replay of one run's placements, docs/routing.md).
+    ///
+    /// With a fleet (`[fleet]`), the other replicas' streams and queue are added, their queue
+    /// drained the same way since it was read; and the streams are at least what the engine
+    /// reports running and waiting.
     pub fn load(&self, now: Instant) -> Load {
-        let queued = self.queued_tokens();
+        let own = self.own_load(now);
+        let (queued, at) = self.others.queued();
+        let queued = match at {
+            0 => 0,
+            at => {
+                let since = Duration::from_nanos(self.nanos(now).saturating_sub(at));
+                queued.saturating_sub(self.prefilled_in(since))
+            }
+        };
+        Load {
+            queued_tokens: own.queued_tokens.saturating_add(queued),
+            streams: self.streams(),
+        }
+    }
+
+    /// Its load at `now` from this replica's requests alone (what it publishes to its fleet).
+    pub fn own_load(&self, now: Instant) -> Load {
+        let queued = self.own_queued_tokens();
         let moved = self.moved_at.load(Ordering::Relaxed);
         let busy = if queued == 0 || moved == 0 {
             Duration::ZERO
         } else {
             Duration::from_nanos(self.nanos(now).saturating_sub(moved))
         };
-        let done = match self.lock_latency().as_ref() {
+        Load {
+            queued_tokens: queued.saturating_sub(self.prefilled_in(busy)),
+            streams: self.own_streams(),
+        }
+    }
+
+    /// The prompt tokens it prefills in `busy`, at its learned rate (the priors' before it has
+    /// learned one).
+    fn prefilled_in(&self, busy: Duration) -> u64 {
+        if busy.is_zero() {
+            return 0;
+        }
+        match self.lock_latency().as_ref() {
             Some(model) => model.prefilled_in(busy),
             None => LatencyModel::new(2).prefilled_in(busy),
-        };
-        Load {
-            queued_tokens: queued.saturating_sub(done),
-            streams: self.streams(),
         }
     }
 
@@ -262,7 +334,8 @@ impl Backend {
     }
 
     /// Records scraped gauges.
-    pub(crate) fn set_scraped(&self, waiting: u64, kv_usage: f64) {
+    pub(crate) fn set_scraped(&self, running: u64, waiting: u64, kv_usage: f64) {
+        self.running.store(running, Ordering::Relaxed);
         self.waiting.store(waiting, Ordering::Relaxed);
         self.kv_usage.store(kv_usage.to_bits(), Ordering::Relaxed);
     }

@@ -54,6 +54,7 @@ pub mod backend;
 pub mod balance;
 pub mod dispatch;
 pub mod estimate;
+pub mod fleet;
 pub mod handoff;
 pub mod health;
 pub mod members;
@@ -89,4 +90,7 @@ pub enum RouteError {
     /// A TLS table of `https://` backends does not load (the error names its key).
     #[error(transparent)]
     Tls(crate::config::ConfigError),
+    /// The fleet's store cannot be opened.
+    #[error("fleet.store: {0}")]
+    Fleet(#[from] crate::store::OpenError),
 }

@@ -61,7 +61,7 @@ pub fn spawn<'a>(
             if let Ok((status, body)) = answer {
                 if status.is_success() {
                     let gauges = VllmGauges::parse(&String::from_utf8_lossy(&body));
-                    backend.set_scraped(gauges.waiting, gauges.kv_usage);
+                    backend.set_scraped(gauges.running, gauges.waiting, gauges.kv_usage);
                 }
             }
         }));
@@ -263,16 +263,20 @@ pub fn confirm(
     });
 }
 
-/// The vLLM gauges that weight a backend's load, summed over the series of every model it serves.
+/// The engine's gauges that weight a backend's load, summed over the series of every model it
+/// serves: vLLM's, and SGLang's and llama.cpp's like of its requests running and waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct VllmGauges {
+    pub running: u64,
     pub waiting: u64,
     pub kv_usage: f64,
 }
 
 impl VllmGauges {
-    /// Reads `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc` (a fraction in 0..=1 in
-    /// vLLM V1, despite the name) from Prometheus text.
+    /// Reads `vllm:num_requests_running` (SGLang `sglang:num_running_reqs`, llama.cpp
+    /// `llamacpp:requests_processing`), `vllm:num_requests_waiting` (`sglang:num_queue_reqs`,
+    /// `llamacpp:requests_deferred`) and `vllm:kv_cache_usage_perc` (a fraction in 0..=1 in vLLM
+    /// V1, despite the name) from Prometheus text.
     pub fn parse(text: &str) -> Self {
         let mut gauges = VllmGauges::default();
         for line in text.lines().filter(|line| !line.starts_with('#')) {
@@ -284,7 +288,12 @@ impl VllmGauges {
                 continue;
             };
             match name {
-                "vllm:num_requests_waiting" => gauges.waiting += value.max(0.0) as u64,
+                "vllm:num_requests_running"
+                | "sglang:num_running_reqs"
+                | "llamacpp:requests_processing" => gauges.running += value.max(0.0) as u64,
+                "vllm:num_requests_waiting"
+                | "sglang:num_queue_reqs"
+                | "llamacpp:requests_deferred" => gauges.waiting += value.max(0.0) as u64,
                 "vllm:kv_cache_usage_perc" => gauges.kv_usage = gauges.kv_usage.max(value),
                 _ => {}
             }

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::affinity::AffinityKeys;
 use super::backend::Backend;
 use super::estimate::Calibrator;
+use super::fleet::Fleet;
 use super::handoff::finish::HandoffHook;
 use super::handoff::slots::SlotTables;
 use super::health::{Fault, Verdict};
@@ -63,6 +64,8 @@ pub struct Router {
     /// The client for the router's own requests (confirming checks, tokenizer calls); set once
     /// by [`Router::connect`]. Without it (a router used on its own) neither happens.
     pub(super) client: OnceLock<UpstreamClient>,
+    /// The fleet whose load it shares (`[fleet]`), kept across reloads.
+    fleet: Option<Arc<Fleet>>,
 }
 
 /// The router's finish hooks: each `None` when no pool needs it.
@@ -161,6 +164,10 @@ impl Router {
         };
         let client = previous.map_or_else(OnceLock::new, |p| p.client.clone());
         let slot_tables = previous.map_or_else(Arc::default, |p| Arc::clone(&p.slot_tables));
+        let fleet = match previous {
+            Some(p) => p.fleet.clone(),
+            None => Fleet::open(&config.fleet, &metrics)?,
+        };
         Ok(Self {
             pools,
             rules,
@@ -170,6 +177,7 @@ impl Router {
             slot_tables,
             metrics,
             client,
+            fleet,
         })
     }
 
@@ -195,11 +203,15 @@ impl Router {
         self.hooks.handoff.is_some()
     }
 
-    /// Starts the background tasks of the pools' members (DNS, active health checks, scrapes);
-    /// the server aborts them at shutdown or replaces them at a reload.
+    /// Starts the background tasks of the pools' members (DNS, active health checks, scrapes,
+    /// the fleet's load sync); the server aborts them at shutdown or replaces them at a reload.
     pub fn spawn_probes(&self, client: &UpstreamClient) -> Vec<JoinHandle<()>> {
         let members = self.pools.iter().map(|pool| &pool.members);
-        probe::spawn(members, &self.settings, client)
+        let mut tasks = probe::spawn(members.clone(), &self.settings, client);
+        if let Some(fleet) = &self.fleet {
+            tasks.push(fleet.spawn(members.cloned().collect()));
+        }
+        tasks
     }
 
     /// The router's finish hooks, in order: the prompt calibration, then the handoffs' counts

@@ -132,6 +132,7 @@ pub(crate) fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'stat
         r.admin_tls.is_some() != n.admin_tls.is_some(),
     );
     check("buckets", running.buckets != new.buckets);
+    check("fleet", running.fleet != new.fleet);
     let (ru, nu) = (&running.upstream, &new.upstream);
     check_fields!(
         check,
@@ -186,6 +187,7 @@ pub(crate) fn keep_restart_only(running: &Config, new: &mut Config) {
     new.buckets = running.buckets.clone();
     new.tenants.usage = running.tenants.usage.clone();
     new.tenants.budgets.keep_store(&running.tenants.budgets);
+    new.fleet.keep(&running.fleet);
     new.upstream.pool_idle_timeout = running.upstream.pool_idle_timeout;
     new.upstream.pool_max_idle_per_host = running.upstream.pool_max_idle_per_host;
     new.metering.max_observed_models = running.metering.max_observed_models;

@@ -1,25 +1,29 @@
-//! The Redis clients of the store: one server, or a cluster found from its seed nodes, over TLS
-//! (`rediss://`) with the CA and client certificate of `tenants.budgets.store_tls`.
+//! The Redis clients of a store: one server, or a cluster found from its seed nodes, over TLS
+//! (`rediss://`) with the CA and client certificate of its table's `store_tls`.
 use std::time::Duration;
 
 use redis::cluster::ClusterClient;
 use redis::{ClientTlsConfig, TlsCertificates};
 
+use super::error::OpenError;
 use crate::config::StoreTlsConfig;
-use crate::tenant::budget::exchange::StoreError;
 use crate::tls::pem::PemFile;
 
 /// The client of `url`: plain, or for `rediss://` with the CA and the client certificate of
-/// `tls` (read and checked here, each error naming its key).
-pub(super) fn client(url: &str, tls: &StoreTlsConfig) -> Result<redis::Client, StoreError> {
+/// `tls` (read and checked here, each error naming its key under `table`).
+pub(super) fn client(
+    url: &str,
+    tls: &StoreTlsConfig,
+    table: &str,
+) -> Result<redis::Client, OpenError> {
     if !url.trim_start().starts_with("rediss://") {
         return redis::Client::open(url).map_err(not_a_url);
     }
-    redis::Client::build_with_tls(url, certificates(tls)?).map_err(not_a_url)
+    redis::Client::build_with_tls(url, certificates(tls, table)?).map_err(not_a_url)
 }
 
-fn not_a_url(err: redis::RedisError) -> StoreError {
-    StoreError::Config(format!("not a Redis URL ({:?})", err.kind()))
+fn not_a_url(err: redis::RedisError) -> OpenError {
+    OpenError::Config(format!("not a Redis URL ({:?})", err.kind()))
 }
 
 /// The client of a cluster whose nodes `seeds` (comma-separated URLs) name some of: it learns
@@ -28,7 +32,8 @@ pub(super) fn cluster_client(
     seeds: &str,
     tls: &StoreTlsConfig,
     timeout: Duration,
-) -> Result<ClusterClient, StoreError> {
+    table: &str,
+) -> Result<ClusterClient, OpenError> {
     let seeds: Vec<&str> = seeds.split(',').map(str::trim).collect();
     let mut builder = ClusterClient::builder(seeds.clone())
         .connection_timeout(timeout)
@@ -36,16 +41,17 @@ pub(super) fn cluster_client(
     if seeds.iter().any(|seed| seed.starts_with("rediss://")) {
         builder = builder
             .tls(redis::cluster::TlsMode::Secure)
-            .certs(certificates(tls)?);
+            .certs(certificates(tls, table)?);
     }
     builder.build().map_err(not_a_url)
 }
 
-/// The CA and client certificate of `tls`, read and checked here, each error naming its key.
-fn certificates(tls: &StoreTlsConfig) -> Result<TlsCertificates, StoreError> {
+/// The CA and client certificate of `tls`, read and checked here, each error naming its key
+/// under `table`.
+fn certificates(tls: &StoreTlsConfig, table: &str) -> Result<TlsCertificates, OpenError> {
     let read = |name: &str, path: &Option<std::path::PathBuf>| {
         path.as_ref()
-            .map(|path| PemFile::read(format!("tenants.budgets.store_tls.{name}"), path))
+            .map(|path| PemFile::read(format!("{table}.store_tls.{name}"), path))
             .transpose()
     };
     let ca = read("ca", &tls.ca)?;

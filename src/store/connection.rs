@@ -24,7 +24,7 @@ pub enum Connection {
 }
 
 /// A cluster connection made on first use.
-pub(crate) struct LazyCluster {
+pub struct LazyCluster {
     client: ClusterClient,
     connection: OnceCell<ClusterConnection>,
 }

@@ -36,6 +36,7 @@ mod docs_config;
 mod embedder;
 mod file_length;
 mod finish_point;
+mod fleet_redis;
 mod llama_handoff;
 mod llama_server;
 mod metrics_protobuf;

@@ -69,7 +69,7 @@ const REQUESTS_PER_SIDECAR: u64 = 100;
 const SIM_TIME_SCALE: f64 = 4.0;
 
 struct Sidecar {
-    /// The simulated replicas, and the Redis of sidecar 1's budgets.
+    /// The simulated replicas, and the Redis of sidecar 1's budgets and fleet.
     _sims: Vec<Proc>,
     proxy: Proc,
     traffic: SocketAddr,
@@ -181,6 +181,8 @@ requests_per_minute = 1
         let (redis, redis_addr) = start_redis(dir);
         sims.push(redis);
         serve.env("TOKENMETER_BUDGET_STORE", format!("redis://{redis_addr}/0"));
+        // The same Redis as a fleet's store (a fleet of one), so the fleet's series have data.
+        serve.env("TOKENMETER_FLEET_STORE", format!("redis://{redis_addr}/0"));
     } else {
         // Placement by predicted latency, gated (the placement and queue series exist); a request
         // that cannot meet its TTFT target is sent late, never shed, so every bench request is
@@ -513,8 +515,8 @@ fn assert_rules_healthy(prometheus: &Prometheus, storage: Storage) -> Value {
         "every rule of tokenmeter-rules.yaml was loaded"
     );
     assert_eq!(
-        count, 40,
-        "the rules file has its 40 rules (21 recording, 19 alerting; promtool counts the same)"
+        count, 41,
+        "the rules file has its 41 rules (21 recording, 20 alerting; promtool counts the same)"
     );
     rules
 }

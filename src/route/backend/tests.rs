@@ -93,3 +93,33 @@ fn a_faster_learned_rate_drains_faster() {
     let done = done.expect("a model");
     assert!(done.abs_diff(4_000) < 40, "{done}");
 }
+
+#[test]
+fn the_fleets_load_adds_to_its_own_drains_and_has_the_engines_floor() {
+    let backend = backend("http://127.0.0.1:1");
+    let start = Instant::now();
+    let _own = LoadGuard::new(Arc::clone(&backend), 1_000);
+    backend.set_scraped(9, 0, 0.0);
+    assert_eq!(
+        backend.load(start).streams,
+        1,
+        "alone (no fleet), its own streams: the engine's gauges only weigh p2c"
+    );
+    backend.set_others(2, 20_000, start);
+    let load = backend.load(start);
+    assert_eq!(load.queued_tokens, 21_000, "its own queue and the others'");
+    assert_eq!(
+        load.streams, 9,
+        "in a fleet, at least what the engine runs and queues (1 + 2 < 9)"
+    );
+    backend.set_scraped(0, 0, 0.0);
+    assert_eq!(backend.load(start).streams, 3, "its own and the others'");
+    assert_eq!(backend.own_load(start).streams, 1, "what it publishes");
+    let later = backend
+        .load(start + Duration::from_millis(100))
+        .queued_tokens;
+    assert!(
+        (1_000..21_000).contains(&later),
+        "the others' queue drains at the prefill rate since it was read ({later})"
+    );
+}

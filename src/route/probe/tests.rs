@@ -11,11 +11,26 @@ vllm:kv_cache_usage_perc{model_name=\"a\"} 0.42\n";
     assert_eq!(
         VllmGauges::parse(text),
         VllmGauges {
+            running: 9,
             waiting: 5,
             kv_usage: 0.42
         },
         "waiting summed over models, KV usage read as a fraction"
     );
+    let sglang =
+        "sglang:num_running_reqs{model_name=\"a\"} 4\nsglang:num_queue_reqs{model_name=\"a\"} 2\n";
+    let llama = "llamacpp:requests_processing 1\nllamacpp:requests_deferred 3\n";
+    for (engine, text, running, waiting) in [("SGLang", sglang, 4, 2), ("llama.cpp", llama, 1, 3)] {
+        assert_eq!(
+            VllmGauges::parse(text),
+            VllmGauges {
+                running,
+                waiting,
+                kv_usage: 0.0
+            },
+            "{engine}'s requests running and waiting"
+        );
+    }
     assert_eq!(
         VllmGauges::parse("garbage\n"),
         VllmGauges::default(),

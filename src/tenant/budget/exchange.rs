@@ -173,6 +173,15 @@ pub enum StoreError {
     File(#[from] crate::config::ConfigError),
 }
 
+impl From<crate::store::OpenError> for StoreError {
+    fn from(err: crate::store::OpenError) -> Self {
+        match err {
+            crate::store::OpenError::Config(message) => StoreError::Config(message),
+            crate::store::OpenError::File(err) => StoreError::File(err),
+        }
+    }
+}
+
 impl StoreError {
     /// The `error` label.
     pub fn as_str(&self) -> &'static str {

@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -25,13 +24,10 @@ use super::exchange::{Ask, Counted, Settlement, StoreError, Verdict};
 use super::limit::Limit;
 use super::series::{BudgetSeries, Op};
 use crate::config::BudgetsConfig;
-use client::{client, cluster_client};
-use connection::Connection;
+use crate::store::{self, Connection, StoreSettings};
 use keys::{member, Keys};
-use settler::{Settler, RETRY_MAX};
+use settler::Settler;
 
-mod client;
-mod connection;
 mod keys;
 mod settler;
 
@@ -76,22 +72,13 @@ impl RedisStore {
         series: Arc<BudgetSeries>,
     ) -> Result<Self, StoreError> {
         let timeout = config.store_timeout;
-        let (client, connection) = if config.store_cluster {
-            let cluster = cluster_client(url, &config.store_tls, timeout)?;
-            (None, Connection::cluster(cluster))
-        } else {
-            let client = client(url, &config.store_tls)?;
-            let manager_config = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(Some(timeout))
-                .set_max_delay(RETRY_MAX)
-                .set_number_of_retries(usize::MAX);
-            let manager = ConnectionManager::new_lazy_with_config(client.clone(), manager_config)
-                .map_err(|err| {
-                StoreError::Config(format!("cannot use the Redis URL ({:?})", err.kind()))
-            })?;
-            (Some(client), Connection::Single(manager))
-        };
+        let (client, connection) = store::open(&StoreSettings {
+            table: "tenants.budgets",
+            url,
+            tls: &config.store_tls,
+            cluster: config.store_cluster,
+            timeout,
+        })?;
         let (settlements, queue) = mpsc::channel(config.settle_queue);
         let pending = Arc::new(AtomicUsize::new(0));
         let keys = Keys {

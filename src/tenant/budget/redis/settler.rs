@@ -8,8 +8,8 @@ use redis::Script;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::connection::Connection;
 use super::keys::{member, Keys};
+use crate::store::Connection;
 use crate::tenant::budget::exchange::{Settlement, StoreError};
 use crate::tenant::budget::series::{BudgetSeries, Op};
 use crate::tenant::budget::window::Now;
@@ -20,7 +20,7 @@ const SETTLE_BATCH: usize = 64;
 /// The task's pause after Redis failed it, doubling up to the maximum (also the connection's
 /// reconnection back-off).
 const RETRY_FIRST: Duration = Duration::from_millis(100);
-pub(super) const RETRY_MAX: Duration = Duration::from_secs(2);
+const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// The settlement task.
 pub(super) struct Settler {

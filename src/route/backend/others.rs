@@ -1,0 +1,39 @@
+//! The load the fleet's other gateway replicas put on a backend, as the store last said
+//! ([`crate::route::fleet`]): their streams in flight and their prompt tokens queued, summed.
+//! The proxy adds it to its own in everything that weighs a backend's load, so that every
+//! replica predicts from the same load.
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The others' figures and when they were read, in nanoseconds after the backend's `born`.
+#[derive(Debug, Default)]
+pub(super) struct Others {
+    streams: AtomicU64,
+    queued_tokens: AtomicU64,
+    at: AtomicU64,
+}
+
+impl Others {
+    /// Takes the others' latest figures, read at `at`.
+    pub fn set(&self, streams: u64, queued_tokens: u64, at: u64) {
+        self.streams.store(streams, Ordering::Relaxed);
+        self.queued_tokens.store(queued_tokens, Ordering::Relaxed);
+        self.at.store(at, Ordering::Relaxed);
+    }
+
+    pub fn streams(&self) -> u64 {
+        self.streams.load(Ordering::Relaxed)
+    }
+
+    /// The backend's pool is in a fleet: the others' figures were set at least once.
+    pub fn joined(&self) -> bool {
+        self.at.load(Ordering::Relaxed) != 0
+    }
+
+    /// Their queued prompt tokens as read, and when (0: never).
+    pub fn queued(&self) -> (u64, u64) {
+        (
+            self.queued_tokens.load(Ordering::Relaxed),
+            self.at.load(Ordering::Relaxed),
+        )
+    }
+}

@@ -1,0 +1,179 @@
+//! Gateway replicas that act as one fleet (`[fleet]`): two tokenmeter replicas share their load
+//! through a real Redis (Debian's `redis-server` on a loopback port of its own). A replica
+//! balances away from a backend the other one loaded; a replica that stops is forgotten within
+//! two intervals; with the store killed each replica routes on its own view (counted), serves
+//! every request meanwhile, and joins the fleet again once the store is back.
+
+use crate::support;
+use std::time::Duration;
+
+use support::backend::{Backend, Script, Seen};
+use support::client::{self, OpenStream};
+use support::redis::Redis;
+use support::{config_for, prom, start_proxy, wait_for_metric};
+use tokenmeter::config::{BalanceLoad, Config, PoolConfig};
+use tokenmeter::server::ServerHandle;
+
+const CHAT: &str = "/v1/chat/completions";
+const BODY: &str = r#"{"model":"m1","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+/// The fleet's interval in these tests.
+const INTERVAL: Duration = Duration::from_millis(100);
+
+/// A backend whose streams each hold for `hold`: one token, then the end.
+async fn holding(hold: Duration) -> Backend {
+    Backend::start(move |_: &Seen| {
+        Script::sse(vec![
+            (
+                Duration::ZERO,
+                br#"data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}
+
+"#
+                .to_vec(),
+            ),
+            (hold, b"data: [DONE]\n\n".to_vec()),
+        ])
+    })
+    .await
+}
+
+/// A replica named `replica` with pool `p` of `urls`, balanced by streams, in the fleet of
+/// `redis`.
+fn replica(urls: &[&str], redis: &Redis, replica: &str) -> Config {
+    let mut config = config_for(urls[0]);
+    config.pools = vec![PoolConfig {
+        name: "p".to_owned(),
+        urls: urls.iter().map(|url| (*url).to_owned()).collect(),
+        balance: BalanceLoad::Streams,
+        ..PoolConfig::default()
+    }];
+    config.fleet.store = redis.url();
+    config.fleet.interval = INTERVAL;
+    config.fleet.replica = replica.to_owned();
+    config.validate().expect("valid config");
+    config
+}
+
+/// The label the proxy gives a backend of base URL `url`.
+fn label(url: &str) -> &str {
+    url.trim_start_matches("http://")
+}
+
+/// The streams `proxy` itself has open on the backend of `url`.
+fn streams_on(proxy: &ServerHandle, url: &str) -> f64 {
+    prom::sum(
+        &proxy.metrics.render(),
+        "tokenmeter_backend_inflight",
+        &[("backend", label(url))],
+    )
+}
+
+/// Opens `n` streams through `proxy` and returns them open (their first token read).
+async fn open_streams(proxy: &ServerHandle, n: usize) -> Vec<OpenStream> {
+    let mut open = Vec::new();
+    for _ in 0..n {
+        let mut stream = client::open(proxy.traffic_addr, CHAT, BODY).await;
+        stream
+            .next_frame()
+            .await
+            .expect("the first token")
+            .expect("read");
+        open.push(stream);
+    }
+    open
+}
+
+#[tokio::test]
+async fn a_replica_balances_away_from_the_backend_another_replica_loaded() {
+    let redis = Redis::start();
+    let (a, b) = (
+        holding(Duration::from_secs(4)).await,
+        holding(Duration::from_secs(4)).await,
+    );
+    // Replica one reaches only backend a; replica two both.
+    let one = start_proxy(replica(&[&a.url], &redis, "one")).await;
+    let two = start_proxy(replica(&[&a.url, &b.url], &redis, "two")).await;
+    let held = open_streams(&one, 3).await;
+    wait_for_metric(
+        &two,
+        "tokenmeter_backend_fleet_streams",
+        &[("pool", "p"), ("backend", label(&a.url))],
+        3.0,
+    )
+    .await;
+    assert_eq!(
+        prom::sum(&two.metrics.render(), "tokenmeter_fleet_replicas", &[]),
+        1.0,
+        "replica two reads one other replica"
+    );
+    // Alone, replica two would put its second stream on a (one stream each); with the fleet's
+    // view, a carries three more, so all three go to b.
+    let mine = open_streams(&two, 3).await;
+    assert_eq!(
+        (streams_on(&two, &a.url), streams_on(&two, &b.url)),
+        (0.0, 3.0),
+        "replica two's streams went where the fleet's load is least"
+    );
+    drop((held, mine));
+    one.shutdown().await;
+    two.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_replica_that_stops_is_forgotten_and_a_dead_store_leaves_each_on_its_own_view() {
+    let mut redis = Redis::start();
+    let a = holding(Duration::from_secs(30)).await;
+    let one = start_proxy(replica(&[&a.url], &redis, "one")).await;
+    let two = start_proxy(replica(&[&a.url], &redis, "two")).await;
+    let held = open_streams(&one, 2).await;
+    let fleet_streams = [("pool", "p"), ("backend", label(&a.url))];
+    wait_for_metric(
+        &two,
+        "tokenmeter_backend_fleet_streams",
+        &fleet_streams,
+        2.0,
+    )
+    .await;
+
+    // Replica one stops publishing (its server gone, its streams held open by the backend):
+    // its entry expires on the store's clock two intervals after its last write.
+    drop(held);
+    one.shutdown().await;
+    wait_for_metric(&two, "tokenmeter_fleet_replicas", &[], 0.0).await;
+    wait_for_metric(
+        &two,
+        "tokenmeter_backend_fleet_streams",
+        &fleet_streams,
+        0.0,
+    )
+    .await;
+
+    // The store killed: replica two routes on its own view, says so, and serves meanwhile.
+    let three = start_proxy(replica(&[&a.url], &redis, "three")).await;
+    wait_for_metric(&two, "tokenmeter_fleet_replicas", &[], 1.0).await;
+    redis.kill();
+    wait_for_metric(&two, "tokenmeter_fleet_own_view", &[], 1.0).await;
+    let text = two.metrics.render();
+    assert_eq!(prom::sum(&text, "tokenmeter_fleet_replicas", &[]), 0.0);
+    assert!(
+        prom::sum(
+            &text,
+            "tokenmeter_fleet_syncs_total",
+            &[("outcome", "error")]
+        ) + prom::sum(
+            &text,
+            "tokenmeter_fleet_syncs_total",
+            &[("outcome", "timeout")]
+        ) > 0.0,
+        "the failed rounds are counted"
+    );
+    let served = open_streams(&two, 1).await;
+    assert_eq!(streams_on(&two, &a.url), 1.0, "served without the store");
+
+    // The store back: both join the fleet again.
+    redis.restart();
+    wait_for_metric(&two, "tokenmeter_fleet_own_view", &[], 0.0).await;
+    wait_for_metric(&two, "tokenmeter_fleet_replicas", &[], 1.0).await;
+    drop(served);
+    two.shutdown().await;
+    three.shutdown().await;
+}
