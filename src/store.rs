@@ -14,8 +14,9 @@ mod client;
 mod connection;
 mod error;
 
-/// The longest pause between two reconnection attempts to a single Redis.
-const RETRY_MAX: Duration = Duration::from_secs(2);
+/// The longest pause between two attempts: a single Redis's reconnections, the budgets'
+/// settlements.
+pub const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Where a store is and how it is reached, from a config table.
 pub struct StoreSettings<'a> {

@@ -96,11 +96,6 @@ impl FleetConfig {
             .unwrap_or_else(|| format!("tokenmeter-{:016x}", rand::random::<u64>()))
     }
 
-    /// Copies the restart-only keys of `running` into `self` (all of them).
-    pub fn keep(&mut self, running: &Self) {
-        self.clone_from(running);
-    }
-
     /// What serde cannot check, each refusal naming its key.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key: &str, message: &str| ConfigError::Invalid {

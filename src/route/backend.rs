@@ -182,23 +182,34 @@ impl Backend {
     /// drained the same way since it was read; and the streams are at least what the engine
     /// reports running and waiting.
     pub fn load(&self, now: Instant) -> Load {
-        let own = self.own_load(now);
-        let (queued, at) = self.others.queued();
-        let queued = match at {
-            0 => 0,
-            at => {
-                let since = Duration::from_nanos(self.nanos(now).saturating_sub(at));
-                queued.saturating_sub(self.prefilled_in(since))
-            }
+        let (own, busy) = self.own_queue(now);
+        let (others, at) = self.others.queued();
+        let since = match at {
+            0 => Duration::ZERO,
+            at => Duration::from_nanos(self.nanos(now).saturating_sub(at)),
         };
+        let [own_done, others_done] = self.prefilled_in([busy, since]);
         Load {
-            queued_tokens: own.queued_tokens.saturating_add(queued),
+            queued_tokens: own
+                .saturating_sub(own_done)
+                .saturating_add(others.saturating_sub(others_done)),
             streams: self.streams(),
         }
     }
 
     /// Its load at `now` from this replica's requests alone (what it publishes to its fleet).
     pub fn own_load(&self, now: Instant) -> Load {
+        let (queued, busy) = self.own_queue(now);
+        let [done] = self.prefilled_in([busy]);
+        Load {
+            queued_tokens: queued.saturating_sub(done),
+            streams: self.own_streams(),
+        }
+    }
+
+    /// This replica's prompt tokens queued, and how long the backend has been prefilling them
+    /// since the queue last moved.
+    fn own_queue(&self, now: Instant) -> (u64, Duration) {
         let queued = self.own_queued_tokens();
         let moved = self.moved_at.load(Ordering::Relaxed);
         let busy = if queued == 0 || moved == 0 {
@@ -206,22 +217,20 @@ impl Backend {
         } else {
             Duration::from_nanos(self.nanos(now).saturating_sub(moved))
         };
-        Load {
-            queued_tokens: queued.saturating_sub(self.prefilled_in(busy)),
-            streams: self.own_streams(),
-        }
+        (queued, busy)
     }
 
-    /// The prompt tokens it prefills in `busy`, at its learned rate (the priors' before it has
-    /// learned one).
-    fn prefilled_in(&self, busy: Duration) -> u64 {
-        if busy.is_zero() {
-            return 0;
+    /// The prompt tokens it prefills in each of `busy`, at its learned rate (the priors' before
+    /// it has learned one); its model locked once, and not at all when there is nothing to drain.
+    fn prefilled_in<const N: usize>(&self, busy: [Duration; N]) -> [u64; N] {
+        if busy.iter().all(Duration::is_zero) {
+            return [0; N];
         }
-        match self.lock_latency().as_ref() {
+        let model = self.lock_latency();
+        busy.map(|busy| match model.as_ref() {
             Some(model) => model.prefilled_in(busy),
             None => LatencyModel::new(2).prefilled_in(busy),
-        }
+        })
     }
 
     /// Says that its prefill queue moved at `at` (see `moved_at`).

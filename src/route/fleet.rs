@@ -15,7 +15,6 @@
 //! figures and routes on its own view until the store answers again; each round is counted by
 //! outcome (`tokenmeter_fleet_syncs_total`), and `tokenmeter_fleet_own_view` is 1 meanwhile
 //! (alerted on: deploy/prometheus).
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,8 +54,6 @@ pub struct Fleet {
     interval: Duration,
     series: Series,
     metrics: Arc<Metrics>,
-    /// Routing on its own view now (logged once per outage).
-    own_view: AtomicBool,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -96,7 +93,6 @@ impl Fleet {
             interval: config.interval,
             series: Series::new(metrics),
             metrics: Arc::clone(metrics),
-            own_view: AtomicBool::new(false),
         })))
     }
 
@@ -110,24 +106,29 @@ impl Fleet {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut answered = Instant::now();
+        // Routing on its own view (the store unanswered for two intervals).
+        let mut alone = false;
         loop {
             tick.tick().await;
-            if self.round(&pools).await {
+            let backends = backends(&pools);
+            if self.round(&backends).await {
                 answered = Instant::now();
-            } else if answered.elapsed() >= self.interval * INTERVALS_KEPT {
-                self.go_alone(&pools);
+                if alone {
+                    alone = false;
+                    self.series.own_view.set(0.0);
+                    tracing::info!("fleet: the store answers again; routing on the fleet's load");
+                }
+            } else if !alone && answered.elapsed() >= self.interval * INTERVALS_KEPT {
+                alone = true;
+                self.go_alone(&backends);
             }
         }
     }
 
-    /// One round: publishes this replica's figures and takes the others'. Whether the store
-    /// answered in time.
-    async fn round(&self, pools: &[Arc<Members>]) -> bool {
+    /// One round: publishes this replica's figures on `backends` and takes the others'. Whether
+    /// the store answered in time.
+    async fn round(&self, backends: &[Arc<Backend>]) -> bool {
         let now = Instant::now();
-        let backends: Vec<_> = pools
-            .iter()
-            .flat_map(|pool| pool.backends().iter().cloned().collect::<Vec<_>>())
-            .collect();
         let published = payload::encode(backends.iter().map(|backend| {
             let load = backend.own_load(now);
             (
@@ -164,53 +165,49 @@ impl Fleet {
         self.series.replicas.set((others.len() / 2) as f64);
         let sums = payload::sum(others.iter().skip(1).step_by(2).map(String::as_str));
         let read = Instant::now();
-        for backend in &backends {
+        for backend in backends {
             let figures = sums
-                .get(&(backend.pool.to_string(), backend.target.label.to_string()))
+                .get(&(&*backend.pool, &*backend.target.label))
                 .copied()
                 .unwrap_or_default();
-            backend.set_others(figures.streams, figures.queued_tokens, read);
-            self.fleet_streams(backend, figures.streams);
+            self.take(backend, figures, read);
         }
-        if self.own_view.swap(false, Ordering::Relaxed) {
-            tracing::info!("fleet: the store answers again; routing on the fleet's load");
-        }
-        self.series.own_view.set(0.0);
         true
     }
 
     /// Forgets the others' figures: routing on this replica's own view until the store answers.
-    fn go_alone(&self, pools: &[Arc<Members>]) {
+    fn go_alone(&self, backends: &[Arc<Backend>]) {
         let now = Instant::now();
-        for backend in pools
-            .iter()
-            .flat_map(|pool| pool.backends().iter().cloned().collect::<Vec<_>>())
-        {
-            backend.set_others(0, 0, now);
-            self.fleet_streams(&backend, 0);
+        for backend in backends {
+            self.take(backend, Figures::default(), now);
         }
         self.series.replicas.set(0.0);
         self.series.own_view.set(1.0);
-        if !self.own_view.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                "fleet: the store has not answered for two intervals; routing on this replica's own load"
-            );
-        }
+        tracing::warn!(
+            "fleet: the store has not answered for two intervals; routing on this replica's own load"
+        );
     }
-}
 
-impl Fleet {
-    /// Says the other replicas' `streams` on `backend` (a gauge made on first use: a replica
-    /// without a fleet shows none).
-    fn fleet_streams(&self, backend: &Backend, streams: u64) {
+    /// Gives `backend` the other replicas' `figures`, read at `at`, and says their streams (a
+    /// gauge made on first use: a replica without a fleet shows none).
+    fn take(&self, backend: &Backend, figures: Figures, at: Instant) {
+        backend.set_others(figures.streams, figures.queued_tokens, at);
         let labels = vec![
             shared_label(LABEL_POOL, &backend.pool),
             shared_label(LABEL_BACKEND, &backend.target.label),
         ];
         self.metrics
             .gauge(BACKEND_FLEET_STREAMS, labels)
-            .set(streams as f64);
+            .set(figures.streams as f64);
     }
+}
+
+/// Every backend of `pools` now (DNS may have changed them since the last round).
+fn backends(pools: &[Arc<Members>]) -> Vec<Arc<Backend>> {
+    pools
+        .iter()
+        .flat_map(|pool| pool.backends().iter().cloned().collect::<Vec<_>>())
+        .collect()
 }
 
 /// The sync's series.

@@ -187,7 +187,8 @@ pub(crate) fn keep_restart_only(running: &Config, new: &mut Config) {
     new.buckets = running.buckets.clone();
     new.tenants.usage = running.tenants.usage.clone();
     new.tenants.budgets.keep_store(&running.tenants.budgets);
-    new.fleet.keep(&running.fleet);
+    // Every key of [fleet] is restart-only.
+    new.fleet.clone_from(&running.fleet);
     new.upstream.pool_idle_timeout = running.upstream.pool_idle_timeout;
     new.upstream.pool_max_idle_per_host = running.upstream.pool_max_idle_per_host;
     new.metering.max_observed_models = running.metering.max_observed_models;

@@ -16,8 +16,9 @@ use tokenmeter::server::ServerHandle;
 
 const CHAT: &str = "/v1/chat/completions";
 const BODY: &str = r#"{"model":"m1","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-/// The fleet's interval in these tests.
-const INTERVAL: Duration = Duration::from_millis(100);
+/// The fleet's interval in these tests (the default): a replica's entry lives two of them, long
+/// past any pause a loaded test machine gives its task.
+const INTERVAL: Duration = Duration::from_millis(250);
 
 /// A backend whose streams each hold for `hold`: one token, then the end.
 async fn holding(hold: Duration) -> Backend {
@@ -86,8 +87,8 @@ async fn open_streams(proxy: &ServerHandle, n: usize) -> Vec<OpenStream> {
 async fn a_replica_balances_away_from_the_backend_another_replica_loaded() {
     let redis = Redis::start();
     let (a, b) = (
-        holding(Duration::from_secs(4)).await,
-        holding(Duration::from_secs(4)).await,
+        holding(Duration::from_secs(30)).await,
+        holding(Duration::from_secs(30)).await,
     );
     // Replica one reaches only backend a; replica two both.
     let one = start_proxy(replica(&[&a.url], &redis, "one")).await;
@@ -133,6 +134,23 @@ async fn a_replica_that_stops_is_forgotten_and_a_dead_store_leaves_each_on_its_o
         2.0,
     )
     .await;
+    // What replica one wrote: its line for backend a, to expire two intervals after its write on
+    // the store's clock.
+    let entry = redis
+        .cli(&["hget", "tokenmeter:fleet:{load}", "one"])
+        .expect("replica one's entry");
+    let (expires, published) = entry.split_once(' ').expect("<expires> <payload>");
+    assert_eq!(published, format!("p\t{}\t2\t0", label(&a.url)));
+    let time = redis.cli_all(&["time"]);
+    let mut time = time
+        .lines()
+        .map(|n| n.parse::<u64>().expect("TIME's fields"));
+    let now_ms = time.next().expect("seconds") * 1000 + time.next().expect("microseconds") / 1000;
+    let left = expires.parse::<u64>().expect("milliseconds") as i64 - now_ms as i64;
+    assert!(
+        left <= 2 * INTERVAL.as_millis() as i64,
+        "expires within two intervals of the store's clock: {left} ms left"
+    );
 
     // Replica one stops publishing (its server gone, its streams held open by the backend):
     // its entry expires on the store's clock two intervals after its last write.

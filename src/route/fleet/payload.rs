@@ -45,8 +45,10 @@ pub fn encode<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str, Figures)>
 
 /// The others' load per (pool, backend label), summed over the `payloads` of every other
 /// replica. A line that does not read (a replica of another version, a torn write) is skipped.
-pub fn sum<'a>(payloads: impl IntoIterator<Item = &'a str>) -> HashMap<(String, String), Figures> {
-    let mut sums: HashMap<(String, String), Figures> = HashMap::new();
+pub fn sum<'a>(
+    payloads: impl IntoIterator<Item = &'a str>,
+) -> HashMap<(&'a str, &'a str), Figures> {
+    let mut sums: HashMap<(&str, &str), Figures> = HashMap::new();
     for line in payloads.into_iter().flat_map(str::lines) {
         let mut fields = line.split('\t');
         let (Some(pool), Some(backend), Some(streams), Some(queued), None) = (
@@ -61,12 +63,10 @@ pub fn sum<'a>(payloads: impl IntoIterator<Item = &'a str>) -> HashMap<(String, 
         let (Ok(streams), Ok(queued_tokens)) = (streams.parse(), queued.parse()) else {
             continue;
         };
-        sums.entry((pool.to_owned(), backend.to_owned()))
-            .or_default()
-            .add(Figures {
-                streams,
-                queued_tokens,
-            });
+        sums.entry((pool, backend)).or_default().add(Figures {
+            streams,
+            queued_tokens,
+        });
     }
     sums
 }
@@ -105,7 +105,7 @@ mod tests {
         let b = "chat\tb1\t2\t800\nchat\tb1\tx\t1\ngarbage\nchat\tb2\t1\t2\t3\n".to_owned();
         let sums = sum([a.as_str(), b.as_str()]);
         assert_eq!(sums.len(), 2);
-        assert_eq!(sums[&("chat".into(), "b1".into())], figures(5, 2000));
-        assert_eq!(sums[&("chat".into(), "b2".into())], figures(1, 0));
+        assert_eq!(sums[&("chat", "b1")], figures(5, 2000));
+        assert_eq!(sums[&("chat", "b2")], figures(1, 0));
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::keys::{member, Keys};
-use crate::store::Connection;
+use crate::store::{Connection, RETRY_MAX};
 use crate::tenant::budget::exchange::{Settlement, StoreError};
 use crate::tenant::budget::series::{BudgetSeries, Op};
 use crate::tenant::budget::window::Now;
@@ -17,10 +17,9 @@ use crate::tenant::budget::window::Now;
 /// Settlements the task takes from its queue at a time.
 const SETTLE_BATCH: usize = 64;
 
-/// The task's pause after Redis failed it, doubling up to the maximum (also the connection's
-/// reconnection back-off).
+/// The task's pause after Redis failed it, doubling up to the store's [`RETRY_MAX`] (the
+/// connection's reconnection back-off).
 const RETRY_FIRST: Duration = Duration::from_millis(100);
-const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// The settlement task.
 pub(super) struct Settler {
