@@ -169,17 +169,10 @@ config() {
 # run SETUP RUN [BENCH ARGS...]: the fleet, the proxy, one bench run written to RUN.json, the
 # proxy's metrics to RUN.prom.
 run() {
-    local name=$1 id=$2 port sims=()
+    local name=$1 id=$2 sims=()
     shift 2
-    for port in "${PORTS[@]}"; do
-        local scale=1.0
-        [ "$port" -ge 8103 ] && scale=2.0
-        "$BIN" sim --listen "127.0.0.1:$port" --profile "$PROFILE" --time-scale "$scale" \
-            --enable-prompt-tokens-details $SIM_ARGS >"$tmp/sim-$port-$id.log" 2>&1 &
-        sims+=("$!")
-        pids+=("$!")
-    done
-    for port in "${PORTS[@]}"; do wait_http "http://127.0.0.1:$port/health"; done
+    # shellcheck disable=SC2086 # SIM_ARGS splits into flags
+    start_sims "$id" $SIM_ARGS
     config "$name" >"$tmp/$name.toml"
     "$BIN" serve --config "$tmp/$name.toml" >"$tmp/serve-$id.log" 2>&1 &
     local serve=$!

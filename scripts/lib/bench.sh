@@ -18,6 +18,24 @@ wait_http() {
     exit 1
 }
 
+# start_sims ID [FLAG...]: the simulated fleet of bench-slo.sh and bench-fleet.sh, one `tokenmeter
+# sim` per port of PORTS at PROFILE (8103 and up at half speed) with the FLAGs, logs in
+# $tmp/sim-PORT-ID.log; appends their pids to the caller's `sims` and to `pids`, then waits until
+# each answers.
+start_sims() {
+    local id=$1 port scale
+    shift
+    for port in "${PORTS[@]}"; do
+        scale=1.0
+        [ "$port" -ge 8103 ] && scale=2.0
+        "$BIN" sim --listen "127.0.0.1:$port" --profile "$PROFILE" --time-scale "$scale" \
+            --enable-prompt-tokens-details "$@" >"$tmp/sim-$port-$id.log" 2>&1 &
+        sims+=("$!")
+        pids+=("$!")
+    done
+    for port in "${PORTS[@]}"; do wait_http "http://127.0.0.1:$port/health"; done
+}
+
 # urls PORT...: a TOML array of the loopback URLs of PORT... (a pool's `urls`).
 urls() {
     local out="" port
