@@ -162,9 +162,16 @@ impl Backend {
         self.queued_tokens.load(Ordering::Relaxed)
     }
 
-    /// Takes the other replicas' load on it, read at `at` (the fleet's sync).
-    pub fn set_others(&self, streams: u64, queued_tokens: u64, at: Instant) {
-        self.others.set(streams, queued_tokens, self.nanos(at));
+    /// Takes the other replicas' load on it, read at `at` (the fleet's sync), and how much
+    /// longer a long prefill one of them placed there stalls its streams.
+    pub fn set_others(&self, streams: u64, queued_tokens: u64, at: Instant, stall: Duration) {
+        let stalls_until = if stall.is_zero() {
+            0
+        } else {
+            self.nanos(at + stall)
+        };
+        self.others
+            .set(streams, queued_tokens, self.nanos(at), stalls_until);
     }
 
     /// Its load at `now`, as its latency model weighs it: the streams in flight, and the prefill
@@ -330,10 +337,21 @@ impl Backend {
             .fetch_max(self.nanos(until), Ordering::Relaxed);
     }
 
-    /// Whether a long prefill placed on it may still stall a stream that starts at `now`.
+    /// Whether a long prefill placed on it, by this replica or (`[fleet]`) another, may still
+    /// stall a stream that starts at `now`.
     pub(crate) fn stalling(&self, now: Instant) -> bool {
-        let until = self.stalls_until.load(Ordering::Relaxed);
+        let until = self
+            .stalls_until
+            .load(Ordering::Relaxed)
+            .max(self.others.stalls_until());
         until != 0 && until > self.nanos(now)
+    }
+
+    /// How much longer after `now` a long prefill this replica placed on it stalls its streams
+    /// (what it publishes to its fleet; the others' marks are theirs to publish).
+    pub(crate) fn own_stall_left(&self, now: Instant) -> Duration {
+        let until = self.stalls_until.load(Ordering::Relaxed);
+        Duration::from_nanos(until.saturating_sub(self.nanos(now)))
     }
 
     fn lock_latency(&self) -> std::sync::MutexGuard<'_, Option<LatencyModel>> {

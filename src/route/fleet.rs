@@ -3,11 +3,16 @@
 //! streams and queued prefill the whole fleet put there, not by its own share of them.
 //!
 //! One round trip per `interval` ([`sync.lua`](./fleet/sync.lua)): the replica writes its
-//! figures (streams in flight and prompt tokens queued per backend, [`payload`]) into one hash
-//! with an expiry on the store's clock, and gets every other live replica's back. Nothing of it
-//! is on the request path: a request reads the backend's atomics as before, the others' load is
-//! one more atomic added ([`super::backend::Backend::load`]). So the shared view is at most an
-//! interval old; what this replica itself sent since counts at once, as ever.
+//! figures (streams in flight, prompt tokens queued and stall marks per backend; the prompts it
+//! offered each designating pool, and the prefill-heavy replicas it sees: [`payload`]) into one
+//! hash with an expiry on the store's clock, and gets every other live replica's back. Nothing
+//! of it is on the request path: a request reads the backend's atomics as before, the others'
+//! load is one more atomic added ([`super::backend::Backend::load`]). So the shared view is at
+//! most an interval old; what this replica itself sent since counts at once, as ever.
+//!
+//! A pool that designates its prefill-heavy replicas measures the fleet's demand and follows
+//! one replica's designation, the live one with the least name ([`view`]): designating apart,
+//! the gateways chose different replicas and every replica stalled chats.
 //!
 //! Faults: a replica that stops publishing (killed, or cut off) drops out of the others' view
 //! two intervals after its last write, decided by the store's clock, so replicas whose clocks
@@ -25,15 +30,22 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::backend::Backend;
 use super::members::Members;
+use super::placement::designate::Designation;
+use super::placement::PoolSlo;
 use crate::config::FleetConfig;
 use crate::metrics::{shared_label, Metrics, LABEL_BACKEND, LABEL_POOL};
 use crate::store::{self, Connection, OpenError, StoreSettings};
-use payload::Figures;
+use payload::{Figures, Payload};
+use view::{Seen, View};
 
 pub mod payload;
+mod view;
 
 /// Rounds of the sync, by outcome.
 pub(crate) const FLEET_SYNCS: &str = "tokenmeter_fleet_syncs_total";
+/// 1 while this replica designates a pool's prefill-heavy replicas for the fleet, 0 while it
+/// follows another's designation.
+pub(crate) const FLEET_DESIGNATES: &str = "tokenmeter_fleet_designates";
 /// Other replicas in the last view read.
 pub(crate) const FLEET_REPLICAS: &str = "tokenmeter_fleet_replicas";
 /// 1 while the replica routes on its own view (the store has not answered for two intervals).
@@ -96,22 +108,22 @@ impl Fleet {
         })))
     }
 
-    /// Starts the sync of `pools`' backends with the fleet, until aborted (a reload starts the
-    /// next router's).
-    pub fn spawn(self: &Arc<Self>, pools: Vec<Arc<Members>>) -> JoinHandle<()> {
+    /// Starts the sync of `pools` with the fleet, until aborted (a reload starts the next
+    /// router's).
+    pub fn spawn(self: &Arc<Self>, pools: Vec<SharedPool>) -> JoinHandle<()> {
         tokio::spawn(Arc::clone(self).run(pools))
     }
 
-    async fn run(self: Arc<Self>, pools: Vec<Arc<Members>>) {
+    async fn run(self: Arc<Self>, pools: Vec<SharedPool>) {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut answered = Instant::now();
         // Routing on its own view (the store unanswered for two intervals).
         let mut alone = false;
+        let mut seen = Seen::new();
         loop {
             tick.tick().await;
-            let backends = backends(&pools);
-            if self.round(&backends).await {
+            if self.round(&pools, &mut seen).await {
                 answered = Instant::now();
                 if alone {
                     alone = false;
@@ -120,26 +132,21 @@ impl Fleet {
                 }
             } else if !alone && answered.elapsed() >= self.interval * INTERVALS_KEPT {
                 alone = true;
-                self.go_alone(&backends);
+                seen.clear();
+                self.go_alone(&pools);
             }
         }
     }
 
-    /// One round: publishes this replica's figures on `backends` and takes the others'. Whether
+    /// One round: publishes this replica's figures on `pools` and takes the others'. Whether
     /// the store answered in time.
-    async fn round(&self, backends: &[Arc<Backend>]) -> bool {
+    async fn round(&self, pools: &[SharedPool], seen: &mut Seen) -> bool {
         let now = Instant::now();
-        let published = payload::encode(backends.iter().map(|backend| {
-            let load = backend.own_load(now);
-            (
-                &*backend.pool,
-                &*backend.target.label,
-                Figures {
-                    streams: load.streams,
-                    queued_tokens: load.queued_tokens,
-                },
-            )
-        }));
+        let mut published = Payload::default();
+        for pool in pools {
+            pool.publish(&mut published, now);
+        }
+        let published = published.into_string();
         let ttl = (self.interval * INTERVALS_KEPT).as_millis().max(1) as u64;
         let mut connection = self.connection.clone();
         let mut invocation = self.script.key(&self.key);
@@ -163,23 +170,60 @@ impl Fleet {
         };
         self.series.ok.increment(1);
         self.series.replicas.set((others.len() / 2) as f64);
-        let sums = payload::sum(others.iter().skip(1).step_by(2).map(String::as_str));
+        let entries: Vec<(&str, &str)> = others
+            .chunks_exact(2)
+            .map(|pair| (pair[0].as_str(), pair[1].as_str()))
+            .collect();
+        let view = View::read(&self.replica, &entries, seen);
         let read = Instant::now();
-        for backend in backends {
-            let figures = sums
-                .get(&(&*backend.pool, &*backend.target.label))
-                .copied()
-                .unwrap_or_default();
-            self.take(backend, figures, read);
+        for pool in pools {
+            for backend in pool.members.backends().iter() {
+                let figures = view
+                    .loads
+                    .get(&(&*backend.pool, &*backend.target.label))
+                    .copied()
+                    .unwrap_or_default();
+                self.take(backend, figures, read);
+            }
+            self.designate(pool, &view, read);
         }
         true
     }
 
-    /// Forgets the others' figures: routing on this replica's own view until the store answers.
-    fn go_alone(&self, backends: &[Arc<Backend>]) {
+    /// Gives `pool`'s designation, where it has one, the prompts the others offered and the
+    /// leader's choice in `view`, and lets it designate again (due or not: a replica without
+    /// requests to place leads too).
+    fn designate(&self, pool: &SharedPool, view: &View, now: Instant) {
+        let Some((slo, designation)) = pool.designation() else {
+            return;
+        };
+        let name = &*pool.members.name;
+        if let Some(&offered) = view.offered.get(name) {
+            designation.others_offered(offered);
+        }
+        let leader = view.leaders.get(name);
+        designation.follow(
+            leader
+                .map(|(_, backends)| backends.iter().map(|&backend| backend.to_owned()).collect()),
+        );
+        self.metrics
+            .gauge(
+                FLEET_DESIGNATES,
+                vec![shared_label(LABEL_POOL, &pool.members.name)],
+            )
+            .set(if leader.is_some() { 0.0 } else { 1.0 });
+        slo.refresh(&pool.members, now);
+    }
+
+    /// Forgets the others' figures and leader: routing on this replica's own view until the
+    /// store answers.
+    fn go_alone(&self, pools: &[SharedPool]) {
         let now = Instant::now();
-        for backend in backends {
-            self.take(backend, Figures::default(), now);
+        for pool in pools {
+            for backend in pool.members.backends().iter() {
+                self.take(backend, Figures::default(), now);
+            }
+            self.designate(pool, &View::default(), now);
         }
         self.series.replicas.set(0.0);
         self.series.own_view.set(1.0);
@@ -191,7 +235,7 @@ impl Fleet {
     /// Gives `backend` the other replicas' `figures`, read at `at`, and says their streams (a
     /// gauge made on first use: a replica without a fleet shows none).
     fn take(&self, backend: &Backend, figures: Figures, at: Instant) {
-        backend.set_others(figures.streams, figures.queued_tokens, at);
+        backend.set_others(figures.streams, figures.queued_tokens, at, figures.stall);
         let labels = vec![
             shared_label(LABEL_POOL, &backend.pool),
             shared_label(LABEL_BACKEND, &backend.target.label),
@@ -202,12 +246,40 @@ impl Fleet {
     }
 }
 
-/// Every backend of `pools` now (DNS may have changed them since the last round).
-fn backends(pools: &[Arc<Members>]) -> Vec<Arc<Backend>> {
-    pools
-        .iter()
-        .flat_map(|pool| pool.backends().iter().cloned().collect::<Vec<_>>())
-        .collect()
+/// A pool as its fleet shares it: its members (their backends now: DNS may change them between
+/// rounds), and its placement, whose designation the fleet leads or follows.
+#[derive(Debug, Clone)]
+pub struct SharedPool {
+    pub members: Arc<Members>,
+    pub slo: Option<Arc<PoolSlo>>,
+}
+
+impl SharedPool {
+    fn designation(&self) -> Option<(&PoolSlo, &Designation)> {
+        let slo = self.slo.as_deref()?;
+        Some((slo, slo.designation()?))
+    }
+
+    /// Writes this replica's load on the pool's backends and, where it designates, the prompts
+    /// it offered and the prefill-heavy backends it sees.
+    fn publish(&self, payload: &mut Payload, now: Instant) {
+        let backends = self.members.backends();
+        for backend in backends.iter() {
+            let load = backend.own_load(now);
+            let figures = Figures {
+                streams: load.streams,
+                queued_tokens: load.queued_tokens,
+                stall: backend.own_stall_left(now),
+            };
+            payload.load(&backend.pool, &backend.target.label, figures);
+        }
+        if let Some((_, designation)) = self.designation() {
+            let name = &self.members.name;
+            payload.demand(name, designation.own_counts());
+            let heavy = backends.iter().filter(|b| b.role().prefill_heavy());
+            payload.heavy(name, heavy.map(|b| &*b.target.label));
+        }
+    }
 }
 
 /// The sync's series.
@@ -232,6 +304,10 @@ impl Series {
         metrics.describe_gauge(
             BACKEND_FLEET_STREAMS,
             "Streams in flight on the backend from the fleet's other gateway replicas, as the last sync read them ([fleet]).",
+        );
+        metrics.describe_gauge(
+            FLEET_DESIGNATES,
+            "1 while this replica designates the pool's prefill-heavy replicas for its fleet (the live replica with the least name), 0 while it follows that replica's designation.",
         );
         metrics.describe_gauge(
             FLEET_OWN_VIEW,

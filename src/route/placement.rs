@@ -263,11 +263,17 @@ impl PoolSlo {
         }
     }
 
-    /// Designates the prefill-heavy replicas of `pool` again, when that is due.
-    fn refresh(&self, pool: &Members, now: Instant) {
+    /// Designates the prefill-heavy replicas of `pool` again, when that is due (at a placement,
+    /// and after each of a fleet's syncs: a replica with no request to place still leads).
+    pub(crate) fn refresh(&self, pool: &Members, now: Instant) {
         if let Some(designation) = &self.designation {
             designation.refresh(pool, now, self.metrics.as_ref());
         }
+    }
+
+    /// Its designation of prefill-heavy replicas, where it designates.
+    pub(crate) fn designation(&self) -> Option<&Designation> {
+        self.designation.as_ref()
     }
 
     /// A long prompt of `uncached` tokens was offered (entered the gate, or was placed in a pool

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::affinity::AffinityKeys;
 use super::backend::Backend;
 use super::estimate::Calibrator;
-use super::fleet::Fleet;
+use super::fleet::{Fleet, SharedPool};
 use super::handoff::finish::HandoffHook;
 use super::handoff::slots::SlotTables;
 use super::health::{Fault, Verdict};
@@ -207,9 +207,13 @@ impl Router {
     /// the fleet's load sync); the server aborts them at shutdown or replaces them at a reload.
     pub fn spawn_probes(&self, client: &UpstreamClient) -> Vec<JoinHandle<()>> {
         let members = self.pools.iter().map(|pool| &pool.members);
-        let mut tasks = probe::spawn(members.clone(), &self.settings, client);
+        let mut tasks = probe::spawn(members, &self.settings, client);
         if let Some(fleet) = &self.fleet {
-            tasks.push(fleet.spawn(members.cloned().collect()));
+            let pools = self.pools.iter().map(|pool| SharedPool {
+                members: Arc::clone(&pool.members),
+                slo: pool.placement.as_ref().map(|p| Arc::clone(&p.slo)),
+            });
+            tasks.push(fleet.spawn(pools.collect()));
         }
         tasks
     }

@@ -1,23 +1,33 @@
 //! The load the fleet's other gateway replicas put on a backend, as the store last said
-//! ([`crate::route::fleet`]): their streams in flight and their prompt tokens queued, summed.
-//! The proxy adds it to its own in everything that weighs a backend's load, so that every
-//! replica predicts from the same load.
+//! ([`crate::route::fleet`]): their streams in flight and their prompt tokens queued, summed,
+//! and until when a long prefill one of them placed there stalls its streams. The proxy adds it
+//! to its own in everything that weighs a backend's load, so that every replica predicts from
+//! the same load and keeps its chats off a replica another just gave a document.
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The others' figures and when they were read, in nanoseconds after the backend's `born`.
+/// The others' figures and when they were read, and until when their stall mark holds, in
+/// nanoseconds after the backend's `born`.
 #[derive(Debug, Default)]
 pub(super) struct Others {
     streams: AtomicU64,
     queued_tokens: AtomicU64,
     at: AtomicU64,
+    stalls_until: AtomicU64,
 }
 
 impl Others {
-    /// Takes the others' latest figures, read at `at`.
-    pub fn set(&self, streams: u64, queued_tokens: u64, at: u64) {
+    /// Takes the others' latest figures, read at `at`, their stall mark ending at
+    /// `stalls_until` (0: none).
+    pub fn set(&self, streams: u64, queued_tokens: u64, at: u64, stalls_until: u64) {
         self.streams.store(streams, Ordering::Relaxed);
         self.queued_tokens.store(queued_tokens, Ordering::Relaxed);
         self.at.store(at, Ordering::Relaxed);
+        self.stalls_until.store(stalls_until, Ordering::Relaxed);
+    }
+
+    /// Until when a long prefill another replica placed stalls the backend's streams (0: none).
+    pub fn stalls_until(&self) -> u64 {
+        self.stalls_until.load(Ordering::Relaxed)
     }
 
     pub fn streams(&self) -> u64 {

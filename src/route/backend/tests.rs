@@ -105,7 +105,7 @@ fn the_fleets_load_adds_to_its_own_drains_and_has_the_engines_floor() {
         1,
         "alone (no fleet), its own streams: the engine's gauges only weigh p2c"
     );
-    backend.set_others(2, 20_000, start);
+    backend.set_others(2, 20_000, start, Duration::ZERO);
     let load = backend.load(start);
     assert_eq!(load.queued_tokens, 21_000, "its own queue and the others'");
     assert_eq!(
@@ -121,5 +121,31 @@ fn the_fleets_load_adds_to_its_own_drains_and_has_the_engines_floor() {
     assert!(
         (1_000..21_000).contains(&later),
         "the others' queue drains at the prefill rate since it was read ({later})"
+    );
+}
+
+#[test]
+fn another_replicas_stall_mark_holds_as_long_as_it_said_and_is_not_published_again() {
+    let backend = backend("http://127.0.0.1:1");
+    let start = Instant::now();
+    assert!(!backend.stalling(start));
+    backend.set_others(1, 0, start, Duration::from_millis(800));
+    assert!(backend.stalling(start + Duration::from_millis(799)));
+    assert!(!backend.stalling(start + Duration::from_millis(801)));
+    assert_eq!(
+        backend.own_stall_left(start),
+        Duration::ZERO,
+        "the others' mark is theirs to publish"
+    );
+    backend.stall_until(start + Duration::from_millis(300));
+    assert_eq!(backend.own_stall_left(start), Duration::from_millis(300));
+    assert!(
+        backend.stalling(start + Duration::from_millis(500)),
+        "the later of the two"
+    );
+    backend.set_others(1, 0, start, Duration::ZERO);
+    assert!(
+        !backend.stalling(start + Duration::from_millis(500)),
+        "the others' mark lifted"
     );
 }

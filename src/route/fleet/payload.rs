@@ -1,19 +1,38 @@
-//! What a replica publishes of its load and reads of the others': one line per backend it has
-//! load on, `<pool>\t<backend>\t<streams>\t<queued prompt tokens>`. Text, so that `redis-cli
-//! hgetall` shows an operator what each replica sees; a few dozen bytes a backend.
-use std::collections::HashMap;
+//! What a replica publishes to its fleet and reads of the others': text lines, tab-separated,
+//! each led by its kind, so that `redis-cli hgetall` shows an operator what each replica sees
+//! (a few dozen bytes a backend):
+//!
+//! - `load <pool> <backend> <streams> <queued prompt tokens> <stall ms>`: its load on a backend
+//!   (one line per backend it has load on), and how much longer a long prefill it placed there
+//!   stalls the streams there.
+//! - `demand <pool> <tokens> <prompts> <chat tokens> <chats> <chat misses>`: the prompts it
+//!   offered a designating pool since it started ([`Counts`]).
+//! - `heavy <pool> [<backend>...]`: the pool's prefill-heavy backends as it sees them (none
+//!   listed: none); the fleet follows its leader's.
+//!
+//! A line of another kind, or one that does not read (a replica of another version, a torn
+//! write), is skipped.
+use std::fmt::Write;
+use std::time::Duration;
+
+use crate::route::placement::designate::Counts;
 
 /// One replica's load on one backend.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Figures {
     pub streams: u64,
     pub queued_tokens: u64,
+    /// How much longer a long prefill it placed there stalls the backend's streams.
+    pub stall: Duration,
 }
 
 impl Figures {
-    fn add(&mut self, other: Figures) {
+    /// The figures of two replicas together: their streams and queues add, the longer stall
+    /// holds.
+    pub(super) fn add(&mut self, other: Figures) {
         self.streams = self.streams.saturating_add(other.streams);
         self.queued_tokens = self.queued_tokens.saturating_add(other.queued_tokens);
+        self.stall = self.stall.max(other.stall);
     }
 
     fn is_zero(self) -> bool {
@@ -21,91 +40,201 @@ impl Figures {
     }
 }
 
-/// The payload of `entries` (pool, backend label, figures): backends with no load are left out
-/// (absent reads as none), and so is a name with a tab or a line break in it, which the format
-/// cannot carry (no pool name or backend address has one).
-pub fn encode<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str, Figures)>) -> String {
-    let mut out = String::new();
-    for (pool, backend, figures) in entries {
-        if figures.is_zero()
-            || [pool, backend]
-                .iter()
-                .any(|name| name.contains(['\t', '\n']))
-        {
-            continue;
+/// A payload being written.
+#[derive(Debug, Default)]
+pub struct Payload(String);
+
+impl Payload {
+    /// Its load on `backend` of `pool`; left out with none (absent reads as none).
+    pub fn load(&mut self, pool: &str, backend: &str, figures: Figures) {
+        if figures.is_zero() || !carried([pool, backend]) {
+            return;
         }
         let Figures {
             streams,
             queued_tokens,
+            stall,
         } = figures;
-        out.push_str(&format!("{pool}\t{backend}\t{streams}\t{queued_tokens}\n"));
+        let stall = stall.as_millis();
+        let _ = writeln!(
+            self.0,
+            "load\t{pool}\t{backend}\t{streams}\t{queued_tokens}\t{stall}"
+        );
     }
-    out
+
+    /// The prompts it offered `pool` since it started.
+    pub fn demand(&mut self, pool: &str, counts: Counts) {
+        if !carried([pool]) {
+            return;
+        }
+        let Counts {
+            tokens,
+            prompts,
+            chat_tokens,
+            chats,
+            chat_misses,
+        } = counts;
+        let _ = writeln!(
+            self.0,
+            "demand\t{pool}\t{tokens}\t{prompts}\t{chat_tokens}\t{chats}\t{chat_misses}"
+        );
+    }
+
+    /// `pool`'s prefill-heavy backends as it sees them.
+    pub fn heavy<'a>(&mut self, pool: &str, backends: impl IntoIterator<Item = &'a str>) {
+        if !carried([pool]) {
+            return;
+        }
+        self.0.push_str("heavy\t");
+        self.0.push_str(pool);
+        for backend in backends.into_iter().filter(|b| carried([*b])) {
+            self.0.push('\t');
+            self.0.push_str(backend);
+        }
+        self.0.push('\n');
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
 }
 
-/// The others' load per (pool, backend label), summed over the `payloads` of every other
-/// replica. A line that does not read (a replica of another version, a torn write) is skipped.
-pub fn sum<'a>(
-    payloads: impl IntoIterator<Item = &'a str>,
-) -> HashMap<(&'a str, &'a str), Figures> {
-    let mut sums: HashMap<(&str, &str), Figures> = HashMap::new();
-    for line in payloads.into_iter().flat_map(str::lines) {
-        let mut fields = line.split('\t');
-        let (Some(pool), Some(backend), Some(streams), Some(queued), None) = (
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-            fields.next(),
-        ) else {
-            continue;
-        };
-        let (Ok(streams), Ok(queued_tokens)) = (streams.parse(), queued.parse()) else {
-            continue;
-        };
-        sums.entry((pool, backend)).or_default().add(Figures {
-            streams,
-            queued_tokens,
-        });
+/// Whether the format carries `names`: none may hold a tab or a line break (no pool name or
+/// backend address has one).
+fn carried<const N: usize>(names: [&str; N]) -> bool {
+    !names.iter().any(|name| name.contains(['\t', '\n']))
+}
+
+/// One line of a payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Line<'a> {
+    Load {
+        pool: &'a str,
+        backend: &'a str,
+        figures: Figures,
+    },
+    Demand {
+        pool: &'a str,
+        counts: Counts,
+    },
+    Heavy {
+        pool: &'a str,
+        backends: Vec<&'a str>,
+    },
+}
+
+/// The lines of `payload` that read.
+pub fn read(payload: &str) -> impl Iterator<Item = Line<'_>> {
+    payload.lines().filter_map(line)
+}
+
+fn line(text: &str) -> Option<Line<'_>> {
+    let mut fields = text.split('\t');
+    let kind = fields.next()?;
+    let pool = fields.next()?;
+    match kind {
+        "load" => {
+            let backend = fields.next()?;
+            let [streams, queued_tokens, stall] = numbers(fields)?;
+            Some(Line::Load {
+                pool,
+                backend,
+                figures: Figures {
+                    streams,
+                    queued_tokens,
+                    stall: Duration::from_millis(stall),
+                },
+            })
+        }
+        "demand" => {
+            let [tokens, prompts, chat_tokens, chats, chat_misses] = numbers(fields)?;
+            Some(Line::Demand {
+                pool,
+                counts: Counts {
+                    tokens,
+                    prompts,
+                    chat_tokens,
+                    chats,
+                    chat_misses,
+                },
+            })
+        }
+        "heavy" => Some(Line::Heavy {
+            pool,
+            backends: fields.filter(|b| !b.is_empty()).collect(),
+        }),
+        _ => None,
     }
-    sums
+}
+
+/// Exactly `N` numbers, and nothing after them.
+fn numbers<'a, const N: usize>(mut fields: impl Iterator<Item = &'a str>) -> Option<[u64; N]> {
+    let mut out = [0; N];
+    for slot in &mut out {
+        *slot = fields.next()?.parse().ok()?;
+    }
+    fields.next().is_none().then_some(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn figures(streams: u64, queued_tokens: u64) -> Figures {
+    fn figures(streams: u64, queued_tokens: u64, stall_ms: u64) -> Figures {
         Figures {
             streams,
             queued_tokens,
+            stall: Duration::from_millis(stall_ms),
         }
     }
 
     #[test]
-    fn encodes_backends_with_load_one_line_each() {
-        let payload = encode([
-            ("chat", "10.0.0.1:8000", figures(3, 1200)),
-            ("chat", "10.0.0.2:8000", figures(0, 0)),
-            ("docs", "10.0.0.3:8000", figures(0, 9000)),
-            ("bad\tname", "10.0.0.4:8000", figures(1, 1)),
-        ]);
+    fn writes_backends_with_load_the_demand_and_the_designation_one_line_each() {
+        let mut payload = Payload::default();
+        payload.load("chat", "10.0.0.1:8000", figures(3, 1200, 0));
+        payload.load("chat", "10.0.0.2:8000", figures(0, 0, 0));
+        payload.load("docs", "10.0.0.3:8000", figures(0, 9000, 750));
+        payload.load("bad\tname", "10.0.0.4:8000", figures(1, 1, 0));
+        let counts = Counts {
+            tokens: 64_000,
+            prompts: 8,
+            chat_tokens: 3_000,
+            chats: 30,
+            chat_misses: 1,
+        };
+        payload.demand("docs", counts);
+        payload.heavy("docs", ["10.0.0.3:8000"]);
+        payload.heavy("chat", []);
+        let text = payload.into_string();
         assert_eq!(
-            payload,
-            "chat\t10.0.0.1:8000\t3\t1200\ndocs\t10.0.0.3:8000\t0\t9000\n"
+            text,
+            "load\tchat\t10.0.0.1:8000\t3\t1200\t0\n\
+             load\tdocs\t10.0.0.3:8000\t0\t9000\t750\n\
+             demand\tdocs\t64000\t8\t3000\t30\t1\n\
+             heavy\tdocs\t10.0.0.3:8000\n\
+             heavy\tchat\n"
         );
-    }
-
-    #[test]
-    fn sums_the_others_per_backend_and_skips_what_does_not_read() {
-        let a = encode([
-            ("chat", "b1", figures(3, 1200)),
-            ("chat", "b2", figures(1, 0)),
-        ]);
-        let b = "chat\tb1\t2\t800\nchat\tb1\tx\t1\ngarbage\nchat\tb2\t1\t2\t3\n".to_owned();
-        let sums = sum([a.as_str(), b.as_str()]);
-        assert_eq!(sums.len(), 2);
-        assert_eq!(sums[&("chat", "b1")], figures(5, 2000));
-        assert_eq!(sums[&("chat", "b2")], figures(1, 0));
+        let lines: Vec<Line> = read(&text).collect();
+        assert!(
+            read("load\tchat\tb1\tx\t1\t0\ngarbage\nload\tchat\tb2\t1\t2\t3\t4\nfuture\tchat\tb2\t1\n")
+                .next()
+                .is_none(),
+            "a number that does not read, a line of no kind, one field too many, a kind unknown"
+        );
+        assert_eq!(lines.len(), 5, "every line written reads back");
+        assert_eq!(
+            lines[2],
+            Line::Demand {
+                pool: "docs",
+                counts
+            }
+        );
+        assert_eq!(
+            lines[4],
+            Line::Heavy {
+                pool: "chat",
+                backends: vec![]
+            }
+        );
     }
 }

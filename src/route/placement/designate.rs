@@ -65,7 +65,7 @@
 //! [`CHAT_SHARE`]: demand::CHAT_SHARE
 //! [`CHAT_MISSES`]: demand::CHAT_MISSES
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -86,52 +86,151 @@ pub const REFRESH: Duration = Duration::from_millis(250);
 /// One pool's designation.
 #[derive(Debug)]
 pub struct Designation {
-    /// Uncached tokens and count of the long prompts offered since the last refresh, and the
-    /// uncached tokens of the other prompts placed.
-    pending_tokens: AtomicU64,
-    pending_prompts: AtomicU64,
-    pending_chat_tokens: AtomicU64,
-    /// The other prompts placed, and the chats that could not be placed at once within their
-    /// targets.
-    pending_chats: AtomicU64,
-    pending_chat_misses: AtomicU64,
+    /// The prompts this replica offered the pool, counted since it started (its fleet reads them
+    /// too, `[fleet]`).
+    own: Tally,
+    /// The prompts the fleet's other gateway replicas offered it, as their syncs said.
+    others: Tally,
+    /// The fleet's leader's prefill-heavy backends (their labels), while another replica leads:
+    /// this one follows them rather than designating its own ([`Designation::follow`]).
+    led: Mutex<Option<Vec<String>>>,
     /// When the next refresh is due, in nanoseconds after `born`.
     due: AtomicU64,
     born: Instant,
-    state: Mutex<Demand>,
+    state: Mutex<State>,
+}
+
+/// The measured demand, and the counts it has folded in so far.
+#[derive(Debug, Default)]
+struct State {
+    demand: Demand,
+    folded: Counts,
+}
+
+/// Prompts offered to a pool, as counts since a replica started: the uncached tokens and the
+/// number of its long prompts, of the other prompts placed, and the chats that could not be
+/// placed at once within their targets. Counted since the start rather than since the last
+/// look, so that the fleet's replicas can read each other's at any pace and add what moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub tokens: u64,
+    pub prompts: u64,
+    pub chat_tokens: u64,
+    pub chats: u64,
+    pub chat_misses: u64,
+}
+
+impl Counts {
+    fn fields(self) -> [u64; 5] {
+        [
+            self.tokens,
+            self.prompts,
+            self.chat_tokens,
+            self.chats,
+            self.chat_misses,
+        ]
+    }
+
+    fn from_fields([tokens, prompts, chat_tokens, chats, chat_misses]: [u64; 5]) -> Self {
+        Self {
+            tokens,
+            prompts,
+            chat_tokens,
+            chats,
+            chat_misses,
+        }
+    }
+
+    /// What moved from `earlier` to `self`; a count that went back (its replica restarted)
+    /// moved by all it has.
+    pub fn since(self, earlier: Counts) -> Counts {
+        let (now, then) = (self.fields(), earlier.fields());
+        let back = now.iter().zip(&then).any(|(n, t)| n < t);
+        if back {
+            return self;
+        }
+        Self::from_fields(std::array::from_fn(|k| now[k] - then[k]))
+    }
+
+    pub fn plus(self, other: Counts) -> Counts {
+        let (a, b) = (self.fields(), other.fields());
+        Self::from_fields(std::array::from_fn(|k| a[k].saturating_add(b[k])))
+    }
+}
+
+/// [`Counts`] as atomics, added to on the request path.
+#[derive(Debug, Default)]
+struct Tally([AtomicU64; 5]);
+
+impl Tally {
+    fn add(&self, counts: Counts) {
+        for (tally, count) in self.0.iter().zip(counts.fields()) {
+            if count > 0 {
+                tally.fetch_add(count, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn load(&self) -> Counts {
+        Counts::from_fields(std::array::from_fn(|k| self.0[k].load(Ordering::Relaxed)))
+    }
 }
 
 impl Designation {
     pub fn new() -> Self {
         Self {
-            pending_tokens: AtomicU64::new(0),
-            pending_prompts: AtomicU64::new(0),
-            pending_chat_tokens: AtomicU64::new(0),
-            pending_chats: AtomicU64::new(0),
-            pending_chat_misses: AtomicU64::new(0),
+            own: Tally::default(),
+            others: Tally::default(),
+            led: Mutex::new(None),
             due: AtomicU64::new(0),
             born: Instant::now(),
-            state: Mutex::new(Demand::default()),
+            state: Mutex::new(State::default()),
         }
     }
 
     /// A long prompt of `uncached` tokens was offered (entered the gate, or was placed in a pool
     /// without one).
     pub fn long_prompt(&self, uncached: u64) {
-        self.pending_tokens.fetch_add(uncached, Ordering::Relaxed);
-        self.pending_prompts.fetch_add(1, Ordering::Relaxed);
+        self.own.add(Counts {
+            tokens: uncached,
+            prompts: 1,
+            ..Counts::default()
+        });
     }
 
     /// Another prompt, of `uncached` tokens, was placed.
     pub fn chat_prompt(&self, uncached: u64) {
-        self.pending_chat_tokens
-            .fetch_add(uncached, Ordering::Relaxed);
-        self.pending_chats.fetch_add(1, Ordering::Relaxed);
+        self.own.add(Counts {
+            chat_tokens: uncached,
+            chats: 1,
+            ..Counts::default()
+        });
     }
 
     /// A chat could not be placed at once on a replica predicted to meet its targets.
     pub fn chat_missed(&self) {
-        self.pending_chat_misses.fetch_add(1, Ordering::Relaxed);
+        self.own.add(Counts {
+            chat_misses: 1,
+            ..Counts::default()
+        });
+    }
+
+    /// The prompts this replica offered the pool since it started (what it publishes to its
+    /// fleet).
+    pub fn own_counts(&self) -> Counts {
+        self.own.load()
+    }
+
+    /// Adds prompts the fleet's other replicas offered the pool since their last sync: the
+    /// next refresh measures the fleet's demand, not this replica's share of it.
+    pub fn others_offered(&self, counts: Counts) {
+        self.others.add(counts);
+    }
+
+    /// Follows the fleet leader's prefill-heavy backends (by label), or (`None`: this replica
+    /// leads, or is alone) designates its own from the demand.
+    pub fn follow(&self, leader: Option<Vec<String>>) {
+        *self.led.lock().unwrap_or_else(PoisonError::into_inner) = leader;
     }
 
     /// Designates `pool`'s prefill-heavy replicas again when a refresh is due at `now`: one
@@ -154,17 +253,19 @@ impl Designation {
         {
             return;
         }
-        let Ok(mut demand) = self.state.try_lock() else {
+        let Ok(mut state) = self.state.try_lock() else {
             return;
         };
-        let tokens = self.pending_tokens.swap(0, Ordering::Relaxed);
-        let prompts = self.pending_prompts.swap(0, Ordering::Relaxed);
+        let offered = self.own.load().plus(self.others.load());
+        let counts = offered.since(state.folded);
+        state.folded = offered;
+        let demand = &mut state.demand;
         let chats = Chats {
-            tokens: self.pending_chat_tokens.swap(0, Ordering::Relaxed),
-            placed: self.pending_chats.swap(0, Ordering::Relaxed),
-            missed: self.pending_chat_misses.swap(0, Ordering::Relaxed),
+            tokens: counts.chat_tokens,
+            placed: counts.chats,
+            missed: counts.chat_misses,
         };
-        demand.measure(now, tokens, prompts, chats);
+        demand.measure(now, counts.tokens, counts.prompts, chats);
         tracing::debug!(
             pool = &*pool.name,
             tokens_per_second = demand.tokens.round(),
@@ -188,18 +289,26 @@ impl Designation {
                     expected_stall: Duration::ZERO,
                 });
             } else if role.prefill_heavy() {
-                moved(backend, false, &demand, metrics);
+                moved(backend, false, demand, metrics);
                 backend.designate(false, Duration::ZERO);
             }
         }
         let before: Vec<bool> = replicas.iter().map(|r| r.heavy).collect();
-        demand.step(&mut replicas, now);
+        match &*self.led.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(leader) => {
+                for (replica, backend) in replicas.iter_mut().zip(&available) {
+                    replica.heavy = leader.iter().any(|label| **label == *backend.target.label);
+                }
+                demand.led(&mut replicas);
+            }
+            None => demand.step(&mut replicas, now),
+        }
         if let Some(m) = metrics {
             m.demand.set(demand.tokens);
         }
         for ((backend, replica), was) in available.iter().zip(&replicas).zip(before) {
             if replica.heavy != was {
-                moved(backend, replica.heavy, &demand, metrics);
+                moved(backend, replica.heavy, demand, metrics);
             }
             backend.designate(replica.heavy, replica.expected_stall);
         }
@@ -210,7 +319,8 @@ impl Designation {
     pub(crate) fn demand(&self) -> Demand {
         self.state
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
+            .demand
             .clone()
     }
 

@@ -167,6 +167,14 @@ impl Demand {
         self.expect(replicas);
     }
 
+    /// Follows a fleet leader's designation, already set on `replicas`: forgets its own
+    /// hysteresis (were it to lead next, it starts from the leader's choice) and sets each
+    /// replica's expected stall from the demand, which is the fleet's.
+    pub(crate) fn led(&mut self, replicas: &mut [Replica]) {
+        self.low_since = None;
+        self.expect(replicas);
+    }
+
     /// Whether the chats' prompts take at most [`CHAT_SHARE`] of `rate` tokens per second of
     /// prefill, and at most [`CHAT_MISSES`] of them could not be placed at once within their
     /// targets.

@@ -440,6 +440,52 @@ async fn a_refresh_designates_from_the_placed_prompts_and_replaces_a_failed_repl
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn in_a_fleet_it_measures_the_others_prompts_too_and_follows_the_leaders_choice() {
+    let pool = taught(&[(20_000.0, 0.02), (20_000.0, 0.02), (10_000.0, 0.02)]);
+    let backends = pool.backends();
+    let designation = Designation::new();
+    let now = Instant::now();
+    designation.long_prompt(8_000);
+    designation.others_offered(Counts {
+        tokens: 40_000,
+        prompts: 5,
+        ..Counts::default()
+    });
+    assert_eq!(
+        designation.own_counts().tokens,
+        8_000,
+        "it publishes what it offered, not the others'"
+    );
+    let leader = backends[1].target.label.to_string();
+    designation.follow(Some(vec![leader]));
+    designation.refresh(&pool, now, None);
+    assert_eq!(
+        designation.demand().tokens,
+        24_000.0,
+        "the fleet's 48 000 tokens over the first look's 2 s"
+    );
+    let roles = || -> Vec<bool> { backends.iter().map(|b| b.role().prefill_heavy()).collect() };
+    assert_eq!(
+        roles(),
+        [false, true, false],
+        "the leader's one replica, though this demand alone would designate two"
+    );
+    let stall = backends[1].role().expected_stall().as_secs_f64();
+    assert!(
+        (stall - 0.4).abs() < 0.001,
+        "the mean document (8 000 tokens) at 20 000 tokens/s: {stall}"
+    );
+    designation.follow(None);
+    designation.refresh(&pool, now + REFRESH, None);
+    assert_eq!(
+        roles(),
+        [false, true, true],
+        "leading, it designates from the demand, keeping the replica it followed and adding the \
+         slow one for the 1 200 tokens/s it lacks"
+    );
+}
+
 /// The pool's targets: 800 ms and 35 ms, so a prefill past 140 ms stalls.
 fn targets() -> PoolSlo {
     let mut config = Config::default();
