@@ -96,7 +96,7 @@ fn start_sim(name: &str, dir: &std::path::Path) -> (Proc, SocketAddr) {
 }
 
 /// Starts Debian's redis-server (no persistence) on a free port and waits for its PONG.
-fn start_redis(dir: &std::path::Path) -> (Proc, SocketAddr) {
+fn start_redis(name: &str, dir: &std::path::Path) -> (Proc, SocketAddr) {
     let addr = free_addr();
     let mut redis = Command::new("redis-server");
     redis
@@ -105,7 +105,7 @@ fn start_redis(dir: &std::path::Path) -> (Proc, SocketAddr) {
         .arg(addr.port().to_string())
         .arg("--dir")
         .arg(dir);
-    let redis = Proc::spawn("redis", redis, dir);
+    let redis = Proc::spawn(name, redis, dir);
     wait_for("redis-server PONG", Duration::from_secs(20), || {
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(addr).ok()?;
@@ -178,7 +178,7 @@ requests_per_minute = 1
         );
         std::fs::write(&config, toml).expect("write the disaggregated config");
         serve.arg("--config").arg(&config);
-        let (redis, redis_addr) = start_redis(dir);
+        let (redis, redis_addr) = start_redis("redis-1", dir);
         sims.push(redis);
         serve.env("TOKENMETER_BUDGET_STORE", format!("redis://{redis_addr}/0"));
         // The same Redis as a fleet's store (a fleet of one), so the fleet's series have data.
@@ -204,6 +204,11 @@ on_deadline = "send"
         );
         std::fs::write(&config, toml).expect("write the gated config");
         serve.arg("--config").arg(&config);
+        // A fleet of one on a Redis of its own, so the fleet's designation series has data (its
+        // pool designates prefill-heavy replicas; sidecar 1's pools do not).
+        let (redis, redis_addr) = start_redis("redis-0", dir);
+        sims.push(redis);
+        serve.env("TOKENMETER_FLEET_STORE", format!("redis://{redis_addr}/0"));
     }
     let proxy = Proc::spawn(&format!("tokenmeter-{index}"), serve, dir);
     wait_for("tokenmeter /readyz", Duration::from_secs(20), || {

@@ -53,6 +53,10 @@
 //!   the designated replica, 12 of them stalled). The placement reads it: a chat prefers a replica that expects none (so a designated
 //!   replica takes chats while documents are rare, or when the others cannot meet the targets),
 //!   and a long prompt goes only to a designated replica or to one with no stream to stall.
+//! - **A fleet** (`[fleet]`). Every gateway replica counts what it offered since it started
+//!   ([`Counts`]) and adds what the others offered as their syncs say, so each measures the
+//!   fleet's demand; one replica designates and the others [`follow`](Designation::follow) its
+//!   choice ([`crate::route::fleet`]), so the fleet keeps one split rather than one per replica.
 //!
 //! [`DEMAND_WINDOW`]: demand::DEMAND_WINDOW
 //! [`HIGH`]: demand::HIGH

@@ -43,8 +43,9 @@ pub struct Message {
 /// What a request sends as its prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Prompt {
-    /// [`prompt_text`]`(index, prompt_words)`: the single-turn workload.
-    Words,
+    /// [`prompt_text`]`(seed, index, prompt_words)`: the single-turn workload of a run of
+    /// `seed`.
+    Words { seed: u64 },
     /// A conversation so far: chat `messages` as given; for completions, the messages' texts
     /// joined by `"\n"`, so the prompt grows the way the conversation does.
     Messages(Vec<Message>),
@@ -319,8 +320,8 @@ pub(crate) fn request_body(target: &Destination, plan: &PlannedRequest) -> serde
         "stream_options": { "include_usage": true },
     });
     let (messages, prompt) = match (&plan.prompt, target.endpoint) {
-        (Prompt::Words, endpoint) => {
-            let text = prompt_text(plan.index, plan.prompt_words);
+        (&Prompt::Words { seed }, endpoint) => {
+            let text = prompt_text(seed, plan.index, plan.prompt_words);
             match endpoint {
                 Endpoint::Chat => (
                     serde_json::json!([{ "role": "user", "content": text }]),
@@ -344,8 +345,13 @@ pub(crate) fn request_body(target: &Destination, plan: &PlannedRequest) -> serde
 
 /// `words` words: a per-request word first (so no two prompts share a cached prefix), then
 /// `w`s. The simulated replica counts each run of alphanumerics as one token.
-pub fn prompt_text(index: u64, words: u32) -> String {
-    let mut s = format!("r{index}");
+///
+/// The first word names the run's `seed` as well as the request's `index`: clients of one run
+/// with seeds of their own (`scripts/bench-fleet.sh`'s four) would otherwise send the same
+/// `r5 w w ...` as each other's fifth request, and whichever came second found the first one's
+/// prompt cached (a prompt cache hit the proxy of another gateway could not know of).
+pub fn prompt_text(seed: u64, index: u64, words: u32) -> String {
+    let mut s = format!("r{seed}x{index}");
     s.reserve(2 * words as usize);
     for _ in 1..words {
         s.push_str(" w");

@@ -176,7 +176,7 @@ pub(crate) fn plan(spec: &LoadSpec, index: u64) -> PlannedRequest {
         class: s.class,
         prompt_words: s.prompt_tokens,
         max_tokens: s.output_tokens,
-        prompt: Prompt::Words,
+        prompt: Prompt::Words { seed: spec.seed },
         header: spec
             .workload
             .classes()

@@ -42,16 +42,19 @@ fn single_turn_bodies_are_unchanged() {
         "stream_options": { "include_usage": true },
     });
     let mut chat = common.clone();
-    chat["messages"] = serde_json::json!([{ "role": "user", "content": "r7 w w" }]);
+    chat["messages"] = serde_json::json!([{ "role": "user", "content": "r3x7 w w" }]);
     assert_eq!(
-        request_body(&target(Endpoint::Chat), &plan(Prompt::Words)),
+        request_body(&target(Endpoint::Chat), &plan(Prompt::Words { seed: 3 })),
         chat,
         "chat: one user message of prompt_words words"
     );
     let mut completions = common;
-    completions["prompt"] = serde_json::json!("r7 w w");
+    completions["prompt"] = serde_json::json!("r3x7 w w");
     assert_eq!(
-        request_body(&target(Endpoint::Completions), &plan(Prompt::Words)),
+        request_body(
+            &target(Endpoint::Completions),
+            &plan(Prompt::Words { seed: 3 })
+        ),
         completions,
         "completions: the same words as the prompt"
     );
@@ -90,7 +93,7 @@ fn a_conversation_is_sent_as_messages_or_as_joined_text() {
 
 #[test]
 fn the_extra_header_is_sent() {
-    let mut p = plan(Prompt::Words);
+    let mut p = plan(Prompt::Words { seed: 3 });
     p.header = Some((
         HeaderName::from_static("x-session-id"),
         HeaderValue::from_static("42"),
@@ -101,7 +104,8 @@ fn the_extra_header_is_sent() {
         Some(&b"42"[..]),
         "the planned header is on the request"
     );
-    let plain = build_request(&target(Endpoint::Chat), &plan(Prompt::Words)).expect("builds");
+    let plain =
+        build_request(&target(Endpoint::Chat), &plan(Prompt::Words { seed: 3 })).expect("builds");
     assert_eq!(
         plain.headers().len(),
         2,
