@@ -14,9 +14,10 @@
 #
 # Per run: requests, SLOs met and goodput summed over the clients (with and without the gap
 # target), the worst client's chat TTFT p99 and chat ITL p99, and each gateway's TTFT prediction
-# (predicted / measured, median). Writes the `fleet` part of docs/fleet-results.json (NAME=x: the
-# `fleet_x` part and `fleet-bench-x` markers) and the table between the fleet-bench markers of
-# docs/deploying.md.
+# (predicted / measured, median); with the fleet on, what its syncs cost the store per gateway and
+# second (script calls, Redis time per call, bytes in and out). Writes the `fleet` part of
+# docs/fleet-results.json (NAME=x: the `fleet_x` part and `fleet-bench-x` markers) and the table
+# between the fleet-bench markers of docs/deploying.md.
 #
 # Usage: scripts/bench-fleet.sh        (RATES, SETUPS, GATEWAYS, FLEET, CLIENTS, DURATION, SEED,
 #                                        SESSION_RATIO, WORKLOAD, NAME override)
@@ -102,6 +103,11 @@ run() {
     for g in $(seq 0 $((n - 1))); do
         curl -s "http://127.0.0.1:$((19100 + g))/metrics" >"$tmp/$id-g$g.prom"
     done
+    if [ "$fleet" = on ]; then
+        # What the fleet's syncs cost the store over the run: its script calls, their time, and
+        # the bytes in and out (a run's seconds from Redis's own uptime).
+        redis-cli -p "$REDIS_PORT" info all >"$tmp/$id-redis.txt"
+    fi
     kill "${gateways[@]}" "${sims[@]}"
     wait "${gateways[@]}" "${sims[@]}" 2>/dev/null || true
 }
@@ -140,8 +146,20 @@ for rate in $RATES; do
                 done
                 # Summed over the clients: requests, errors, those within TTFT and TPOT (goodput
                 # times wall time, as bench-slo.sh counts them) and within the gap too (slo_met).
+                # The store's cost per gateway and second (fleet on): script calls, microseconds
+                # of Redis time, bytes in and out.
+                store=null
+                if [ -f "$tmp/$id-redis.txt" ]; then
+                    store=$(awk -F'[:=,\r]' -v n="$n" '
+                        /^uptime_in_seconds:/ { up = $2 }
+                        /^cmdstat_evalsha:/ { calls = $3; usec = $5 }
+                        /^total_net_input_bytes:/ { rx = $2 }
+                        /^total_net_output_bytes:/ { tx = $2 }
+                        END { printf "{\"syncs_per_s\": %.2f, \"redis_us_per_sync\": %.1f, \"bytes_in_per_s\": %d, \"bytes_out_per_s\": %d, \"redis_cpu_share\": %.5f}\n",
+                              calls / n / up, usec / calls, rx / n / up, tx / n / up, usec / 1e6 / up }' "$tmp/$id-redis.txt")
+                fi
                 results=$(jq -s --arg setup "$setup" --arg fleet "$fleet" --argjson n "$n" --argjson rate "$rate" \
-                    --argjson errors "$errors" '
+                    --argjson errors "$errors" --argjson store "$store" '
                     def ms: . * 1000;
                     def c($p; $n): $p.points[0].classes[] | select(.class == $n);
                     def r: (. * 10 | round) / 10;
@@ -155,7 +173,7 @@ for rate in $RATES; do
                        gap_goodput_rps: (map(c(.; "all").goodput) | add),
                        worst_chat_ttft_p99_ms: (map(c(.; "chat").ttft.p99 | ms) | max),
                        worst_chat_itl_p99_ms: (map(c(.; "chat").itl.p99 | ms) | max),
-                       prediction_error_ttft_p50: $errors}' "$tmp/$id"-c*.json | jq -s --argjson acc "$results" '$acc + .')
+                       prediction_error_ttft_p50: $errors, store: $store}' "$tmp/$id"-c*.json | jq -s --argjson acc "$results" '$acc + .')
             done
         done
     done
@@ -168,9 +186,9 @@ part=$(jq -n --arg duration "$DURATION" --arg seed "$SEED" --arg workload "$WORK
 jq --arg key "$PART" --argjson part "$part" '.[$key] = $part' "$OUT" >"$OUT.new" && mv "$OUT.new" "$OUT"
 table=$(jq -r --arg key "$PART" '
   def r: (. * 10 | round) / 10;
-  "| rate | set-up | gateways | fleet | requests (errors) | SLOs met | goodput (req/s) | SLOs met, gap counted | goodput, gap counted | worst client: chat TTFT p99 / ITL p99 (ms) | TTFT predicted / measured, p50, per gateway |",
-  "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
-  (.[$key].results[] | "| \(.rate) | \(.setup) | \(.gateways) | \(.fleet) | \(.requests) (\(.errors)) | \(.slo_met_pct | r) % | \(.goodput_rps | r) | \(.gap_slo_met_pct | r) % | \(.gap_goodput_rps | r) | \(.worst_chat_ttft_p99_ms | r) / \(.worst_chat_itl_p99_ms | r) | \(.prediction_error_ttft_p50 | map(if . == null then "-" else tostring end) | join(", ")) |")' "$OUT")
+  "| rate | set-up | gateways | fleet | requests (errors) | SLOs met | goodput (req/s) | SLOs met, gap counted | goodput, gap counted | worst client: chat TTFT p99 / ITL p99 (ms) | TTFT predicted / measured, p50, per gateway | store, per gateway: syncs/s, Redis µs each, bytes/s in / out |",
+  "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|",
+  (.[$key].results[] | "| \(.rate) | \(.setup) | \(.gateways) | \(.fleet) | \(.requests) (\(.errors)) | \(.slo_met_pct | r) % | \(.goodput_rps | r) | \(.gap_slo_met_pct | r) % | \(.gap_goodput_rps | r) | \(.worst_chat_ttft_p99_ms | r) / \(.worst_chat_itl_p99_ms | r) | \(.prediction_error_ttft_p50 | map(if . == null then "-" else tostring end) | join(", ")) | \(if .store then "\(.store.syncs_per_s), \(.store.redis_us_per_sync), \(.store.bytes_in_per_s) / \(.store.bytes_out_per_s)" else "-" end) |")' "$OUT")
 echo "$table"
 if grep -q "<!-- $MARK:begin -->" docs/deploying.md; then
     write_block "$MARK" "$table" docs/deploying.md

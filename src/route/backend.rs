@@ -284,6 +284,43 @@ impl Backend {
         }
     }
 
+    /// The prompt tokens per second it prefills as its fleet learned it (`[fleet]`): the mean of
+    /// every replica's learned cost per token, weighted by the requests each learned from. A
+    /// gateway of four sees a quarter of the requests, and its rates were that much noisier (a
+    /// half-speed replica read 5 900 to 36 500 tokens/s on four gateways at the end of one run,
+    /// docs/deploying.md); the designation reads this one. Alone, [`Self::prefill_rate`].
+    pub fn fleet_prefill_rate(&self) -> f64 {
+        let (others, others_weight) = self.others.prefill_cost();
+        if others_weight == 0 {
+            return self.prefill_rate();
+        }
+        let (own, own_weight) = self
+            .lock_latency()
+            .as_ref()
+            .and_then(LatencyModel::prefill_cost)
+            .unwrap_or((0.0, 0));
+        let weight = others_weight.saturating_add(own_weight) as f64;
+        let cost = (others + own * own_weight as f64) / weight;
+        if cost > 0.0 {
+            1000.0 / cost
+        } else {
+            self.prefill_rate()
+        }
+    }
+
+    /// What this replica's model learned of its prefill cost (seconds per thousand prompt tokens)
+    /// and the requests it rests on; what it publishes to its fleet.
+    pub(crate) fn own_prefill_cost(&self) -> Option<(f64, u64)> {
+        self.lock_latency()
+            .as_ref()
+            .and_then(LatencyModel::prefill_cost)
+    }
+
+    /// Takes the other replicas' prefill cost (see [`Self::fleet_prefill_rate`]).
+    pub fn set_others_prefill_cost(&self, weighted: f64, weight: u64) {
+        self.others.set_prefill_cost(weighted, weight);
+    }
+
     /// Its role in the pool's placement now.
     pub fn role(&self) -> &Role {
         &self.role
@@ -295,6 +332,13 @@ impl Backend {
         let changed = self.role.set(prefill_heavy, expected_stall);
         if let (true, Some(m)) = (changed, &self.metrics) {
             m.prefill_heavy.set(if prefill_heavy { 1.0 } else { 0.0 });
+        }
+    }
+
+    /// Says the prefill rate the designation read of it (the gauge).
+    pub(crate) fn show_prefill_rate(&self, rate: f64) {
+        if let Some(m) = &self.metrics {
+            m.prefill_rate.set(rate);
         }
     }
 

@@ -4,7 +4,8 @@
 //!
 //! One round trip per `interval` ([`sync.lua`](./fleet/sync.lua)): the replica writes its
 //! figures (streams in flight, prompt tokens queued and stall marks per backend; the prompts it
-//! offered each designating pool, and the prefill-heavy replicas it sees: [`payload`]) into one
+//! offered each designating pool, the prefill-heavy replicas it sees, and what its models learned
+//! of each backend's prefill: [`payload`]) into one
 //! hash with an expiry on the store's clock, and gets every other live replica's back. Nothing
 //! of it is on the request path: a request reads the backend's atomics as before, the others'
 //! load is one more atomic added ([`super::backend::Backend::load`]). So the shared view is at
@@ -185,6 +186,13 @@ impl Fleet {
                     .unwrap_or_default();
                 self.take(backend, figures, read);
             }
+            if pool.designation().is_some() {
+                for backend in pool.members.backends().iter() {
+                    let key = (&*backend.pool, &*backend.target.label);
+                    let (weighted, requests) = view.prefill.get(&key).copied().unwrap_or_default();
+                    backend.set_others_prefill_cost(weighted, requests);
+                }
+            }
             self.designate(pool, &view, read);
         }
         true
@@ -222,6 +230,7 @@ impl Fleet {
         for pool in pools {
             for backend in pool.members.backends().iter() {
                 self.take(backend, Figures::default(), now);
+                backend.set_others_prefill_cost(0.0, 0);
             }
             self.designate(pool, &View::default(), now);
         }
@@ -278,6 +287,11 @@ impl SharedPool {
             payload.demand(name, designation.own_counts());
             let heavy = backends.iter().filter(|b| b.role().prefill_heavy());
             payload.heavy(name, heavy.map(|b| &*b.target.label));
+            for backend in backends.iter() {
+                if let Some((cost, requests)) = backend.own_prefill_cost() {
+                    payload.prefill(name, &backend.target.label, cost, requests);
+                }
+            }
         }
     }
 }

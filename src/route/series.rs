@@ -23,6 +23,9 @@ pub(crate) const BACKEND_INFLIGHT: &str = "tokenmeter_backend_inflight";
 /// 1 while a backend is one of its pool's prefill-heavy replicas (`balance = "slo"`: designated
 /// from the measured prefill demand), 0 otherwise; by `pool` and `backend`.
 pub(crate) const BACKEND_PREFILL_HEAVY: &str = "tokenmeter_backend_prefill_heavy";
+/// The prompt tokens per second a backend prefills, as its latency model learned it: the supply
+/// the designation weighs (`balance = "slo"` pools that designate; refreshed with it).
+pub(crate) const BACKEND_PREFILL_RATE: &str = "tokenmeter_backend_prefill_rate_tokens_per_second";
 /// Changes of a pool's prefill-heavy replicas, by `pool` and `move` (`in`: a replica became one;
 /// `out`: one stopped being one, its demand gone or the replica failed).
 pub(crate) const PREFILL_HEAVY_MOVES: &str = "tokenmeter_prefill_heavy_moves_total";
@@ -125,6 +128,10 @@ pub fn describe(metrics: &Metrics) {
             "1 while a backend is one of its pool's prefill-heavy replicas (balance = \"slo\", designated from the measured prefill demand).",
         ),
         (
+            BACKEND_PREFILL_RATE,
+            "Prompt tokens per second the backend prefills, as its latency model learned it (balance = \"slo\" pools that designate prefill-heavy replicas): the supply the designation weighs against the demand.",
+        ),
+        (
             PREFILL_DEMAND,
             "Uncached prompt tokens per second of the pool's long prompts (those whose prefill would stall the streams beside it), as the designation measures it.",
         ),
@@ -144,6 +151,7 @@ pub(crate) struct BackendMetrics {
     pub healthy: Gauge,
     pub inflight: Gauge,
     pub prefill_heavy: Gauge,
+    pub prefill_rate: Gauge,
     pub retries: Counter,
     pub ejections: Counter,
     /// [`BACKEND_CONFIRMATIONS`] by result: kept, ejected, unavailable.
@@ -162,6 +170,7 @@ impl BackendMetrics {
             healthy: metrics.gauge(BACKEND_HEALTHY, set()),
             inflight: metrics.gauge(BACKEND_INFLIGHT, set()),
             prefill_heavy: metrics.gauge(BACKEND_PREFILL_HEAVY, set()),
+            prefill_rate: metrics.gauge(BACKEND_PREFILL_RATE, set()),
             retries: metrics.counter(ROUTE_RETRIES, set()),
             ejections: metrics.counter(BACKEND_EJECTIONS, set()),
             confirmations: ["kept", "ejected", "unavailable"].map(|result| {

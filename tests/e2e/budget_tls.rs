@@ -11,44 +11,10 @@ use std::time::Duration;
 use support::backend::{replay, Backend};
 use support::budget::{completion_tokens, output_per_day, send_as};
 use support::client::Streamed;
-use support::redis::{Redis, Tls};
-use support::tls::{Ca, TempDir};
+use support::redis::{Certificates, Redis};
+use support::tls::Ca;
 use support::{config_for, prom, start_proxy, wait_for_metric};
 use tokenmeter::config::{Config, OnStoreError, StoreTlsConfig, TenantSource};
-
-/// A CA, Redis's certificate signed by it, and a client certificate signed by it, on disk.
-struct Certificates {
-    dir: TempDir,
-    ca: std::path::PathBuf,
-    server: (std::path::PathBuf, std::path::PathBuf),
-    client: (std::path::PathBuf, std::path::PathBuf),
-}
-
-impl Certificates {
-    fn new() -> Self {
-        let dir = TempDir::new("redis-certs");
-        let ca = Ca::new("redis test CA");
-        let ca_path = dir.write("ca.crt", &ca.pem);
-        let server = ca.server().write(&dir, "server");
-        let client = ca.client("tokenmeter").write(&dir, "client");
-        Self {
-            dir,
-            ca: ca_path,
-            server,
-            client,
-        }
-    }
-
-    fn redis(&self, auth_clients: bool) -> Redis {
-        Redis::start_tls(Tls {
-            port: support::ports::free_port(),
-            cert: self.server.0.clone(),
-            key: self.server.1.clone(),
-            ca: self.ca.clone(),
-            auth_clients,
-        })
-    }
-}
 
 fn config(upstream: &str, redis: &Redis, tls: StoreTlsConfig, policy: OnStoreError) -> Config {
     let mut config = config_for(upstream);

@@ -36,6 +36,8 @@ mod docs_config;
 mod embedder;
 mod file_length;
 mod finish_point;
+#[cfg(feature = "testbed")]
+mod fleet_designation;
 mod fleet_redis;
 mod llama_handoff;
 mod llama_server;

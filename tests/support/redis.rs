@@ -5,7 +5,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::tls::TempDir;
+use super::tls::{Ca, TempDir};
 
 /// A running redis-server, killed when dropped.
 pub struct Redis {
@@ -25,6 +25,41 @@ pub struct Tls {
     pub key: std::path::PathBuf,
     pub ca: std::path::PathBuf,
     pub auth_clients: bool,
+}
+
+/// A CA, Redis's certificate signed by it, and a client certificate signed by it, on disk.
+pub struct Certificates {
+    pub dir: TempDir,
+    pub ca: std::path::PathBuf,
+    pub server: (std::path::PathBuf, std::path::PathBuf),
+    pub client: (std::path::PathBuf, std::path::PathBuf),
+}
+
+impl Certificates {
+    pub fn new() -> Self {
+        let dir = TempDir::new("redis-certs");
+        let ca = Ca::new("redis test CA");
+        let ca_path = dir.write("ca.crt", &ca.pem);
+        let server = ca.server().write(&dir, "server");
+        let client = ca.client("tokenmeter").write(&dir, "client");
+        Self {
+            dir,
+            ca: ca_path,
+            server,
+            client,
+        }
+    }
+
+    /// A Redis serving TLS with these certificates, asking clients for one when `auth_clients`.
+    pub fn redis(&self, auth_clients: bool) -> Redis {
+        Redis::start_tls(Tls {
+            port: super::ports::free_port(),
+            cert: self.server.0.clone(),
+            key: self.server.1.clone(),
+            ca: self.ca.clone(),
+            auth_clients,
+        })
+    }
 }
 
 impl Redis {

@@ -13,6 +13,10 @@ pub(super) struct Others {
     queued_tokens: AtomicU64,
     at: AtomicU64,
     stalls_until: AtomicU64,
+    /// Their models' prefill cost (seconds per thousand prompt tokens) summed weighted by the
+    /// requests each rests on, as `f64` bits, and the weights' sum.
+    prefill_cost: AtomicU64,
+    prefill_weight: AtomicU64,
 }
 
 impl Others {
@@ -23,6 +27,22 @@ impl Others {
         self.queued_tokens.store(queued_tokens, Ordering::Relaxed);
         self.at.store(at, Ordering::Relaxed);
         self.stalls_until.store(stalls_until, Ordering::Relaxed);
+    }
+
+    /// Takes the others' prefill cost: `weighted` (each one's cost times its weight, summed) and
+    /// `weight`.
+    pub fn set_prefill_cost(&self, weighted: f64, weight: u64) {
+        self.prefill_cost
+            .store(weighted.to_bits(), Ordering::Relaxed);
+        self.prefill_weight.store(weight, Ordering::Relaxed);
+    }
+
+    /// The others' prefill cost, weighted and summed, and the weights' sum.
+    pub fn prefill_cost(&self) -> (f64, u64) {
+        (
+            f64::from_bits(self.prefill_cost.load(Ordering::Relaxed)),
+            self.prefill_weight.load(Ordering::Relaxed),
+        )
     }
 
     /// Until when a long prefill another replica placed stalls the backend's streams (0: none).

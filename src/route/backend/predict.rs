@@ -173,6 +173,15 @@ impl LatencyModel {
         1000.0 / per_thousand
     }
 
+    /// The seconds each thousand uncached prompt tokens add to its TTFT (`a₂`), and how many
+    /// requests that rests on (its samples, at most its memory): what a fleet's replicas average
+    /// for the designation. `None` before it learned a positive one.
+    pub(crate) fn prefill_cost(&self) -> Option<(f64, u64)> {
+        let per_thousand = self.ttft.theta()[2];
+        let weight = self.samples().min(u64::from(self.memory));
+        (per_thousand > 0.0 && weight > 0).then_some((per_thousand, weight))
+    }
+
     /// Predicted mean gap between tokens of the streams on a backend with `load` once a request
     /// asking `ask` joins them (its own included).
     pub fn tpot(&self, load: Load, ask: Ask) -> Duration {

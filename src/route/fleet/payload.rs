@@ -9,6 +9,8 @@
 //!   offered a designating pool since it started ([`Counts`]).
 //! - `heavy <pool> [<backend>...]`: the pool's prefill-heavy backends as it sees them (none
 //!   listed: none); the fleet follows its leader's.
+//! - `prefill <pool> <backend> <µs per thousand prompt tokens> <requests>`: what its latency
+//!   model learned of a backend's prefill in a designating pool, and the requests that rests on.
 //!
 //! A line of another kind, or one that does not read (a replica of another version, a torn
 //! write), is skipped.
@@ -80,6 +82,16 @@ impl Payload {
         );
     }
 
+    /// What its model learned of `backend`'s prefill: `cost` seconds per thousand prompt tokens,
+    /// from `requests`.
+    pub fn prefill(&mut self, pool: &str, backend: &str, cost: f64, requests: u64) {
+        if !carried([pool, backend]) {
+            return;
+        }
+        let micros = (cost * 1e6).round() as u64;
+        let _ = writeln!(self.0, "prefill\t{pool}\t{backend}\t{micros}\t{requests}");
+    }
+
     /// `pool`'s prefill-heavy backends as it sees them.
     pub fn heavy<'a>(&mut self, pool: &str, backends: impl IntoIterator<Item = &'a str>) {
         if !carried([pool]) {
@@ -106,7 +118,7 @@ fn carried<const N: usize>(names: [&str; N]) -> bool {
 }
 
 /// One line of a payload.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Line<'a> {
     Load {
         pool: &'a str,
@@ -120,6 +132,13 @@ pub enum Line<'a> {
     Heavy {
         pool: &'a str,
         backends: Vec<&'a str>,
+    },
+    Prefill {
+        pool: &'a str,
+        backend: &'a str,
+        /// Seconds per thousand prompt tokens.
+        cost: f64,
+        requests: u64,
     },
 }
 
@@ -157,6 +176,16 @@ fn line(text: &str) -> Option<Line<'_>> {
                     chats,
                     chat_misses,
                 },
+            })
+        }
+        "prefill" => {
+            let backend = fields.next()?;
+            let [micros, requests] = numbers(fields)?;
+            Some(Line::Prefill {
+                pool,
+                backend,
+                cost: micros as f64 / 1e6,
+                requests,
             })
         }
         "heavy" => Some(Line::Heavy {
@@ -205,6 +234,7 @@ mod tests {
         payload.demand("docs", counts);
         payload.heavy("docs", ["10.0.0.3:8000"]);
         payload.heavy("chat", []);
+        payload.prefill("docs", "10.0.0.3:8000", 0.05, 256);
         let text = payload.into_string();
         assert_eq!(
             text,
@@ -212,7 +242,8 @@ mod tests {
              load\tdocs\t10.0.0.3:8000\t0\t9000\t750\n\
              demand\tdocs\t64000\t8\t3000\t30\t1\n\
              heavy\tdocs\t10.0.0.3:8000\n\
-             heavy\tchat\n"
+             heavy\tchat\n\
+             prefill\tdocs\t10.0.0.3:8000\t50000\t256\n"
         );
         let lines: Vec<Line> = read(&text).collect();
         assert!(
@@ -221,7 +252,16 @@ mod tests {
                 .is_none(),
             "a number that does not read, a line of no kind, one field too many, a kind unknown"
         );
-        assert_eq!(lines.len(), 5, "every line written reads back");
+        assert_eq!(lines.len(), 6, "every line written reads back");
+        assert_eq!(
+            lines[5],
+            Line::Prefill {
+                pool: "docs",
+                backend: "10.0.0.3:8000",
+                cost: 0.05,
+                requests: 256
+            }
+        );
         assert_eq!(
             lines[2],
             Line::Demand {

@@ -1,5 +1,6 @@
 //! What one sync read of the other replicas, gathered: their load per backend, the prompts they
-//! offered each designating pool since the last sync, and whose designation each pool follows.
+//! offered each designating pool since the last sync, whose designation each pool follows, and
+//! what their models learned of each backend's prefill.
 //!
 //! **Demand.** Each replica publishes the prompts it offered since it started; the reader keeps
 //! the last counts it saw of each (replica, pool) and adds what moved, so every replica's
@@ -32,6 +33,9 @@ pub struct View<'a> {
     /// Per pool, the leader's name and its prefill-heavy backends, where one of the others
     /// leads: its name is less than `me`'s.
     pub leaders: HashMap<&'a str, (&'a str, Vec<&'a str>)>,
+    /// Their models' prefill cost per (pool, backend label): each cost times the requests it
+    /// rests on, summed, and the requests' sum.
+    pub prefill: HashMap<(&'a str, &'a str), (f64, u64)>,
 }
 
 impl<'a> View<'a> {
@@ -56,6 +60,16 @@ impl<'a> View<'a> {
                             *offered = offered.plus(counts.since(last));
                         }
                         now.insert(key, counts);
+                    }
+                    Line::Prefill {
+                        pool,
+                        backend,
+                        cost,
+                        requests,
+                    } => {
+                        let sum = view.prefill.entry((pool, backend)).or_default();
+                        sum.0 += cost * requests as f64;
+                        sum.1 = sum.1.saturating_add(requests);
                     }
                     Line::Heavy { pool, backends } => {
                         let leads = replica < me
@@ -136,6 +150,17 @@ mod tests {
             "streams and queues add, the longer stall holds"
         );
         assert_eq!(view.loads[&("chat", "b2")].streams, 1);
+        let learned = [
+            ("b", "prefill\tchat\tb1\t50000\t300\n"),
+            ("c", "prefill\tchat\tb1\t100000\t100\n"),
+        ];
+        let view = View::read("a", &learned, &mut Seen::new());
+        let (weighted, requests) = view.prefill[&("chat", "b1")];
+        assert_eq!(requests, 400);
+        assert!(
+            (weighted / requests as f64 - 0.0625).abs() < 1e-9,
+            "the cost per thousand tokens, weighted by the requests: {weighted}"
+        );
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //!   Every [`REFRESH`] the first placement folds them into moving rates per second
 //!   ([`DEMAND_WINDOW`]).
 //! - **Supply.** Each replica prefills at the rate its latency model learned (`1 / a₂`; the
-//!   priors' 20 000 tokens/s before it learned one).
+//!   priors' 20 000 tokens/s before it learned one); in a fleet, the rate all the gateways'
+//!   models learned together ([`Backend::fleet_prefill_rate`]).
 //! - **Designation.** The fastest replica is designated at the first long prompt (between equals,
 //!   one already prefilling a long prompt, whose streams meet that stall anyway: in the demo the
 //!   first document went to one replica and the designation took the other, and the chats
@@ -285,8 +286,10 @@ impl Designation {
             let role = backend.role();
             if backend.available(now) {
                 available.push(backend);
+                let rate = backend.fleet_prefill_rate();
+                backend.show_prefill_rate(rate);
                 replicas.push(Replica {
-                    rate: backend.prefill_rate(),
+                    rate,
                     streams: backend.streams(),
                     prefilling: backend.stalling(now),
                     heavy: role.prefill_heavy(),
