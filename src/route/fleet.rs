@@ -3,13 +3,13 @@
 //! streams and queued prefill the whole fleet put there, not by its own share of them.
 //!
 //! One round trip per `interval` ([`sync.lua`](./fleet/sync.lua)): the replica writes its
-//! figures (streams in flight, prompt tokens queued and stall marks per backend; the prompts it
-//! offered each designating pool, the prefill-heavy replicas it sees, and what its models learned
-//! of each backend's prefill: [`payload`]) into one
-//! hash with an expiry on the store's clock, and gets every other live replica's back. Nothing
-//! of it is on the request path: a request reads the backend's atomics as before, the others'
-//! load is one more atomic added ([`super::backend::Backend::load`]). So the shared view is at
-//! most an interval old; what this replica itself sent since counts at once, as ever.
+//! figures into one hash with an expiry on the store's clock, and gets every other live
+//! replica's back ([`payload`]: streams in flight, prompt tokens queued and stall marks per
+//! backend; for each designating pool, the prompts it offered, the prefill-heavy replicas it
+//! sees, and what its models learned of each backend's prefill). Nothing of it is on the request
+//! path: a request reads the backend's atomics as before, the others' load is one more atomic
+//! added ([`super::backend::Backend::load`]). So the shared view is at most an interval old;
+//! what this replica itself sent since counts at once, as ever.
 //!
 //! A pool that designates its prefill-heavy replicas measures the fleet's demand and follows
 //! one replica's designation, the live one with the least name ([`view`]): designating apart,
@@ -178,17 +178,12 @@ impl Fleet {
         let view = View::read(&self.replica, &entries, seen);
         let read = Instant::now();
         for pool in pools {
+            let designates = pool.designation().is_some();
             for backend in pool.members.backends().iter() {
-                let figures = view
-                    .loads
-                    .get(&(&*backend.pool, &*backend.target.label))
-                    .copied()
-                    .unwrap_or_default();
+                let key = (&*backend.pool, &*backend.target.label);
+                let figures = view.loads.get(&key).copied().unwrap_or_default();
                 self.take(backend, figures, read);
-            }
-            if pool.designation().is_some() {
-                for backend in pool.members.backends().iter() {
-                    let key = (&*backend.pool, &*backend.target.label);
+                if designates {
                     let (weighted, requests) = view.prefill.get(&key).copied().unwrap_or_default();
                     backend.set_others_prefill_cost(weighted, requests);
                 }
