@@ -9,8 +9,8 @@
 # session has ended, so the totals differ by that tail).
 # Set-ups (SETUPS): `slo` (balance = "slo", prefix affinity, [slo] 800 ms / 35 ms / gap 250 ms) and
 # `gated` (the same with [pools.queue], on_deadline = "shed"), as bench-slo.sh's. FLEET says
-# whether the gateways share their load through a Redis (`on`: [fleet] store, default interval)
-# or each routes on its own (`off`); one gateway runs `off` only.
+# whether the gateways share their load through a Redis (`on`: [fleet] store, its interval INTERVAL,
+# default 250ms) or each routes on its own (`off`); one gateway runs `off` only.
 #
 # Per run: requests, SLOs met and goodput summed over the clients (with and without the gap
 # target), the worst client's chat TTFT p99 and chat ITL p99, and each gateway's TTFT prediction
@@ -20,7 +20,7 @@
 # between the fleet-bench markers of docs/deploying.md.
 #
 # Usage: scripts/bench-fleet.sh        (RATES, SETUPS, GATEWAYS, FLEET, CLIENTS, DURATION, SEED,
-#                                        SESSION_RATIO, WORKLOAD, NAME override)
+#                                        SESSION_RATIO, WORKLOAD, INTERVAL, NAME override)
 #        scripts/bench-fleet.sh --summarize DIR   (rebuild the outputs from DIR)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +33,7 @@ FLEET=${FLEET:-"off on"}
 CLIENTS=${CLIENTS:-4}
 DURATION=${DURATION:-45s}
 SEED=${SEED:-1}
+INTERVAL=${INTERVAL:-}
 SESSION_RATIO=${SESSION_RATIO:-0.05}
 WORKLOAD=${WORKLOAD:-"chat:0.9:prompt=uniform:200-600:output=uniform:64-256,document:0.1:prompt=uniform:6000-10000:output=fixed:128"}
 SLO_TTFT=800ms SLO_TPOT=35ms SLO_MAX_GAP=250ms
@@ -54,7 +55,9 @@ config() {
     printf '[server]\nlisten = "127.0.0.1:%d"\nadmin_listen = "127.0.0.1:%d"\n\n' $((18100 + $3)) $((19100 + $3))
     printf '[slo]\nttft = "%s"\ntpot = "%s"\nmax_gap = "%s"\n\n' "$SLO_TTFT" "$SLO_TPOT" "$SLO_MAX_GAP"
     if [ "$2" = on ]; then
-        printf '[fleet]\nstore = "redis://127.0.0.1:%d"\nreplica = "gw-%d"\n\n' "$REDIS_PORT" "$3"
+        printf '[fleet]\nstore = "redis://127.0.0.1:%d"\nreplica = "gw-%d"\n' "$REDIS_PORT" "$3"
+        if [ -n "$INTERVAL" ]; then printf 'interval = "%s"\n' "$INTERVAL"; fi
+        printf '\n'
     fi
     printf '[[pools]]\nname = "replicas"\nurls = %s\nbalance = "slo"\naffinity = "prefix"\n' "$(urls "${PORTS[@]}")"
     printf 'affinity_load_factor = 1.5\naffinity_load_slack = 4\n'

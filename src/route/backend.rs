@@ -240,6 +240,13 @@ impl Backend {
         })
     }
 
+    /// The prompt tokens it prefills in `busy`, at its learned rate: how much of a queue another
+    /// replica published `busy` ago is done.
+    pub(crate) fn prefilled_since(&self, busy: Duration) -> u64 {
+        let [done] = self.prefilled_in([busy]);
+        done
+    }
+
     /// Says that its prefill queue moved at `at` (see `moved_at`).
     fn queue_moved(&self, at: Instant) {
         self.moved_at.store(self.nanos(at), Ordering::Relaxed);
@@ -285,22 +292,23 @@ impl Backend {
     }
 
     /// The prompt tokens per second it prefills as its fleet learned it (`[fleet]`): the mean of
-    /// every replica's learned cost per token, weighted by the requests each learned from. A
-    /// gateway of four sees a quarter of the requests, and its rates were that much noisier (a
-    /// half-speed replica read 5 900 to 36 500 tokens/s on four gateways at the end of one run,
-    /// docs/deploying.md); the designation reads this one. Alone, [`Self::prefill_rate`].
+    /// every replica's learned cost per token, each weighted by its precision (what a fit of
+    /// independent samples would give; [`LatencyModel::prefill_cost`]). A gateway of four sees a
+    /// quarter of the requests, and its rates were that much noisier (a half-speed replica read
+    /// 5 900 to 36 500 tokens/s on four gateways at the end of one run, docs/deploying.md); the
+    /// designation reads this one. Alone, [`Self::prefill_rate`].
     pub fn fleet_prefill_rate(&self) -> f64 {
         let (others, others_weight) = self.others.prefill_cost();
-        if others_weight == 0 {
+        if others_weight <= 0.0 {
             return self.prefill_rate();
         }
         let (own, own_weight) = self
             .lock_latency()
             .as_ref()
             .and_then(LatencyModel::prefill_cost)
-            .unwrap_or((0.0, 0));
-        let weight = others_weight.saturating_add(own_weight) as f64;
-        let cost = (others + own * own_weight as f64) / weight;
+            .unwrap_or((0.0, 0.0));
+        let weight = others_weight + own_weight;
+        let cost = (others + own * own_weight) / weight;
         if cost > 0.0 {
             1000.0 / cost
         } else {
@@ -309,15 +317,15 @@ impl Backend {
     }
 
     /// What this replica's model learned of its prefill cost (seconds per thousand prompt tokens)
-    /// and the requests it rests on; what it publishes to its fleet.
-    pub(crate) fn own_prefill_cost(&self) -> Option<(f64, u64)> {
+    /// and its precision; what it publishes to its fleet.
+    pub(crate) fn own_prefill_cost(&self) -> Option<(f64, f64)> {
         self.lock_latency()
             .as_ref()
             .and_then(LatencyModel::prefill_cost)
     }
 
     /// Takes the other replicas' prefill cost (see [`Self::fleet_prefill_rate`]).
-    pub fn set_others_prefill_cost(&self, weighted: f64, weight: u64) {
+    pub fn set_others_prefill_cost(&self, weighted: f64, weight: f64) {
         self.others.set_prefill_cost(weighted, weight);
     }
 

@@ -9,7 +9,10 @@
 //! sees, and what its models learned of each backend's prefill). Nothing of it is on the request
 //! path: a request reads the backend's atomics as before, the others' load is one more atomic
 //! added ([`super::backend::Backend::load`]). So the shared view is at most an interval old;
-//! what this replica itself sent since counts at once, as ever.
+//! what this replica itself sent since counts at once, as ever. The script stamps each write on
+//! the store's clock and returns each entry's age: the others' queues are read as drained, and
+//! their stall marks as run down, since they wrote them, not since this replica read them
+//! ([`view`]).
 //!
 //! A pool that designates its prefill-heavy replicas measures the fleet's demand and follows
 //! one replica's designation, the live one with the least name ([`view`]): designating apart,
@@ -37,7 +40,7 @@ use crate::config::FleetConfig;
 use crate::metrics::{shared_label, Metrics, LABEL_BACKEND, LABEL_POOL};
 use crate::store::{self, Connection, OpenError, StoreSettings};
 use payload::{Figures, Payload};
-use view::{Seen, View};
+use view::{Aged, Entry, Seen, View};
 
 pub mod payload;
 mod view;
@@ -170,10 +173,14 @@ impl Fleet {
             }
         };
         self.series.ok.increment(1);
-        self.series.replicas.set((others.len() / 2) as f64);
-        let entries: Vec<(&str, &str)> = others
-            .chunks_exact(2)
-            .map(|pair| (pair[0].as_str(), pair[1].as_str()))
+        self.series.replicas.set((others.len() / 3) as f64);
+        let entries: Vec<Entry> = others
+            .chunks_exact(3)
+            .map(|entry| Entry {
+                name: &entry[0],
+                age: Duration::from_millis(entry[1].parse().unwrap_or(0)),
+                payload: &entry[2],
+            })
             .collect();
         let view = View::read(&self.replica, &entries, seen);
         let read = Instant::now();
@@ -181,11 +188,11 @@ impl Fleet {
             let designates = pool.designation().is_some();
             for backend in pool.members.backends().iter() {
                 let key = (&*backend.pool, &*backend.target.label);
-                let figures = view.loads.get(&key).copied().unwrap_or_default();
-                self.take(backend, figures, read);
+                let load = view.loads.get(&key).copied().unwrap_or_default();
+                self.take(backend, load, read);
                 if designates {
-                    let (weighted, requests) = view.prefill.get(&key).copied().unwrap_or_default();
-                    backend.set_others_prefill_cost(weighted, requests);
+                    let (weighted, weight) = view.prefill.get(&key).copied().unwrap_or_default();
+                    backend.set_others_prefill_cost(weighted, weight);
                 }
             }
             self.designate(pool, &view, read);
@@ -224,8 +231,8 @@ impl Fleet {
         let now = Instant::now();
         for pool in pools {
             for backend in pool.members.backends().iter() {
-                self.take(backend, Figures::default(), now);
-                backend.set_others_prefill_cost(0.0, 0);
+                self.take(backend, Aged::default(), now);
+                backend.set_others_prefill_cost(0.0, 0.0);
             }
             self.designate(pool, &View::default(), now);
         }
@@ -236,10 +243,15 @@ impl Fleet {
         );
     }
 
-    /// Gives `backend` the other replicas' `figures`, read at `at`, and says their streams (a
-    /// gauge made on first use: a replica without a fleet shows none).
-    fn take(&self, backend: &Backend, figures: Figures, at: Instant) {
-        backend.set_others(figures.streams, figures.queued_tokens, at, figures.stall);
+    /// Gives `backend` the other replicas' `load`, read at `at` (its queue less what the backend
+    /// prefilled since they wrote it), and says their streams (a gauge made on first use: a
+    /// replica without a fleet shows none).
+    fn take(&self, backend: &Backend, load: Aged, at: Instant) {
+        let figures = load.figures;
+        let queued = figures
+            .queued_tokens
+            .saturating_sub(backend.prefilled_since(load.queued_age));
+        backend.set_others(figures.streams, queued, at, figures.stall);
         let labels = vec![
             shared_label(LABEL_POOL, &backend.pool),
             shared_label(LABEL_BACKEND, &backend.target.label),
@@ -283,8 +295,8 @@ impl SharedPool {
             let heavy = backends.iter().filter(|b| b.role().prefill_heavy());
             payload.heavy(name, heavy.map(|b| &*b.target.label));
             for backend in backends.iter() {
-                if let Some((cost, requests)) = backend.own_prefill_cost() {
-                    payload.prefill(name, &backend.target.label, cost, requests);
+                if let Some((cost, precision)) = backend.own_prefill_cost() {
+                    payload.prefill(name, &backend.target.label, cost, precision);
                 }
             }
         }

@@ -194,22 +194,33 @@ async fn a_replica_that_stops_is_forgotten_and_a_dead_store_leaves_each_on_its_o
         2.0,
     )
     .await;
-    // What replica one wrote: its line for backend a, to expire two intervals after its write on
-    // the store's clock.
+    // What replica one wrote: its line for backend a, stamped with its write on the store's clock,
+    // to expire two intervals after it.
     let entry = redis
         .cli(&["hget", "tokenmeter:fleet:{load}", "one"])
         .expect("replica one's entry");
     let (expires, published) = entry.split_once(' ').expect("<expires> <payload>");
+    let (written, published) = published
+        .strip_prefix("written\t")
+        .and_then(|rest| rest.split_once('\n'))
+        .expect("led by the store's stamp");
     assert_eq!(published, format!("load\tp\t{}\t2\t0\t0", label(&a.url)));
     let time = redis.cli_all(&["time"]);
     let mut time = time
         .lines()
         .map(|n| n.parse::<u64>().expect("TIME's fields"));
     let now_ms = time.next().expect("seconds") * 1000 + time.next().expect("microseconds") / 1000;
-    let left = expires.parse::<u64>().expect("milliseconds") as i64 - now_ms as i64;
+    let expires = expires.parse::<u64>().expect("milliseconds");
+    let written = written.parse::<u64>().expect("milliseconds");
+    let left = expires as i64 - now_ms as i64;
     assert!(
         left <= 2 * INTERVAL.as_millis() as i64,
         "expires within two intervals of the store's clock: {left} ms left"
+    );
+    assert_eq!(
+        expires - written,
+        2 * INTERVAL.as_millis() as u64,
+        "the stamp is the write's time on the store's clock"
     );
 
     // Replica one stops publishing (its server gone, its streams held open by the backend):

@@ -13,8 +13,8 @@ pub(super) struct Others {
     queued_tokens: AtomicU64,
     at: AtomicU64,
     stalls_until: AtomicU64,
-    /// Their models' prefill cost (seconds per thousand prompt tokens) summed weighted by the
-    /// requests each rests on, as `f64` bits, and the weights' sum.
+    /// Their models' prefill cost (seconds per thousand prompt tokens) summed weighted by each
+    /// one's precision, and the weights' sum, as `f64` bits.
     prefill_cost: AtomicU64,
     prefill_weight: AtomicU64,
 }
@@ -31,17 +31,18 @@ impl Others {
 
     /// Takes the others' prefill cost: `weighted` (each one's cost times its weight, summed) and
     /// `weight`.
-    pub fn set_prefill_cost(&self, weighted: f64, weight: u64) {
+    pub fn set_prefill_cost(&self, weighted: f64, weight: f64) {
         self.prefill_cost
             .store(weighted.to_bits(), Ordering::Relaxed);
-        self.prefill_weight.store(weight, Ordering::Relaxed);
+        self.prefill_weight
+            .store(weight.to_bits(), Ordering::Relaxed);
     }
 
     /// The others' prefill cost, weighted and summed, and the weights' sum.
-    pub fn prefill_cost(&self) -> (f64, u64) {
+    pub fn prefill_cost(&self) -> (f64, f64) {
         (
             f64::from_bits(self.prefill_cost.load(Ordering::Relaxed)),
-            self.prefill_weight.load(Ordering::Relaxed),
+            f64::from_bits(self.prefill_weight.load(Ordering::Relaxed)),
         )
     }
 

@@ -173,13 +173,19 @@ impl LatencyModel {
         1000.0 / per_thousand
     }
 
-    /// The seconds each thousand uncached prompt tokens add to its TTFT (`a₂`), and how many
-    /// requests that rests on (its samples, at most its memory): what a fleet's replicas average
-    /// for the designation. `None` before it learned a positive one.
-    pub(crate) fn prefill_cost(&self) -> Option<(f64, u64)> {
+    /// The seconds each thousand uncached prompt tokens add to its TTFT (`a₂`), and how sure the
+    /// model is of it (its precision, `1 / variance`): what a fleet's replicas average for the
+    /// designation, each weighted by its precision. A document teaches a prefill's cost; a
+    /// hundred chats of a few hundred tokens hardly do (their TTFT is mostly the fixed part).
+    /// Weighted by requests instead, a gateway that had placed the first documents on a
+    /// half-speed replica was outvoted by three that had placed chats there, and four gateways
+    /// kept two half-speed replicas designated for 50 s that one gateway swapped within a
+    /// second (docs/deploying.md). `None` before it learned anything, or a positive cost.
+    pub(crate) fn prefill_cost(&self) -> Option<(f64, f64)> {
         let per_thousand = self.ttft.theta()[2];
-        let weight = self.samples().min(u64::from(self.memory));
-        (per_thousand > 0.0 && weight > 0).then_some((per_thousand, weight))
+        let precision = 1.0 / self.ttft.variance(2);
+        let usable = per_thousand > 0.0 && precision.is_finite() && precision > 0.0;
+        (usable && self.samples() > 0).then_some((per_thousand, precision))
     }
 
     /// Predicted mean gap between tokens of the streams on a backend with `load` once a request

@@ -151,20 +151,20 @@ fn another_replicas_stall_mark_holds_as_long_as_it_said_and_is_not_published_aga
 }
 
 #[test]
-fn in_a_fleet_the_prefill_rate_is_what_every_replicas_model_learned_weighted_by_requests() {
+fn in_a_fleet_the_prefill_rate_is_what_every_replicas_model_learned_weighted_by_precision() {
     let backend = backend("http://127.0.0.1:1");
     assert_eq!(
         backend.fleet_prefill_rate(),
         backend.prefill_rate(),
         "alone: its own (the priors')"
     );
-    // Two others: 0.05 s per thousand tokens from 300 requests, 0.1 from 100.
-    backend.set_others_prefill_cost(0.05 * 300.0 + 0.1 * 100.0, 400);
+    // Two others: 0.05 s per thousand tokens with precision 300, 0.1 with 100.
+    backend.set_others_prefill_cost(0.05 * 300.0 + 0.1 * 100.0, 400.0);
     let rate = backend.fleet_prefill_rate();
     assert!(
         (rate - 16_000.0).abs() < 1.0,
         "1 000 / 0.0625 (its own model has learned nothing: no weight): {rate}"
     );
-    backend.set_others_prefill_cost(0.0, 0);
+    backend.set_others_prefill_cost(0.0, 0.0);
     assert_eq!(backend.fleet_prefill_rate(), backend.prefill_rate());
 }

@@ -9,8 +9,12 @@
 //!   offered a designating pool since it started ([`Counts`]).
 //! - `heavy <pool> [<backend>...]`: the pool's prefill-heavy backends as it sees them (none
 //!   listed: none); the fleet follows its leader's.
-//! - `prefill <pool> <backend> <µs per thousand prompt tokens> <requests>`: what its latency
-//!   model learned of a backend's prefill in a designating pool, and the requests that rests on.
+//! - `prefill <pool> <backend> <µs per thousand prompt tokens> <precision>`: what its latency
+//!   model learned of a backend's prefill in a designating pool, and how sure it is (`1 /
+//!   variance`, a decimal number: the readers weight each replica's by it).
+//!
+//! - `written <ms>`: put first by the store's sync script, not by the replica: when it wrote, on
+//!   the store's clock. The script returns each entry's age from it ([`super::view`]).
 //!
 //! A line of another kind, or one that does not read (a replica of another version, a torn
 //! write), is skipped.
@@ -83,13 +87,13 @@ impl Payload {
     }
 
     /// What its model learned of `backend`'s prefill: `cost` seconds per thousand prompt tokens,
-    /// from `requests`.
-    pub fn prefill(&mut self, pool: &str, backend: &str, cost: f64, requests: u64) {
-        if !carried([pool, backend]) {
+    /// with `precision`.
+    pub fn prefill(&mut self, pool: &str, backend: &str, cost: f64, precision: f64) {
+        if !carried([pool, backend]) || !precision.is_finite() || precision <= 0.0 {
             return;
         }
         let micros = (cost * 1e6).round() as u64;
-        let _ = writeln!(self.0, "prefill\t{pool}\t{backend}\t{micros}\t{requests}");
+        let _ = writeln!(self.0, "prefill\t{pool}\t{backend}\t{micros}\t{precision}");
     }
 
     /// `pool`'s prefill-heavy backends as it sees them.
@@ -138,7 +142,8 @@ pub enum Line<'a> {
         backend: &'a str,
         /// Seconds per thousand prompt tokens.
         cost: f64,
-        requests: u64,
+        /// How sure its model is of `cost` (`1 / variance`; finite, above zero).
+        precision: f64,
     },
 }
 
@@ -180,12 +185,14 @@ fn line(text: &str) -> Option<Line<'_>> {
         }
         "prefill" => {
             let backend = fields.next()?;
-            let [micros, requests] = numbers(fields)?;
-            Some(Line::Prefill {
+            let micros: u64 = fields.next()?.parse().ok()?;
+            let precision: f64 = fields.next()?.parse().ok()?;
+            let usable = precision.is_finite() && precision > 0.0;
+            (usable && fields.next().is_none()).then_some(Line::Prefill {
                 pool,
                 backend,
                 cost: micros as f64 / 1e6,
-                requests,
+                precision,
             })
         }
         "heavy" => Some(Line::Heavy {
@@ -234,7 +241,8 @@ mod tests {
         payload.demand("docs", counts);
         payload.heavy("docs", ["10.0.0.3:8000"]);
         payload.heavy("chat", []);
-        payload.prefill("docs", "10.0.0.3:8000", 0.05, 256);
+        payload.prefill("docs", "10.0.0.3:8000", 0.05, 256.25);
+        payload.prefill("docs", "10.0.0.4:8000", 0.05, f64::NAN);
         let text = payload.into_string();
         assert_eq!(
             text,
@@ -243,14 +251,18 @@ mod tests {
              demand\tdocs\t64000\t8\t3000\t30\t1\n\
              heavy\tdocs\t10.0.0.3:8000\n\
              heavy\tchat\n\
-             prefill\tdocs\t10.0.0.3:8000\t50000\t256\n"
+             prefill\tdocs\t10.0.0.3:8000\t50000\t256.25\n"
         );
         let lines: Vec<Line> = read(&text).collect();
         assert!(
-            read("load\tchat\tb1\tx\t1\t0\ngarbage\nload\tchat\tb2\t1\t2\t3\t4\nfuture\tchat\tb2\t1\n")
-                .next()
-                .is_none(),
-            "a number that does not read, a line of no kind, one field too many, a kind unknown"
+            read(
+                "load\tchat\tb1\tx\t1\t0\ngarbage\nload\tchat\tb2\t1\t2\t3\t4\nfuture\tchat\tb2\t1\n\
+                 prefill\tchat\tb1\t50000\tNaN\nprefill\tchat\tb1\t50000\t-1\nprefill\tchat\tb1\t50000\t1\t2\n"
+            )
+            .next()
+            .is_none(),
+            "a number that does not read, a line of no kind, one field too many, a kind unknown, \
+             a precision not finite or not above zero"
         );
         assert_eq!(lines.len(), 6, "every line written reads back");
         assert_eq!(
@@ -259,7 +271,7 @@ mod tests {
                 pool: "docs",
                 backend: "10.0.0.3:8000",
                 cost: 0.05,
-                requests: 256
+                precision: 256.25
             }
         );
         assert_eq!(

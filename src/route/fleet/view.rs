@@ -15,7 +15,16 @@
 //! documents on one and chats on the others, so every replica stalled chats. When the leader
 //! stops publishing, its entry expires and the next name leads, starting from the designation it
 //! followed.
+//!
+//! **Age.** Each entry comes with its age on the store's clock (the sync script stamps every
+//! write and measures every read there, so clocks that differ agree): a stall mark is what was
+//! left of it at the write, less the age, and a queue drains from the write, not from the read.
+//! Taken as of the read, another gateway's document looked queued up to an interval longer than
+//! it was, and a long prompt, whose whole wait at the gate is a few tens of milliseconds, was shed
+//! waiting for a replica that had already finished (72 of 184 documents shed through four
+//! gateways at a 250 ms interval, 17 through one; docs/deploying.md).
 use std::collections::HashMap;
+use std::time::Duration;
 
 use super::payload::{self, Figures, Line};
 use crate::route::placement::designate::Counts;
@@ -23,36 +32,82 @@ use crate::route::placement::designate::Counts;
 /// The last demand counts read of each (replica, pool).
 pub type Seen = HashMap<(String, String), Counts>;
 
+/// Another replica's entry as the store returned it.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    pub name: &'a str,
+    /// How long ago it wrote it, on the store's clock (zero where the store did not say).
+    pub age: Duration,
+    pub payload: &'a str,
+}
+
+/// The others' load on one backend, as of their writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Aged {
+    /// Streams and queued prompt tokens summed, as written; the longest stall mark left now
+    /// (each less its age).
+    pub figures: Figures,
+    /// How long since the youngest write that has prompt tokens queued: the backend has
+    /// prefilled at least that long of them since. (Not each queue by its own age: the backend
+    /// works through their sum, and two documents each drained by 200 ms would read twice what
+    /// it did.)
+    pub queued_age: Duration,
+}
+
+impl Aged {
+    fn add(&mut self, figures: Figures, age: Duration) {
+        if figures.queued_tokens > 0 {
+            self.queued_age = if self.figures.queued_tokens == 0 {
+                age
+            } else {
+                self.queued_age.min(age)
+            };
+        }
+        self.figures.add(Figures {
+            stall: figures.stall.saturating_sub(age),
+            ..figures
+        });
+    }
+}
+
 /// One sync's reading of the other replicas.
 #[derive(Debug, Default)]
 pub struct View<'a> {
     /// Their load per (pool, backend label), summed.
-    pub loads: HashMap<(&'a str, &'a str), Figures>,
+    pub loads: HashMap<(&'a str, &'a str), Aged>,
     /// The prompts they offered each pool since the last sync.
     pub offered: HashMap<&'a str, Counts>,
     /// Per pool, the leader's name and its prefill-heavy backends, where one of the others
     /// leads: its name is less than `me`'s.
     pub leaders: HashMap<&'a str, (&'a str, Vec<&'a str>)>,
-    /// Their models' prefill cost per (pool, backend label): each cost times the requests it
-    /// rests on, summed, and the requests' sum.
-    pub prefill: HashMap<(&'a str, &'a str), (f64, u64)>,
+    /// Their models' prefill cost per (pool, backend label): each cost times its precision,
+    /// summed, and the precisions' sum.
+    pub prefill: HashMap<(&'a str, &'a str), (f64, f64)>,
 }
 
 impl<'a> View<'a> {
-    /// Reads the `others`' (name, payload) entries for replica `me`, adding to `offered` what
-    /// moved since `seen`, which is left holding what was read this time (so a replica gone is
-    /// forgotten).
-    pub fn read(me: &str, others: &[(&'a str, &'a str)], seen: &mut Seen) -> Self {
+    /// Reads the `others`' entries for replica `me`, adding to `offered` what moved since
+    /// `seen`, which is left holding what was read this time (so a replica gone is forgotten).
+    pub fn read(me: &str, others: &[Entry<'a>], seen: &mut Seen) -> Self {
         let mut view = View::default();
         let mut now = Seen::with_capacity(seen.len());
-        for &(replica, text) in others {
+        for &Entry {
+            name: replica,
+            age,
+            payload: text,
+        } in others
+        {
             for line in payload::read(text) {
                 match line {
                     Line::Load {
                         pool,
                         backend,
                         figures,
-                    } => view.loads.entry((pool, backend)).or_default().add(figures),
+                    } => view
+                        .loads
+                        .entry((pool, backend))
+                        .or_default()
+                        .add(figures, age),
                     Line::Demand { pool, counts } => {
                         let key = (replica.to_owned(), pool.to_owned());
                         if let Some(&last) = seen.get(&key) {
@@ -65,11 +120,11 @@ impl<'a> View<'a> {
                         pool,
                         backend,
                         cost,
-                        requests,
+                        precision,
                     } => {
                         let sum = view.prefill.entry((pool, backend)).or_default();
-                        sum.0 += cost * requests as f64;
-                        sum.1 = sum.1.saturating_add(requests);
+                        sum.0 += cost * precision;
+                        sum.1 += precision;
                     }
                     Line::Heavy { pool, backends } => {
                         let leads = replica < me
@@ -93,6 +148,18 @@ impl<'a> View<'a> {
 mod tests {
     use super::*;
 
+    /// Entries written just now.
+    fn fresh<'a>(entries: &[(&'a str, &'a str)]) -> Vec<Entry<'a>> {
+        entries
+            .iter()
+            .map(|&(name, payload)| Entry {
+                name,
+                age: Duration::ZERO,
+                payload,
+            })
+            .collect()
+    }
+
     fn counts(tokens: u64, prompts: u64, chats: u64) -> Counts {
         Counts {
             tokens,
@@ -110,7 +177,7 @@ mod tests {
             ("b", "demand\tp\t8000\t1\t1000\t10\t0\n"),
             ("c", "demand\tp\t0\t0\t500\t5\t0\n"),
         ];
-        let view = View::read("a", &first, &mut seen);
+        let view = View::read("a", &fresh(&first), &mut seen);
         assert!(
             view.offered.is_empty(),
             "a replica seen the first time adds nothing"
@@ -119,10 +186,10 @@ mod tests {
             ("b", "demand\tp\t24000\t3\t1500\t15\t0\n"),
             ("c", "demand\tp\t0\t0\t500\t5\t0\n"),
         ];
-        let view = View::read("a", &second, &mut seen);
+        let view = View::read("a", &fresh(&second), &mut seen);
         assert_eq!(view.offered["p"], counts(16_000, 2, 5));
         let restarted = [("b", "demand\tp\t8000\t1\t100\t1\t0\n")];
-        let view = View::read("a", &restarted, &mut seen);
+        let view = View::read("a", &fresh(&restarted), &mut seen);
         assert_eq!(
             view.offered["p"],
             counts(8_000, 1, 1),
@@ -140,26 +207,26 @@ mod tests {
             ),
             ("c", "load\tchat\tb1\t2\t800\t900\ngarbage\n"),
         ];
-        let view = View::read("a", &others, &mut Seen::new());
+        let view = View::read("a", &fresh(&others), &mut Seen::new());
         assert_eq!(view.loads.len(), 2);
-        let b1 = view.loads[&("chat", "b1")];
+        let b1 = view.loads[&("chat", "b1")].figures;
         assert_eq!((b1.streams, b1.queued_tokens), (5, 2000));
         assert_eq!(
             b1.stall.as_millis(),
             900,
             "streams and queues add, the longer stall holds"
         );
-        assert_eq!(view.loads[&("chat", "b2")].streams, 1);
+        assert_eq!(view.loads[&("chat", "b2")].figures.streams, 1);
         let learned = [
             ("b", "prefill\tchat\tb1\t50000\t300\n"),
-            ("c", "prefill\tchat\tb1\t100000\t100\n"),
+            ("c", "prefill\tchat\tb1\t100000\t100.5\n"),
         ];
-        let view = View::read("a", &learned, &mut Seen::new());
-        let (weighted, requests) = view.prefill[&("chat", "b1")];
-        assert_eq!(requests, 400);
+        let view = View::read("a", &fresh(&learned), &mut Seen::new());
+        let (weighted, precision) = view.prefill[&("chat", "b1")];
+        assert_eq!(precision, 400.5);
         assert!(
-            (weighted / requests as f64 - 0.0625).abs() < 1e-9,
-            "the cost per thousand tokens, weighted by the requests: {weighted}"
+            (weighted / precision - (0.05 * 300.0 + 0.1 * 100.5) / 400.5).abs() < 1e-12,
+            "the cost per thousand tokens, weighted by the precisions: {weighted}"
         );
     }
 
@@ -171,7 +238,7 @@ mod tests {
             ("gw-0", "heavy\tp\t10.0.0.2:8000\t10.0.0.3:8000\n"),
             ("gw-3", "heavy\tq\t10.0.0.9:8000\n"),
         ];
-        let view = View::read("gw-1", &others, &mut seen);
+        let view = View::read("gw-1", &fresh(&others), &mut seen);
         assert_eq!(
             view.leaders["p"],
             ("gw-0", vec!["10.0.0.2:8000", "10.0.0.3:8000"])
@@ -180,11 +247,56 @@ mod tests {
             !view.leaders.contains_key("q"),
             "gw-1 is less than gw-3: it leads q itself"
         );
-        let view = View::read("gw-3", &others, &mut seen);
+        let view = View::read("gw-3", &fresh(&others), &mut seen);
         assert_eq!(
             view.leaders["q"],
             ("gw-2", vec![]),
             "a leader that designates none is followed too"
+        );
+    }
+
+    #[test]
+    fn a_write_is_read_as_of_its_age_on_the_stores_clock() {
+        let at = |name, ms, payload| Entry {
+            name,
+            age: Duration::from_millis(ms),
+            payload,
+        };
+        let others = [
+            at("b", 200, "load\tchat\tb1\t1\t8000\t700\n"),
+            at("c", 50, "load\tchat\tb1\t1\t8000\t100\n"),
+            at(
+                "d",
+                10,
+                "load\tchat\tb1\t2\t0\t0\nload\tchat\tb2\t1\t0\t300\n",
+            ),
+        ];
+        let view = View::read("a", &others, &mut Seen::new());
+        let b1 = view.loads[&("chat", "b1")];
+        assert_eq!((b1.figures.streams, b1.figures.queued_tokens), (4, 16_000));
+        assert_eq!(
+            b1.figures.stall.as_millis(),
+            500,
+            "b's 700 ms stall mark, written 200 ms ago, has 500 left; c's has 50"
+        );
+        assert_eq!(
+            b1.queued_age.as_millis(),
+            50,
+            "the queues drain from the youngest write that queued any (d queued none)"
+        );
+        let b2 = view.loads[&("chat", "b2")];
+        assert_eq!(b2.figures.stall.as_millis(), 290);
+        assert_eq!(
+            b2.queued_age,
+            Duration::ZERO,
+            "nothing queued, nothing drains"
+        );
+        let gone = [at("b", 900, "load\tchat\tb1\t1\t0\t700\n")];
+        let view = View::read("a", &gone, &mut Seen::new());
+        assert_eq!(
+            view.loads[&("chat", "b1")].figures.stall,
+            Duration::ZERO,
+            "a stall mark older than itself is over"
         );
     }
 }

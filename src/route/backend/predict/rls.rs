@@ -62,6 +62,14 @@ impl<const N: usize> Rls<N> {
         &self.mean
     }
 
+    /// How uncertain coefficient `i` still is: its diagonal entry of `P`, which the samples
+    /// shrink in proportion to how much they said of it (a sample whose feature `i` is large
+    /// says much, one near zero little). Only comparable between fits of one construction
+    /// (the same priors, variances and forgetting).
+    pub(crate) fn variance(&self, i: usize) -> f64 {
+        self.p[i][i]
+    }
+
     /// Samples learned so far.
     pub fn samples(&self) -> u64 {
         self.samples

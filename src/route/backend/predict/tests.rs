@@ -388,3 +388,52 @@ fn samples_that_are_not_finite_are_ignored() {
     assert_eq!(rls.samples(), 0);
     assert_eq!(rls.theta(), &[1.0]);
 }
+
+#[test]
+fn two_documents_say_more_of_the_prefill_cost_than_sixty_chats() {
+    // A half-speed replica: 20 ms, and 0.1 s per thousand uncached prompt tokens, when idle.
+    let idle = |tokens: u64| Duration::from_secs_f64(0.02 + 0.1 * tokens as f64 / 1000.0);
+    let learn = |model: &mut LatencyModel, tokens: u64| {
+        let ask = Ask {
+            prompt_tokens: tokens,
+            cached_tokens: 0,
+        };
+        let outcome = Outcome {
+            ttft: idle(tokens),
+            tpot: None,
+        };
+        model.learn(Load::default(), ask, outcome);
+    };
+    let (mut documents, mut chats) = (LatencyModel::new(256), LatencyModel::new(256));
+    assert_eq!(
+        documents.prefill_cost(),
+        None,
+        "nothing learned, nothing to say"
+    );
+    for _ in 0..2 {
+        learn(&mut documents, 8_000);
+    }
+    for _ in 0..60 {
+        learn(&mut chats, 300);
+    }
+    let (document_cost, document_precision) = documents.prefill_cost().unwrap();
+    let (chat_cost, chat_precision) = chats.prefill_cost().unwrap();
+    let mean = (document_cost * document_precision + chat_cost * chat_precision)
+        / (document_precision + chat_precision);
+    println!(
+        "documents {document_cost:.4} s/1000 at {document_precision:.1}, \
+         chats {chat_cost:.4} at {chat_precision:.1}: {mean:.4}"
+    );
+    assert!(
+        (document_cost - 0.1).abs() < 0.01,
+        "two documents teach the cost: {document_cost}"
+    );
+    assert!(
+        document_precision > 2.0 * chat_precision,
+        "and are surer of it than sixty chats: {document_precision} against {chat_precision}"
+    );
+    assert!(
+        (mean - 0.1).abs() < (chat_cost - 0.1).abs() / 2.0,
+        "the precision-weighted mean leans to the documents' cost: {mean} (chats' {chat_cost})"
+    );
+}

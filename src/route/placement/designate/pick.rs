@@ -26,16 +26,23 @@ pub(crate) struct Replica {
 }
 
 /// Trades the slowest designated replica for the fastest other one when that is at least
-/// [`SWAP`] times as fast: a cold pool designates by the priors, which rate every replica alike,
-/// and a replica that slowed down (a noisy neighbour) should not keep the documents.
+/// [`SWAP`] times as fast as the fastest designated: a cold pool designates by the priors, which
+/// rate every replica alike, and a replica that slowed down (a noisy neighbour) should not keep
+/// the documents. The first designated is the fastest, the others the slowest that suffice, so
+/// the test is against the fastest designated: two half-speed replicas designated (the first by
+/// the priors, the second added before the first's rate was learned) kept every document from
+/// the fast ones for 50 s of a run through one gateway, and 65 of 179 documents were shed
+/// (docs/deploying.md); a fast one and a half-speed one are the split as it should be.
 pub(super) fn swap(replicas: &mut [Replica]) {
-    if heavy(replicas) != 1 {
-        return;
-    }
+    let fastest = replicas
+        .iter()
+        .filter(|r| r.heavy)
+        .map(|r| r.rate)
+        .fold(f64::NAN, f64::max);
     let (Some(weakest), Some(strongest)) = (weakest(replicas), strongest(replicas)) else {
         return;
     };
-    if replicas[strongest].rate >= SWAP * replicas[weakest].rate {
+    if replicas[strongest].rate >= SWAP * fastest {
         replicas[weakest].heavy = false;
         replicas[strongest].heavy = true;
     }
@@ -84,7 +91,7 @@ pub(super) fn first(replicas: &[Replica]) -> Option<usize> {
         .map(|(k, _)| k)
 }
 
-/// The replica a single designated one is swapped for: among the fastest not designated
+/// The replica a designated one is swapped for: among the fastest not designated
 /// (within [`SAME_RATE`]), the one with the fewest streams.
 pub(super) fn strongest(replicas: &[Replica]) -> Option<usize> {
     let fastest = replicas

@@ -216,6 +216,32 @@ fn a_replica_half_as_fast_gives_its_role_to_a_faster_one() {
 }
 
 #[test]
+fn two_slow_replicas_designated_give_the_slower_role_to_a_fast_one() {
+    let now = Instant::now();
+    // The priors designated 0 and 1 (all alike); then both learned to be half-speed.
+    let mut fleet = replicas(&[(20_000.0, 0), (20_000.0, 1), (20_000.0, 9), (20_000.0, 4)]);
+    let mut measured = demand(21_000.0, 2.6, now);
+    measured.step(&mut fleet, now);
+    assert_eq!(heavy(&fleet), [true, true, false, false]);
+    // Still enough for the demand together: nothing added, and the fast ones are 1.67x and
+    // 2x as fast.
+    fleet[0].rate = 10_000.0;
+    fleet[1].rate = 12_000.0;
+    measured.step(&mut fleet, now);
+    assert_eq!(
+        heavy(&fleet),
+        [false, true, false, true],
+        "the slower designated goes, the fast one with fewer streams comes"
+    );
+    measured.step(&mut fleet, now);
+    assert_eq!(
+        heavy(&fleet),
+        [false, true, false, true],
+        "a fast one and a half-speed one: the split as it should be, kept"
+    );
+}
+
+#[test]
 fn a_lull_lets_a_replica_go_only_after_holding() {
     let start = Instant::now();
     let mut fleet = replicas(&[(20_000.0, 3), (20_000.0, 0), (20_000.0, 7)]);
