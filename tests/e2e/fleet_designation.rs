@@ -2,7 +2,8 @@
 //! of three simulated Llama-3.1-8B replicas with `balance = "slo"`, sharing through a real Redis.
 //! The replica with the least name designates the prefill-heavy replica from the documents the
 //! other one placed (it places none itself), the other follows its choice, and the leader's chats
-//! start elsewhere.
+//! start elsewhere. Then the leader is killed mid-stream: the other leads from the designation it
+//! followed, and its own stream goes on to its end.
 
 use crate::support;
 use std::collections::HashMap;
@@ -53,19 +54,35 @@ fn placing(sims: &[SimHandle], redis: &Redis, replica: &str) -> Config {
     config
 }
 
-/// Sends a prompt of about `tokens` tokens, unique to `n`, through `proxy`, to its end.
-async fn send(proxy: &ServerHandle, n: usize, tokens: usize) {
+/// A streamed request of a prompt of about `tokens` tokens, unique to `n`, asking `output`
+/// tokens.
+fn body(n: usize, tokens: usize, output: usize) -> String {
     let mut text = format!("request {n}: ");
     while text.len() < tokens * 4 {
         text.push_str("lorem ipsum dolor sit amet ");
     }
-    let body = json!({
+    json!({
         "model": "meta-llama/Llama-3.1-8B-Instruct",
         "messages": [{"role": "user", "content": text}],
-        "stream": true, "max_tokens": 4, "ignore_eos": true,
-    });
-    let streamed = client::post(proxy.traffic_addr, CHAT, &body.to_string()).await;
+        "stream": true, "max_tokens": output, "ignore_eos": true,
+        "stream_options": {"include_usage": true},
+    })
+    .to_string()
+}
+
+/// Sends a prompt of about `tokens` tokens, unique to `n`, through `proxy`, to its end.
+async fn send(proxy: &ServerHandle, n: usize, tokens: usize) {
+    let streamed = client::post(proxy.traffic_addr, CHAT, &body(n, tokens, 4)).await;
     assert_eq!(streamed.status, 200, "{}", streamed.text());
+}
+
+/// `proxy`'s designation moves in pool `p` so far.
+fn moves(proxy: &ServerHandle) -> f64 {
+    prom::sum(
+        &proxy.metrics.render(),
+        "tokenmeter_prefill_heavy_moves_total",
+        &[("pool", "p")],
+    )
 }
 
 /// The backends `proxy` holds prefill-heavy now.
@@ -160,6 +177,43 @@ async fn the_least_name_designates_from_the_fleets_documents_and_the_other_follo
         0.0,
         "no chat on the prefill-heavy replica {designated:?}: {chats:?}"
     );
+
+    // The leader killed while the follower streams (200 tokens, ~2 s): the leader's entry
+    // expires two intervals after its last write, and the follower leads from the designation
+    // it followed: no move, and its stream goes on to its end.
+    let moved = moves(&follower);
+    let addr = follower.traffic_addr;
+    let streaming =
+        tokio::spawn(async move { client::post(addr, CHAT, &body(700, 100, 200)).await });
+    tokio::time::sleep(INTERVAL).await;
     leader.shutdown().await;
+    wait_for_metric(&follower, "tokenmeter_fleet_replicas", &[], 0.0).await;
+    wait_for_metric(
+        &follower,
+        "tokenmeter_fleet_designates",
+        &[("pool", "p")],
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        prefill_heavy(&follower),
+        designated,
+        "the new leader keeps the designation it followed"
+    );
+    let streamed = streaming.await.expect("the stream's task");
+    assert_eq!(streamed.status, 200);
+    let text = streamed.text();
+    assert!(
+        text.contains("\"completion_tokens\":200") && text.trim_end().ends_with("data: [DONE]"),
+        "the follower's stream ran to its end through the leader's death: {text}"
+    );
+    // Documents keep coming, through the new leader alone: it designates from them, and the
+    // designation does not move.
+    for n in 0..2 {
+        send(&follower, 800 + n, 6_000).await;
+    }
+    tokio::time::sleep(INTERVAL * 2).await;
+    assert_eq!(prefill_heavy(&follower), designated);
+    assert_eq!(moves(&follower), moved, "no designation moved on the way");
     follower.shutdown().await;
 }

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::pick::{capacity, chat_capacity, first, heavy, sufficient, swap, weakest, Replica};
+use super::pick::{
+    capacity, chat_capacity, first, heavy, sufficient, swap, trade_down, weakest, Replica,
+};
 
 /// The time constant of the demand's moving rate: a burst shows within about a second, and a
 /// document rate of a few per second is averaged over several.
@@ -66,6 +68,8 @@ pub(crate) struct Demand {
     pub(super) sparse_weight: f64,
     pub(super) last_long: Option<Instant>,
     pub(super) low_since: Option<Instant>,
+    /// When a trade last moved a role ([`swap`], [`trade_down`]): the next waits [`HOLD`].
+    pub(super) traded_at: Option<Instant>,
 }
 
 /// The other prompts since the last refresh: their uncached tokens, how many were placed, and
@@ -163,8 +167,26 @@ impl Demand {
             self.low_since = None;
         }
         self.let_go(replicas, now);
-        swap(replicas);
+        self.trade(replicas, now);
         self.expect(replicas);
+    }
+
+    /// Trades one role, at most once per [`HOLD`]: the slowest designated for a replica
+    /// [`SWAP`](super::pick::SWAP) times as fast as the fastest designated ([`swap`]), else a
+    /// fast one designated besides the fastest for a slower one that still covers the demand
+    /// ([`trade_down`]). The rates a trade reads are learned while the roles move the load: a
+    /// fast replica taking every document learned a slower rate than an idle one's priors, and
+    /// four gateways traded back and forth 16 times in a minute (docs/deploying.md).
+    fn trade(&mut self, replicas: &mut [Replica], now: Instant) {
+        let resting = self
+            .traded_at
+            .is_some_and(|at| now.saturating_duration_since(at) < HOLD);
+        if resting {
+            return;
+        }
+        if swap(replicas) || trade_down(replicas, self.tokens / HIGH) {
+            self.traded_at = Some(now);
+        }
     }
 
     /// Follows a fleet leader's designation, already set on `replicas`: forgets its own

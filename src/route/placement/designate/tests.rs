@@ -242,6 +242,64 @@ fn two_slow_replicas_designated_give_the_slower_role_to_a_fast_one() {
 }
 
 #[test]
+fn a_fast_replica_designated_second_gives_its_role_to_a_slow_one_that_covers_the_demand() {
+    let start = Instant::now();
+    let at = |ms: u64| start + Duration::from_millis(ms);
+    // By the priors (all alike) the first and the second designated are the two fast replicas.
+    let mut fleet = replicas(&[(20_000.0, 0), (20_000.0, 1), (20_000.0, 9), (20_000.0, 8)]);
+    let mut measured = demand(21_000.0, 2.6, start);
+    measured.step(&mut fleet, start);
+    assert_eq!(heavy(&fleet), [true, true, false, false]);
+    // Learned: 2 and 3 prefill at half the rate. A fast one and a slow one still cover 21 000.
+    fleet[2].rate = 10_000.0;
+    fleet[3].rate = 10_000.0;
+    measured.step(&mut fleet, at(250));
+    assert_eq!(
+        heavy(&fleet).iter().filter(|&&h| h).count(),
+        2,
+        "one for one: {fleet:?}"
+    );
+    assert!(
+        (fleet[0].heavy || fleet[1].heavy) && fleet[3].heavy && !fleet[2].heavy,
+        "a fast one stays, the slow one with fewer streams comes: {fleet:?}"
+    );
+    let traded = heavy(&fleet);
+    measured.step(&mut fleet, at(500));
+    assert_eq!(heavy(&fleet), traded, "kept");
+
+    // Where the slow one would not cover the demand, the fast ones stay.
+    let mut fleet = replicas(&[(20_000.0, 0), (20_000.0, 1), (20_000.0, 9), (20_000.0, 8)]);
+    let mut measured = demand(35_000.0, 4.4, start);
+    measured.step(&mut fleet, start);
+    assert_eq!(heavy(&fleet), [true, true, false, false]);
+    fleet[2].rate = 10_000.0;
+    fleet[3].rate = 10_000.0;
+    measured.step(&mut fleet, at(250));
+    assert_eq!(heavy(&fleet), [true, true, false, false], "30 000 < 35 000");
+}
+
+#[test]
+fn roles_are_traded_at_most_once_per_hold() {
+    let start = Instant::now();
+    let at = |ms: u64| start + Duration::from_millis(ms);
+    let mut fleet = replicas(&[(20_000.0, 0), (20_000.0, 4), (20_000.0, 9)]);
+    let mut measured = demand(5_000.0, 0.6, start);
+    measured.step(&mut fleet, start);
+    assert_eq!(heavy(&fleet), [true, false, false]);
+    // The designated one reads half as fast (its documents queued): traded.
+    fleet[0].rate = 10_000.0;
+    measured.step(&mut fleet, at(250));
+    assert_eq!(heavy(&fleet), [false, true, false]);
+    // Now the new one reads slower than the first's priors-like rate: not yet traded back.
+    fleet[0].rate = 20_000.0;
+    fleet[1].rate = 12_000.0;
+    measured.step(&mut fleet, at(250 + 4_999));
+    assert_eq!(heavy(&fleet), [false, true, false], "resting");
+    measured.step(&mut fleet, at(250 + 5_000));
+    assert_eq!(heavy(&fleet), [true, false, false], "after HOLD");
+}
+
+#[test]
 fn a_lull_lets_a_replica_go_only_after_holding() {
     let start = Instant::now();
     let mut fleet = replicas(&[(20_000.0, 3), (20_000.0, 0), (20_000.0, 7)]);
