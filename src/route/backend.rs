@@ -240,13 +240,6 @@ impl Backend {
         })
     }
 
-    /// The prompt tokens it prefills in `busy`, at its learned rate: how much of a queue another
-    /// replica published `busy` ago is done.
-    pub(crate) fn prefilled_since(&self, busy: Duration) -> u64 {
-        let [done] = self.prefilled_in([busy]);
-        done
-    }
-
     /// Says that its prefill queue moved at `at` (see `moved_at`).
     fn queue_moved(&self, at: Instant) {
         self.moved_at.store(self.nanos(at), Ordering::Relaxed);

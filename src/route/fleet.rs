@@ -10,9 +10,9 @@
 //! path: a request reads the backend's atomics as before, the others' load is one more atomic
 //! added ([`super::backend::Backend::load`]). So the shared view is at most an interval old;
 //! what this replica itself sent since counts at once, as ever. The script stamps each write on
-//! the store's clock and returns each entry's age: the others' queues are read as drained, and
-//! their stall marks as run down, since they wrote them, not since this replica read them
-//! ([`view`]).
+//! the store's clock and returns each entry's age: the others' stall marks are read as run down
+//! since they wrote them, not since this replica read them ([`view`]; their queues are not, as
+//! measured there).
 //!
 //! A pool that designates its prefill-heavy replicas measures the fleet's demand and follows
 //! one replica's designation, the live one with the least name ([`view`]): designating apart,
@@ -40,7 +40,7 @@ use crate::config::FleetConfig;
 use crate::metrics::{shared_label, Metrics, LABEL_BACKEND, LABEL_POOL};
 use crate::store::{self, Connection, OpenError, StoreSettings};
 use payload::{Figures, Payload};
-use view::{Aged, Entry, Seen, View};
+use view::{Entry, Seen, View};
 
 pub mod payload;
 mod view;
@@ -188,8 +188,8 @@ impl Fleet {
             let designates = pool.designation().is_some();
             for backend in pool.members.backends().iter() {
                 let key = (&*backend.pool, &*backend.target.label);
-                let load = view.loads.get(&key).copied().unwrap_or_default();
-                self.take(backend, load, read);
+                let figures = view.loads.get(&key).copied().unwrap_or_default();
+                self.take(backend, figures, read);
                 if designates {
                     let (weighted, weight) = view.prefill.get(&key).copied().unwrap_or_default();
                     backend.set_others_prefill_cost(weighted, weight);
@@ -231,7 +231,7 @@ impl Fleet {
         let now = Instant::now();
         for pool in pools {
             for backend in pool.members.backends().iter() {
-                self.take(backend, Aged::default(), now);
+                self.take(backend, Figures::default(), now);
                 backend.set_others_prefill_cost(0.0, 0.0);
             }
             self.designate(pool, &View::default(), now);
@@ -243,15 +243,10 @@ impl Fleet {
         );
     }
 
-    /// Gives `backend` the other replicas' `load`, read at `at` (its queue less what the backend
-    /// prefilled since they wrote it), and says their streams (a gauge made on first use: a
-    /// replica without a fleet shows none).
-    fn take(&self, backend: &Backend, load: Aged, at: Instant) {
-        let figures = load.figures;
-        let queued = figures
-            .queued_tokens
-            .saturating_sub(backend.prefilled_since(load.queued_age));
-        backend.set_others(figures.streams, queued, at, figures.stall);
+    /// Gives `backend` the other replicas' `figures`, read at `at`, and says their streams (a
+    /// gauge made on first use: a replica without a fleet shows none).
+    fn take(&self, backend: &Backend, figures: Figures, at: Instant) {
+        backend.set_others(figures.streams, figures.queued_tokens, at, figures.stall);
         let labels = vec![
             shared_label(LABEL_POOL, &backend.pool),
             shared_label(LABEL_BACKEND, &backend.target.label),
