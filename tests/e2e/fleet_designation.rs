@@ -185,7 +185,7 @@ async fn the_least_name_designates_from_the_fleets_documents_and_the_other_follo
     let addr = follower.traffic_addr;
     let streaming =
         tokio::spawn(async move { client::post(addr, CHAT, &body(700, 100, 200)).await });
-    tokio::time::sleep(INTERVAL).await;
+    wait_for_metric(&follower, "tokenmeter_streams_active", &[], 1.0).await;
     leader.shutdown().await;
     wait_for_metric(&follower, "tokenmeter_fleet_replicas", &[], 0.0).await;
     wait_for_metric(

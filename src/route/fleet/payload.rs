@@ -12,7 +12,6 @@
 //! - `prefill <pool> <backend> <µs per thousand prompt tokens> <precision>`: what its latency
 //!   model learned of a backend's prefill in a designating pool, and how sure it is (`1 /
 //!   variance`, a decimal number: the readers weight each replica's by it).
-//!
 //! - `written <ms>`: put first by the store's sync script, not by the replica: when it wrote, on
 //!   the store's clock. The script returns each entry's age from it ([`super::view`]).
 //!
