@@ -18,6 +18,11 @@
 //! one replica's designation, the live one with the least name ([`view`]): designating apart,
 //! the gateways chose different replicas and every replica stalled chats.
 //!
+//! The gateways also split every llama.cpp server's slots among themselves (a handoff pool's
+//! slot tables, [`crate::route::handoff::slots`]): each publishes the partition it reserves by
+//! and the slots it holds, and takes a slot the partition moved to it once the others agree and
+//! none holds it.
+//!
 //! Faults: a replica that stops publishing (killed, or cut off) drops out of the others' view
 //! two intervals after its last write, decided by the store's clock, so replicas whose clocks
 //! differ agree. A replica that cannot reach the store for two intervals forgets the others'
@@ -33,6 +38,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::backend::Backend;
+use super::handoff::slots::SlotTables;
 use super::members::Members;
 use super::placement::designate::Designation;
 use super::placement::PoolSlo;
@@ -56,6 +62,8 @@ pub(crate) const FLEET_REPLICAS: &str = "tokenmeter_fleet_replicas";
 pub(crate) const FLEET_OWN_VIEW: &str = "tokenmeter_fleet_own_view";
 /// The other replicas' streams on a backend, as the last sync read them.
 pub(crate) const BACKEND_FLEET_STREAMS: &str = "tokenmeter_backend_fleet_streams";
+/// The slots of a llama.cpp server this replica may reserve (its share of the fleet's).
+pub(crate) const FLEET_SLOTS_OWNED: &str = "tokenmeter_fleet_slots_owned";
 
 /// How many intervals a replica's entry outlives its last write, and how many a replica goes
 /// without an answer before it routes on its own view.
@@ -112,13 +120,17 @@ impl Fleet {
         })))
     }
 
-    /// Starts the sync of `pools` with the fleet, until aborted (a reload starts the next
-    /// router's).
-    pub fn spawn(self: &Arc<Self>, pools: Vec<SharedPool>) -> JoinHandle<()> {
-        tokio::spawn(Arc::clone(self).run(pools))
+    /// Starts the sync of `pools` and of the llama.cpp `slots` with the fleet, until aborted (a
+    /// reload starts the next router's).
+    pub(crate) fn spawn(
+        self: &Arc<Self>,
+        pools: Vec<SharedPool>,
+        slots: Arc<SlotTables>,
+    ) -> JoinHandle<()> {
+        tokio::spawn(Arc::clone(self).run(Shared { pools, slots }))
     }
 
-    async fn run(self: Arc<Self>, pools: Vec<SharedPool>) {
+    async fn run(self: Arc<Self>, shared: Shared) {
         let mut tick = tokio::time::interval(self.interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut answered = Instant::now();
@@ -127,7 +139,7 @@ impl Fleet {
         let mut seen = Seen::new();
         loop {
             tick.tick().await;
-            if self.round(&pools, &mut seen).await {
+            if self.round(&shared, &mut seen).await {
                 answered = Instant::now();
                 if alone {
                     alone = false;
@@ -137,18 +149,25 @@ impl Fleet {
             } else if !alone && answered.elapsed() >= self.interval * INTERVALS_KEPT {
                 alone = true;
                 seen.clear();
-                self.go_alone(&pools);
+                self.go_alone(&shared);
             }
         }
     }
 
-    /// One round: publishes this replica's figures on `pools` and takes the others'. Whether
-    /// the store answered in time.
-    async fn round(&self, pools: &[SharedPool], seen: &mut Seen) -> bool {
+    /// One round: publishes this replica's figures and takes the others'. Whether the store
+    /// answered in time.
+    async fn round(&self, shared: &Shared, seen: &mut Seen) -> bool {
+        let Shared { pools, slots } = shared;
         let now = Instant::now();
         let mut published = Payload::default();
         for pool in pools {
             pool.publish(&mut published, now);
+        }
+        if let Some(partition) = slots.partition() {
+            published.partition(partition);
+        }
+        for (backend, held) in slots.held() {
+            published.held(&backend, &held);
         }
         let published = published.into_string();
         let ttl = (self.interval * INTERVALS_KEPT).as_millis().max(1) as u64;
@@ -197,6 +216,13 @@ impl Fleet {
             }
             self.designate(pool, &view, read);
         }
+        slots.read(&self.replica, &view.gateways, &view.held);
+        for (backend, owned) in slots.owned() {
+            let labels = vec![shared_label(LABEL_BACKEND, &backend)];
+            self.metrics
+                .gauge(FLEET_SLOTS_OWNED, labels)
+                .set(owned as f64);
+        }
         true
     }
 
@@ -227,9 +253,10 @@ impl Fleet {
 
     /// Forgets the others' figures and leader: routing on this replica's own view until the
     /// store answers.
-    fn go_alone(&self, pools: &[SharedPool]) {
+    fn go_alone(&self, shared: &Shared) {
         let now = Instant::now();
-        for pool in pools {
+        shared.slots.alone();
+        for pool in &shared.pools {
             for backend in pool.members.backends().iter() {
                 self.take(backend, Figures::default(), now);
                 backend.set_others_prefill_cost(0.0, 0.0);
@@ -255,6 +282,12 @@ impl Fleet {
             .gauge(BACKEND_FLEET_STREAMS, labels)
             .set(figures.streams as f64);
     }
+}
+
+/// What a replica shares with its fleet.
+struct Shared {
+    pools: Vec<SharedPool>,
+    slots: Arc<SlotTables>,
 }
 
 /// A pool as its fleet shares it: its members (their backends now: DNS may change them between
@@ -324,6 +357,10 @@ impl Series {
         metrics.describe_gauge(
             FLEET_DESIGNATES,
             "1 while this replica designates the pool's prefill-heavy replicas for its fleet (the live replica with the least name), 0 while it follows that replica's designation.",
+        );
+        metrics.describe_gauge(
+            FLEET_SLOTS_OWNED,
+            "Slots of the llama.cpp server this replica may reserve: its share of the fleet's split of the server's slots ([fleet], a llamacpp handoff pool).",
         );
         metrics.describe_gauge(
             FLEET_OWN_VIEW,

@@ -163,10 +163,14 @@ impl Router {
             }
         };
         let client = previous.map_or_else(OnceLock::new, |p| p.client.clone());
-        let slot_tables = previous.map_or_else(Arc::default, |p| Arc::clone(&p.slot_tables));
         let fleet = match previous {
             Some(p) => p.fleet.clone(),
             None => Fleet::open(&config.fleet, &metrics)?,
+        };
+        let slot_tables = match previous {
+            Some(p) => Arc::clone(&p.slot_tables),
+            None if fleet.is_some() => Arc::new(SlotTables::in_fleet()),
+            None => Arc::default(),
         };
         Ok(Self {
             pools,
@@ -213,7 +217,7 @@ impl Router {
                 members: Arc::clone(&pool.members),
                 slo: pool.placement.as_ref().map(|p| Arc::clone(&p.slo)),
             });
-            tasks.push(fleet.spawn(pools.collect()));
+            tasks.push(fleet.spawn(pools.collect(), Arc::clone(&self.slot_tables)));
         }
         tasks
     }

@@ -194,7 +194,8 @@ async fn a_replica_that_stops_is_forgotten_and_a_dead_store_leaves_each_on_its_o
         2.0,
     )
     .await;
-    // What replica one wrote: its line for backend a, stamped with its write on the store's clock,
+    // What replica one wrote: its line for backend a and the split of llama.cpp slots it reserves
+    // by (every replica of a fleet publishes one), stamped with its write on the store's clock,
     // to expire two intervals after it.
     let entry = redis
         .cli(&["hget", "tokenmeter:fleet:{load}", "one"])
@@ -204,7 +205,13 @@ async fn a_replica_that_stops_is_forgotten_and_a_dead_store_leaves_each_on_its_o
         .strip_prefix("written\t")
         .and_then(|rest| rest.split_once('\n'))
         .expect("led by the store's stamp");
-    assert_eq!(published, format!("load\tp\t{}\t2\t0\t0", label(&a.url)));
+    let (load, slots) = published.split_once('\n').expect("two lines");
+    assert_eq!(load, format!("load\tp\t{}\t2\t0\t0", label(&a.url)));
+    let partition = slots.strip_prefix("slots\t").expect("the slots' partition");
+    assert!(
+        partition.len() == 16 && partition.chars().all(|c| c.is_ascii_hexdigit()),
+        "the partition of llama.cpp slots it reserves by, as 16 hex digits: {slots}"
+    );
     let time = redis.cli_all(&["time"]);
     let mut time = time
         .lines()

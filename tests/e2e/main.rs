@@ -38,6 +38,7 @@ mod file_length;
 mod finish_point;
 #[cfg(feature = "testbed")]
 mod fleet_designation;
+mod fleet_llama;
 mod fleet_redis;
 mod llama_handoff;
 mod llama_server;

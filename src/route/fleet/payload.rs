@@ -12,6 +12,11 @@
 //! - `prefill <pool> <backend> <µs per thousand prompt tokens> <precision>`: what its latency
 //!   model learned of a backend's prefill in a designating pool, and how sure it is (`1 /
 //!   variance`, a decimal number: the readers weight each replica's by it).
+//! - `slots <partition>`: the split of llama.cpp servers' slots among the fleet's gateways it
+//!   reserves by (its members hashed, 16 hex digits; [`PartitionId`]).
+//! - `held <backend> [<slot>...]`: the slots of a llama.cpp server it holds now (one line per
+//!   server it holds any of): a gateway waits for these to end before it takes a slot the
+//!   partition moved to it.
 //! - `written <ms>`: put first by the store's sync script, not by the replica: when it wrote, on
 //!   the store's clock. The script returns each entry's age from it ([`super::view`]).
 //!
@@ -20,6 +25,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
+use crate::route::handoff::slots::PartitionId;
 use crate::route::placement::designate::Counts;
 
 /// One replica's load on one backend.
@@ -109,6 +115,24 @@ impl Payload {
         self.0.push('\n');
     }
 
+    /// The partition of llama.cpp slots it reserves by.
+    pub fn partition(&mut self, id: PartitionId) {
+        let _ = writeln!(self.0, "slots\t{id}");
+    }
+
+    /// The `slots` of llama.cpp server `backend` it holds now.
+    pub fn held(&mut self, backend: &str, slots: &[usize]) {
+        if slots.is_empty() || !carried([backend]) {
+            return;
+        }
+        self.0.push_str("held\t");
+        self.0.push_str(backend);
+        for slot in slots {
+            let _ = write!(self.0, "\t{slot}");
+        }
+        self.0.push('\n');
+    }
+
     pub fn into_string(self) -> String {
         self.0
     }
@@ -144,6 +168,11 @@ pub enum Line<'a> {
         /// How sure its model is of `cost` (`1 / variance`; finite, above zero).
         precision: f64,
     },
+    Partition(PartitionId),
+    Held {
+        backend: &'a str,
+        slots: Vec<usize>,
+    },
 }
 
 /// The lines of `payload` that read.
@@ -154,6 +183,7 @@ pub fn read(payload: &str) -> impl Iterator<Item = Line<'_>> {
 fn line(text: &str) -> Option<Line<'_>> {
     let mut fields = text.split('\t');
     let kind = fields.next()?;
+    // The pool for the routing lines; a slot line's partition or server.
     let pool = fields.next()?;
     match kind {
         "load" => {
@@ -198,6 +228,17 @@ fn line(text: &str) -> Option<Line<'_>> {
             pool,
             backends: fields.filter(|b| !b.is_empty()).collect(),
         }),
+        "slots" => {
+            let id = PartitionId::parse(pool)?;
+            fields.next().is_none().then_some(Line::Partition(id))
+        }
+        "held" => {
+            let slots = fields.map(|slot| slot.parse().ok());
+            Some(Line::Held {
+                backend: pool,
+                slots: slots.collect::<Option<_>>()?,
+            })
+        }
         _ => None,
     }
 }
@@ -286,6 +327,33 @@ mod tests {
                 pool: "chat",
                 backends: vec![]
             }
+        );
+    }
+
+    #[test]
+    fn writes_the_slot_partition_and_the_slots_held_per_server() {
+        let mut payload = Payload::default();
+        payload.partition(PartitionId(0xab));
+        payload.held("10.0.0.1:8080", &[0, 2]);
+        payload.held("10.0.0.2:8080", &[]);
+        let text = payload.into_string();
+        assert_eq!(text, "slots\t00000000000000ab\nheld\t10.0.0.1:8080\t0\t2\n");
+        let lines: Vec<Line> = read(&text).collect();
+        assert_eq!(
+            lines,
+            [
+                Line::Partition(PartitionId(0xab)),
+                Line::Held {
+                    backend: "10.0.0.1:8080",
+                    slots: vec![0, 2]
+                }
+            ]
+        );
+        assert!(
+            read("slots\tab\nslots\t00000000000000ab\t1\nheld\tb\t1\tx\n")
+                .next()
+                .is_none(),
+            "a partition not of 16 digits, a field too many, a slot that is no number"
         );
     }
 }

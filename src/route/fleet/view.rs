@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::payload::{self, Figures, Line};
+use crate::route::handoff::slots::PartitionId;
 use crate::route::placement::designate::Counts;
 
 /// The last demand counts read of each (replica, pool).
@@ -64,6 +65,11 @@ pub struct View<'a> {
     /// Their models' prefill cost per (pool, backend label): each cost times its precision,
     /// summed, and the precisions' sum.
     pub prefill: HashMap<(&'a str, &'a str), (f64, f64)>,
+    /// Every one of them, with the partition of llama.cpp slots it reserves by (`None`: none
+    /// published).
+    pub gateways: Vec<(&'a str, Option<PartitionId>)>,
+    /// The llama.cpp slots they hold: (server, slot), one pair a slot.
+    pub held: Vec<(&'a str, usize)>,
 }
 
 impl<'a> View<'a> {
@@ -78,6 +84,7 @@ impl<'a> View<'a> {
             payload: text,
         } in others
         {
+            view.gateways.push((replica, None));
             for line in payload::read(text) {
                 match line {
                     Line::Load {
@@ -102,6 +109,15 @@ impl<'a> View<'a> {
                         let sum = view.prefill.entry((pool, backend)).or_default();
                         sum.0 += cost * precision;
                         sum.1 += precision;
+                    }
+                    Line::Partition(id) => {
+                        if let Some(gateway) = view.gateways.last_mut() {
+                            gateway.1 = Some(id);
+                        }
+                    }
+                    Line::Held { backend, slots } => {
+                        view.held
+                            .extend(slots.into_iter().map(|slot| (backend, slot)));
                     }
                     Line::Heavy { pool, backends } => {
                         let leads = replica < me
@@ -230,6 +246,21 @@ mod tests {
             ("gw-2", vec![]),
             "a leader that designates none is followed too"
         );
+    }
+
+    #[test]
+    fn lists_every_gateway_with_its_slot_partition_and_the_slots_they_hold() {
+        let others = [
+            ("b", "slots\t00000000000000ab\nheld\ts1\t1\t3\n"),
+            ("c", "load\tchat\tb1\t1\t0\t0\nheld\ts1\t5\nheld\ts2\t0\n"),
+        ];
+        let view = View::read("a", &fresh(&others), &mut Seen::new());
+        assert_eq!(
+            view.gateways,
+            [("b", Some(PartitionId(0xab))), ("c", None)],
+            "c publishes no partition (an earlier version, or one that has not read the fleet)"
+        );
+        assert_eq!(view.held, [("s1", 1), ("s1", 3), ("s1", 5), ("s2", 0)]);
     }
 
     #[test]

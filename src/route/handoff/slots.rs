@@ -11,19 +11,29 @@
 //! Among the free slots, a request takes the one its conversation used last (llama.cpp keeps a
 //! slot's last prompt as its cache), else the one used longest ago. Tables are per server and
 //! outlive configuration reloads (a request in flight keeps its slot whatever a reload does).
-use std::collections::HashMap;
+//!
+//! With a fleet of gateways, each reserves only its share of every server's slots ([`share`]):
+//! the fleet's sync reads whose each slot is ([`SlotTables::read`]) and publishes the slots this
+//! gateway holds ([`SlotTables::held`]).
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::upstream::{BodyGuard, InFlight};
+pub(crate) use share::PartitionId;
+use share::Share;
+pub(crate) use tables::SlotTables;
+
+mod share;
+mod tables;
 
 /// One server's slots.
 #[derive(Debug)]
 pub(crate) struct SlotTable {
-    /// One permit per free slot: waiting for a slot is waiting for a permit.
-    free: Arc<Semaphore>,
+    /// Woken when a slot of this gateway's comes free, or one becomes its own.
+    freed: Notify,
     state: Mutex<State>,
 }
 
@@ -34,22 +44,49 @@ struct State {
     clock: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Slot {
     busy: bool,
+    own: Own,
     /// The conversation key of the last request in the slot (its prompt is the slot's cache).
     key: Option<u64>,
     released: u64,
 }
 
-impl SlotTable {
-    pub fn new(slots: usize) -> Self {
+/// Whose a slot is, for a gateway of a fleet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Own {
+    /// This gateway's to reserve.
+    Mine,
+    /// Moved to this gateway by the partition, not reserved until no other gateway can be
+    /// using it ([`share`]).
+    Pending,
+    /// Another gateway's (a request of this one's may still be finishing in it).
+    Theirs,
+}
+
+impl Slot {
+    fn new(own: Own) -> Self {
         Self {
-            free: Arc::new(Semaphore::new(slots)),
-            state: Mutex::new(State {
-                slots: vec![Slot::default(); slots],
-                clock: 0,
-            }),
+            busy: false,
+            own,
+            key: None,
+            released: 0,
+        }
+    }
+}
+
+impl SlotTable {
+    #[cfg(test)]
+    /// A table of `slots` slots, all this gateway's.
+    pub fn new(slots: usize) -> Self {
+        Self::with(vec![Slot::new(Own::Mine); slots])
+    }
+
+    fn with(slots: Vec<Slot>) -> Self {
+        Self {
+            freed: Notify::new(),
+            state: Mutex::new(State { slots, clock: 0 }),
         }
     }
 
@@ -59,26 +96,49 @@ impl SlotTable {
         self.lock().slots.iter().filter(|slot| slot.busy).count()
     }
 
+    /// The slots held now, by index.
+    pub fn held(&self) -> Vec<usize> {
+        let state = self.lock();
+        let held = state.slots.iter().enumerate().filter(|(_, s)| s.busy);
+        held.map(|(index, _)| index).collect()
+    }
+
+    /// How many slots this gateway may reserve (held or not).
+    pub fn owned(&self) -> usize {
+        let state = self.lock();
+        state.slots.iter().filter(|s| s.own == Own::Mine).count()
+    }
+
     /// A free slot, waiting at most `wait` for one, chosen as `placement` says.
     pub async fn reserve(
         self: &Arc<Self>,
         placement: Placement,
         wait: Duration,
     ) -> Option<SlotGuard> {
-        let permit = match Arc::clone(&self.free).try_acquire_owned() {
-            Ok(permit) => permit,
-            Err(_) if wait.is_zero() => return None,
-            Err(_) => tokio::time::timeout(wait, Arc::clone(&self.free).acquire_owned())
-                .await
-                .ok()?
-                .ok()?,
-        };
+        let deadline = Instant::now() + wait;
+        loop {
+            // Listening before looking: a slot freed between the look and the wait wakes it.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if let Some(slot) = self.take(placement) {
+                return Some(SlotGuard {
+                    table: Arc::clone(self),
+                    slot,
+                });
+            }
+            tokio::time::timeout_at(deadline, freed).await.ok()?;
+        }
+    }
+
+    /// Marks a free slot of this gateway's, chosen as `placement` says, held.
+    fn take(&self, placement: Placement) -> Option<usize> {
         let mut state = self.lock();
         let mut free = state
             .slots
             .iter()
             .enumerate()
-            .filter(|(_, slot)| !slot.busy)
+            .filter(|(_, slot)| !slot.busy && slot.own == Own::Mine)
             .map(|(index, slot)| (index, *slot));
         let chosen = match placement {
             Placement::Conversation(key) => free
@@ -94,21 +154,55 @@ impl SlotTable {
         if let Placement::Conversation(Some(key)) = placement {
             state.slots[chosen].key = Some(key);
         }
-        drop(state);
-        Some(SlotGuard {
-            table: Arc::clone(self),
-            slot: chosen,
-            _permit: permit,
-        })
+        Some(chosen)
     }
 
     fn release(&self, slot: usize) {
         let mut state = self.lock();
         state.clock += 1;
         let clock = state.clock;
-        if let Some(slot) = state.slots.get_mut(slot) {
-            slot.busy = false;
-            slot.released = clock;
+        let Some(slot) = state.slots.get_mut(slot) else {
+            return;
+        };
+        slot.busy = false;
+        slot.released = clock;
+        let mine = slot.own == Own::Mine;
+        drop(state);
+        if mine {
+            self.freed.notify_one();
+        }
+    }
+
+    /// Takes `share`: each slot it assigns stays this gateway's if it was under a partition
+    /// before (`kept`), else waits for the others' word ([`Own::Pending`]; under
+    /// [`Share::Whole`], no one else's), and each it does not is another's.
+    fn adopt(&self, share: Share, kept: bool) {
+        let mut state = self.lock();
+        for (index, slot) in state.slots.iter_mut().enumerate() {
+            slot.own = match (share.assigns(index), share, slot.own) {
+                (false, _, _) => Own::Theirs,
+                (true, Share::Whole, _) => Own::Mine,
+                (true, _, Own::Mine) if kept => Own::Mine,
+                (true, _, _) => Own::Pending,
+            };
+        }
+        drop(state);
+        self.freed.notify_waiters();
+    }
+
+    /// Makes each pending slot that no other gateway holds (`held`) this gateway's.
+    fn confirm(&self, held: &[usize]) {
+        let mut state = self.lock();
+        let mut gained = false;
+        for (index, slot) in state.slots.iter_mut().enumerate() {
+            if slot.own == Own::Pending && !held.contains(&index) {
+                slot.own = Own::Mine;
+                gained = true;
+            }
+        }
+        drop(state);
+        if gained {
+            self.freed.notify_waiters();
         }
     }
 
@@ -118,7 +212,6 @@ impl SlotTable {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
-
 /// Which free slot a request takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placement {
@@ -133,13 +226,11 @@ pub enum Placement {
     Last,
 }
 
-/// A slot held by one request; dropped, the slot is free again (its permit returns after it is
-/// marked free, so a waiter always finds it).
+/// A slot held by one request; dropped, the slot is free again (and a waiter woken).
 #[derive(Debug)]
 pub struct SlotGuard {
     table: Arc<SlotTable>,
     slot: usize,
-    _permit: OwnedSemaphorePermit,
 }
 
 impl SlotGuard {
@@ -167,36 +258,6 @@ impl BodyGuard for Held {
         if let Some(load) = &self.load {
             load.0.first_frame();
         }
-    }
-}
-
-/// The slot tables of every llama.cpp server the proxy has reserved slots on, by backend label;
-/// shared by the router's revisions.
-#[derive(Debug, Default)]
-pub(crate) struct SlotTables {
-    tables: Mutex<HashMap<Arc<str>, Arc<SlotTable>>>,
-}
-
-impl SlotTables {
-    /// The table of `backend`, if it has one.
-    pub fn get(&self, backend: &str) -> Option<Arc<SlotTable>> {
-        let tables = self
-            .tables
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        tables.get(backend).cloned()
-    }
-
-    /// The table of `backend`, made with `slots` slots the first time.
-    pub fn of(&self, backend: &Arc<str>, slots: usize) -> Arc<SlotTable> {
-        let mut tables = self
-            .tables
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let table = tables
-            .entry(Arc::clone(backend))
-            .or_insert_with(|| Arc::new(SlotTable::new(slots)));
-        Arc::clone(table)
     }
 }
 
