@@ -18,6 +18,11 @@
 //! one replica's designation, the live one with the least name ([`view`]): designating apart,
 //! the gateways chose different replicas and every replica stalled chats.
 //!
+//! A gated pool's tenants keep their shares across the fleet: each replica publishes its work
+//! in flight and let through per tenant, the others count the first in the tenants' shares and
+//! charge what the second moved to their fair queues' counters
+//! ([`crate::route::placement::share`]).
+//!
 //! The gateways also split every llama.cpp server's slots among themselves (a handoff pool's
 //! slot tables, [`crate::route::handoff::slots`]): each publishes the partition it reserves by
 //! and the slots it holds, and takes a slot the partition moved to it once the others agree and
@@ -29,6 +34,7 @@
 //! figures and routes on its own view until the store answers again; each round is counted by
 //! outcome (`tokenmeter_fleet_syncs_total`), and `tokenmeter_fleet_own_view` is 1 meanwhile
 //! (alerted on: deploy/prometheus).
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +47,7 @@ use super::backend::Backend;
 use super::handoff::slots::SlotTables;
 use super::members::Members;
 use super::placement::designate::Designation;
+use super::placement::gate::Gate;
 use super::placement::PoolSlo;
 use crate::config::FleetConfig;
 use crate::metrics::{shared_label, Metrics, LABEL_BACKEND, LABEL_POOL};
@@ -215,6 +222,14 @@ impl Fleet {
                 }
             }
             self.designate(pool, &view, read);
+            if let Some(gate) = &pool.gate {
+                let name = &*pool.members.name;
+                let in_flight = view.in_flight.get(name).into_iter().flatten();
+                let in_flight = in_flight.map(|(tenant, work)| (Arc::from(*tenant), *work));
+                let served = view.served.get(name).into_iter().flatten();
+                let served: Vec<(&str, u64)> = served.map(|(t, w)| (*t, *w)).collect();
+                gate.take_fleet(in_flight.collect(), &served);
+            }
         }
         slots.read(&self.replica, &view.gateways, &view.held);
         for (backend, owned) in slots.owned() {
@@ -262,6 +277,9 @@ impl Fleet {
                 backend.set_others_prefill_cost(0.0, 0.0);
             }
             self.designate(pool, &View::default(), now);
+            if let Some(gate) = &pool.gate {
+                gate.take_fleet(HashMap::new(), &[]);
+            }
         }
         self.series.replicas.set(0.0);
         self.series.own_view.set(1.0);
@@ -291,11 +309,13 @@ struct Shared {
 }
 
 /// A pool as its fleet shares it: its members (their backends now: DNS may change them between
-/// rounds), and its placement, whose designation the fleet leads or follows.
+/// rounds), its placement, whose designation the fleet leads or follows, and its gateway queue,
+/// whose tenants' shares are the fleet's.
 #[derive(Debug, Clone)]
 pub struct SharedPool {
     pub members: Arc<Members>,
     pub slo: Option<Arc<PoolSlo>>,
+    pub gate: Option<Arc<Gate>>,
 }
 
 impl SharedPool {
@@ -326,6 +346,12 @@ impl SharedPool {
                 if let Some((cost, precision)) = backend.own_prefill_cost() {
                     payload.prefill(name, &backend.target.label, cost, precision);
                 }
+            }
+        }
+        if let Some(gate) = &self.gate {
+            for work in gate.tenants(now) {
+                let name = &self.members.name;
+                payload.tenant(name, &work.tenant, work.in_flight, work.admitted);
             }
         }
     }

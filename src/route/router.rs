@@ -216,6 +216,7 @@ impl Router {
             let pools = self.pools.iter().map(|pool| SharedPool {
                 members: Arc::clone(&pool.members),
                 slo: pool.placement.as_ref().map(|p| Arc::clone(&p.slo)),
+                gate: pool.gate().cloned(),
             });
             tasks.push(fleet.spawn(pools.collect(), Arc::clone(&self.slot_tables)));
         }

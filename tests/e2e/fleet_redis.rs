@@ -3,17 +3,18 @@
 //! balances away from a backend the other one loaded; a replica that stops is forgotten within
 //! two intervals; with the store killed each replica routes on its own view (counted), serves
 //! every request meanwhile, and joins the fleet again once the store is back; the load is shared
-//! over TLS with a client certificate and through a Redis Cluster as well. (One designation for
-//! the fleet: `fleet_designation.rs`.)
+//! over TLS with a client certificate and through a Redis Cluster as well; a gated pool publishes
+//! each tenant's work. (One designation for the fleet: `fleet_designation.rs`; llama.cpp slots
+//! split between gateways: `fleet_llama.rs`.)
 
 use crate::support;
 use std::time::Duration;
 
 use support::backend::{Backend, Script, Seen};
-use support::client::{self, OpenStream};
+use support::client::{self, OpenStream, Protocol};
 use support::redis::{Certificates, Cluster, Redis};
 use support::{config_for, prom, start_proxy, wait_for_metric};
-use tokenmeter::config::{BalanceLoad, Config, PoolConfig, StoreTlsConfig};
+use tokenmeter::config::{BalanceLoad, Config, PoolConfig, QueueConfig, StoreTlsConfig};
 use tokenmeter::server::ServerHandle;
 
 const CHAT: &str = "/v1/chat/completions";
@@ -272,4 +273,60 @@ async fn a_replica_that_stops_is_forgotten_and_a_dead_store_leaves_each_on_its_o
     drop(served);
     two.shutdown().await;
     three.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_gated_pool_publishes_each_tenants_work_in_flight_and_let_through() {
+    let redis = Redis::start();
+    let a = holding(Duration::from_secs(30)).await;
+    let mut config = replica(&[&a.url], &redis, "one");
+    config.pools[0].balance = BalanceLoad::Slo;
+    config.pools[0].queue = Some(QueueConfig {
+        tenant_header: Some(http::HeaderName::from_static("x-team")),
+        equal_shares: true,
+        ..QueueConfig::default()
+    });
+    config.validate().expect("valid config");
+    let one = start_proxy(config).await;
+    let headers = [("x-team", "acme")];
+    let mut stream = client::open_with(
+        one.traffic_addr,
+        Protocol::Http1,
+        "POST",
+        CHAT,
+        BODY,
+        &headers,
+    )
+    .await;
+    stream
+        .next_frame()
+        .await
+        .expect("the first token")
+        .expect("read");
+    // Within an interval or two, its entry says what acme holds and was let through: the same
+    // while its one stream runs (its prompt and the 256 output tokens it may ask for).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let entry = redis
+            .cli(&["hget", "tokenmeter:fleet:{load}", "one"])
+            .unwrap_or_default();
+        if let Some(line) = entry.lines().find(|l| l.starts_with("tenant\tp\tacme\t")) {
+            break line.to_owned();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no tenant line: {entry}"
+        );
+        tokio::time::sleep(INTERVAL / 5).await;
+    };
+    let fields: Vec<u64> = line
+        .split('\t')
+        .skip(3)
+        .map(|n| n.parse().expect("a number"))
+        .collect();
+    assert_eq!(fields.len(), 2, "{line}");
+    assert_eq!(fields[0], fields[1], "in flight, and let through: {line}");
+    assert!(fields[0] > 256, "its prompt and max_tokens: {line}");
+    drop(stream);
+    one.shutdown().await;
 }

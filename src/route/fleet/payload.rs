@@ -12,6 +12,9 @@
 //! - `prefill <pool> <backend> <µs per thousand prompt tokens> <precision>`: what its latency
 //!   model learned of a backend's prefill in a designating pool, and how sure it is (`1 /
 //!   variance`, a decimal number: the readers weight each replica's by it).
+//! - `tenant <pool> <tenant> <tokens in flight> <tokens let through>`: a gated pool's work per
+//!   tenant, in flight now and let through since it started ([`crate::route::placement::share`]):
+//!   the others' tenant shares count the first, their fair queues charge what the second moved.
 //! - `slots <partition>`: the split of llama.cpp servers' slots among the fleet's gateways it
 //!   reserves by (its members hashed, 16 hex digits; [`PartitionId`]).
 //! - `held <backend> [<slot>...]`: the slots of a llama.cpp server it holds now (one line per
@@ -115,6 +118,14 @@ impl Payload {
         self.0.push('\n');
     }
 
+    /// A gated pool's work for `tenant`: in flight now, and let through since it started.
+    pub fn tenant(&mut self, pool: &str, tenant: &str, in_flight: u64, admitted: u64) {
+        if !carried([pool, tenant]) || tenant.is_empty() {
+            return;
+        }
+        let _ = writeln!(self.0, "tenant\t{pool}\t{tenant}\t{in_flight}\t{admitted}");
+    }
+
     /// The partition of llama.cpp slots it reserves by.
     pub fn partition(&mut self, id: PartitionId) {
         let _ = writeln!(self.0, "slots\t{id}");
@@ -167,6 +178,12 @@ pub enum Line<'a> {
         cost: f64,
         /// How sure its model is of `cost` (`1 / variance`; finite, above zero).
         precision: f64,
+    },
+    Tenant {
+        pool: &'a str,
+        tenant: &'a str,
+        in_flight: u64,
+        admitted: u64,
     },
     Partition(PartitionId),
     Held {
@@ -228,6 +245,16 @@ fn line(text: &str) -> Option<Line<'_>> {
             pool,
             backends: fields.filter(|b| !b.is_empty()).collect(),
         }),
+        "tenant" => {
+            let tenant = fields.next().filter(|t| !t.is_empty())?;
+            let [in_flight, admitted] = numbers(fields)?;
+            Some(Line::Tenant {
+                pool,
+                tenant,
+                in_flight,
+                admitted,
+            })
+        }
         "slots" => {
             let id = PartitionId::parse(pool)?;
             fields.next().is_none().then_some(Line::Partition(id))
@@ -331,17 +358,28 @@ mod tests {
     }
 
     #[test]
-    fn writes_the_slot_partition_and_the_slots_held_per_server() {
+    fn writes_the_tenants_work_the_slot_partition_and_the_slots_held_per_server() {
         let mut payload = Payload::default();
+        payload.tenant("chat", "acme", 1200, 90_000);
+        payload.tenant("chat", "bad\ttenant", 1, 1);
         payload.partition(PartitionId(0xab));
         payload.held("10.0.0.1:8080", &[0, 2]);
         payload.held("10.0.0.2:8080", &[]);
         let text = payload.into_string();
-        assert_eq!(text, "slots\t00000000000000ab\nheld\t10.0.0.1:8080\t0\t2\n");
+        assert_eq!(
+            text,
+            "tenant\tchat\tacme\t1200\t90000\nslots\t00000000000000ab\nheld\t10.0.0.1:8080\t0\t2\n"
+        );
         let lines: Vec<Line> = read(&text).collect();
         assert_eq!(
             lines,
             [
+                Line::Tenant {
+                    pool: "chat",
+                    tenant: "acme",
+                    in_flight: 1200,
+                    admitted: 90_000
+                },
                 Line::Partition(PartitionId(0xab)),
                 Line::Held {
                     backend: "10.0.0.1:8080",

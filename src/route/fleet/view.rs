@@ -31,8 +31,26 @@ use super::payload::{self, Figures, Line};
 use crate::route::handoff::slots::PartitionId;
 use crate::route::placement::designate::Counts;
 
-/// The last demand counts read of each (replica, pool).
-pub type Seen = HashMap<(String, String), Counts>;
+/// What the last sync read of each replica's counts, to add what moved since.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// The demand counts of each (replica, pool).
+    demand: HashMap<(String, String), Counts>,
+    /// The work let through of each (replica, pool, tenant).
+    admitted: HashMap<(String, String, String), u64>,
+}
+
+impl Seen {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets everything read (the store unanswered: the next read starts afresh).
+    pub fn clear(&mut self) {
+        self.demand.clear();
+        self.admitted.clear();
+    }
+}
 
 /// Another replica's entry as the store returned it.
 #[derive(Debug, Clone, Copy)]
@@ -70,6 +88,10 @@ pub struct View<'a> {
     pub gateways: Vec<(&'a str, Option<PartitionId>)>,
     /// The llama.cpp slots they hold: (server, slot), one pair a slot.
     pub held: Vec<(&'a str, usize)>,
+    /// Per gated pool, their work in flight per tenant, summed.
+    pub in_flight: HashMap<&'a str, HashMap<&'a str, u64>>,
+    /// Per gated pool, the work they let through per tenant since the last sync, summed.
+    pub served: HashMap<&'a str, HashMap<&'a str, u64>>,
 }
 
 impl<'a> View<'a> {
@@ -77,7 +99,7 @@ impl<'a> View<'a> {
     /// `seen`, which is left holding what was read this time (so a replica gone is forgotten).
     pub fn read(me: &str, others: &[Entry<'a>], seen: &mut Seen) -> Self {
         let mut view = View::default();
-        let mut now = Seen::with_capacity(seen.len());
+        let mut now = Seen::default();
         for &Entry {
             name: replica,
             age,
@@ -94,11 +116,34 @@ impl<'a> View<'a> {
                     } => add_aged(view.loads.entry((pool, backend)).or_default(), figures, age),
                     Line::Demand { pool, counts } => {
                         let key = (replica.to_owned(), pool.to_owned());
-                        if let Some(&last) = seen.get(&key) {
+                        if let Some(&last) = seen.demand.get(&key) {
                             let offered = view.offered.entry(pool).or_default();
                             *offered = offered.plus(counts.since(last));
                         }
-                        now.insert(key, counts);
+                        now.demand.insert(key, counts);
+                    }
+                    Line::Tenant {
+                        pool,
+                        tenant,
+                        in_flight,
+                        admitted,
+                    } => {
+                        let held = view.in_flight.entry(pool).or_default();
+                        let held = held.entry(tenant).or_default();
+                        *held = held.saturating_add(in_flight);
+                        let key = (replica.to_owned(), pool.to_owned(), tenant.to_owned());
+                        // Seen the first time, or counted back (the replica restarted): its
+                        // past is not this interval's service.
+                        let moved = seen
+                            .admitted
+                            .get(&key)
+                            .map_or(0, |&last| admitted.saturating_sub(last));
+                        if moved > 0 {
+                            let served = view.served.entry(pool).or_default();
+                            let served = served.entry(tenant).or_default();
+                            *served = served.saturating_add(moved);
+                        }
+                        now.admitted.insert(key, admitted);
                     }
                     Line::Prefill {
                         pool,
@@ -188,7 +233,7 @@ mod tests {
             counts(8_000, 1, 1),
             "counts that went back: the replica restarted, all it has is new"
         );
-        assert_eq!(seen.len(), 1, "c, not read this time, is forgotten");
+        assert_eq!(seen.demand.len(), 1, "c, not read this time, is forgotten");
     }
 
     #[test]
@@ -261,6 +306,42 @@ mod tests {
             "c publishes no partition (an earlier version, or one that has not read the fleet)"
         );
         assert_eq!(view.held, [("s1", 1), ("s1", 3), ("s1", 5), ("s2", 0)]);
+    }
+
+    #[test]
+    fn sums_the_tenants_work_in_flight_and_what_each_replica_let_through_since() {
+        let mut seen = Seen::new();
+        let first = [
+            (
+                "b",
+                "tenant\tp\tflood\t3000\t50000\ntenant\tp\tquiet\t300\t900\n",
+            ),
+            ("c", "tenant\tp\tflood\t1000\t20000\n"),
+        ];
+        let view = View::read("a", &fresh(&first), &mut seen);
+        assert_eq!(view.in_flight["p"]["flood"], 4000);
+        assert_eq!(view.in_flight["p"]["quiet"], 300);
+        assert!(
+            view.served.is_empty(),
+            "first seen: their past is not served now"
+        );
+        let second = [
+            (
+                "b",
+                "tenant\tp\tflood\t2000\t56000\ntenant\tp\tquiet\t0\t900\n",
+            ),
+            ("c", "tenant\tp\tflood\t1000\t21000\n"),
+        ];
+        let view = View::read("a", &fresh(&second), &mut seen);
+        assert_eq!(
+            view.served["p"]["flood"], 7000,
+            "6 000 through b, 1 000 through c"
+        );
+        assert!(!view.served["p"].contains_key("quiet"), "nothing moved");
+        assert_eq!(view.in_flight["p"]["flood"], 3000);
+        let restarted = [("b", "tenant\tp\tflood\t0\t100\n")];
+        let view = View::read("a", &fresh(&restarted), &mut seen);
+        assert!(view.served.is_empty(), "counted back: restarted");
     }
 
     #[test]

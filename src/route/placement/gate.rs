@@ -53,6 +53,7 @@
 //! with `retry-after`) or sent where a missed placement goes (the backend with the fewest
 //! streams). A client that leaves takes its entry out. The queue is bounded (`capacity`); a
 //! request arriving to a full one is shed.
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -60,7 +61,7 @@ use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use super::share::{ShareSlot, Shares};
+use super::share::{ShareSlot, Shares, TenantWork};
 use super::{choose, Demand, Placed, PoolSlo, SloTargets};
 use crate::config::{OnDeadline, QueueConfig};
 use crate::context::RequestContext;
@@ -162,6 +163,24 @@ impl Gate {
     /// The gate's pool's name.
     pub(crate) fn pool_name(&self) -> &Arc<str> {
         &self.pool.name
+    }
+
+    /// Each tenant's work in flight and let through, for the fleet's other gateways.
+    pub(crate) fn tenants(&self, now: Instant) -> Vec<TenantWork> {
+        self.shares.published(now)
+    }
+
+    /// What the fleet's other gateways hold per tenant (`in_flight`) and let through since the
+    /// last sync (`served`): the shares count the first, the fair queue charges the second.
+    pub(crate) fn take_fleet(&self, in_flight: HashMap<Arc<str>, u64>, served: &[(&str, u64)]) {
+        self.shares.set_others(in_flight);
+        if served.is_empty() {
+            return;
+        }
+        let mut queue = self.lock();
+        for &(tenant, tokens) in served {
+            queue.charge(tenant, tokens);
+        }
     }
 
     /// Admits the request of `context` (its prompt prefix in `keys`, its head's `headers`):

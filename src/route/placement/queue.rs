@@ -207,6 +207,22 @@ impl<T> FairQueue<T> {
         Some((key, entry))
     }
 
+    /// Charges `tokens` served elsewhere (by the fleet's other gateways) to `tenant`'s counter,
+    /// while it is backlogged here: the queue then orders tenants by what they were served
+    /// across the fleet. An idle tenant is not charged (it starts level with the least served
+    /// when it comes back, as ever).
+    pub fn charge(&mut self, tenant: &str, tokens: u64) {
+        let Some(state) = self.tenants.get_mut(tenant) else {
+            return;
+        };
+        let Some(name) = self.turns.remove(&state.turn()) else {
+            return;
+        };
+        state.counter = state.counter.saturating_add(tokens);
+        self.floor = self.floor.max(state.counter);
+        self.turns.insert(state.turn(), name);
+    }
+
     /// The entry [`Self::pop`] would take next, left in place (the caller decides whether it can
     /// be served now).
     pub fn peek(&self) -> Option<&Entry<T>> {

@@ -86,6 +86,14 @@ impl<T> Lanes<T> {
             .map(|(_, entry)| entry)
     }
 
+    /// Charges `tokens` the tenant was served elsewhere in the fleet, in each lane where it
+    /// waits ([`FairQueue::charge`]).
+    pub(super) fn charge(&mut self, tenant: &str, tokens: u64) {
+        for lane in &mut self.lanes {
+            lane.charge(tenant, tokens);
+        }
+    }
+
     /// Whether `tenant` has an entry waiting in `lane`.
     pub(super) fn holds(&self, lane: Lane, tenant: &str) -> bool {
         self.lanes[lane as usize].counter(tenant).is_some()

@@ -776,3 +776,39 @@ async fn document_shed_at_its_deadline(document: tokio::task::JoinHandle<Admissi
         "shed at its deadline: {admission:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_let_through_by_the_fleets_other_gateways_is_over_its_share_here() {
+    let queue = QueueConfig {
+        equal_shares: true,
+        ..by_team()
+    };
+    let fixture = fixture(Duration::from_millis(800), queue);
+    // 3 000 prompt tokens queued on the backend: room for a 200-token request, not ample room.
+    let _prefill = fixture.load(1, 3_000);
+    let quiet = answer(enter(&fixture.gate, 200, team("quiet"))).await;
+    assert!(matches!(quiet, Admission::Placed { guard: None, .. }));
+    let published = fixture.gate.tenants(Instant::now());
+    assert_eq!(
+        (
+            &*published[0].tenant,
+            published[0].in_flight,
+            published[0].admitted
+        ),
+        ("quiet", 456, 456),
+        "what the fleet's others read of this gateway"
+    );
+    // The other gateways hold 4 000 tokens of the flood's: here, its first request is over its
+    // share of the fleet's work (4 000 of 4 456 tokens, two tenants), and waits for ample room.
+    let others = HashMap::from([(Arc::from("flood"), 4_000)]);
+    fixture.gate.take_fleet(others, &[("flood", 4_000)]);
+    let flood = enter(&fixture.gate, 200, team("flood"));
+    queued(&fixture, 1).await;
+    assert!(
+        still_waiting(&fixture, 1),
+        "over its share: ample room only"
+    );
+    // The store unanswered: this gateway's own view, where the flood holds nothing.
+    fixture.gate.take_fleet(HashMap::new(), &[]);
+    assert!(released(&answer(flood).await));
+}

@@ -587,3 +587,31 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn service_elsewhere_in_the_fleet_moves_a_backlogged_tenant_back() {
+    let base = Instant::now();
+    let mut queue = FairQueue::new(16);
+    push_n(&mut queue, "flood", 4, 100, at(base, 10));
+    push_n(&mut queue, "quiet", 4, 100, at(base, 10));
+    assert_eq!(
+        pop_tenants(&mut queue, 2),
+        ["flood", "quiet"],
+        "alternating"
+    );
+    // The other gateways served the flood 250 tokens (2.5 entries) since the last sync.
+    queue.charge("flood", 250);
+    queue.check();
+    assert_eq!(queue.counter("flood"), Some(350));
+    assert_eq!(
+        pop_tenants(&mut queue, 4),
+        ["quiet", "quiet", "quiet", "flood"],
+        "the quiet tenant catches up the fleet's service to the flood first"
+    );
+    queue.charge("absent", 1_000);
+    assert_eq!(
+        queue.counter("absent"),
+        None,
+        "an idle tenant is not charged"
+    );
+}
