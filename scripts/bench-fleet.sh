@@ -19,8 +19,12 @@
 # docs/fleet-results.json (NAME=x: the `fleet_x` part and `fleet-bench-x` markers) and the table
 # between the fleet-bench markers of docs/deploying.md.
 #
+# RUNS=k repeats every cell k times, interleaved, repeat r with seed SEED + r for every gateway
+# count alike (paired): one run's spread is as large as the 1.15x the fleet is judged by, so the
+# table ends with each cell's SLO misses summed over its runs and their ratio to one gateway's.
+#
 # Usage: scripts/bench-fleet.sh        (RATES, SETUPS, GATEWAYS, FLEET, CLIENTS, DURATION, SEED,
-#                                        SESSION_RATIO, WORKLOAD, INTERVAL, NAME override)
+#                                        RUNS, SESSION_RATIO, WORKLOAD, INTERVAL, NAME override)
 #        scripts/bench-fleet.sh --summarize DIR   (rebuild the outputs from DIR)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +37,7 @@ FLEET=${FLEET:-"off on"}
 CLIENTS=${CLIENTS:-4}
 DURATION=${DURATION:-45s}
 SEED=${SEED:-1}
+RUNS=${RUNS:-1}
 INTERVAL=${INTERVAL:-}
 SESSION_RATIO=${SESSION_RATIO:-0.05}
 WORKLOAD=${WORKLOAD:-"chat:0.9:prompt=uniform:200-600:output=uniform:64-256,document:0.1:prompt=uniform:6000-10000:output=fixed:128"}
@@ -68,10 +73,17 @@ config() {
     esac
 }
 
-# run SETUP FLEET N RATE: the fleet, Redis (FLEET=on), N gateways, CLIENTS bench processes; each
-# client's report in RUN-c<i>.json, each gateway's metrics in RUN-g<g>.prom.
+# cell_id SETUP FLEET N RATE R: a run's name (repeat 0 without a suffix, as before RUNS).
+cell_id() {
+    if [ "$5" = 0 ]; then echo "$1-$2-$3-$4"; else echo "$1-$2-$3-$4-r$5"; fi
+}
+
+# run SETUP FLEET N RATE R: the fleet, Redis (FLEET=on), N gateways, CLIENTS bench processes
+# (repeat R: seed SEED + R); each client's report in RUN-c<i>.json, each gateway's metrics in
+# RUN-g<g>.prom.
 run() {
-    local setup=$1 fleet=$2 n=$3 rate=$4 id="$1-$2-$3-$4" sims=() gateways=() clients=() g i
+    local setup=$1 fleet=$2 n=$3 rate=$4 seed=$((SEED + $5)) id sims=() gateways=() clients=() g i
+    id=$(cell_id "$@")
     start_sims "$id"
     if [ "$fleet" = on ]; then
         redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
@@ -96,7 +108,7 @@ run() {
     fi
     for i in $(seq 0 $((CLIENTS - 1))); do
         g=$((i % n))
-        "$BIN" bench --url "http://127.0.0.1:$((18100 + g))" --duration "$DURATION" --seed $((SEED * 100 + i)) \
+        "$BIN" bench --url "http://127.0.0.1:$((18100 + g))" --duration "$DURATION" --seed $((seed * 100 + i)) \
             --slo-ttft "$SLO_TTFT" --slo-tpot "$SLO_TPOT" --slo-max-gap "$SLO_MAX_GAP" \
             --rate "$each" --workload "$WORKLOAD" "${sessions[@]}" --json "$tmp/$id-c$i.json" \
             >"$tmp/bench-$id-c$i.log" 2>&1 &
@@ -120,13 +132,15 @@ if [ "${1:-}" = "--summarize" ]; then
 else
     cargo build --release --quiet
     tmp=$(mktemp -d)
-    for rate in $RATES; do
-        for setup in $SETUPS; do
-            for n in $GATEWAYS; do
-                for fleet in $FLEET; do
-                    [ "$n" = 1 ] && [ "$fleet" = on ] && continue
-                    echo "== $setup, $n gateway(s), fleet $fleet: $rate requests/s for $DURATION" >&2
-                    run "$setup" "$fleet" "$n" "$rate"
+    for r in $(seq 0 $((RUNS - 1))); do
+        for rate in $RATES; do
+            for setup in $SETUPS; do
+                for n in $GATEWAYS; do
+                    for fleet in $FLEET; do
+                        [ "$n" = 1 ] && [ "$fleet" = on ] && continue
+                        echo "== $setup, $n gateway(s), fleet $fleet: $rate requests/s for $DURATION (run $r, seed $((SEED + r)))" >&2
+                        run "$setup" "$fleet" "$n" "$rate" "$r"
+                    done
                 done
             done
         done
@@ -136,11 +150,12 @@ fi
 
 [ -f "$OUT" ] || echo '{}' >"$OUT"
 results='[]'
+for r in $(seq 0 $((RUNS - 1))); do
 for rate in $RATES; do
     for setup in $SETUPS; do
         for n in $GATEWAYS; do
             for fleet in $FLEET; do
-                id="$setup-$fleet-$n-$rate"
+                id=$(cell_id "$setup" "$fleet" "$n" "$rate" "$r")
                 [ -f "$tmp/$id-c0.json" ] || continue
                 errors='[]'
                 for prom in "$tmp/$id"-g*.prom; do
@@ -162,14 +177,15 @@ for rate in $RATES; do
                               calls / n / up, usec / calls, rx / n / up, tx / n / up, usec / 1e6 / up }' "$tmp/$id-redis.txt")
                 fi
                 results=$(jq -s --arg setup "$setup" --arg fleet "$fleet" --argjson n "$n" --argjson rate "$rate" \
-                    --argjson errors "$errors" --argjson store "$store" '
+                    --argjson errors "$errors" --argjson store "$store" --argjson run "$r" --argjson seed "$((SEED + r))" '
                     def ms: . * 1000;
                     def c($p; $n): $p.points[0].classes[] | select(.class == $n);
                     def r: (. * 10 | round) / 10;
                     (map(c(.; "all").requests) | add) as $requests
                     | (map((c(.; "all").goodput_ttft_tpot * .points[0].wall_time_s) | round) | add) as $met
                     | (map(c(.; "all").slo_met) | add) as $gap_met
-                    | {setup: $setup, fleet: $fleet, gateways: $n, rate: $rate, requests: $requests,
+                    | {setup: $setup, fleet: $fleet, gateways: $n, rate: $rate, run: $run, seed: $seed,
+                       requests: $requests, misses: ($requests - $met), gap_misses: ($requests - $gap_met),
                        errors: (map(c(.; "all").errors) | add),
                        slo_met_pct: (100 * $met / $requests), gap_slo_met_pct: (100 * $gap_met / $requests),
                        goodput_rps: (map(c(.; "all").goodput_ttft_tpot) | add),
@@ -181,9 +197,11 @@ for rate in $RATES; do
         done
     done
 done
+done
 part=$(jq -n --arg duration "$DURATION" --arg seed "$SEED" --arg workload "$WORKLOAD" \
     --arg ratio "$SESSION_RATIO" --argjson clients "$CLIENTS" --argjson results "$results" \
-    '{duration: $duration, seed: ($seed | tonumber), workload: $workload, session_ratio: ($ratio | tonumber),
+    --argjson runs "$RUNS" \
+    '{duration: $duration, seed: ($seed | tonumber), runs: $runs, workload: $workload, session_ratio: ($ratio | tonumber),
       clients: $clients, profile: "'"$PROFILE"'", replicas: "8101, 8102 full speed; 8103, 8104 half speed",
       slo: {ttft: "'"$SLO_TTFT"'", tpot: "'"$SLO_TPOT"'", max_gap: "'"$SLO_MAX_GAP"'"}, results: $results}')
 jq --arg key "$PART" --argjson part "$part" '.[$key] = $part' "$OUT" >"$OUT.new" && mv "$OUT.new" "$OUT"
@@ -191,7 +209,24 @@ table=$(jq -r --arg key "$PART" '
   def r: (. * 10 | round) / 10;
   "| rate | set-up | gateways | fleet | requests (errors) | SLOs met | goodput (req/s) | SLOs met, gap counted | goodput, gap counted | worst client: chat TTFT p99 / ITL p99 (ms) | TTFT predicted / measured, p50, per gateway | store, per gateway: syncs/s, Redis µs each, bytes/s in / out |",
   "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|",
-  (.[$key].results[] | "| \(.rate) | \(.setup) | \(.gateways) | \(.fleet) | \(.requests) (\(.errors)) | \(.slo_met_pct | r) % | \(.goodput_rps | r) | \(.gap_slo_met_pct | r) % | \(.gap_goodput_rps | r) | \(.worst_chat_ttft_p99_ms | r) / \(.worst_chat_itl_p99_ms | r) | \(.prediction_error_ttft_p50 | map(if . == null then "-" else tostring end) | join(", ")) | \(if .store then "\(.store.syncs_per_s), \(.store.redis_us_per_sync), \(.store.bytes_in_per_s) / \(.store.bytes_out_per_s)" else "-" end) |")' "$OUT")
+  (.[$key].results[] | "| \(.rate) | \(.setup) | \(.gateways) | \(.fleet)\(if (.run // 0) > 0 then " (run \(.run), seed \(.seed))" else "" end) | \(.requests) (\(.errors)) | \(.slo_met_pct | r) % | \(.goodput_rps | r) | \(.gap_slo_met_pct | r) % | \(.gap_goodput_rps | r) | \(.worst_chat_ttft_p99_ms | r) / \(.worst_chat_itl_p99_ms | r) | \(.prediction_error_ttft_p50 | map(if . == null then "-" else tostring end) | join(", ")) | \(if .store then "\(.store.syncs_per_s), \(.store.redis_us_per_sync), \(.store.bytes_in_per_s) / \(.store.bytes_out_per_s)" else "-" end) |")' "$OUT")
+# Each cell's misses summed over its runs, against one gateway's at the same rate and set-up.
+judged=$(jq -r --arg key "$PART" '
+  def r: (. * 100 | round) / 100;
+  .[$key].results as $all
+  | ($all | group_by([.rate, .setup, .gateways, .fleet])
+     | map({rate: .[0].rate, setup: .[0].setup, gateways: .[0].gateways, fleet: .[0].fleet, runs: length,
+            misses: (map(.misses // 0) | add), gap_misses: (map(.gap_misses // 0) | add),
+            requests: (map(.requests) | add)})) as $cells
+  | if ($all | map(.run // 0) | max) == 0 then empty else
+    "",
+    "| rate | set-up | gateways | fleet | runs | requests | SLO misses (ratio to one gateway) | misses, gap counted (ratio) |",
+    "|---:|---|---:|---|---:|---:|---:|---:|",
+    ($cells[] as $c
+     | ($cells | map(select(.rate == $c.rate and .setup == $c.setup and .gateways == 1)) | first) as $one
+     | "| \($c.rate) | \($c.setup) | \($c.gateways) | \($c.fleet) | \($c.runs) | \($c.requests) | \($c.misses) (\(if $one and $one.misses > 0 then ($c.misses / $one.misses | r | tostring) + "x" else "-" end)) | \($c.gap_misses) (\(if $one and $one.gap_misses > 0 then ($c.gap_misses / $one.gap_misses | r | tostring) + "x" else "-" end)) |")
+    end' "$OUT")
+table="$table$judged"
 echo "$table"
 if grep -q "<!-- $MARK:begin -->" docs/deploying.md; then
     write_block "$MARK" "$table" docs/deploying.md

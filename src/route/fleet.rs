@@ -45,17 +45,15 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::backend::Backend;
 use super::handoff::slots::SlotTables;
-use super::members::Members;
-use super::placement::designate::Designation;
-use super::placement::gate::Gate;
-use super::placement::PoolSlo;
 use crate::config::FleetConfig;
 use crate::metrics::{shared_label, Metrics, LABEL_BACKEND, LABEL_POOL};
 use crate::store::{self, Connection, OpenError, StoreSettings};
 use payload::{Figures, Payload};
+pub use pool::SharedPool;
 use view::{Entry, Seen, View};
 
 pub mod payload;
+mod pool;
 mod view;
 
 /// Rounds of the sync, by outcome.
@@ -306,55 +304,6 @@ impl Fleet {
 struct Shared {
     pools: Vec<SharedPool>,
     slots: Arc<SlotTables>,
-}
-
-/// A pool as its fleet shares it: its members (their backends now: DNS may change them between
-/// rounds), its placement, whose designation the fleet leads or follows, and its gateway queue,
-/// whose tenants' shares are the fleet's.
-#[derive(Debug, Clone)]
-pub struct SharedPool {
-    pub members: Arc<Members>,
-    pub slo: Option<Arc<PoolSlo>>,
-    pub gate: Option<Arc<Gate>>,
-}
-
-impl SharedPool {
-    fn designation(&self) -> Option<(&PoolSlo, &Designation)> {
-        let slo = self.slo.as_deref()?;
-        Some((slo, slo.designation()?))
-    }
-
-    /// Writes this replica's load on the pool's backends and, where it designates, the prompts
-    /// it offered and the prefill-heavy backends it sees.
-    fn publish(&self, payload: &mut Payload, now: Instant) {
-        let backends = self.members.backends();
-        for backend in backends.iter() {
-            let load = backend.own_load(now);
-            let figures = Figures {
-                streams: load.streams,
-                queued_tokens: load.queued_tokens,
-                stall: backend.own_stall_left(now),
-            };
-            payload.load(&backend.pool, &backend.target.label, figures);
-        }
-        if let Some((_, designation)) = self.designation() {
-            let name = &self.members.name;
-            payload.demand(name, designation.own_counts());
-            let heavy = backends.iter().filter(|b| b.role().prefill_heavy());
-            payload.heavy(name, heavy.map(|b| &*b.target.label));
-            for backend in backends.iter() {
-                if let Some((cost, precision)) = backend.own_prefill_cost() {
-                    payload.prefill(name, &backend.target.label, cost, precision);
-                }
-            }
-        }
-        if let Some(gate) = &self.gate {
-            for work in gate.tenants(now) {
-                let name = &self.members.name;
-                payload.tenant(name, &work.tenant, work.in_flight, work.admitted);
-            }
-        }
-    }
 }
 
 /// The sync's series.
