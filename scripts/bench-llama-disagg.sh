@@ -54,15 +54,6 @@ mkdir -p "$tmp"
 slots="$tmp/slots"
 mkdir -p "$slots"
 
-# server CORE PORT BATCH LOG
-server() {
-    taskset -c "$1" "$LLAMA/bin/llama-server" --model "$LLAMA/model.gguf" --host 127.0.0.1 --port "$2" \
-        --threads 1 --threads-batch 1 --parallel 4 --ctx-size 16384 \
-        --batch-size "$3" --ubatch-size "$3" --slot-save-path "$slots/" --metrics >"$4" 2>&1 &
-    pids+=("$!")
-    echo "$!"
-}
-
 # config SETUP: the proxy's config.
 config() {
     case $1 in
@@ -89,8 +80,10 @@ run() {
     local name=$1 workload=$2 n=$3 prefill_batch=2048
     [ "${name#disagg}" != "$name" ] && prefill_batch=$PREFILL_BATCH
     local a b tag="$name-$workload-$n"
-    a=$(server 0 8201 "$prefill_batch" "$tmp/llama-8201-$tag.log")
-    b=$(server 1 8202 2048 "$tmp/llama-8202-$tag.log")
+    a=$(llama_server 0 8201 "$prefill_batch" "$tmp/llama-8201-$tag.log" "$slots")
+    pids+=("$a")
+    b=$(llama_server 1 8202 2048 "$tmp/llama-8202-$tag.log" "$slots")
+    pids+=("$b")
     wait_http http://127.0.0.1:8201/health 600
     wait_http http://127.0.0.1:8202/health 600
     config "$name" >"$tmp/$name.toml"

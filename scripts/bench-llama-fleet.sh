@@ -41,15 +41,6 @@ tmp=$(mktemp -d)
 slots="$tmp/slots"
 mkdir -p "$slots"
 
-# server CORE PORT BATCH LOG: a llama-server, its pid on stdout.
-server() {
-    taskset -c "$1" "$LLAMA/bin/llama-server" --model "$LLAMA/model.gguf" --host 127.0.0.1 --port "$2" \
-        --threads 1 --threads-batch 1 --parallel 4 --ctx-size 16384 \
-        --batch-size "$3" --ubatch-size "$3" --slot-save-path "$slots/" --metrics >"$4" 2>&1 &
-    pids+=("$!")
-    echo "$!"
-}
-
 # config G N: gateway G's config, of N gateways (a fleet with more than one).
 config() {
     printf '[[pools]]\nname = "prefill"\nurls = ["http://127.0.0.1:8201"]\nbalance = "prompt_tokens"\n\n'
@@ -66,8 +57,10 @@ config() {
 run() {
     local setup=$1 n=2 g i a b redis gateways=() clients=()
     [ "$setup" = one ] && n=1
-    a=$(server 0 8201 256 "$tmp/llama-8201-$setup.log")
-    b=$(server 1 8202 2048 "$tmp/llama-8202-$setup.log")
+    a=$(llama_server 0 8201 256 "$tmp/llama-8201-$setup.log" "$slots")
+    pids+=("$a")
+    b=$(llama_server 1 8202 2048 "$tmp/llama-8202-$setup.log" "$slots")
+    pids+=("$b")
     wait_http http://127.0.0.1:8201/health 600
     wait_http http://127.0.0.1:8202/health 600
     redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >"$tmp/redis-$setup.log" 2>&1 &

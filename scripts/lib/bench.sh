@@ -110,3 +110,13 @@ prom_abs_error() {
             }
             print "null" }'
 }
+
+# llama_server CORE PORT BATCH LOG SLOTS: a llama-server of $LLAMA pinned to core CORE with one
+# thread, 4 slots of a 16 384-token context, batch BATCH, saving and restoring slots in SLOTS, its
+# log in LOG; prints its pid (called in $(...), so the caller adds it to `pids` itself).
+llama_server() {
+    taskset -c "$1" "$LLAMA/bin/llama-server" --model "$LLAMA/model.gguf" --host 127.0.0.1 --port "$2" \
+        --threads 1 --threads-batch 1 --parallel 4 --ctx-size 16384 \
+        --batch-size "$3" --ubatch-size "$3" --slot-save-path "$5/" --metrics >"$4" 2>&1 &
+    echo "$!"
+}
