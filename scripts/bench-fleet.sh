@@ -10,12 +10,14 @@
 # Set-ups (SETUPS): `slo` (balance = "slo", prefix affinity, [slo] 800 ms / 35 ms / gap 250 ms) and
 # `gated` (the same with [pools.queue], on_deadline = "shed"), as bench-slo.sh's. FLEET says
 # whether the gateways share their load through a Redis (`on`: [fleet] store, its interval INTERVAL,
-# default 250ms) or each routes on its own (`off`); one gateway runs `off` only.
+# default 250ms; NEWS=off: without news between rounds) or each routes on its own (`off`); one
+# gateway runs `off` only.
 #
 # Per run: requests, SLOs met and goodput summed over the clients (with and without the gap
 # target), the worst client's chat TTFT p99 and chat ITL p99, and each gateway's TTFT prediction
 # (predicted / measured, median); with the fleet on, what its syncs cost the store per gateway and
-# second (script calls, Redis time per call, bytes in and out). Writes the `fleet` part of
+# second (script calls, Redis time per call, bytes in and out; news published and Redis time per
+# news). Writes the `fleet` part of
 # docs/fleet-results.json (NAME=x: the `fleet_x` part and `fleet-bench-x` markers) and the table
 # between the fleet-bench markers of docs/deploying.md.
 #
@@ -24,7 +26,7 @@
 # table ends with each cell's SLO misses summed over its runs and their ratio to one gateway's.
 #
 # Usage: scripts/bench-fleet.sh        (RATES, SETUPS, GATEWAYS, FLEET, CLIENTS, DURATION, SEED,
-#                                        RUNS, SESSION_RATIO, WORKLOAD, INTERVAL, NAME override)
+#                                        RUNS, SESSION_RATIO, WORKLOAD, INTERVAL, NEWS, NAME override)
 #        scripts/bench-fleet.sh --summarize DIR   (rebuild the outputs from DIR)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +41,7 @@ DURATION=${DURATION:-45s}
 SEED=${SEED:-1}
 RUNS=${RUNS:-1}
 INTERVAL=${INTERVAL:-}
+NEWS=${NEWS:-on}
 SESSION_RATIO=${SESSION_RATIO:-0.05}
 WORKLOAD=${WORKLOAD:-"chat:0.9:prompt=uniform:200-600:output=uniform:64-256,document:0.1:prompt=uniform:6000-10000:output=fixed:128"}
 SLO_TTFT=800ms SLO_TPOT=35ms SLO_MAX_GAP=250ms
@@ -62,6 +65,7 @@ config() {
     if [ "$2" = on ]; then
         printf '[fleet]\nstore = "redis://127.0.0.1:%d"\nreplica = "gw-%d"\n' "$REDIS_PORT" "$3"
         if [ -n "$INTERVAL" ]; then printf 'interval = "%s"\n' "$INTERVAL"; fi
+        if [ "$NEWS" = off ]; then printf 'news = false\n'; fi
         printf '\n'
     fi
     printf '[[pools]]\nname = "replicas"\nurls = %s\nbalance = "slo"\naffinity = "prefix"\n' "$(urls "${PORTS[@]}")"
@@ -171,10 +175,12 @@ for rate in $RATES; do
                     store=$(awk -F'[:=,\r]' -v n="$n" '
                         /^uptime_in_seconds:/ { up = $2 }
                         /^cmdstat_evalsha:/ { calls = $3; usec = $5 }
+                        /^cmdstat_publish:/ { news = $3; news_usec = $5 }
                         /^total_net_input_bytes:/ { rx = $2 }
                         /^total_net_output_bytes:/ { tx = $2 }
-                        END { printf "{\"syncs_per_s\": %.2f, \"redis_us_per_sync\": %.1f, \"bytes_in_per_s\": %d, \"bytes_out_per_s\": %d, \"redis_cpu_share\": %.5f}\n",
-                              calls / n / up, usec / calls, rx / n / up, tx / n / up, usec / 1e6 / up }' "$tmp/$id-redis.txt")
+                        END { printf "{\"syncs_per_s\": %.2f, \"redis_us_per_sync\": %.1f, \"bytes_in_per_s\": %d, \"bytes_out_per_s\": %d, \"redis_cpu_share\": %.5f, \"news_per_s\": %.2f, \"redis_us_per_news\": %.1f}\n",
+                              calls / n / up, usec / calls, rx / n / up, tx / n / up, (usec + news_usec) / 1e6 / up,
+                              news / n / up, (news > 0 ? news_usec / news : 0) }' "$tmp/$id-redis.txt")
                 fi
                 results=$(jq -s --arg setup "$setup" --arg fleet "$fleet" --argjson n "$n" --argjson rate "$rate" \
                     --argjson errors "$errors" --argjson store "$store" --argjson run "$r" --argjson seed "$((SEED + r))" '
@@ -207,9 +213,9 @@ part=$(jq -n --arg duration "$DURATION" --arg seed "$SEED" --arg workload "$WORK
 jq --arg key "$PART" --argjson part "$part" '.[$key] = $part' "$OUT" >"$OUT.new" && mv "$OUT.new" "$OUT"
 table=$(jq -r --arg key "$PART" '
   def r: (. * 10 | round) / 10;
-  "| rate | set-up | gateways | fleet | requests (errors) | SLOs met | goodput (req/s) | SLOs met, gap counted | goodput, gap counted | worst client: chat TTFT p99 / ITL p99 (ms) | TTFT predicted / measured, p50, per gateway | store, per gateway: syncs/s, Redis µs each, bytes/s in / out |",
+  "| rate | set-up | gateways | fleet | requests (errors) | SLOs met | goodput (req/s) | SLOs met, gap counted | goodput, gap counted | worst client: chat TTFT p99 / ITL p99 (ms) | TTFT predicted / measured, p50, per gateway | store, per gateway: syncs/s, Redis µs each, bytes/s in / out (news/s, µs each) |",
   "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|",
-  (.[$key].results[] | "| \(.rate) | \(.setup) | \(.gateways) | \(.fleet)\(if (.run // 0) > 0 then " (run \(.run), seed \(.seed))" else "" end) | \(.requests) (\(.errors)) | \(.slo_met_pct | r) % | \(.goodput_rps | r) | \(.gap_slo_met_pct | r) % | \(.gap_goodput_rps | r) | \(.worst_chat_ttft_p99_ms | r) / \(.worst_chat_itl_p99_ms | r) | \(.prediction_error_ttft_p50 | map(if . == null then "-" else tostring end) | join(", ")) | \(if .store then "\(.store.syncs_per_s), \(.store.redis_us_per_sync), \(.store.bytes_in_per_s) / \(.store.bytes_out_per_s)" else "-" end) |")' "$OUT")
+  (.[$key].results[] | "| \(.rate) | \(.setup) | \(.gateways) | \(.fleet)\(if (.run // 0) > 0 then " (run \(.run), seed \(.seed))" else "" end) | \(.requests) (\(.errors)) | \(.slo_met_pct | r) % | \(.goodput_rps | r) | \(.gap_slo_met_pct | r) % | \(.gap_goodput_rps | r) | \(.worst_chat_ttft_p99_ms | r) / \(.worst_chat_itl_p99_ms | r) | \(.prediction_error_ttft_p50 | map(if . == null then "-" else tostring end) | join(", ")) | \(if .store then "\(.store.syncs_per_s), \(.store.redis_us_per_sync), \(.store.bytes_in_per_s) / \(.store.bytes_out_per_s)\(if (.store.news_per_s // 0) > 0 then " (\(.store.news_per_s), \(.store.redis_us_per_news))" else "" end)" else "-" end) |")' "$OUT")
 # Each cell's misses summed over its runs, against one gateway's at the same rate and set-up.
 judged=$(jq -r --arg key "$PART" '
   def r: (. * 100 | round) / 100;

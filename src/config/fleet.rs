@@ -35,6 +35,10 @@ pub struct FleetConfig {
     /// after two intervals without an answer.
     #[serde(with = "super::spelling::human_duration")]
     pub interval: Duration,
+    /// Between payloads, tell the others at once of each placement's change to this replica's
+    /// load on a backend, over the store's pub/sub (at most one message per 5 ms; never through
+    /// a Redis Cluster, whose payloads alone carry the load).
+    pub news: bool,
     /// This replica's name in the store, unique in the fleet. Empty: `$HOSTNAME` (a pod's
     /// name), else a random one.
     pub replica: String,
@@ -50,6 +54,7 @@ impl Default for FleetConfig {
             store_tls: StoreTlsConfig::default(),
             store_cluster: false,
             interval: Duration::from_millis(250),
+            news: true,
             replica: String::new(),
             key_prefix: "tokenmeter".to_owned(),
         }
@@ -63,6 +68,7 @@ impl std::fmt::Debug for FleetConfig {
             store_tls,
             store_cluster,
             interval,
+            news,
             replica,
             key_prefix,
         } = self;
@@ -71,6 +77,7 @@ impl std::fmt::Debug for FleetConfig {
             .field("store_tls", store_tls)
             .field("store_cluster", store_cluster)
             .field("interval", interval)
+            .field("news", news)
             .field("replica", replica)
             .field("key_prefix", key_prefix)
             .finish()

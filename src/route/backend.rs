@@ -15,11 +15,13 @@ use super::series::BackendMetrics;
 use crate::config::BalanceLoad;
 use crate::metrics::Metrics;
 use crate::upstream::Target;
+use news::News;
 use others::Others;
 use predict::{Ask, LatencyModel, Load, Outcome, Predicted};
 use role::Role;
 
 mod guard;
+mod news;
 mod others;
 pub mod predict;
 pub mod role;
@@ -55,6 +57,8 @@ pub struct Backend {
     /// The load the fleet's other gateway replicas put on it, as the store last said
     /// (`[fleet]`; none without one).
     others: Others,
+    /// Whether its load changed since this replica last told its fleet (`[fleet]` news).
+    news: News,
     /// Scraped `vllm:num_requests_waiting` (or the engine's like of it).
     waiting: AtomicU64,
     /// Scraped `vllm:num_requests_running` (or the engine's like of it): with `waiting`, a floor
@@ -98,6 +102,7 @@ impl Backend {
             queued_tokens: AtomicU64::new(0),
             health: Mutex::new(Health::default()),
             others: Others::default(),
+            news: News::default(),
             waiting: AtomicU64::new(0),
             running: AtomicU64::new(0),
             kv_usage: AtomicU64::new(0f64.to_bits()),
@@ -380,6 +385,18 @@ impl Backend {
     pub(crate) fn stall_until(&self, until: Instant) {
         self.stalls_until
             .fetch_max(self.nanos(until), Ordering::Relaxed);
+        self.news.mark();
+    }
+
+    /// Wakes `desk` whenever this replica places a request on it, for the fleet's news.
+    pub(crate) fn attach_news(&self, desk: &Arc<tokio::sync::Notify>) {
+        self.news.attach(desk);
+    }
+
+    /// Whether this replica placed a request on it, or marked it stalling, since the last call
+    /// (the fleet's news tell the others).
+    pub(crate) fn take_news(&self) -> bool {
+        self.news.take()
     }
 
     /// Whether a long prefill placed on it, by this replica or (`[fleet]`) another, may still

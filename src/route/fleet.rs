@@ -28,6 +28,11 @@
 //! and the slots it holds, and takes a slot the partition moved to it once the others agree and
 //! none holds it.
 //!
+//! Between payloads, each replica tells the others at once of every placement's change to its
+//! load on a backend ([`news`], over the store's pub/sub; [`board`] keeps whichever of a
+//! replica's figures is newer): the gateway queues of four replicas released requests into the
+//! room each saw at the last sync, and together filled it up to four times over.
+//!
 //! Faults: a replica that stops publishing (killed, or cut off) drops out of the others' view
 //! two intervals after its last write, decided by the store's clock, so replicas whose clocks
 //! differ agree. A replica that cannot reach the store for two intervals forgets the others'
@@ -35,10 +40,10 @@
 //! outcome (`tokenmeter_fleet_syncs_total`), and `tokenmeter_fleet_own_view` is 1 meanwhile
 //! (alerted on: deploy/prometheus).
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{Counter, Gauge, Label};
 use redis::Script;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -48,27 +53,19 @@ use super::handoff::slots::SlotTables;
 use crate::config::FleetConfig;
 use crate::metrics::{shared_label, Metrics, LABEL_BACKEND, LABEL_POOL};
 use crate::store::{self, Connection, OpenError, StoreSettings};
-use payload::{Figures, Payload};
+use board::Board;
+use news::NewsLink;
+use payload::{Figures, Payload, Stamp};
 pub use pool::SharedPool;
+use series::{Series, BACKEND_FLEET_STREAMS, FLEET_DESIGNATES, FLEET_SLOTS_OWNED};
 use view::{Entry, Seen, View};
 
+mod board;
+mod news;
 pub mod payload;
 mod pool;
+mod series;
 mod view;
-
-/// Rounds of the sync, by outcome.
-pub(crate) const FLEET_SYNCS: &str = "tokenmeter_fleet_syncs_total";
-/// 1 while this replica designates a pool's prefill-heavy replicas for the fleet, 0 while it
-/// follows another's designation.
-pub(crate) const FLEET_DESIGNATES: &str = "tokenmeter_fleet_designates";
-/// Other replicas in the last view read.
-pub(crate) const FLEET_REPLICAS: &str = "tokenmeter_fleet_replicas";
-/// 1 while the replica routes on its own view (the store has not answered for two intervals).
-pub(crate) const FLEET_OWN_VIEW: &str = "tokenmeter_fleet_own_view";
-/// The other replicas' streams on a backend, as the last sync read them.
-pub(crate) const BACKEND_FLEET_STREAMS: &str = "tokenmeter_backend_fleet_streams";
-/// The slots of a llama.cpp server this replica may reserve (its share of the fleet's).
-pub(crate) const FLEET_SLOTS_OWNED: &str = "tokenmeter_fleet_slots_owned";
 
 /// How many intervals a replica's entry outlives its last write, and how many a replica goes
 /// without an answer before it routes on its own view.
@@ -81,6 +78,12 @@ pub struct Fleet {
     key: String,
     replica: String,
     interval: Duration,
+    /// This run of the replica, and how many payloads and news it wrote: each writing's
+    /// [`Stamp`].
+    epoch: u64,
+    written: AtomicU64,
+    /// Where news go and come from; `None` with `news = false` or a cluster.
+    news: Option<NewsLink>,
     series: Series,
     metrics: Arc<Metrics>,
 }
@@ -105,7 +108,7 @@ impl Fleet {
         if !config.enabled() {
             return Ok(None);
         }
-        let (_, connection) = store::open(&StoreSettings {
+        let (client, connection) = store::open(&StoreSettings {
             table: "fleet",
             url: config.store.trim(),
             tls: &config.store_tls,
@@ -113,13 +116,20 @@ impl Fleet {
             timeout: config.interval,
         })?;
         let replica = config.replica_name();
-        tracing::info!(%replica, interval = ?config.interval, "fleet: sharing the load through the store");
+        let key = format!("{}:fleet:{{load}}", config.key_prefix);
+        let news = client
+            .filter(|_| config.news)
+            .map(|client| NewsLink::new(client, &key, metrics));
+        tracing::info!(%replica, interval = ?config.interval, news = news.is_some(), "fleet: sharing the load through the store");
         Ok(Some(Arc::new(Self {
             connection,
             script: Script::new(include_str!("fleet/sync.lua")),
-            key: format!("{}:fleet:{{load}}", config.key_prefix),
+            key,
             replica,
             interval: config.interval,
+            epoch: rand::random(),
+            written: AtomicU64::new(0),
+            news,
             series: Series::new(metrics),
             metrics: Arc::clone(metrics),
         })))
@@ -142,29 +152,89 @@ impl Fleet {
         // Routing on its own view (the store unanswered for two intervals).
         let mut alone = false;
         let mut seen = Seen::new();
+        let mut board = Board::new(self.interval * INTERVALS_KEPT);
+        let (_listener, mut news_heard, desk) = match &self.news {
+            Some(link) => link.newsroom(self.interval),
+            None => (None, None, None),
+        };
+        let mut told = Instant::now();
         loop {
-            tick.tick().await;
-            if self.round(&shared, &mut seen).await {
-                answered = Instant::now();
-                if alone {
-                    alone = false;
-                    self.series.own_view.set(0.0);
-                    tracing::info!("fleet: the store answers again; routing on the fleet's load");
+            tokio::select! {
+                _ = tick.tick() => {
+                    if let Some(desk) = &desk {
+                        news::attach(&shared.pools, desk);
+                    }
+                    if self.round(&shared, &mut seen, &mut board).await {
+                        answered = Instant::now();
+                        if alone {
+                            alone = false;
+                            self.series.own_view.set(0.0);
+                            tracing::info!("fleet: the store answers again; routing on the fleet's load");
+                        }
+                    } else if !alone && answered.elapsed() >= self.interval * INTERVALS_KEPT {
+                        alone = true;
+                        seen.clear();
+                        board.clear();
+                        self.go_alone(&shared);
+                    }
                 }
-            } else if !alone && answered.elapsed() >= self.interval * INTERVALS_KEPT {
-                alone = true;
-                seen.clear();
-                self.go_alone(&shared);
+                Some(message) = news::heard(&mut news_heard) => {
+                    if !alone {
+                        self.hear(&shared, &mut board, &message);
+                    }
+                }
+                () = news::placed(desk.as_deref()) => {
+                    tokio::time::sleep_until(told + news::GAP).await;
+                    told = Instant::now();
+                    self.tell(&shared).await;
+                }
+            }
+        }
+    }
+
+    /// This replica's next writing.
+    fn stamp(&self) -> Stamp {
+        Stamp {
+            epoch: self.epoch,
+            n: self.written.fetch_add(1, Ordering::Relaxed) + 1,
+        }
+    }
+
+    /// Tells the others of every backend this replica placed a request on since it last did.
+    async fn tell(&self, shared: &Shared) {
+        if let Some(link) = &self.news {
+            let (stamp, pools) = (self.stamp(), &shared.pools);
+            link.tell(&self.replica, stamp, pools, &self.connection, self.interval)
+                .await;
+        }
+    }
+
+    /// Takes a news heard from another replica: its load on the backends it names.
+    fn hear(&self, shared: &Shared, board: &mut Board, message: &str) {
+        let Some(link) = &self.news else {
+            return;
+        };
+        let now = Instant::now();
+        let named = link.hear(&self.replica, board, message, now);
+        for pool in shared.pools.iter().filter(|_| !named.is_empty()) {
+            for backend in pool.members.backends().iter() {
+                let key = (&*backend.pool, &*backend.target.label);
+                if named.contains(&key) {
+                    self.take(backend, board.sum(key.0, key.1, now), now);
+                }
             }
         }
     }
 
     /// One round: publishes this replica's figures and takes the others'. Whether the store
     /// answered in time.
-    async fn round(&self, shared: &Shared, seen: &mut Seen) -> bool {
+    async fn round(&self, shared: &Shared, seen: &mut Seen, board: &mut Board) -> bool {
         let Shared { pools, slots } = shared;
+        // Taken before the figures are read: a news stamped later was written after them.
+        let stamp = self.stamp();
         let now = Instant::now();
         let mut published = Payload::default();
+        published.stamp(stamp);
         for pool in pools {
             pool.publish(&mut published, now);
         }
@@ -208,12 +278,12 @@ impl Fleet {
             .collect();
         let view = View::read(&self.replica, &entries, seen);
         let read = Instant::now();
+        board.read(&view, read);
         for pool in pools {
             let designates = pool.designation().is_some();
             for backend in pool.members.backends().iter() {
                 let key = (&*backend.pool, &*backend.target.label);
-                let figures = view.loads.get(&key).copied().unwrap_or_default();
-                self.take(backend, figures, read);
+                self.take(backend, board.sum(key.0, key.1, read), read);
                 if designates {
                     let (weighted, weight) = view.prefill.get(&key).copied().unwrap_or_default();
                     backend.set_others_prefill_cost(weighted, weight);
@@ -304,52 +374,4 @@ impl Fleet {
 struct Shared {
     pools: Vec<SharedPool>,
     slots: Arc<SlotTables>,
-}
-
-/// The sync's series.
-struct Series {
-    ok: Counter,
-    error: Counter,
-    timeout: Counter,
-    replicas: Gauge,
-    own_view: Gauge,
-}
-
-impl Series {
-    fn new(metrics: &Metrics) -> Self {
-        metrics.describe_counter(
-            FLEET_SYNCS,
-            "Rounds of the fleet's load sync by outcome: ok, error (the store refused or was unreachable), timeout (no answer within [fleet] interval).",
-        );
-        metrics.describe_gauge(
-            FLEET_REPLICAS,
-            "Other gateway replicas of the fleet whose load the last sync read.",
-        );
-        metrics.describe_gauge(
-            BACKEND_FLEET_STREAMS,
-            "Streams in flight on the backend from the fleet's other gateway replicas, as the last sync read them ([fleet]).",
-        );
-        metrics.describe_gauge(
-            FLEET_DESIGNATES,
-            "1 while this replica designates the pool's prefill-heavy replicas for its fleet (the live replica with the least name), 0 while it follows that replica's designation.",
-        );
-        metrics.describe_gauge(
-            FLEET_SLOTS_OWNED,
-            "Slots of the llama.cpp server this replica may reserve: its share of the fleet's split of the server's slots ([fleet], a llamacpp handoff pool).",
-        );
-        metrics.describe_gauge(
-            FLEET_OWN_VIEW,
-            "1 while this replica routes on its own load only: the fleet's store has not answered for two intervals.",
-        );
-        let outcome = |outcome: &'static str| {
-            metrics.counter(FLEET_SYNCS, vec![Label::new("outcome", outcome)])
-        };
-        Self {
-            ok: outcome("ok"),
-            error: outcome("error"),
-            timeout: outcome("timeout"),
-            replicas: metrics.gauge(FLEET_REPLICAS, Vec::new()),
-            own_view: metrics.gauge(FLEET_OWN_VIEW, Vec::new()),
-        }
-    }
 }

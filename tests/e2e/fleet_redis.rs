@@ -4,7 +4,7 @@
 //! two intervals; with the store killed each replica routes on its own view (counted), serves
 //! every request meanwhile, and joins the fleet again once the store is back; the load is shared
 //! over TLS with a client certificate and through a Redis Cluster as well; a gated pool publishes
-//! each tenant's work. (One designation for the fleet: `fleet_designation.rs`; llama.cpp slots
+//! each tenant's work; a placement reaches the others as news between rounds. (One designation for the fleet: `fleet_designation.rs`; llama.cpp slots
 //! split between gateways: `fleet_llama.rs`.)
 
 use crate::support;
@@ -135,6 +135,73 @@ async fn a_replica_balances_away_from_the_backend_another_replica_loaded() {
     two.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_placement_reaches_the_other_replicas_as_news_long_before_the_next_round() {
+    let redis = Redis::start();
+    let (a, b) = (
+        holding(Duration::from_secs(30)).await,
+        holding(Duration::from_secs(30)).await,
+    );
+    // Rounds 60 s apart: after the first, only the news can carry replica one's streams to
+    // replica two within the test.
+    let slow = |mut config: Config| {
+        config.fleet.interval = Duration::from_secs(60);
+        config
+    };
+    let one = start_proxy(slow(replica(&[&a.url], &redis, "one"))).await;
+    let two = start_proxy(slow(replica(&[&a.url, &b.url], &redis, "two"))).await;
+    wait_for_metric(&two, "tokenmeter_fleet_news_listening", &[], 1.0).await;
+    let held = open_streams(&one, 3).await;
+    wait_for_metric(
+        &two,
+        "tokenmeter_backend_fleet_streams",
+        &[("pool", "p"), ("backend", label(&a.url))],
+        3.0,
+    )
+    .await;
+    let news = |proxy: &ServerHandle, outcome| {
+        prom::sum(
+            &proxy.metrics.render(),
+            "tokenmeter_fleet_news_total",
+            &[("outcome", outcome)],
+        )
+    };
+    let (sent, heard) = (news(&one, "sent"), news(&two, "heard"));
+    assert!(
+        (1.0..=3.0).contains(&sent) && heard == sent,
+        "one message per placement at most, each heard: sent {sent}, heard {heard}"
+    );
+    assert_eq!(
+        prom::sum(
+            &two.metrics.render(),
+            "tokenmeter_fleet_syncs_total",
+            &[("outcome", "ok")]
+        ),
+        1.0,
+        "replica two has read the store once, before the streams opened"
+    );
+    let mine = open_streams(&two, 3).await;
+    assert_eq!(
+        (streams_on(&two, &a.url), streams_on(&two, &b.url)),
+        (0.0, 3.0),
+        "replica two's streams went where the fleet's load is least"
+    );
+    drop((held, mine));
+    // The streams ended: one's next news says so (a backend's load told, zeros too).
+    let ended = news(&one, "sent");
+    let _ = open_streams(&one, 1).await;
+    wait_for_metric(
+        &two,
+        "tokenmeter_backend_fleet_streams",
+        &[("pool", "p"), ("backend", label(&a.url))],
+        1.0,
+    )
+    .await;
+    assert!(news(&one, "sent") > ended);
+    one.shutdown().await;
+    two.shutdown().await;
+}
+
 /// Replica one (named `one`, of `first`) holds three streams on backend `a`; replica two (of
 /// `second`) sees them through the store.
 async fn shared_through(a: &Backend, first: Config, second: Config) {
@@ -195,19 +262,37 @@ async fn a_replica_that_stops_is_forgotten_and_a_dead_store_leaves_each_on_its_o
         2.0,
     )
     .await;
-    // What replica one wrote: its line for backend a and the split of llama.cpp slots it reserves
-    // by (every replica of a fleet publishes one), stamped with its write on the store's clock,
-    // to expire two intervals after it.
-    let entry = redis
-        .cli(&["hget", "tokenmeter:fleet:{load}", "one"])
-        .expect("replica one's entry");
+    // What replica one wrote: which of its writings it is, its line for backend a and the split
+    // of llama.cpp slots it reserves by (every replica of a fleet publishes one), stamped with
+    // its write on the store's clock, to expire two intervals after it. (Replica two may have
+    // heard of the streams as news before the next round wrote them.)
+    let load = format!("load\tp\t{}\t2\t0\t0", label(&a.url));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let entry = loop {
+        let entry = redis
+            .cli(&["hget", "tokenmeter:fleet:{load}", "one"])
+            .expect("replica one's entry");
+        if entry.contains(&load) || tokio::time::Instant::now() > deadline {
+            break entry;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     let (expires, published) = entry.split_once(' ').expect("<expires> <payload>");
     let (written, published) = published
         .strip_prefix("written\t")
         .and_then(|rest| rest.split_once('\n'))
         .expect("led by the store's stamp");
-    let (load, slots) = published.split_once('\n').expect("two lines");
-    assert_eq!(load, format!("load\tp\t{}\t2\t0\t0", label(&a.url)));
+    let (stamp, published) = published.split_once('\n').expect("three lines");
+    let stamp: Vec<&str> = stamp.split('\t').collect();
+    assert!(
+        stamp.len() == 3
+            && stamp[0] == "stamp"
+            && stamp[1].len() == 16
+            && stamp[2].parse::<u64>().is_ok_and(|n| n > 1),
+        "which of its writings: {stamp:?}"
+    );
+    let (written_load, slots) = published.split_once('\n').expect("three lines");
+    assert_eq!(written_load, load);
     let partition = slots.strip_prefix("slots\t").expect("the slots' partition");
     assert!(
         partition.len() == 16 && partition.chars().all(|c| c.is_ascii_hexdigit()),

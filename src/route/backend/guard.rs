@@ -28,6 +28,7 @@ impl LoadGuard {
         if let Some(m) = &backend.metrics {
             m.inflight.increment(1.0);
         }
+        backend.news.mark();
         Self {
             backend,
             prompt_tokens,

@@ -168,3 +168,25 @@ fn in_a_fleet_the_prefill_rate_is_what_every_replicas_model_learned_weighted_by_
     backend.set_others_prefill_cost(0.0, 0.0);
     assert_eq!(backend.fleet_prefill_rate(), backend.prefill_rate());
 }
+
+#[tokio::test]
+async fn a_placement_or_a_stall_mark_wakes_the_fleets_desk_once_attached() {
+    let backend = backend("http://127.0.0.1:1");
+    drop(LoadGuard::new(Arc::clone(&backend), 100));
+    assert!(!backend.take_news(), "without a fleet, nothing is marked");
+    let desk = Arc::new(tokio::sync::Notify::new());
+    backend.attach_news(&desk);
+    let guard = LoadGuard::new(Arc::clone(&backend), 100);
+    tokio::time::timeout(Duration::from_secs(1), desk.notified())
+        .await
+        .expect("the placement woke the desk");
+    assert!(backend.take_news());
+    assert!(!backend.take_news(), "told once");
+    drop(guard);
+    assert!(
+        !backend.take_news(),
+        "a stream's end is left to the next round"
+    );
+    backend.stall_until(Instant::now() + Duration::from_millis(300));
+    assert!(backend.take_news(), "a stall mark is news");
+}

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use super::payload::{Figures, Payload};
+use crate::route::backend::Backend;
 use crate::route::members::Members;
 use crate::route::placement::designate::Designation;
 use crate::route::placement::gate::Gate;
@@ -30,12 +31,7 @@ impl SharedPool {
     pub(super) fn publish(&self, payload: &mut Payload, now: Instant) {
         let backends = self.members.backends();
         for backend in backends.iter() {
-            let load = backend.own_load(now);
-            let figures = Figures {
-                streams: load.streams,
-                queued_tokens: load.queued_tokens,
-                stall: backend.own_stall_left(now),
-            };
+            let figures = own_figures(backend, now);
             payload.load(&backend.pool, &backend.target.label, figures);
         }
         if let Some((_, designation)) = self.designation() {
@@ -55,5 +51,15 @@ impl SharedPool {
                 payload.tenant(name, &work.tenant, work.in_flight, work.admitted);
             }
         }
+    }
+}
+
+/// This replica's load on `backend` at `now`, as it tells its fleet.
+pub(super) fn own_figures(backend: &Backend, now: Instant) -> Figures {
+    let load = backend.own_load(now);
+    Figures {
+        streams: load.streams,
+        queued_tokens: load.queued_tokens,
+        stall: backend.own_stall_left(now),
     }
 }
