@@ -216,7 +216,10 @@ impl Fleet {
         };
         let now = Instant::now();
         let named = link.hear(&self.replica, board, message, now);
-        for pool in shared.pools.iter().filter(|_| !named.is_empty()) {
+        if named.is_empty() {
+            return;
+        }
+        for pool in &shared.pools {
             for backend in pool.members.backends().iter() {
                 let key = (&*backend.pool, &*backend.target.label);
                 if named.contains(&key) {

@@ -333,8 +333,11 @@ async fn a_replica_that_stops_is_forgotten_and_a_dead_store_leaves_each_on_its_o
     // The store killed: replica two routes on its own view, says so, and serves meanwhile.
     let three = start_proxy(replica(&[&a.url], &redis, "three")).await;
     wait_for_metric(&two, "tokenmeter_fleet_replicas", &[], 1.0).await;
+    wait_for_metric(&two, "tokenmeter_fleet_news_listening", &[], 1.0).await;
     redis.kill();
     wait_for_metric(&two, "tokenmeter_fleet_own_view", &[], 1.0).await;
+    // The news' subscription ended with the store; it is made again once the store is back.
+    wait_for_metric(&two, "tokenmeter_fleet_news_listening", &[], 0.0).await;
     let text = two.metrics.render();
     assert_eq!(prom::sum(&text, "tokenmeter_fleet_replicas", &[]), 0.0);
     assert!(
@@ -356,6 +359,7 @@ async fn a_replica_that_stops_is_forgotten_and_a_dead_store_leaves_each_on_its_o
     redis.restart();
     wait_for_metric(&two, "tokenmeter_fleet_own_view", &[], 0.0).await;
     wait_for_metric(&two, "tokenmeter_fleet_replicas", &[], 1.0).await;
+    wait_for_metric(&two, "tokenmeter_fleet_news_listening", &[], 1.0).await;
     drop(served);
     two.shutdown().await;
     three.shutdown().await;
