@@ -246,6 +246,39 @@ fn placement(c: &mut Criterion) {
     group.finish();
 }
 
+/// A `balance = "slo"` pool's headroom tick (#41) at 16 learned backends: each backend's
+/// capacity found by bisection over its model's steady states, once a second off the request path.
+fn headroom(c: &mut Criterion) {
+    use tokenmeter::config::{AutoscaleConfig, Config};
+    use tokenmeter::route::placement::PoolSlo;
+
+    let mut group = c.benchmark_group("route");
+    let pool = slo_pool("replicas", 9500, 16);
+    for (i, backend) in pool.backends().iter().enumerate() {
+        teach(backend, i);
+    }
+    let slo = PoolSlo::new(0, "replicas", &Config::default(), false, None).with_headroom(
+        "replicas",
+        AutoscaleConfig::default(),
+        None,
+    );
+    let headroom = slo.headroom().expect("a headroom");
+    let backends = pool.backends();
+    let mut now = tokio::time::Instant::now();
+    headroom.tick(&backends, slo.targets, now);
+    for _ in 0..100 {
+        headroom.offered(1_200);
+        headroom.finished(150);
+    }
+    group.bench_function("headroom_tick_16_backends", |b| {
+        b.iter(|| {
+            now += Duration::from_secs(1);
+            headroom.tick(black_box(&backends), slo.targets, now)
+        })
+    });
+    group.finish();
+}
+
 fn affinity_pool() -> (Members, PoolAffinity) {
     let config = PoolConfig {
         name: "chat".to_owned(),
@@ -289,7 +322,7 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = per_chunk, per_request, per_token, placement
+    targets = per_chunk, per_request, per_token, placement, headroom
 }
 
 /// `micro callgrind [body|classify|parsed|read|read_spans|prefix] [N]`: N chunks through the

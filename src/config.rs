@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use autoscale::AutoscaleConfig;
 pub(crate) use budgets::ENV_BUDGET_STORE;
 pub use budgets::{BudgetsConfig, Counts, Limits, OnStoreError, StoreTlsConfig, StoreUrl};
 pub use error::ConfigError;
@@ -39,6 +40,7 @@ pub use tenants::{Anonymous, CertField, TenantSource, TenantsConfig, UsageConfig
 pub use tls::{ServerTlsConfig, UpstreamTlsConfig};
 pub use tracing::{ExportSettings, OtlpProtocol, Sampler, TracingConfig};
 
+mod autoscale;
 mod budgets;
 mod error;
 mod fleet;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::{HandoffConfig, QueueConfig, UpstreamTlsConfig};
+use super::{AutoscaleConfig, HandoffConfig, QueueConfig, UpstreamTlsConfig};
 
 /// Name of the implicit pool formed by `upstream.urls` when no `[[pools]]` are configured.
 pub(crate) const DEFAULT_POOL: &str = "default";
@@ -135,6 +135,10 @@ pub struct PoolConfig {
     /// from the measured load (see [`PrefillHeavy`]); unset: `auto`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefill_heavy: Option<PrefillHeavy>,
+    /// How a `balance = "slo"` pool's SLO headroom becomes the replica count an autoscaler reads
+    /// (see [`AutoscaleConfig`]); unset: its defaults (every such pool exports the signal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<AutoscaleConfig>,
 }
 
 /// Whether a `balance = "slo"` pool designates prefill-heavy replicas (`route::placement::designate`).
@@ -158,14 +162,14 @@ impl PoolConfig {
     ///   affinity knows);
     /// - `slo` (latency-predicting placement, prefill-heavy replicas designated from the load) in
     ///   a pool that may have several backends (two or more `urls`, or `dns`), or that sets what
-    ///   only `slo` reads (`queue`, `prefill_heavy`): the one policy that kept both TTFT and the
+    ///   only `slo` reads (`queue`, `prefill_heavy`, `autoscale`): the one policy that kept both TTFT and the
     ///   chats' gaps on the mixed fleet (docs/routing.md, "Which policy");
     /// - `streams` in a pool of one backend, where there is nothing to choose.
     pub fn resolve_balance(&self, prefill_pool: bool) -> BalanceLoad {
         if self.balance != BalanceLoad::Auto {
             return self.balance;
         }
-        if self.queue.is_some() || self.prefill_heavy.is_some() {
+        if self.queue.is_some() || self.prefill_heavy.is_some() || self.autoscale.is_some() {
             BalanceLoad::Slo
         } else if prefill_pool {
             BalanceLoad::PromptTokens
@@ -277,6 +281,7 @@ impl Default for PoolConfig {
             tls: None,
             handoff: None,
             queue: None,
+            autoscale: None,
             prefill_heavy: None,
         }
     }

@@ -589,6 +589,43 @@ fn a_pool_queue_parses_and_needs_slo_balancing_and_room() {
 }
 
 #[test]
+fn a_pools_autoscale_parses_makes_auto_place_by_slo_and_names_each_bad_key() {
+    // One backend (a sidecar): `auto` would balance by streams, but the signal needs `slo`.
+    let pool = "[[pools]]\nname = \"p\"\nurls = [\"http://127.0.0.1:1\"]\n";
+    let config = Config::from_toml(&format!(
+        "{pool}[pools.autoscale]\nheadroom = 1.5\nmax_replicas = 12\nwindow = \"30s\"\n"
+    ))
+    .expect("parses");
+    let autoscale = config.pools[0].autoscale.as_ref().expect("a table");
+    assert_eq!(autoscale.headroom, 1.5);
+    assert_eq!(autoscale.min_replicas, 1);
+    assert_eq!(autoscale.max_replicas, 12);
+    assert_eq!(autoscale.window, std::time::Duration::from_secs(30));
+    assert_eq!(
+        autoscale.scale_down_after,
+        std::time::Duration::from_secs(300)
+    );
+    assert_eq!(config.pools[0].resolve_balance(false), BalanceLoad::Slo);
+    let bad = |table: &str| invalid_key(&format!("{pool}[pools.autoscale]\n{table}\n"));
+    assert_eq!(bad("headroom = 0.8"), "pools[0].autoscale.headroom");
+    assert_eq!(bad("headroom = 11.0"), "pools[0].autoscale.headroom");
+    assert_eq!(bad("min_replicas = 0"), "pools[0].autoscale.min_replicas");
+    assert_eq!(
+        bad("min_replicas = 4\nmax_replicas = 3"),
+        "pools[0].autoscale.max_replicas"
+    );
+    assert_eq!(bad("window = \"0s\""), "pools[0].autoscale.window");
+    assert_eq!(bad("objective = 1.0"), "pools[0].autoscale.objective");
+    assert_eq!(bad("objective = 0.2"), "pools[0].autoscale.objective");
+    assert_eq!(
+        invalid_key(&format!("{pool}balance = \"streams\"\n[pools.autoscale]\n")),
+        "pools[0].autoscale"
+    );
+    let unknown = refused(&format!("{pool}[pools.autoscale]\nreplicas = 3\n"));
+    assert!(unknown.contains("replicas"), "{unknown}");
+}
+
+#[test]
 fn prefill_heavy_is_auto_in_an_slo_pool_off_on_request_and_refused_elsewhere() {
     let pool = "[[pools]]\nname = \"p\"\nurls = [\"http://127.0.0.1:1\"]\n";
     let auto = Config::from_toml(&format!("{pool}balance = \"slo\"\n")).expect("parses");

@@ -244,6 +244,15 @@ impl Config {
                     "needs balance = \"slo\" (the designation weighs the replicas' learned prefill rates)",
                 ));
             }
+            if let Some(autoscale) = &pool.autoscale {
+                if balance != BalanceLoad::Slo {
+                    return Err(invalid(
+                        format!("pools[{i}].autoscale"),
+                        "needs balance = \"slo\" (the signal reads the backends' latency models)",
+                    ));
+                }
+                autoscale.validate(&format!("pools[{i}].autoscale"))?;
+            }
             if let Some(queue) = &pool.queue {
                 if balance != BalanceLoad::Slo {
                     return Err(invalid(

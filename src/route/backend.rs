@@ -355,6 +355,11 @@ impl Backend {
             .map_or(0, LatencyModel::samples)
     }
 
+    /// What `read` makes of its latency model; `None` before it has one.
+    pub(crate) fn read_model<R>(&self, read: impl FnOnce(&LatencyModel) -> R) -> Option<R> {
+        self.lock_latency().as_ref().map(read)
+    }
+
     /// Learns what a request placed on it with `load` and `ask` took; a model of another
     /// `memory` (a reload changed it) starts again from the priors.
     pub fn learn(&self, memory: u32, load: Load, ask: Ask, outcome: Outcome) {

@@ -80,7 +80,7 @@
 //! to a few dozen backends; power of two choices samples two because its load signal is noisy,
 //! while the prediction already weighs what the noise hid.
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use rand::Rng;
@@ -90,16 +90,18 @@ use super::backend::predict::{Ask, Load, Predicted};
 use super::backend::Backend;
 use super::members::Members;
 use super::series::SloMetrics;
-use crate::config::{Config, SloTargets};
+use crate::config::{AutoscaleConfig, Config, SloTargets};
 use crate::context::RequestContext;
 use crate::metrics::Metrics;
 use crate::route::placement::record::Prediction;
 use designate::Designation;
 use handed::{Handing, PrefillPool};
+use headroom::{Headroom, HeadroomMetrics};
 
 pub(crate) mod designate;
 pub mod gate;
 pub mod handed;
+pub mod headroom;
 pub mod hook;
 pub mod queue;
 pub mod record;
@@ -236,6 +238,9 @@ pub struct PoolSlo {
     /// Which backends take the long prompts now (`prefill_heavy = "auto"`, in a pool without a
     /// prefill pool).
     designation: Option<Designation>,
+    /// Its SLO headroom and the replica count it asks for ([`headroom`]); `None` in a router's
+    /// tests that do not build it.
+    headroom: Option<Headroom>,
     metrics: Option<SloMetrics>,
 }
 
@@ -259,7 +264,56 @@ impl PoolSlo {
             handoff_overhead: AtomicU64::new(0),
             prefill: OnceLock::new(),
             designation: designates.then(Designation::new),
+            headroom: None,
             metrics: metrics.map(|m| SloMetrics::new(m, pool)),
+        }
+    }
+
+    /// The placement with its headroom signal, as `settings` tune it (every pool a router
+    /// builds has one).
+    pub fn with_headroom(
+        mut self,
+        pool: &str,
+        settings: AutoscaleConfig,
+        metrics: Option<&Metrics>,
+    ) -> Self {
+        let metrics = metrics.map(|m| HeadroomMetrics::new(m, pool));
+        self.headroom = Some(Headroom::new(settings, metrics));
+        self
+    }
+
+    /// Its headroom signal.
+    pub fn headroom(&self) -> Option<&Headroom> {
+        self.headroom.as_ref()
+    }
+
+    /// A request of the pool finished whole with `output` tokens: the headroom's mix.
+    pub fn finished(&self, output: u64) {
+        if let Some(headroom) = &self.headroom {
+            headroom.finished(output);
+        }
+    }
+
+    /// A request of the pool finished whole and `met` its targets or not: the headroom's
+    /// calibration.
+    pub fn judged(&self, met: bool) {
+        if let Some(headroom) = &self.headroom {
+            headroom.judged(met);
+        }
+    }
+
+    /// A request offered to the pool was shed by its gateway queue.
+    pub fn shed(&self) {
+        if let Some(headroom) = &self.headroom {
+            headroom.shed();
+        }
+    }
+
+    /// A request asking `uncached` prompt tokens was offered to the pool (placed at once, or
+    /// entered its gateway queue): the headroom's load.
+    pub fn offered(&self, uncached: u64) {
+        if let Some(headroom) = &self.headroom {
+            headroom.offered(uncached);
         }
     }
 
@@ -597,6 +651,7 @@ impl Ranked<'_> {
                 ttft: predicted.ttft,
                 tpot: predicted.tpot,
                 gap: predicted.tpot.saturating_add(candidate.expected_stall),
+                ttft_target: targets.ttft,
             },
             met: self.score.met(),
             alone,
@@ -637,6 +692,22 @@ impl Score {
     /// Predicted to meet both targets.
     pub fn met(self) -> bool {
         self.fits && self.margin >= 0.0
+    }
+}
+
+/// Ticks `slo`'s headroom every [`headroom::TICK`] over `members`' backends, for as long as the pool's
+/// placement lives (a reload builds another, and this task ends at its next tick).
+pub(crate) async fn watch_headroom(slo: Weak<PoolSlo>, members: Arc<Members>) {
+    let mut tick = tokio::time::interval(headroom::TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(slo) = slo.upgrade() else {
+            return;
+        };
+        if let Some(headroom) = slo.headroom() {
+            headroom.tick(&members.backends(), slo.targets, Instant::now());
+        }
     }
 }
 

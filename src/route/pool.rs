@@ -108,13 +108,21 @@ impl Pool {
         };
         let placement = (config.balance == BalanceLoad::Slo).then(|| {
             let designates = config.designates();
-            let slo = Arc::new(PoolSlo::new(
-                index,
-                &config.name,
-                whole,
-                designates,
-                Some(metrics),
-            ));
+            let slo = Arc::new(
+                PoolSlo::new(index, &config.name, whole, designates, Some(metrics)).with_headroom(
+                    &config.name,
+                    config.autoscale.clone().unwrap_or_default(),
+                    Some(metrics),
+                ),
+            );
+            // The headroom ticks while the placement lives (a router built outside a runtime,
+            // as some tests build one, has no signal).
+            if tokio::runtime::Handle::try_current().is_ok() {
+                tokio::spawn(placement::watch_headroom(
+                    Arc::downgrade(&slo),
+                    Arc::clone(&members),
+                ));
+            }
             let gate = config.queue.as_ref().map(|queue| {
                 Arc::new(Gate::new(
                     Arc::clone(&members),
@@ -234,6 +242,10 @@ impl Pool {
             .filter(|&bytes| bytes > 0);
         // A pool that hands prefills off marks a stall once its handoff keeps the prefill on the
         // backend (`handoff::predicted`): most of those prefills run elsewhere.
+        // A gated pool counted the request as it entered the gate (shed ones too).
+        if first && self.gate().is_none() {
+            slo.offered(placed.prediction.uncached_tokens());
+        }
         if let (Some(until), None) = (placed.stalls_until, &self.handoff) {
             placed.backend.stall_until(until);
             // A gated pool counted the long prompt as it entered the gate (the demand includes

@@ -79,6 +79,22 @@ const QUEUE_WAIT_BUCKETS: [f64; 11] = [
 
 /// Defines the estimate-error histogram and describes every series of the router; the router
 /// does this whenever it is built (again on reload: the first definition stands).
+/// Requests a second offered to a `balance = "slo"` pool (placed, queued or shed), a moving
+/// average; by `pool`.
+pub(crate) const POOL_OFFERED: &str = "tokenmeter_pool_offered_requests_per_second";
+/// Requests a second a pool's available backends sustain with its SLO targets met, as their
+/// latency models predict at the pool's mix; NaN before they are known. By `pool`.
+pub(crate) const POOL_CAPACITY: &str = "tokenmeter_pool_capacity_requests_per_second";
+/// A pool's capacity over its offered load (at most 10); NaN with the capacity. By `pool`.
+pub(crate) const POOL_HEADROOM: &str = "tokenmeter_pool_slo_headroom_ratio";
+/// The replicas a pool should run to keep its headroom target (`[pools.autoscale]`). By `pool`.
+pub(crate) const POOL_DESIRED: &str = "tokenmeter_pool_desired_replicas";
+/// A pool's backends available now (healthy, not ejected). By `pool`.
+pub(crate) const POOL_READY: &str = "tokenmeter_pool_ready_replicas";
+/// What a pool's models' capacity is multiplied by, from the attainment its requests measured
+/// (1 until they say otherwise). By `pool`.
+pub(crate) const POOL_CALIBRATION: &str = "tokenmeter_pool_capacity_calibration_ratio";
+
 pub fn describe(metrics: &Metrics) {
     metrics.define_described_histogram(
         PROMPT_ESTIMATE_ERROR,
@@ -138,6 +154,27 @@ pub fn describe(metrics: &Metrics) {
         (
             AFFINITY_INDEX_BLOCKS,
             "Prompt blocks the pool's prefix index holds (bounded by affinity_index_blocks).",
+        ),
+        (
+            POOL_OFFERED,
+            "Requests per second offered to a balance = \"slo\" pool (placed, queued or shed), a moving average over [pools.autoscale] window.",
+        ),
+        (
+            POOL_CAPACITY,
+            "Requests per second the pool's available backends sustain with its SLO targets met, as their latency models predict at the pool's mix; NaN before the models and the mix are known.",
+        ),
+        (
+            POOL_HEADROOM,
+            "The pool's capacity over its offered load (at most 10): below 1 it is over what it sustains within its SLO. NaN with the capacity.",
+        ),
+        (
+            POOL_DESIRED,
+            "Replicas the pool should run to keep [pools.autoscale] headroom times its offered load (within min_replicas and max_replicas; rises at once, falls after scale_down_after).",
+        ),
+        (POOL_READY, "The pool's backends available now."),
+        (
+            POOL_CALIBRATION,
+            "What the pool's latency models' capacity is multiplied by to make its capacity, from the SLO attainment its requests measured over the last minute against [pools.autoscale] objective (1 until they say otherwise; below 1: the models are optimistic for this mix).",
         ),
     ];
     for (name, help) in gauges {

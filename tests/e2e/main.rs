@@ -72,8 +72,9 @@ mod route_affinity;
 #[cfg(feature = "testbed")]
 mod route_e2e;
 mod route_handoff;
-mod route_health;
 #[cfg(feature = "testbed")]
+mod route_headroom;
+mod route_health;
 mod route_slo;
 #[cfg(feature = "testbed")]
 mod route_tokenize;

@@ -206,9 +206,32 @@ impl LatencyModel {
         }
     }
 
+    /// Mean TTFT and TPOT, in seconds, of a backend in a steady state: `queued` thousand prompt
+    /// tokens queued and `streams` streams in flight on average (fractions allowed), each request
+    /// asking `uncached` thousand tokens of prefill. What [`crate::route::placement::headroom`]
+    /// iterates to find the rate a backend sustains: the same model, read at the means.
+    pub(crate) fn steady(&self, queued: f64, streams: f64, uncached: f64) -> (f64, f64) {
+        let ttft = clamped(&self.ttft, &[1.0, queued, uncached, streams]);
+        let tpot = clamped(&self.tpot, &[1.0, streams + 1.0, queued + uncached]);
+        (ttft, tpot)
+    }
+
     /// Requests learned from (each teaches TTFT; those with two tokens or more, TPOT too).
     pub fn samples(&self) -> u64 {
         self.ttft.samples()
+    }
+
+    #[cfg(test)]
+    /// A model that has learned these coefficients (TTFT's `[a₀, a₁, a₂, a₃]` and TPOT's
+    /// `[c₀, c₁, c₂]`, as [`Self::ttft_coefficients`] and [`Self::tpot_coefficients`] give them).
+    pub(crate) fn with_coefficients(ttft: [f64; 4], tpot: [f64; 3]) -> Self {
+        let memory = 1000;
+        let lambda = 1.0 - 1.0 / f64::from(memory);
+        Self {
+            ttft: Rls::new(ttft, VARIANCE, lambda),
+            tpot: Rls::new(tpot, [1.0; 3], lambda),
+            memory,
+        }
     }
 
     #[cfg(test)]

@@ -204,6 +204,7 @@ impl Gate {
         // The designation's demand is every long prompt offered, shed or not: a burst of
         // documents the designated replicas cannot take in time is what designates another.
         // And a chat no replica is predicted to serve in time now tells it the chats are short.
+        self.slo.offered(placed.prediction.uncached_tokens());
         let long = placed.stalls_until.is_some();
         if long {
             self.slo.long_prompt(placed.prediction.uncached_tokens());
@@ -429,6 +430,9 @@ impl Gate {
     }
 
     fn exit(&self, how: &'static str) {
+        if how.starts_with("shed") {
+            self.slo.shed();
+        }
         if let Some(m) = &self.metrics {
             m.exit(how);
         }

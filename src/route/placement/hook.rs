@@ -13,8 +13,10 @@
 //! prefill's answer ([`PoolSlo::handed_off`]); the prefill backend learned its prefill when it
 //! answered.
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::PoolSlo;
+use crate::config::SloTargets;
 use crate::context::{FinishHook, Finished, Outcome};
 use crate::route::backend::predict::{self, Ask, Load};
 use crate::route::backend::Backend;
@@ -61,6 +63,24 @@ impl FinishHook for SloHook {
         let Some(slo) = self.slo.get(prediction.pool).and_then(Option::as_ref) else {
             return;
         };
+        // The mix the pool's headroom is computed at (what whole requests answered), and what
+        // calibrates it: whether each met its targets.
+        slo.finished(request.figures.output_tokens);
+        // A document whose own prefill misses the TTFT target on any replica (the placement held
+        // it to more) misses it however many replicas run, and would read as a pool short of
+        // capacity at any load: its TPOT and gap alone are judged.
+        let targets = context.request.slo.unwrap_or(slo.targets);
+        let held = SloTargets {
+            ttft: if prediction.ttft_target > targets.ttft {
+                Duration::MAX
+            } else {
+                targets.ttft
+            },
+            ..targets
+        };
+        if let Some(verdict) = request.figures.verdict(held) {
+            slo.judged(verdict.all_met());
+        }
         let elsewhere = context.handoff.as_ref();
         if let Some(record) = elsewhere.filter(|record| !record.result.served_locally()) {
             // Prefilled elsewhere: what the decode side added after the prefill's answer.

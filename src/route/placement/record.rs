@@ -23,6 +23,9 @@ pub struct Prediction {
     /// Predicted largest gap between its tokens: the mean, plus the stall the backend expected
     /// a stream started there to meet ([`super::designate`]).
     pub gap: Duration,
+    /// The TTFT the placement held it to: its target, or for a prompt whose own prefill misses
+    /// that anywhere, [`super::LONG_PROMPT_SLACK`] times that prefill ([`super::for_prompt`]).
+    pub ttft_target: Duration,
 }
 
 impl Prediction {

@@ -1,0 +1,324 @@
+//! A pool's SLO headroom: how much more load its backends take while meeting its targets, and
+//! the replica count an autoscaler should run (#41, docs/autoscaling.md).
+//!
+//! What a fleet scales on today is a queue (vLLM's production stack: KEDA on
+//! `vllm:num_requests_waiting`) or a predicted latency against its target (llm-d). A queue says
+//! nothing until the replicas are already behind, and a latency ratio is not proportional to the
+//! load (a pool's TTFT is flat until it is not), so an autoscaler's proportional rule reads it
+//! wrong both ways. A `balance = "slo"` pool has what neither has: a latency model per backend,
+//! learned from what its requests measured ([`crate::route::backend::predict`]). So, every
+//! [`TICK`]:
+//!
+//! - **offered**: the requests a second offered to the pool (placed, queued or shed alike: the
+//!   demand, not what got through), and its mix (uncached prompt tokens per request as placed,
+//!   output tokens per request as finished), each a moving average over `window`;
+//! - **capacity**: the sum over the pool's available backends of the rate each sustains with its
+//!   pool's targets met, read off its model at that mix ([`capacity`]; a backend whose model has
+//!   not learned from [`LEARNED`] requests yet counts as the learned ones' mean), times the
+//!   **calibration** below;
+//! - **headroom** `= capacity / offered` (at most [`MOST_RATIO`]): above 1 the pool has room,
+//!   below it the pool is over what it sustains;
+//! - **desired replicas** `= ⌈offered · headroom target / (capacity / ready)⌉`, within
+//!   `[min_replicas, max_replicas]`: the least count whose capacity, at the mean capacity per
+//!   replica now, is `headroom` times the load. It rises at once and falls only once the count
+//!   has been lower for `scale_down_after` (the highest count within that window holds).
+//!
+//! **Calibrated by what the requests measured** ([`calibration`]): a model predicts a mean request
+//! on one backend, while a pool misses its SLO in its tails and its mix first; the requests'
+//! measured attainment against the objective scales the models' capacity down to the load it
+//! was breached at, and up to a load it was sustained at.
+//!
+//! The capacity and the offered load are exported apart, so a fleet of gateways (each sees a
+//! share of the load and the whole pool) and a fleet of sidecars (each sees its own backend and
+//! its load) are both summed right in PromQL (deploy/prometheus/tokenmeter-rules.yaml).
+//!
+//! **Missing data says so.** Before any backend's model learned from [`LEARNED`] requests, and
+//! before [`LEARNED`] requests finished (no mix yet), or with no backend available, the capacity
+//! and the headroom are NaN and the desired count holds: at the count asked last, or at first at
+//! the replicas available (within the bounds). A signal never asks for fewer replicas because it
+//! knows less.
+//!
+//! None of this is on the request path: placing a request adds to two counters and finishing one
+//! to two more (relaxed atomics); the models are read on the tick, off it.
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::{AutoscaleConfig, SloTargets};
+use crate::route::backend::Backend;
+use average::Average;
+use calibration::{Calibration, Judged};
+use capacity::{Limits, Mix};
+
+mod average;
+pub(crate) mod calibration;
+pub(crate) mod capacity;
+mod reading;
+mod series;
+
+pub use reading::Reading;
+pub(crate) use series::HeadroomMetrics;
+
+/// How often the signal is computed: a few microseconds a backend, and Prometheus reads it at
+/// its scrape interval.
+pub(crate) const TICK: Duration = Duration::from_secs(1);
+
+/// Requests a backend's model must have learned from before its capacity counts: the
+/// placement's own `EXPLORE` (before it, the priors speak for the backend there too).
+pub(crate) const LEARNED: u64 = 8;
+
+/// The highest headroom reported: an idle pool's is unbounded, and an autoscaler's arithmetic
+/// wants a number.
+pub(crate) const MOST_RATIO: f64 = 10.0;
+
+/// What the pool was offered and what finished, counted on the request path.
+#[derive(Debug, Default)]
+struct Counts {
+    offered: AtomicU64,
+    offered_tokens: AtomicU64,
+    finished: AtomicU64,
+    output_tokens: AtomicU64,
+    /// Requests judged against their SLO targets (those that finished whole, and those shed),
+    /// and of them, those that missed.
+    judged: AtomicU64,
+    missed: AtomicU64,
+}
+
+/// The counts at one tick, as numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Totals {
+    offered: u64,
+    offered_tokens: u64,
+    finished: u64,
+    output_tokens: u64,
+    judged: u64,
+    missed: u64,
+}
+
+impl Counts {
+    fn totals(&self) -> Totals {
+        Totals {
+            offered: self.offered.load(Ordering::Relaxed),
+            offered_tokens: self.offered_tokens.load(Ordering::Relaxed),
+            finished: self.finished.load(Ordering::Relaxed),
+            output_tokens: self.output_tokens.load(Ordering::Relaxed),
+            judged: self.judged.load(Ordering::Relaxed),
+            missed: self.missed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What the tick keeps between ticks.
+#[derive(Debug, Default)]
+struct State {
+    last: Option<(Instant, Totals)>,
+    offered: Average,
+    offered_tokens: Average,
+    finished: Average,
+    output_tokens: Average,
+    capacity: Average,
+    calibration: Calibration,
+    mix: Option<Mix>,
+    /// The counts asked for within `scale_down_after`, oldest first.
+    asked: VecDeque<(Instant, u32)>,
+    /// The count asked for last: what a tick that knows nothing holds to.
+    held: Option<u32>,
+}
+
+/// A `balance = "slo"` pool's headroom signal.
+#[derive(Debug)]
+pub struct Headroom {
+    settings: AutoscaleConfig,
+    counts: Counts,
+    state: Mutex<State>,
+    metrics: Option<HeadroomMetrics>,
+}
+
+impl Headroom {
+    pub(crate) fn new(settings: AutoscaleConfig, metrics: Option<HeadroomMetrics>) -> Self {
+        Self {
+            settings,
+            counts: Counts::default(),
+            state: Mutex::new(State::default()),
+            metrics,
+        }
+    }
+
+    /// A request asking `uncached` prompt tokens was offered to the pool.
+    pub fn offered(&self, uncached: u64) {
+        self.counts.offered.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .offered_tokens
+            .fetch_add(uncached, Ordering::Relaxed);
+    }
+
+    /// A request of the pool finished with `output` tokens.
+    pub fn finished(&self, output: u64) {
+        self.counts.finished.fetch_add(1, Ordering::Relaxed);
+        self.counts
+            .output_tokens
+            .fetch_add(output, Ordering::Relaxed);
+    }
+
+    /// A request of the pool finished whole and was judged against its targets: `met` or not.
+    pub fn judged(&self, met: bool) {
+        self.counts.judged.fetch_add(1, Ordering::Relaxed);
+        if !met {
+            self.counts.missed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A request offered to the pool was shed by its gateway queue: a miss.
+    pub fn shed(&self) {
+        self.judged(false);
+    }
+
+    /// Computes the signal at `now` from `backends` against `targets`, and exports it.
+    pub fn tick(&self, backends: &[Arc<Backend>], targets: SloTargets, now: Instant) -> Reading {
+        let totals = self.counts.totals();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let window = self.settings.window;
+        let (elapsed, before) = match state.last {
+            Some((at, before)) => (now.saturating_duration_since(at), before),
+            // The first tick starts the count.
+            None => (Duration::ZERO, totals),
+        };
+        state.last = Some((now, totals));
+        if !elapsed.is_zero() {
+            let per_second = |after: u64, before: u64| {
+                after.saturating_sub(before) as f64 / elapsed.as_secs_f64()
+            };
+            let offered = per_second(totals.offered, before.offered);
+            let offered_tokens = per_second(totals.offered_tokens, before.offered_tokens);
+            let finished = per_second(totals.finished, before.finished);
+            let output_tokens = per_second(totals.output_tokens, before.output_tokens);
+            let offered = state.offered.update(offered, elapsed, window);
+            let offered_tokens = state.offered_tokens.update(offered_tokens, elapsed, window);
+            let finished = state.finished.update(finished, elapsed, window);
+            let output_tokens = state.output_tokens.update(output_tokens, elapsed, window);
+            state.calibration.observe(
+                Judged {
+                    judged: per_second(totals.judged, before.judged),
+                    missed: per_second(totals.missed, before.missed),
+                    offered: per_second(totals.offered, before.offered),
+                },
+                elapsed,
+                window,
+            );
+            // An idle stretch keeps the last mix: what the next requests will likely ask.
+            if offered > 0.0 && finished > 0.0 && totals.finished >= LEARNED {
+                state.mix = Some(Mix {
+                    uncached: offered_tokens / offered / 1000.0,
+                    output: output_tokens / finished,
+                });
+            }
+        }
+        let offered = state.offered.0.unwrap_or(0.0);
+        let available: Vec<&Arc<Backend>> = backends.iter().filter(|b| b.available(now)).collect();
+        let ready = u32::try_from(available.len()).unwrap_or(u32::MAX);
+        let sustained = state
+            .mix
+            .and_then(|mix| pool_capacity(&available, mix, targets));
+        let modelled = sustained.map(|rate| {
+            if elapsed.is_zero() {
+                state.capacity.0.unwrap_or(rate)
+            } else {
+                state.capacity.update(rate, elapsed, window)
+            }
+        });
+        if let Some(modelled) = modelled {
+            let offered_now = state.offered.0.unwrap_or(0.0);
+            let objective = self.settings.objective;
+            state
+                .calibration
+                .hold(modelled, offered_now, objective, window, elapsed);
+        }
+        let calibration = state.calibration.value();
+        let capacity = modelled.map(|modelled| modelled * calibration);
+        let headroom = capacity.map(|capacity| ratio(capacity, offered));
+        let asked = match capacity {
+            Some(capacity) if capacity > 0.0 => self.needed(offered, capacity, ready),
+            // Nothing known, or nothing sustained (every backend misses even idle): hold what
+            // was asked last (at first, the replicas available).
+            _ => state.held.unwrap_or_else(|| self.bounded(ready)),
+        };
+        let desired = self.stabilised(&mut state.asked, now, asked);
+        state.held = Some(desired);
+        drop(state);
+        let reading = Reading {
+            offered,
+            capacity,
+            ready,
+            headroom,
+            calibration,
+            desired,
+        };
+        if let Some(metrics) = &self.metrics {
+            metrics.show(&reading);
+        }
+        reading
+    }
+
+    /// The least replica count whose capacity, at `capacity / ready` a replica, is the target
+    /// headroom times `offered`; within the bounds.
+    fn needed(&self, offered: f64, capacity: f64, ready: u32) -> u32 {
+        let per_replica = capacity / f64::from(ready.max(1));
+        let replicas = (offered * self.settings.headroom / per_replica).ceil();
+        // A float beyond u32 saturates in the cast.
+        self.bounded(replicas as u32)
+    }
+
+    fn bounded(&self, replicas: u32) -> u32 {
+        replicas.clamp(self.settings.min_replicas, self.settings.max_replicas)
+    }
+
+    /// The highest count asked within `scale_down_after`, `asked` now included.
+    fn stabilised(&self, history: &mut VecDeque<(Instant, u32)>, now: Instant, asked: u32) -> u32 {
+        while let Some(&(at, _)) = history.front() {
+            if now.saturating_duration_since(at) <= self.settings.scale_down_after {
+                break;
+            }
+            history.pop_front();
+        }
+        history.push_back((now, asked));
+        history
+            .iter()
+            .map(|&(_, count)| count)
+            .max()
+            .unwrap_or(asked)
+    }
+}
+
+/// `capacity / offered`, at most [`MOST_RATIO`] (an idle pool's).
+fn ratio(capacity: f64, offered: f64) -> f64 {
+    if offered <= 0.0 {
+        return MOST_RATIO;
+    }
+    (capacity / offered).min(MOST_RATIO)
+}
+
+/// The rate `available` sustain together with `targets` met at `mix`: each learned backend's
+/// own, each other one the learned ones' mean; `None` with none learned or none available.
+fn pool_capacity(available: &[&Arc<Backend>], mix: Mix, targets: SloTargets) -> Option<f64> {
+    let limits = Limits {
+        ttft: targets.ttft.as_secs_f64() / capacity::TTFT_TAIL,
+        tpot: targets.tpot.as_secs_f64(),
+    };
+    let learned: Vec<f64> = available
+        .iter()
+        .filter(|backend| backend.learned() >= LEARNED)
+        .filter_map(|backend| backend.read_model(|model| capacity::sustained(model, mix, limits)))
+        .collect();
+    if learned.is_empty() {
+        return None;
+    }
+    let mean = learned.iter().sum::<f64>() / learned.len() as f64;
+    let unlearned = available.len() - learned.len();
+    Some(learned.iter().sum::<f64>() + mean * unlearned as f64)
+}
+
+#[cfg(test)]
+mod tests;

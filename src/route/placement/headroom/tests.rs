@@ -1,0 +1,388 @@
+//! The headroom signal on backends whose models sit exactly at the priors: taught requests
+//! whose outcomes are the priors' own predictions, they count as learned and their coefficients
+//! do not move, so each one's capacity is [`capacity::sustained`] of a model at the priors.
+use std::time::Duration;
+
+use super::*;
+use crate::route::backend::predict::{Ask, LatencyModel, Load, Outcome};
+use crate::route::health::EjectPolicy;
+use crate::route::members::Members;
+use crate::route::placement::tests::pool;
+
+const MEMORY: u32 = 1000;
+
+fn targets() -> SloTargets {
+    SloTargets {
+        ttft: Duration::from_millis(800),
+        tpot: Duration::from_millis(35),
+        max_gap: None,
+    }
+}
+
+/// Teaches `backend` `n` requests at the priors' own predictions.
+fn learn_priors(backend: &Backend, n: u64) {
+    let model = LatencyModel::new(MEMORY);
+    for i in 0..n {
+        let load = Load {
+            queued_tokens: (i * 997) % 5_000,
+            streams: i % 17,
+        };
+        let ask = Ask {
+            prompt_tokens: 200 + (i * 131) % 3_000,
+            cached_tokens: 0,
+        };
+        let predicted = model.predict(load, ask);
+        let outcome = Outcome {
+            ttft: predicted.ttft,
+            tpot: Some(predicted.tpot),
+        };
+        backend.learn(MEMORY, load, ask, outcome);
+    }
+}
+
+fn settings() -> AutoscaleConfig {
+    AutoscaleConfig {
+        headroom: 1.25,
+        min_replicas: 1,
+        max_replicas: 64,
+        window: Duration::from_secs(10),
+        scale_down_after: Duration::from_secs(60),
+        objective: 0.95,
+    }
+}
+
+/// What one backend at the priors sustains at 1 160 uncached prompt tokens and 150 output
+/// tokens a request against 800 ms / 35 ms.
+fn one_backend() -> f64 {
+    let mix = Mix {
+        uncached: 1.16,
+        output: 150.0,
+    };
+    let limits = Limits {
+        ttft: 0.8 / capacity::TTFT_TAIL,
+        tpot: 0.035,
+    };
+    capacity::sustained(&LatencyModel::new(MEMORY), mix, limits)
+}
+
+/// Offers `requests` of 1 160 uncached tokens and finishes as many of 150 output tokens.
+fn serve(headroom: &Headroom, requests: u64) {
+    for _ in 0..requests {
+        headroom.offered(1_160);
+        headroom.finished(150);
+    }
+}
+
+#[test]
+fn before_the_models_and_the_mix_are_known_the_count_holds_at_the_replicas_available() {
+    let pool = pool(3);
+    let headroom = Headroom::new(settings(), None);
+    let t0 = Instant::now();
+    let first = headroom.tick(&pool.backends(), targets(), t0);
+    assert_eq!(first.capacity, None);
+    assert_eq!(first.headroom, None);
+    assert_eq!(first.desired, 3);
+    assert_eq!(first.ready, 3);
+    // A load, but no model learned yet: still nothing known, and no count asked from it.
+    serve(&headroom, 100);
+    let second = headroom.tick(&pool.backends(), targets(), t0 + Duration::from_secs(10));
+    assert!((second.offered - 10.0).abs() < 1e-9, "{second:?}");
+    assert_eq!(second.capacity, None);
+    assert_eq!(second.desired, 3);
+}
+
+#[test]
+fn the_capacity_is_each_learned_backends_and_the_count_keeps_the_headroom_target() {
+    let pool = pool(3);
+    for backend in pool.backends().iter() {
+        learn_priors(backend, 50);
+    }
+    let headroom = Headroom::new(settings(), None);
+    let t0 = Instant::now();
+    headroom.tick(&pool.backends(), targets(), t0);
+    // 20 requests a second for 10 s: the first sample is taken whole.
+    serve(&headroom, 200);
+    let reading = headroom.tick(&pool.backends(), targets(), t0 + Duration::from_secs(10));
+    let each = one_backend();
+    let capacity = reading.capacity.expect("known");
+    assert!(
+        (capacity - 3.0 * each).abs() < 1e-6 * capacity,
+        "{capacity} vs 3 x {each}"
+    );
+    let ratio = reading.headroom.expect("known");
+    assert!((ratio - capacity / 20.0).abs() < 1e-9, "{reading:?}");
+    // ⌈20 x 1.25 / each⌉ replicas, each sustaining 9.8 a second: 3.
+    let desired = (20.0 * 1.25 / each).ceil() as u32;
+    assert_eq!(desired, 3);
+    assert_eq!(reading.desired, desired);
+}
+
+#[test]
+fn a_backend_not_yet_learned_counts_as_the_learned_ones_mean() {
+    let pool = pool(3);
+    let backends = pool.backends();
+    learn_priors(&backends[0], 50);
+    learn_priors(&backends[1], 50);
+    learn_priors(&backends[2], LEARNED - 1);
+    let headroom = Headroom::new(settings(), None);
+    let t0 = Instant::now();
+    headroom.tick(&backends, targets(), t0);
+    serve(&headroom, 100);
+    let reading = headroom.tick(&backends, targets(), t0 + Duration::from_secs(10));
+    let capacity = reading.capacity.expect("known");
+    assert!((capacity - 3.0 * one_backend()).abs() < 1e-6 * capacity);
+}
+
+#[test]
+fn the_count_rises_at_once_and_falls_only_after_scale_down_after() {
+    let pool = pool(2);
+    for backend in pool.backends().iter() {
+        learn_priors(backend, 50);
+    }
+    let each = one_backend();
+    let headroom = Headroom::new(settings(), None);
+    let mut now = Instant::now();
+    headroom.tick(&pool.backends(), targets(), now);
+    // 40 requests a second: ⌈40 x 1.25 / 9.8⌉ = 6 replicas asked at once.
+    serve(&headroom, 400);
+    now += Duration::from_secs(10);
+    let busy = headroom.tick(&pool.backends(), targets(), now);
+    assert_eq!(busy.desired, (40.0 * 1.25 / each).ceil() as u32);
+    assert_eq!(busy.desired, 6);
+    // The load stops: the average decays, and the count holds for the 60 s of scale_down_after.
+    let mut fell_at = None;
+    for second in 1..=120 {
+        now += Duration::from_secs(1);
+        let reading = headroom.tick(&pool.backends(), targets(), now);
+        if reading.desired < 6 && fell_at.is_none() {
+            fell_at = Some(second);
+            // Down to the highest count asked within the last 60 s, not at once to the least.
+            assert!(reading.desired > 1, "{reading:?}");
+        }
+    }
+    let fell_at = fell_at.expect("the count falls once the load has stayed low");
+    assert!((60..=62).contains(&fell_at), "fell after {fell_at} s");
+    // Two minutes idle: the offered average is near zero, the count at the minimum.
+    let idle = headroom.tick(&pool.backends(), targets(), now + Duration::from_secs(61));
+    assert_eq!(idle.desired, 1);
+    assert_eq!(idle.headroom, Some(MOST_RATIO));
+}
+
+#[test]
+fn with_every_backend_ejected_the_count_holds_where_it_was() {
+    let pool = pool(2);
+    for backend in pool.backends().iter() {
+        learn_priors(backend, 50);
+    }
+    // No stabilising window: what holds the count is the hold itself.
+    let headroom = Headroom::new(
+        AutoscaleConfig {
+            scale_down_after: Duration::ZERO,
+            ..settings()
+        },
+        None,
+    );
+    let mut now = Instant::now();
+    headroom.tick(&pool.backends(), targets(), now);
+    serve(&headroom, 400);
+    now += Duration::from_secs(10);
+    assert_eq!(headroom.tick(&pool.backends(), targets(), now).desired, 6);
+    for backend in pool.backends().iter() {
+        let policy = EjectPolicy {
+            after: 1,
+            base: Duration::from_secs(30),
+            max: Duration::from_secs(30),
+        };
+        backend.eject(now, &policy);
+    }
+    // Nothing is known now, and what is not known asks for no fewer.
+    now += Duration::from_secs(1);
+    let reading = headroom.tick(&pool.backends(), targets(), now);
+    assert_eq!(reading.ready, 0);
+    assert_eq!(reading.capacity, None);
+    assert_eq!(reading.desired, 6);
+}
+
+#[test]
+fn the_count_stays_within_its_bounds() {
+    let pool = pool(2);
+    for backend in pool.backends().iter() {
+        learn_priors(backend, 50);
+    }
+    let headroom = Headroom::new(
+        AutoscaleConfig {
+            min_replicas: 2,
+            max_replicas: 4,
+            ..settings()
+        },
+        None,
+    );
+    let t0 = Instant::now();
+    headroom.tick(&pool.backends(), targets(), t0);
+    serve(&headroom, 4_000);
+    let flood = headroom.tick(&pool.backends(), targets(), t0 + Duration::from_secs(10));
+    assert_eq!(flood.desired, 4);
+    assert!(flood.headroom.expect("known") < 0.1, "{flood:?}");
+}
+
+#[test]
+fn the_moving_average_follows_a_step_with_its_time_constant() {
+    let mut average = Average::default();
+    let window = Duration::from_secs(10);
+    assert_eq!(average.update(5.0, Duration::ZERO, window), 5.0);
+    // A step to 15: after one time constant, 1 - 1/e of the way there.
+    let mut value = 0.0;
+    for _ in 0..10 {
+        value = average.update(15.0, Duration::from_secs(1), window);
+    }
+    let expected = 15.0 - 10.0 * (-1.0_f64).exp();
+    assert!((value - expected).abs() < 1e-9, "{value} vs {expected}");
+}
+
+/// Offers and finishes `requests` as [`serve`] does, `met` of them within their targets.
+fn serve_judged(headroom: &Headroom, requests: u64, met: u64) {
+    serve(headroom, requests);
+    for k in 0..requests {
+        headroom.judged(k < met);
+    }
+}
+
+/// Two learned backends at the priors, and a headroom ticked once to start.
+fn calibrated_pool() -> (Members, Headroom, Instant) {
+    let pool = pool(2);
+    for backend in pool.backends().iter() {
+        learn_priors(backend, 50);
+    }
+    let headroom = Headroom::new(settings(), None);
+    let now = Instant::now();
+    headroom.tick(&pool.backends(), targets(), now);
+    (pool, headroom, now)
+}
+
+#[test]
+fn a_load_that_misses_the_objective_calibrates_the_capacity_down_to_what_was_sustained() {
+    let (pool, headroom, mut now) = calibrated_pool();
+    let modelled = 2.0 * one_backend();
+    // 12 requests a second, 60 % of what the models say the two sustain, 80 % of them met
+    // (the objective is 95 %): the pool sustains 0.6 x 0.8 / 0.95 = 51 % of the models' rate.
+    let mut reading = None;
+    for _ in 0..300 {
+        serve_judged(&headroom, 12, 10);
+        // 10 of 12 is 83 %: the calibration's target is 0.6 x 0.833 / 0.95.
+        now += Duration::from_secs(1);
+        reading = Some(headroom.tick(&pool.backends(), targets(), now));
+    }
+    let reading = reading.expect("ticked");
+    let load = 12.0 / modelled;
+    let expected = load * (10.0 / 12.0) / 0.95;
+    assert!(
+        (reading.calibration - expected).abs() < 0.01,
+        "{reading:?}: expected {expected}"
+    );
+    let capacity = reading.capacity.expect("known");
+    assert!(
+        (capacity - expected * modelled).abs() < 0.02 * capacity,
+        "{reading:?}"
+    );
+    // Below the load it missed at: the pool asks for more replicas than the models alone would.
+    assert!(reading.headroom.expect("known") < 1.0, "{reading:?}");
+    assert!(reading.desired > 2, "{reading:?}");
+}
+
+#[test]
+fn a_load_met_above_the_calibration_raises_it_and_one_met_below_does_not() {
+    let (pool, headroom, mut now) = calibrated_pool();
+    let modelled = 2.0 * one_backend();
+    // A breach first: 12 a second, half of them met, for three minutes.
+    for _ in 0..180 {
+        serve_judged(&headroom, 12, 6);
+        now += Duration::from_secs(1);
+        headroom.tick(&pool.backends(), targets(), now);
+    }
+    let low = headroom.tick(&pool.backends(), targets(), now).calibration;
+    assert!(low < 0.4, "{low}");
+    // Then 4 a second, all met, for five minutes: below the calibration's load, no evidence that
+    // the pool sustains more than it was calibrated to.
+    for _ in 0..300 {
+        serve_judged(&headroom, 4, 4);
+        now += Duration::from_secs(1);
+        headroom.tick(&pool.backends(), targets(), now);
+    }
+    let held = headroom.tick(&pool.backends(), targets(), now).calibration;
+    // (The first second of the fall still reads as a steady load in breach: a nudge of 1e-3.)
+    assert!((held - low).abs() < 5e-3, "{held} against {low}");
+    // Then 14 a second, all met: the pool sustains that, so the calibration rises to it.
+    let mut raised = held;
+    for _ in 0..180 {
+        serve_judged(&headroom, 14, 14);
+        now += Duration::from_secs(1);
+        raised = headroom.tick(&pool.backends(), targets(), now).calibration;
+    }
+    let load = 14.0 / modelled;
+    assert!(
+        raised > held && raised <= load + 1e-9,
+        "{raised}: load {load}"
+    );
+    assert!(raised > 0.95 * load, "{raised}: load {load}");
+}
+
+#[test]
+fn without_evidence_the_models_speak_alone_and_a_shed_request_is_a_miss() {
+    let (pool, headroom, mut now) = calibrated_pool();
+    // Half a request a second, none met: 5 judgements in the 10 s window, under the 30 that
+    // count (a minute's 30 do count, but only to raise the calibration, which misses do not).
+    // (At 2.5 % of the models' capacity, misses would not count anyway: see the next test.)
+    for k in 0..240u64 {
+        if k % 2 == 0 {
+            serve_judged(&headroom, 1, 0);
+        }
+        now += Duration::from_secs(1);
+        headroom.tick(&pool.backends(), targets(), now);
+    }
+    let alone = headroom.tick(&pool.backends(), targets(), now);
+    assert_eq!(alone.calibration, 1.0, "{alone:?}");
+    // Twelve a second (61 % of the models' capacity), every one shed: evidence of misses at a
+    // load, and the calibration falls (for four minutes: eight of its time constants).
+    for _ in 0..240 {
+        for _ in 0..12 {
+            headroom.offered(1_160);
+            headroom.shed();
+        }
+        now += Duration::from_secs(1);
+        headroom.tick(&pool.backends(), targets(), now);
+    }
+    let shed = headroom.tick(&pool.backends(), targets(), now);
+    // None met is read as half met (deep in an overload the share met says how long the queue
+    // grew): 0.61 x 0.5 / 0.95 = 0.32, not the least bound.
+    let floor = 12.0 / (2.0 * one_backend()) * 0.5 / 0.95;
+    assert!((shed.calibration - floor).abs() < 0.02, "{shed:?}: {floor}");
+}
+
+#[test]
+fn misses_at_a_light_load_or_within_the_objectives_noise_leave_the_calibration_alone() {
+    let (pool, headroom, mut now) = calibrated_pool();
+    // 4 a second (20 % of the models' capacity), three quarters met: the misses are not the
+    // load's.
+    for _ in 0..120 {
+        serve_judged(&headroom, 4, 3);
+        now += Duration::from_secs(1);
+        headroom.tick(&pool.backends(), targets(), now);
+    }
+    let light = headroom.tick(&pool.backends(), targets(), now);
+    assert_eq!(light.calibration, 1.0, "{light:?}");
+    // 12 a second (61 %), 93 % met: 120 judgements a window, whose noise at 95 % is 4 points.
+    for k in 0..200u64 {
+        // 56 met of 60 every five seconds: 93.3 %.
+        let met = if k % 5 >= 3 { 10 } else { 12 };
+        serve_judged(&headroom, 12, met);
+        now += Duration::from_secs(1);
+        headroom.tick(&pool.backends(), targets(), now);
+    }
+    let noisy = headroom.tick(&pool.backends(), targets(), now);
+    assert_eq!(noisy.calibration, 1.0, "{noisy:?}");
+}
+
+#[test]
+fn a_backend_counts_as_learned_when_the_placement_stops_exploring_it() {
+    assert_eq!(LEARNED, crate::route::placement::EXPLORE);
+}
