@@ -75,6 +75,7 @@ mod route_handoff;
 #[cfg(feature = "testbed")]
 mod route_headroom;
 mod route_health;
+#[cfg(feature = "testbed")]
 mod route_slo;
 #[cfg(feature = "testbed")]
 mod route_tokenize;
