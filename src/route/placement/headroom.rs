@@ -191,11 +191,11 @@ impl Headroom {
             let per_second = |after: u64, before: u64| {
                 after.saturating_sub(before) as f64 / elapsed.as_secs_f64()
             };
-            let offered = per_second(totals.offered, before.offered);
+            let offered_per_second = per_second(totals.offered, before.offered);
             let offered_tokens = per_second(totals.offered_tokens, before.offered_tokens);
             let finished = per_second(totals.finished, before.finished);
             let output_tokens = per_second(totals.output_tokens, before.output_tokens);
-            let offered = state.offered.update(offered, elapsed, window);
+            let offered = state.offered.update(offered_per_second, elapsed, window);
             let offered_tokens = state.offered_tokens.update(offered_tokens, elapsed, window);
             let finished = state.finished.update(finished, elapsed, window);
             let output_tokens = state.output_tokens.update(output_tokens, elapsed, window);
@@ -203,7 +203,7 @@ impl Headroom {
                 Judged {
                     judged: per_second(totals.judged, before.judged),
                     missed: per_second(totals.missed, before.missed),
-                    offered: per_second(totals.offered, before.offered),
+                    offered: offered_per_second,
                 },
                 elapsed,
                 window,
@@ -230,11 +230,10 @@ impl Headroom {
             }
         });
         if let Some(modelled) = modelled {
-            let offered_now = state.offered.0.unwrap_or(0.0);
             let objective = self.settings.objective;
             state
                 .calibration
-                .hold(modelled, offered_now, objective, window, elapsed);
+                .hold(modelled, offered, objective, window, elapsed);
         }
         let calibration = state.calibration.value();
         let capacity = modelled.map(|modelled| modelled * calibration);
