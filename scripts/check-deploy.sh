@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks deploy/: Kubernetes manifests against the Kubernetes schemas (kubernetes-validate, strict,
-# offline: it bundles the schemas), Prometheus Operator resources against the operator's CRD
+# offline: it bundles the schemas), Prometheus Operator and KEDA resources against their CRD
 # schemas (scripts/check_crds.py), that every ConfigMap and Secret a pod names is shipped beside it
 # (scripts/check_pods.py), the PrometheusRule against the plain rule file it mirrors, and every
 # ConfigMap's tokenmeter.toml with `tokenmeter serve --check`, in the environment its pods give it
@@ -23,8 +23,9 @@ ROUTING_PENDING_CONFIGS=()
 
 VENV=${DEPLOY_VENV:-target/deploy-venv}
 if [[ ! -x "$VENV/bin/kubernetes-validate" || ! -x "$VENV/bin/python" ]] \
-    || ! "$VENV/bin/python" -c 'import cloudcoil.models.prometheus_operator' 2>/dev/null; then
-    make_venv "$VENV" 'kubernetes-validate==1.37.0' 'cloudcoil-models-prometheus-operator==0.80.1.0'
+    || ! "$VENV/bin/python" -c 'import cloudcoil.models.prometheus_operator, cloudcoil.models.keda' 2>/dev/null; then
+    make_venv "$VENV" 'kubernetes-validate==1.37.0' 'cloudcoil-models-prometheus-operator==0.80.1.0' \
+        'cloudcoil-models-keda==2.16.1.0'
 fi
 PY="$VENV/bin/python"
 
@@ -48,7 +49,7 @@ for version in "${KUBERNETES_VERSIONS[@]}"; do
     echo "ok: Kubernetes $version"
 done
 
-echo "== Prometheus Operator CRD schemas"
+echo "== Prometheus Operator and KEDA CRD schemas"
 "$PY" scripts/check_crds.py "${MANIFESTS[@]}"
 
 echo "== ConfigMaps and Secrets that pods name are shipped beside them"

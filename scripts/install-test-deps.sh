@@ -26,11 +26,13 @@ if ! python3 -c 'import openai' >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check openai
 fi
 # The manifest validators (kubernetes-validate bundles the Kubernetes schemas; the operator models
-# give the PodMonitor / PrometheusRule schemas) live in a virtualenv that scripts/check-deploy.sh uses.
+# give the PodMonitor / PrometheusRule schemas, KEDA's the ScaledObject's) live in a virtualenv that
+# scripts/check-deploy.sh uses (it installs the same list where one is missing).
 VENV=${DEPLOY_VENV:-target/deploy-venv}
 if [[ ! -x "$VENV/bin/kubernetes-validate" ]] \
-    || ! "$VENV/bin/python" -c 'import cloudcoil.models.prometheus_operator' >/dev/null 2>&1; then
-  make_venv "$VENV" 'kubernetes-validate==1.37.0' 'cloudcoil-models-prometheus-operator==0.80.1.0'
+    || ! "$VENV/bin/python" -c 'import cloudcoil.models.prometheus_operator, cloudcoil.models.keda' >/dev/null 2>&1; then
+  make_venv "$VENV" 'kubernetes-validate==1.37.0' 'cloudcoil-models-prometheus-operator==0.80.1.0' \
+    'cloudcoil-models-keda==2.16.1.0'
 fi
 # A real inference engine for tests/e2e/llama_server.rs.
 scripts/llama/build.sh

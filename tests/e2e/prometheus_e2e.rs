@@ -15,7 +15,8 @@
 //!   No allowance for how late a client sees its first token: on a loaded machine that is
 //!   anything, and neither check needs it;
 //! - every rule loads healthy, and every PromQL expression of `dashboards/*.json` and
-//!   `deploy/prometheus/tokenmeter-rules.yaml` returns data (so no typo'd metric or label survives,
+//!   `deploy/prometheus/tokenmeter-rules.yaml`, and what the autoscalers of
+//!   `deploy/kubernetes/autoscaling/` ask, returns data (so no typo'd metric or label survives,
 //!   and no panel, variable or rule reads a form of a histogram that this storage lacks), except
 //!   those on the routing series listed in [`ROUTING_PENDING`]; and each heatmap gets one form of
 //!   its histogram, the native one wherever it is stored.
@@ -35,7 +36,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use prometheus_support::exprs::{
-    all_panels, dashboard_exprs, rule_exprs, substitute_grafana, Expr, NATIVE_HISTOGRAMS,
+    all_panels, autoscaler_exprs, dashboard_exprs, rule_exprs, substitute_grafana, Expr,
+    NATIVE_HISTOGRAMS,
 };
 use prometheus_support::process::{free_addr, wait_for, Proc, Scratch, TOKENMETER};
 use prometheus_support::prometheus::{has_data, Prometheus, Storage};
@@ -681,6 +683,13 @@ fn real_prometheus_over_two_sidecars_sees_every_expression_and_the_bench_quantil
         for (name, dashboard) in dashboards() {
             exprs.extend(dashboard_exprs(&name, &dashboard, VARIABLES));
         }
+        // What KEDA and prometheus-adapter ask, on sidecar 0's `slo` pool.
+        let read = |path: &str| std::fs::read_to_string(repo_path(path)).expect("autoscaler file");
+        exprs.extend(autoscaler_exprs(
+            &read("deploy/kubernetes/autoscaling/keda/scaledobject.yaml"),
+            &read("deploy/kubernetes/autoscaling/hpa/prometheus-adapter.yaml"),
+            "default",
+        ));
         let failed = check_every_expression(prometheus, &exprs);
         let pending = exprs.iter().filter(|e| is_pending(e)).count();
         eprintln!(

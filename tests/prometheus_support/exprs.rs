@@ -306,3 +306,43 @@ pub fn label_names(expr: &str) -> Vec<String> {
 fn is_word(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || byte == b'_' || byte == b':'
 }
+
+/// What the autoscalers of `deploy/kubernetes/autoscaling/` ask Prometheus, for pool `pool`: KEDA's
+/// trigger `query` (its `pool="vllm"` made `pool`), and prometheus-adapter's `metricsQuery` as the
+/// adapter renders it for the HPA's selector (`<<.Series>>` the rule's `seriesQuery` metric,
+/// `<<.LabelMatchers>>` the HPA's `pool`; the `namespace` matcher the adapter also adds is left
+/// out: these Prometheus servers scrape no namespace label). Read by lines, as the files are laid
+/// out: one `query:` in the ScaledObject, one `seriesQuery:` and one `metricsQuery:` in the
+/// adapter's rules.
+pub fn autoscaler_exprs(keda: &str, adapter: &str, pool: &str) -> Vec<Expr> {
+    let value = |text: &str, key: &str| -> String {
+        let line = text
+            .lines()
+            .map(str::trim)
+            .find_map(|line| line.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no `{key}` line"));
+        line.trim().trim_matches('\'').to_owned()
+    };
+    let query = value(keda, "query:").replace("pool=\"vllm\"", &format!("pool=\"{pool}\""));
+    let series_query = value(adapter, "- seriesQuery:");
+    let series = series_query
+        .split('{')
+        .next()
+        .expect("a metric name before the matchers");
+    let rendered = value(adapter, "metricsQuery:")
+        .replace("<<.Series>>", series)
+        .replace("<<.LabelMatchers>>", &format!("pool=\"{pool}\""));
+    vec![
+        Expr {
+            origin: "deploy/kubernetes/autoscaling/keda/scaledobject.yaml: query".to_owned(),
+            promql: query,
+            label: None,
+        },
+        Expr {
+            origin: "deploy/kubernetes/autoscaling/hpa/prometheus-adapter.yaml: metricsQuery"
+                .to_owned(),
+            promql: rendered,
+            label: None,
+        },
+    ]
+}
