@@ -122,6 +122,8 @@ struct State {
     capacity: Average,
     calibration: Calibration,
     mix: Option<Mix>,
+    /// When the mix was first known: the averages hold a `window` of requests only after that.
+    mix_since: Option<Instant>,
     /// The counts asked for within `scale_down_after`, oldest first.
     asked: VecDeque<(Instant, u32)>,
     /// The count asked for last: what a tick that knows nothing holds to.
@@ -214,13 +216,21 @@ impl Headroom {
                     uncached: offered_tokens / offered / 1000.0,
                     output: output_tokens / finished,
                 });
+                state.mix_since.get_or_insert(now);
             }
         }
+        // Not before the averages hold a window of requests: the first tick's rates are taken
+        // whole, and one document in a pool's first second read as a mix of 8 000-token prompts
+        // (a simulated pool asked for its 6 replicas 5 s after it started, docs/autoscaling.md).
+        let warm = state
+            .mix_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= window);
         let offered = state.offered.0.unwrap_or(0.0);
         let available: Vec<&Arc<Backend>> = backends.iter().filter(|b| b.available(now)).collect();
         let ready = u32::try_from(available.len()).unwrap_or(u32::MAX);
         let sustained = state
             .mix
+            .filter(|_| warm)
             .and_then(|mix| pool_capacity(&available, mix, targets));
         let modelled = sustained.map(|rate| {
             if elapsed.is_zero() {

@@ -73,6 +73,28 @@ fn serve(headroom: &Headroom, requests: u64) {
     }
 }
 
+/// Ticks at `t0`, then twice 10 s (the `window`) apart with `requests` offered and finished before
+/// each: the mix is known at the second tick but not yet warm (nothing asked from it), and warm at
+/// the third, whose reading is returned with its instant. The rate is `requests / 10` a second
+/// throughout, so every average equals it.
+fn loaded(
+    headroom: &Headroom,
+    backends: &[Arc<Backend>],
+    t0: Instant,
+    requests: u64,
+) -> (Reading, Instant) {
+    headroom.tick(backends, targets(), t0);
+    serve(headroom, requests);
+    let first = headroom.tick(backends, targets(), t0 + Duration::from_secs(10));
+    assert_eq!(
+        first.capacity, None,
+        "not before a window of the mix: {first:?}"
+    );
+    serve(headroom, requests);
+    let at = t0 + Duration::from_secs(20);
+    (headroom.tick(backends, targets(), at), at)
+}
+
 #[test]
 fn before_the_models_and_the_mix_are_known_the_count_holds_at_the_replicas_available() {
     let pool = pool(3);
@@ -98,11 +120,8 @@ fn the_capacity_is_each_learned_backends_and_the_count_keeps_the_headroom_target
         learn_priors(backend, 50);
     }
     let headroom = Headroom::new(settings(), None);
-    let t0 = Instant::now();
-    headroom.tick(&pool.backends(), targets(), t0);
-    // 20 requests a second for 10 s: the first sample is taken whole.
-    serve(&headroom, 200);
-    let reading = headroom.tick(&pool.backends(), targets(), t0 + Duration::from_secs(10));
+    // 20 requests a second.
+    let (reading, _) = loaded(&headroom, &pool.backends(), Instant::now(), 200);
     let each = one_backend();
     let capacity = reading.capacity.expect("known");
     assert!(
@@ -125,10 +144,7 @@ fn a_backend_not_yet_learned_counts_as_the_learned_ones_mean() {
     learn_priors(&backends[1], 50);
     learn_priors(&backends[2], LEARNED - 1);
     let headroom = Headroom::new(settings(), None);
-    let t0 = Instant::now();
-    headroom.tick(&backends, targets(), t0);
-    serve(&headroom, 100);
-    let reading = headroom.tick(&backends, targets(), t0 + Duration::from_secs(10));
+    let (reading, _) = loaded(&headroom, &backends, Instant::now(), 100);
     let capacity = reading.capacity.expect("known");
     assert!((capacity - 3.0 * one_backend()).abs() < 1e-6 * capacity);
 }
@@ -141,12 +157,8 @@ fn the_count_rises_at_once_and_falls_only_after_scale_down_after() {
     }
     let each = one_backend();
     let headroom = Headroom::new(settings(), None);
-    let mut now = Instant::now();
-    headroom.tick(&pool.backends(), targets(), now);
     // 40 requests a second: ⌈40 x 1.25 / 9.8⌉ = 6 replicas asked at once.
-    serve(&headroom, 400);
-    now += Duration::from_secs(10);
-    let busy = headroom.tick(&pool.backends(), targets(), now);
+    let (busy, mut now) = loaded(&headroom, &pool.backends(), Instant::now(), 400);
     assert_eq!(busy.desired, (40.0 * 1.25 / each).ceil() as u32);
     assert_eq!(busy.desired, 6);
     // The load stops: the average decays, and the count holds for the 60 s of scale_down_after.
@@ -182,11 +194,8 @@ fn with_every_backend_ejected_the_count_holds_where_it_was() {
         },
         None,
     );
-    let mut now = Instant::now();
-    headroom.tick(&pool.backends(), targets(), now);
-    serve(&headroom, 400);
-    now += Duration::from_secs(10);
-    assert_eq!(headroom.tick(&pool.backends(), targets(), now).desired, 6);
+    let (busy, mut now) = loaded(&headroom, &pool.backends(), Instant::now(), 400);
+    assert_eq!(busy.desired, 6);
     for backend in pool.backends().iter() {
         let policy = EjectPolicy {
             after: 1,
@@ -217,10 +226,7 @@ fn the_count_stays_within_its_bounds() {
         },
         None,
     );
-    let t0 = Instant::now();
-    headroom.tick(&pool.backends(), targets(), t0);
-    serve(&headroom, 4_000);
-    let flood = headroom.tick(&pool.backends(), targets(), t0 + Duration::from_secs(10));
+    let (flood, _) = loaded(&headroom, &pool.backends(), Instant::now(), 4_000);
     assert_eq!(flood.desired, 4);
     assert!(flood.headroom.expect("known") < 0.1, "{flood:?}");
 }
