@@ -17,7 +17,8 @@ use prometheus_support::exprs::{
 use prometheus_support::repo_path;
 
 /// Every label tokenmeter's series carry (each subsystem's `series.rs`), plus Prometheus' own
-/// target labels.
+/// target labels and the one a Kubernetes scrape adds that the rules keep (`namespace`: the
+/// autoscaling rules keep pools of one name in two namespaces apart).
 /// A label outside this list in a dashboard or rule is a typo: matchers with `.*` and
 /// `sum by (typo)` still return data, so the end-to-end test alone would not catch it.
 const KNOWN_LABELS: &[&str] = &[
@@ -45,6 +46,7 @@ const KNOWN_LABELS: &[&str] = &[
     "exit",
     "move",
     "instance",
+    "namespace",
 ];
 
 /// Values for the rewriting tests.
