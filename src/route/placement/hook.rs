@@ -136,10 +136,9 @@ impl FinishHook for SloHook {
 /// The uncached prefill of `ask` alone on `backend`, at its learned cost per token (the priors'
 /// where it has no model or was not found): what no number of replicas shortens.
 fn own_prefill(backend: Option<&Backend>, ask: Ask) -> Duration {
-    match backend {
-        Some(backend) => backend.predict(Load::default(), ask).stall,
-        None => Backend::predict_by_priors(Load::default(), ask).stall,
-    }
+    backend
+        .and_then(|backend| backend.read_model(|model| model.stall(ask)))
+        .unwrap_or_else(|| Backend::predict_by_priors(Load::default(), ask).stall)
 }
 
 /// Whether a finished request met `targets` (`None`: nothing to judge it by, not counted). A
