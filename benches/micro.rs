@@ -261,6 +261,7 @@ fn headroom(c: &mut Criterion) {
         "replicas",
         AutoscaleConfig::default(),
         None,
+        None,
     );
     let headroom = slo.headroom().expect("a headroom");
     let backends = pool.backends();

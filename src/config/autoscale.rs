@@ -12,6 +12,9 @@ use super::ConfigError;
 /// different fleet.
 const MOST_HEADROOM: f64 = 10.0;
 
+/// The longest `cold_start`: a forecast an hour ahead from a minute's trend is a guess.
+const MOST_COLD_START: Duration = Duration::from_secs(3600);
+
 /// A pool's autoscaling signal.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -34,6 +37,15 @@ pub struct AutoscaleConfig {
     /// lower this long, so a count does not flap with the load's noise.
     #[serde(with = "super::spelling::human_duration")]
     pub scale_down_after: Duration,
+    /// How long a replica takes from being asked for to serving (pulling its image, loading its
+    /// weights): the count is asked for the offered load forecast this far ahead, from its
+    /// trend when the load rises by more than its noise (0: asked for the load now).
+    #[serde(with = "super::spelling::human_duration")]
+    pub cold_start: Duration,
+    /// How far the load must fall below the count's before the count follows it down: a lower
+    /// count is asked only while it keeps `headroom × (1 + tolerance)` times the load (as an
+    /// HPA's 10 % tolerance), so a load at the edge between two counts does not move it.
+    pub tolerance: f64,
     /// The share of the pool's requests that must meet their SLO targets for the pool to count
     /// as within its capacity. The models' capacity is calibrated by what the requests measured:
     /// a minute below this share at a load lowers it, a minute at or above raises it to that load
@@ -49,6 +61,8 @@ impl Default for AutoscaleConfig {
             max_replicas: 64,
             window: Duration::from_secs(15),
             scale_down_after: Duration::from_secs(300),
+            cold_start: Duration::from_secs(60),
+            tolerance: 0.1,
             objective: 0.95,
         }
     }
@@ -80,6 +94,18 @@ impl AutoscaleConfig {
             return Err(invalid(
                 "objective",
                 "must be a share from 0.5 to below 1 (of the requests that meet their targets)",
+            ));
+        }
+        if !(self.tolerance >= 0.0 && self.tolerance <= 1.0) {
+            return Err(invalid(
+                "tolerance",
+                "must be a share from 0 to 1 (of the headroom kept before a count falls)",
+            ));
+        }
+        if self.cold_start > MOST_COLD_START {
+            return Err(invalid(
+                "cold_start",
+                "must be at most 1h (how long a replica takes from being asked to serving)",
             ));
         }
         if self.window.is_zero() {

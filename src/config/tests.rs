@@ -593,7 +593,7 @@ fn a_pools_autoscale_parses_makes_auto_place_by_slo_and_names_each_bad_key() {
     // One backend (a sidecar): `auto` would balance by streams, but the signal needs `slo`.
     let pool = "[[pools]]\nname = \"p\"\nurls = [\"http://127.0.0.1:1\"]\n";
     let config = Config::from_toml(&format!(
-        "{pool}[pools.autoscale]\nheadroom = 1.5\nmax_replicas = 12\nwindow = \"30s\"\n"
+        "{pool}[pools.autoscale]\nheadroom = 1.5\nmax_replicas = 12\nwindow = \"30s\"\ncold_start = \"2m\"\n"
     ))
     .expect("parses");
     let autoscale = config.pools[0].autoscale.as_ref().expect("a table");
@@ -605,8 +605,13 @@ fn a_pools_autoscale_parses_makes_auto_place_by_slo_and_names_each_bad_key() {
         autoscale.scale_down_after,
         std::time::Duration::from_secs(300)
     );
+    assert_eq!(autoscale.cold_start, std::time::Duration::from_secs(120));
+    assert_eq!(autoscale.tolerance, 0.1);
     assert_eq!(config.pools[0].resolve_balance(false), BalanceLoad::Slo);
     let bad = |table: &str| invalid_key(&format!("{pool}[pools.autoscale]\n{table}\n"));
+    assert_eq!(bad("tolerance = -0.1"), "pools[0].autoscale.tolerance");
+    assert_eq!(bad("tolerance = 1.5"), "pools[0].autoscale.tolerance");
+    assert_eq!(bad("cold_start = \"2h\""), "pools[0].autoscale.cold_start");
     assert_eq!(bad("headroom = 0.8"), "pools[0].autoscale.headroom");
     assert_eq!(bad("headroom = 11.0"), "pools[0].autoscale.headroom");
     assert_eq!(bad("min_replicas = 0"), "pools[0].autoscale.min_replicas");

@@ -240,7 +240,7 @@ pub struct PoolSlo {
     designation: Option<Designation>,
     /// Its SLO headroom and the replica count it asks for ([`headroom`]); `None` in a router's
     /// tests that do not build it.
-    headroom: Option<Headroom>,
+    headroom: Option<Arc<Headroom>>,
     metrics: Option<SloMetrics>,
 }
 
@@ -270,21 +270,32 @@ impl PoolSlo {
     }
 
     /// The placement with its headroom signal, as `settings` tune it (every pool a router
-    /// builds has one).
+    /// builds has one). A reload keeps `previous`'s signal (its averages, calibration, trend and
+    /// the counts it asked within `scale_down_after`) while its settings and targets are the
+    /// same: an autoscaler reading it must not see a config reload as a cold start, nor a
+    /// replica added through one undo the stabilisation that holds the count.
     pub fn with_headroom(
         mut self,
         pool: &str,
         settings: AutoscaleConfig,
         metrics: Option<&Metrics>,
+        previous: Option<&PoolSlo>,
     ) -> Self {
-        let metrics = metrics.map(|m| HeadroomMetrics::new(m, pool));
-        self.headroom = Some(Headroom::new(settings, metrics));
+        let kept = previous
+            .filter(|old| old.targets == self.targets)
+            .and_then(|old| old.headroom.as_ref())
+            .filter(|old| old.settings() == &settings)
+            .map(Arc::clone);
+        self.headroom = Some(kept.unwrap_or_else(|| {
+            let metrics = metrics.map(|m| HeadroomMetrics::new(m, pool));
+            Arc::new(Headroom::new(settings, metrics))
+        }));
         self
     }
 
     /// Its headroom signal.
     pub fn headroom(&self) -> Option<&Headroom> {
-        self.headroom.as_ref()
+        self.headroom.as_deref()
     }
 
     /// A request of the pool finished whole with `output` tokens: the headroom's mix.
@@ -697,7 +708,11 @@ impl Score {
 
 /// Ticks `slo`'s headroom every [`headroom::TICK`] over `members`' backends, for as long as the pool's
 /// placement lives (a reload builds another, and this task ends at its next tick).
-pub(crate) async fn watch_headroom(slo: Weak<PoolSlo>, members: Arc<Members>) {
+///
+/// A signal kept through a reload is ticked by the newest pool's watcher alone (`claim`, taken
+/// as the pool was built, [`Headroom::claim`]): an older pool lives on while its requests
+/// finish, and would tick it with its old members.
+pub(crate) async fn watch_headroom(slo: Weak<PoolSlo>, members: Arc<Members>, claim: u64) {
     let mut tick = tokio::time::interval(headroom::TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -705,9 +720,13 @@ pub(crate) async fn watch_headroom(slo: Weak<PoolSlo>, members: Arc<Members>) {
         let Some(slo) = slo.upgrade() else {
             return;
         };
-        if let Some(headroom) = slo.headroom() {
-            headroom.tick(&members.backends(), slo.targets, Instant::now());
+        let Some(headroom) = slo.headroom() else {
+            return;
+        };
+        if headroom.claimed() != claim {
+            return;
         }
+        headroom.tick(&members.backends(), slo.targets, Instant::now());
     }
 }
 

@@ -108,19 +108,25 @@ impl Pool {
         };
         let placement = (config.balance == BalanceLoad::Slo).then(|| {
             let designates = config.designates();
+            let before = previous
+                .and_then(|pool| pool.placement.as_ref())
+                .map(|placement| &*placement.slo);
             let slo = Arc::new(
                 PoolSlo::new(index, &config.name, whole, designates, Some(metrics)).with_headroom(
                     &config.name,
                     config.autoscale.clone().unwrap_or_default(),
                     Some(metrics),
+                    before,
                 ),
             );
             // The headroom ticks while the placement lives (a router built outside a runtime,
             // as some tests build one, has no signal).
-            if tokio::runtime::Handle::try_current().is_ok() {
+            let claim = slo.headroom().map(|headroom| headroom.claim());
+            if let (Some(claim), Ok(_)) = (claim, tokio::runtime::Handle::try_current()) {
                 tokio::spawn(placement::watch_headroom(
                     Arc::downgrade(&slo),
                     Arc::clone(&members),
+                    claim,
                 ));
             }
             let gate = config.queue.as_ref().map(|queue| {

@@ -82,6 +82,9 @@ const QUEUE_WAIT_BUCKETS: [f64; 11] = [
 /// Requests a second offered to a `balance = "slo"` pool (placed, queued or shed), a moving
 /// average; by `pool`.
 pub(crate) const POOL_OFFERED: &str = "tokenmeter_pool_offered_requests_per_second";
+/// The offered load one `[pools.autoscale] cold_start` ahead, from its trend: what the desired
+/// count is asked for. By `pool`.
+pub(crate) const POOL_FORECAST: &str = "tokenmeter_pool_forecast_requests_per_second";
 /// Requests a second a pool's available backends sustain with its SLO targets met, as their
 /// latency models predict at the pool's mix; NaN before they are known. By `pool`.
 pub(crate) const POOL_CAPACITY: &str = "tokenmeter_pool_capacity_requests_per_second";
@@ -160,6 +163,10 @@ pub fn describe(metrics: &Metrics) {
             "Requests per second offered to a balance = \"slo\" pool (placed, queued or shed), a moving average over [pools.autoscale] window.",
         ),
         (
+            POOL_FORECAST,
+            "Requests per second a balance = \"slo\" pool is forecast to be offered [pools.autoscale] cold_start ahead, from its trend when it rises by more than its noise (else the offered rate): what the desired replicas are asked for.",
+        ),
+        (
             POOL_CAPACITY,
             "Requests per second the pool's available backends sustain with its SLO targets met, as their latency models predict at the pool's mix; NaN before the models and the mix are known.",
         ),
@@ -169,7 +176,7 @@ pub fn describe(metrics: &Metrics) {
         ),
         (
             POOL_DESIRED,
-            "Replicas the pool should run to keep [pools.autoscale] headroom times its offered load (within min_replicas and max_replicas; rises at once, falls after scale_down_after).",
+            "Replicas the pool should run to keep [pools.autoscale] headroom times its forecast load (within min_replicas and max_replicas; rises at once, falls after scale_down_after to a count that keeps headroom x (1 + tolerance)).",
         ),
         (POOL_READY, "The pool's backends available now."),
         (

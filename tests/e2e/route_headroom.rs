@@ -45,6 +45,8 @@ fn proxy_config(sims: &[&SimHandle]) -> Config {
             // Short, so that the test's load shows within seconds.
             window: Duration::from_secs(2),
             scale_down_after: Duration::from_secs(3),
+            cold_start: Duration::from_secs(5),
+            tolerance: 0.1,
             objective: 0.95,
         }),
         ..PoolConfig::default()
@@ -75,6 +77,7 @@ async fn send(proxy: std::net::SocketAddr, n: usize, tokens: usize) {
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Signal {
     offered: f64,
+    forecast: f64,
     capacity: f64,
     headroom: f64,
     desired: f64,
@@ -90,6 +93,7 @@ impl Signal {
         };
         Some(Signal {
             offered: series("tokenmeter_pool_offered_requests_per_second")?,
+            forecast: series("tokenmeter_pool_forecast_requests_per_second")?,
             capacity: series("tokenmeter_pool_capacity_requests_per_second")?,
             headroom: series("tokenmeter_pool_slo_headroom_ratio")?,
             desired: series("tokenmeter_pool_desired_replicas")?,
@@ -119,6 +123,7 @@ impl Signal {
     fn same(&self, other: &Signal) -> bool {
         let eq = |a: f64, b: f64| a == b || (a.is_nan() && b.is_nan());
         eq(self.offered, other.offered)
+            && eq(self.forecast, other.forecast)
             && eq(self.capacity, other.capacity)
             && eq(self.headroom, other.headroom)
             && eq(self.desired, other.desired)
@@ -154,8 +159,12 @@ impl Signal {
             (self.headroom - expected).abs() <= 1e-9 * expected.max(1.0),
             "headroom = capacity / offered, at most 10: {self:?}"
         );
+        assert!(
+            self.forecast >= self.offered && self.forecast <= 2.0 * self.offered,
+            "the forecast is the offered load and its rise, at most twice it: {self:?}"
+        );
         let per_replica = self.capacity / self.ready;
-        let asked = (self.offered * HEADROOM / per_replica).ceil();
+        let asked = (self.forecast * HEADROOM / per_replica).ceil();
         assert!(
             self.desired >= asked.clamp(1.0, f64::from(MAX_REPLICAS)),
             "at least what the load asks: {self:?} (asks {asked})"
@@ -214,7 +223,7 @@ async fn a_pool_reports_its_headroom_from_its_models_and_asks_for_replicas_by_it
     idle.assert_consistent();
 
     // A replica gone: its health checks fail, it is ejected, one is ready, and the capacity (a
-    // moving average) falls to what the one left sustains.
+    // moving average a replica, times the replicas ready) falls to what the one left sustains.
     two.shutdown().await;
     let alone = Signal::until(
         &proxy,

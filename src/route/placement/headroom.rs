@@ -18,10 +18,15 @@
 //!   **calibration** below;
 //! - **headroom** `= capacity / offered` (at most [`MOST_RATIO`]): above 1 the pool has room,
 //!   below it the pool is over what it sustains;
-//! - **desired replicas** `= ⌈offered · headroom target / (capacity / ready)⌉`, within
+//! - **forecast**: the offered load one `cold_start` ahead, `offered + rise · (window +
+//!   cold_start)`, where `rise` is the load's trend when it rises by more than its noise
+//!   ([`trend`]; the `window` term undoes the average's lag behind a ramp), at most twice the
+//!   offered load; the offered load itself when it does not rise;
+//! - **desired replicas** `= ⌈forecast · headroom target / (capacity / ready)⌉`, within
 //!   `[min_replicas, max_replicas]`: the least count whose capacity, at the mean capacity per
-//!   replica now, is `headroom` times the load. It rises at once and falls only once the count
-//!   has been lower for `scale_down_after` (the highest count within that window holds).
+//!   replica now, is `headroom` times the load when a replica asked now would serve. It rises at
+//!   once; it falls only to a count that keeps `headroom · (1 + tolerance)`, and only once the
+//!   count has been lower for `scale_down_after` (the highest count within that window holds).
 //!
 //! **Calibrated by what the requests measured** ([`calibration`]): a model predicts a mean request
 //! on one backend, while a pool misses its SLO in its tails and its mix first; the requests'
@@ -38,9 +43,12 @@
 //! the replicas available (within the bounds). A signal never asks for fewer replicas because it
 //! knows less.
 //!
+//! A reload keeps the signal while the pool's `[pools.autoscale]` and targets are the same
+//! ([`super::PoolSlo::with_headroom`]): an autoscaler must not read a config reload, or the
+//! replica it added through one, as a cold start.
+//!
 //! None of this is on the request path: placing a request adds to two counters and finishing one
 //! to two more (relaxed atomics); the models are read on the tick, off it.
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -52,12 +60,15 @@ use crate::route::backend::Backend;
 use average::Average;
 use calibration::{Calibration, Judged};
 use capacity::{Limits, Mix};
+use trend::Trend;
 
 mod average;
 pub(crate) mod calibration;
 pub(crate) mod capacity;
+mod count;
 mod reading;
 mod series;
+mod trend;
 
 pub use reading::Reading;
 pub(crate) use series::HeadroomMetrics;
@@ -73,6 +84,14 @@ pub(crate) const LEARNED: u64 = 8;
 /// The highest headroom reported: an idle pool's is unbounded, and an autoscaler's arithmetic
 /// wants a number.
 pub(crate) const MOST_RATIO: f64 = 10.0;
+
+/// The span the trend is fitted over, in `window`s: long enough that a Poisson load's noise
+/// rarely passes for a rise, short enough to see a ramp within half a minute at the defaults.
+const TREND_WINDOWS: u32 = 4;
+
+/// The most a forecast is, as a multiple of the load offered now: a trend extrapolated past a
+/// doubling is a burst's, not a ramp's.
+const MOST_FORECAST: f64 = 2.0;
 
 /// What the pool was offered and what finished, counted on the request path.
 #[derive(Debug, Default)]
@@ -119,15 +138,20 @@ struct State {
     offered_tokens: Average,
     finished: Average,
     output_tokens: Average,
-    capacity: Average,
+    /// The models' capacity a replica available, averaged. Not the pool's sum: averaged, a sum
+    /// lags a replica that joins by a window, and spread over the new count it reads as less a
+    /// replica, which asks for more replicas still (a simulated pool went from 1 to its 6
+    /// replicas on a ramp to 9 requests a second, each one that joined asking for more).
+    per_replica: Average,
     calibration: Calibration,
     mix: Option<Mix>,
     /// When the mix was first known: the averages hold a `window` of requests only after that.
     mix_since: Option<Instant>,
-    /// The counts asked for within `scale_down_after`, oldest first.
-    asked: VecDeque<(Instant, u32)>,
-    /// The count asked for last: what a tick that knows nothing holds to.
-    held: Option<u32>,
+    /// The offered rate's trend, its samples timed from `origin`.
+    trend: Trend,
+    origin: Option<Instant>,
+    /// The counts asked for.
+    asked: count::Asked,
 }
 
 /// A `balance = "slo"` pool's headroom signal.
@@ -137,6 +161,8 @@ pub struct Headroom {
     counts: Counts,
     state: Mutex<State>,
     metrics: Option<HeadroomMetrics>,
+    /// The last claim to tick it ([`Headroom::claim`]).
+    claims: AtomicU64,
 }
 
 impl Headroom {
@@ -146,7 +172,24 @@ impl Headroom {
             counts: Counts::default(),
             state: Mutex::new(State::default()),
             metrics,
+            claims: AtomicU64::new(0),
         }
+    }
+
+    /// What tunes it.
+    pub(crate) fn settings(&self) -> &AutoscaleConfig {
+        &self.settings
+    }
+
+    /// Claims the ticking for a new pool's watcher: the one that claimed last ticks, an older
+    /// one stops (a signal kept through a reload has the old pool's watcher too).
+    pub(crate) fn claim(&self) -> u64 {
+        self.claims.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// The last claim.
+    pub(crate) fn claimed(&self) -> u64 {
+        self.claims.load(Ordering::Relaxed)
     }
 
     /// A request asking `uncached` prompt tokens was offered to the pool.
@@ -194,6 +237,15 @@ impl Headroom {
                 after.saturating_sub(before) as f64 / elapsed.as_secs_f64()
             };
             let offered_per_second = per_second(totals.offered, before.offered);
+            // Fitted only once the signal is warm: before, the span holds the pool's own start,
+            // a step from nothing that reads as a steep rise for a span.
+            if Self::warm(&state, now, window) {
+                let origin = *state.origin.get_or_insert(now);
+                let at = now.saturating_duration_since(origin).as_secs_f64();
+                state
+                    .trend
+                    .observe(at, offered_per_second, window * TREND_WINDOWS);
+            }
             let offered_tokens = per_second(totals.offered_tokens, before.offered_tokens);
             let finished = per_second(totals.finished, before.finished);
             let output_tokens = per_second(totals.output_tokens, before.output_tokens);
@@ -222,22 +274,25 @@ impl Headroom {
         // Not before the averages hold a window of requests: the first tick's rates are taken
         // whole, and one document in a pool's first second read as a mix of 8 000-token prompts
         // (a simulated pool asked for its 6 replicas 5 s after it started, docs/autoscaling.md).
-        let warm = state
-            .mix_since
-            .is_some_and(|since| now.saturating_duration_since(since) >= window);
+        let warm = Self::warm(&state, now, window);
         let offered = state.offered.0.unwrap_or(0.0);
+        let horizon = (window + self.settings.cold_start).as_secs_f64();
+        let forecast = (offered + state.trend.rising() * horizon).min(MOST_FORECAST * offered);
         let available: Vec<&Arc<Backend>> = backends.iter().filter(|b| b.available(now)).collect();
         let ready = u32::try_from(available.len()).unwrap_or(u32::MAX);
         let sustained = state
             .mix
             .filter(|_| warm)
             .and_then(|mix| pool_capacity(&available, mix, targets));
+        // Averaged a replica, then times the replicas there now (see `State::per_replica`).
         let modelled = sustained.map(|rate| {
-            if elapsed.is_zero() {
-                state.capacity.0.unwrap_or(rate)
+            let each = rate / f64::from(ready.max(1));
+            let each = if elapsed.is_zero() {
+                state.per_replica.0.unwrap_or(each)
             } else {
-                state.capacity.update(rate, elapsed, window)
-            }
+                state.per_replica.update(each, elapsed, window)
+            };
+            each * f64::from(ready)
         });
         if let Some(modelled) = modelled {
             let objective = self.settings.objective;
@@ -248,17 +303,13 @@ impl Headroom {
         let calibration = state.calibration.value();
         let capacity = modelled.map(|modelled| modelled * calibration);
         let headroom = capacity.map(|capacity| ratio(capacity, offered));
-        let asked = match capacity {
-            Some(capacity) if capacity > 0.0 => self.needed(offered, capacity, ready),
-            // Nothing known, or nothing sustained (every backend misses even idle): hold what
-            // was asked last (at first, the replicas available).
-            _ => state.held.unwrap_or_else(|| self.bounded(ready)),
-        };
-        let desired = self.stabilised(&mut state.asked, now, asked);
-        state.held = Some(desired);
+        let desired = state
+            .asked
+            .ask(&self.settings, forecast, capacity, ready, now);
         drop(state);
         let reading = Reading {
             offered,
+            forecast,
             capacity,
             ready,
             headroom,
@@ -271,33 +322,11 @@ impl Headroom {
         reading
     }
 
-    /// The least replica count whose capacity, at `capacity / ready` a replica, is the target
-    /// headroom times `offered`; within the bounds.
-    fn needed(&self, offered: f64, capacity: f64, ready: u32) -> u32 {
-        let per_replica = capacity / f64::from(ready.max(1));
-        let replicas = (offered * self.settings.headroom / per_replica).ceil();
-        // A float beyond u32 saturates in the cast.
-        self.bounded(replicas as u32)
-    }
-
-    fn bounded(&self, replicas: u32) -> u32 {
-        replicas.clamp(self.settings.min_replicas, self.settings.max_replicas)
-    }
-
-    /// The highest count asked within `scale_down_after`, `asked` now included.
-    fn stabilised(&self, history: &mut VecDeque<(Instant, u32)>, now: Instant, asked: u32) -> u32 {
-        while let Some(&(at, _)) = history.front() {
-            if now.saturating_duration_since(at) <= self.settings.scale_down_after {
-                break;
-            }
-            history.pop_front();
-        }
-        history.push_back((now, asked));
-        history
-            .iter()
-            .map(|&(_, count)| count)
-            .max()
-            .unwrap_or(asked)
+    /// Whether the averages hold a `window` of requests since the mix was first known.
+    fn warm(state: &State, now: Instant, window: Duration) -> bool {
+        state
+            .mix_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= window)
     }
 }
 

@@ -174,3 +174,42 @@ async fn a_reload_keeps_what_the_router_learned_about_backends_that_stay() {
         "a new prior starts a new calibration"
     );
 }
+
+/// The headroom signal of pool `decode` (placed by `slo`).
+fn headroom(router: &Router) -> &crate::route::placement::headroom::Headroom {
+    router.pools[1]
+        .placement
+        .as_ref()
+        .and_then(|placement| placement.slo.headroom())
+        .expect("an slo pool has a headroom")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_keeps_an_slo_pools_headroom_while_its_settings_and_targets_stay() {
+    let slo = |config: &mut Config| config.pools[1].balance = BalanceLoad::Slo;
+    let before = router(slo);
+    // A decode replica added, as an autoscaler's reload adds one: the same signal, and only the
+    // new pool's watcher ticks it.
+    let mut config = config();
+    slo(&mut config);
+    config.pools[1]
+        .urls
+        .push("http://127.0.0.1:8103".to_owned());
+    config.validate().expect("valid config");
+    let claimed = headroom(&before).claimed();
+    let after = before.reloaded(&config).expect("reloads");
+    assert!(std::ptr::eq(headroom(&after), headroom(&before)));
+    assert_eq!(headroom(&after).claimed(), claimed + 1);
+    // Other autoscale settings, or other targets: a new signal.
+    let mut tuned = config.clone();
+    tuned.pools[1].autoscale = Some(crate::config::AutoscaleConfig {
+        headroom: 1.5,
+        ..Default::default()
+    });
+    let retuned = after.reloaded(&tuned).expect("reloads");
+    assert!(!std::ptr::eq(headroom(&retuned), headroom(&after)));
+    let mut stricter = config.clone();
+    stricter.slo.ttft = std::time::Duration::from_millis(500);
+    let retargeted = after.reloaded(&stricter).expect("reloads");
+    assert!(!std::ptr::eq(headroom(&retargeted), headroom(&after)));
+}

@@ -5,6 +5,9 @@
 pub struct Reading {
     /// Requests a second offered to the pool.
     pub offered: f64,
+    /// The offered load one `cold_start` ahead, from its trend (the offered load itself when it
+    /// does not rise by more than its noise): what the count is asked for.
+    pub forecast: f64,
     /// Requests a second the pool's available backends sustain within its targets; `None`
     /// before the models and the mix are known, or with no backend available.
     pub capacity: Option<f64>,

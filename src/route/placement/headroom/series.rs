@@ -5,13 +5,15 @@ use metrics::{Gauge, Label, SharedString};
 use super::reading::Reading;
 use crate::metrics::{Metrics, LABEL_POOL};
 use crate::route::series::{
-    POOL_CALIBRATION, POOL_CAPACITY, POOL_DESIRED, POOL_HEADROOM, POOL_OFFERED, POOL_READY,
+    POOL_CALIBRATION, POOL_CAPACITY, POOL_DESIRED, POOL_FORECAST, POOL_HEADROOM, POOL_OFFERED,
+    POOL_READY,
 };
 
 /// A `balance = "slo"` pool's headroom handles.
 #[derive(Debug, Clone)]
 pub(crate) struct HeadroomMetrics {
     offered: Gauge,
+    forecast: Gauge,
     capacity: Gauge,
     headroom: Gauge,
     desired: Gauge,
@@ -26,6 +28,7 @@ impl HeadroomMetrics {
             |name: &'static str| metrics.gauge(name, vec![Label::new(LABEL_POOL, pool.clone())]);
         Self {
             offered: gauge(POOL_OFFERED),
+            forecast: gauge(POOL_FORECAST),
             capacity: gauge(POOL_CAPACITY),
             headroom: gauge(POOL_HEADROOM),
             desired: gauge(POOL_DESIRED),
@@ -37,6 +40,7 @@ impl HeadroomMetrics {
     /// Exports one tick's reading; what is not known yet is NaN.
     pub fn show(&self, reading: &Reading) {
         self.offered.set(reading.offered);
+        self.forecast.set(reading.forecast);
         self.capacity.set(reading.capacity.unwrap_or(f64::NAN));
         self.headroom.set(reading.headroom.unwrap_or(f64::NAN));
         self.desired.set(f64::from(reading.desired));

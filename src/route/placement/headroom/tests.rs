@@ -47,6 +47,9 @@ fn settings() -> AutoscaleConfig {
         max_replicas: 64,
         window: Duration::from_secs(10),
         scale_down_after: Duration::from_secs(60),
+        // No forecast and no tolerance, but where a test sets them: the count is the load's now.
+        cold_start: Duration::ZERO,
+        tolerance: 0.0,
         objective: 0.95,
     }
 }
@@ -391,4 +394,174 @@ fn misses_at_a_light_load_or_within_the_objectives_noise_leave_the_calibration_a
 #[test]
 fn a_backend_counts_as_learned_when_the_placement_stops_exploring_it() {
     assert_eq!(LEARNED, crate::route::placement::EXPLORE);
+}
+
+/// Ticks `headroom` each second from `start` to `end` (exclusive) after `t0`, `rate(second)`
+/// requests offered and finished before each; returns each tick's reading.
+fn paced(
+    headroom: &Headroom,
+    backends: &[Arc<Backend>],
+    t0: Instant,
+    seconds: std::ops::Range<u64>,
+    rate: impl Fn(u64) -> u64,
+) -> Vec<Reading> {
+    seconds
+        .map(|second| {
+            serve(headroom, rate(second));
+            headroom.tick(backends, targets(), t0 + Duration::from_secs(second))
+        })
+        .collect()
+}
+
+#[test]
+fn a_rising_load_is_asked_for_one_cold_start_ahead_and_a_flat_one_as_it_is() {
+    let pool = pool(2);
+    for backend in pool.backends().iter() {
+        learn_priors(backend, 50);
+    }
+    let cold_start = Duration::from_secs(30);
+    let ahead = Headroom::new(
+        AutoscaleConfig {
+            cold_start,
+            ..settings()
+        },
+        None,
+    );
+    let now = Headroom::new(settings(), None);
+    let backends = pool.backends();
+    let t0 = Instant::now();
+    // Idle for 5 s, 6 a second until two minutes, then up by one every 4 s (0.25 a second per
+    // second).
+    let rate = |second: u64| {
+        if second < 5 {
+            0
+        } else {
+            6 + second.saturating_sub(120) / 4
+        }
+    };
+    ahead.tick(&backends, targets(), t0);
+    now.tick(&backends, targets(), t0);
+    let flat = paced(&ahead, &backends, t0, 1..120, rate);
+    let flat_now = paced(&now, &backends, t0, 1..120, rate);
+    // Flat: the forecast is the load offered, and both ask the same, from the first second (the
+    // pool's own start, a step from nothing, is no rise: the trend is fitted once it is warm).
+    for (a, b) in flat.iter().zip(&flat_now) {
+        assert_eq!(a.forecast, a.offered, "{a:?}");
+        assert_eq!(a.desired, b.desired);
+    }
+    let ramp = paced(&ahead, &backends, t0, 120..240, rate);
+    let ramp_now = paced(&now, &backends, t0, 120..240, rate);
+    // The rise is seen within 30 s of the ramp's start.
+    let seen = ramp
+        .iter()
+        .position(|r| r.forecast > r.offered)
+        .expect("the rise is seen");
+    assert!(seen <= 30, "seen {seen} s into the ramp");
+    // A minute in (the average's lag behind the ramp undone), the forecast is the rate a cold
+    // start later, within 10 %.
+    let at = 60;
+    let later = rate(120 + at as u64 + cold_start.as_secs()) as f64;
+    let forecast = ramp[at].forecast;
+    assert!(
+        (forecast - later).abs() < 0.1 * later,
+        "forecast {forecast} vs {later} a cold start later: {:?}",
+        ramp[at]
+    );
+    // The count rises sooner: the first count above the flat load's at least 10 s earlier than
+    // without the forecast (while the fit still holds some of the flat minute: 26 s against
+    // 40 s), the next ones at least 25 s earlier (30 and 29 s: about a cold start).
+    let first = |readings: &[Reading], count: u32| readings.iter().position(|r| r.desired >= count);
+    let top = ramp_now.last().expect("ticks").desired;
+    assert!(top >= 4, "{:?}", ramp_now.last());
+    for count in 3..=top {
+        let (sooner, later) = (first(&ramp, count), first(&ramp_now, count));
+        let (Some(sooner), Some(later)) = (sooner, later) else {
+            panic!("{count} replicas asked: {sooner:?} with the forecast, {later:?} without");
+        };
+        let by = if count == 3 { 10 } else { 25 };
+        assert!(
+            sooner + by <= later,
+            "{count} replicas: {sooner} s vs {later} s"
+        );
+    }
+}
+
+#[test]
+fn a_load_at_the_edge_between_two_counts_does_not_move_it_down() {
+    let pool = pool(2);
+    for backend in pool.backends().iter() {
+        learn_priors(backend, 50);
+    }
+    let each = one_backend();
+    let headroom = Headroom::new(
+        AutoscaleConfig {
+            tolerance: 0.1,
+            ..settings()
+        },
+        None,
+    );
+    let backends = pool.backends();
+    let t0 = Instant::now();
+    let count = |load: f64, margin: f64| (load * margin / each).ceil() as u32;
+    // 20 a second: 3 replicas.
+    let high: u32 = 20;
+    assert_eq!(count(f64::from(high), 1.25), 3);
+    // 15 a second: 2 replicas at 1.25x, but 3 at 1.375x; 13 a second: 2 at either.
+    let (edge, low): (u32, u32) = (15, 13);
+    assert_eq!(count(f64::from(edge), 1.25), 2);
+    assert_eq!(count(f64::from(edge), 1.375), 3);
+    assert_eq!(count(f64::from(low), 1.375), 2);
+    headroom.tick(&backends, targets(), t0);
+    let busy = paced(&headroom, &backends, t0, 1..60, |_| u64::from(high));
+    assert_eq!(busy.last().map(|r| r.desired), Some(3));
+    // At the edge for three minutes (three times scale_down_after): the count holds.
+    let at_edge = paced(&headroom, &backends, t0, 60..240, |_| u64::from(edge));
+    assert!(
+        at_edge.iter().all(|r| r.desired == 3),
+        "{:?}",
+        at_edge.last()
+    );
+    // Lower: it falls, once scale_down_after has passed.
+    let lower = paced(&headroom, &backends, t0, 240..400, |_| u64::from(low));
+    let fell = lower
+        .iter()
+        .position(|r| r.desired == 2)
+        .expect("the count falls at a load clear of the edge");
+    assert!(
+        (60..=90).contains(&fell),
+        "fell {fell} s after the load did"
+    );
+    assert!(lower[fell..].iter().all(|r| r.desired == 2));
+}
+
+#[test]
+fn a_replica_that_joins_adds_its_capacity_at_once_and_asks_for_no_more() {
+    let pool = pool(4);
+    for backend in pool.backends().iter() {
+        learn_priors(backend, 50);
+    }
+    let each = one_backend();
+    let headroom = Headroom::new(settings(), None);
+    let all = pool.backends();
+    let (two, four) = (&all[..2], &all[..]);
+    let t0 = Instant::now();
+    // 15 a second on two replicas: two asked (⌈15 x 1.25 / 9.8⌉), as an autoscaler would run.
+    headroom.tick(two, targets(), t0);
+    let before = paced(&headroom, two, t0, 1..60, |_| 15);
+    let settled = before.last().expect("ticks");
+    assert_eq!(settled.desired, 2, "{settled:?}");
+    // Two more join (a reload, or DNS): the capacity doubles at the next tick, and the count
+    // asked stays.
+    let after = paced(&headroom, four, t0, 60..120, |_| 15);
+    let joined = after[0];
+    let capacity = joined.capacity.expect("known");
+    assert!(
+        (capacity - 4.0 * each).abs() < 1e-6 * capacity,
+        "{joined:?}"
+    );
+    assert!(
+        after.iter().all(|r| r.desired == 2),
+        "{:?}",
+        after.iter().map(|r| r.desired).collect::<Vec<_>>()
+    );
 }

@@ -48,6 +48,22 @@ fn a_chat_is_judged_by_its_ttft_and_a_document_whose_own_prefill_misses_it_by_it
 }
 
 #[test]
+fn a_gap_past_its_target_is_not_judged_for_the_capacity() {
+    let with_gap = SloTargets {
+        max_gap: Some(ms(250)),
+        ..targets()
+    };
+    let stalled = Figures {
+        max_gap: Some(ms(700)),
+        ..figures(300, 30)
+    };
+    assert_eq!(met(&stalled, with_gap, ms(100)), Some(true));
+    // What the capacity answers for still counts with a gap target set.
+    assert_eq!(met(&figures(1_500, 30), with_gap, ms(100)), Some(false));
+    assert_eq!(met(&figures(300, 40), with_gap, ms(100)), Some(false));
+}
+
+#[test]
 fn the_own_prefill_is_the_learned_cost_per_token_not_the_queueing_the_fixed_part_took_in() {
     let backend = Backend::new(
         Target::from_url("http://127.0.0.1:1").expect("a target"),
