@@ -5,7 +5,8 @@
 # size an autoscaler loop in this script sets, by one of these MODES:
 #
 #   headroom   tokenmeter's own signal: tokenmeter_pool_desired_replicas of the gateway's /metrics
-#              ([pools.autoscale] headroom 1.25, scale_down_after COOLDOWN);
+#              ([pools.autoscale] headroom 1.25, cold_start COLD, scale_down_after COOLDOWN;
+#              headroom:H: headroom H);
 #   queue:N    queue depth, as vLLM's production stack scales through KEDA: the replicas' summed
 #              vllm:num_requests_waiting / N, rounded up (an HPA's AverageValue), scale-down held
 #              to the highest asked over COOLDOWN (an HPA's stabilization window);
@@ -72,6 +73,7 @@ config() {
         printf '[[pools]]\nname = "replicas"\nurls = %s\nbalance = "slo"\naffinity = "prefix"\n' "$(urls "$@")"
         printf 'affinity_load_factor = 1.5\naffinity_load_slack = 4\n\n'
         printf '[pools.autoscale]\nmax_replicas = %d\nscale_down_after = "%ds"\n' "$MAX" "$COOLDOWN"
+        printf 'headroom = %s\ncold_start = "%ds"\n' "$FACTOR" "$COLD"
     } >"$file.new"
     mv "$file.new" "$file"
 }
@@ -122,7 +124,7 @@ load() {
 # signal MODE: the replica count MODE asks for now; empty when it cannot say (hold).
 signal() {
     case $1 in
-    headroom)
+    headroom | headroom:*)
         curl -s "http://127.0.0.1:$ADMIN/metrics" |
             awk '/^tokenmeter_pool_desired_replicas\{/ { print $2 }'
         ;;
@@ -207,6 +209,8 @@ scaler() {
 run() {
     local mode=$1 id=${1/:/-} port sims=() scaler_pid
     pool=("${PORTS[0]}")
+    FACTOR=1.25
+    if [[ $mode == headroom:* ]]; then FACTOR=${mode#headroom:}; fi
     if [[ $mode == peak:* ]]; then pool=("${PORTS[@]:0:${mode#peak:}}"); fi
     for port in "${PORTS[@]}"; do
         "$BIN" sim --listen "127.0.0.1:$port" --profile "$PROFILE" --enable-prompt-tokens-details \
