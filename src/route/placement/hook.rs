@@ -143,8 +143,8 @@ fn own_prefill(backend: Option<&Backend>, ask: Ask) -> Duration {
 
 /// Whether a finished request met `targets` (`None`: nothing to judge it by, not counted). A
 /// document whose own prefill (`own_prefill`) misses the TTFT target misses it however many
-/// replicas run, and would read as a pool short of capacity at any load: its TPOT and gap alone
-/// are judged. Measured by its prompt at the learned cost per token, not by the target placement
+/// replicas run, and would read as a pool short of capacity at any load: its TPOT alone is
+/// judged. Measured by its prompt at the learned cost per token, not by the target placement
 /// held it to: under overload the models' fixed part takes in the queueing and every prediction
 /// swells past the target, chats' too, and judged by that the chats' TTFT went unjudged exactly
 /// when it was missed (the calibration rose to 1.29 at 69.5 % met, docs/autoscaling.md).

@@ -4,9 +4,9 @@
 //! first (on the simulated fleet, the documents queued on the prefill-heavy replicas miss long
 //! before the pool's mean request does). So the pool's requests, judged as they finish against
 //! their targets (a document whose own prefill misses the TTFT target anywhere, which the
-//! placement holds to 1.5x that prefill ([`super::super::for_prompt`]), by its TPOT and gap
-//! alone: more replicas would not bring its first token sooner), and a request its gateway queue
-//! sheds as a miss, hold the models to account:
+//! placement holds to 1.5x that prefill ([`super::super::for_prompt`]), by its TPOT alone: more
+//! replicas would not bring its first token sooner; the gap target is never judged here, it is
+//! placement's), and a request its gateway queue sheds as a miss, hold the models to account:
 //!
 //! - below the objective (`[pools.autoscale] objective`, 95 %) over the last `window` by more
 //!   than the objective's own noise at that many requests (two standard deviations), at a load
@@ -22,7 +22,8 @@
 //! smaller. Misses that no load causes would ratchet it down (measured on the simulated fleet
 //! before the noise and [`BUSY`] bounds: 0.9 at a fifth of the models' capacity); those bounds
 //! keep them out, which docs/autoscaling.md measures. Each window must hold [`EVIDENCE`] judgements (a pool of a request or two a second is
-//! judged by its models alone). A restart or a reload starts it again at 1.
+//! judged by its models alone). A restart starts it again at 1; a reload keeps it while the
+//! pool's `[pools.autoscale]` and targets stay the same.
 use std::time::Duration;
 
 use super::average::Average;
