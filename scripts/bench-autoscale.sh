@@ -201,6 +201,11 @@ scaler() {
             kill -HUP "$gateway"
         fi
         echo "$t ${asked:-NaN} ${#pool[@]} ${#starting[@]}" >>"$tmp/$id.scale"
+        # The gateway's whole signal beside it (the headroom's offered load, forecast, capacity,
+        # calibration): what docs/autoscaling.md reads a run's decisions from.
+        curl -s "http://127.0.0.1:$ADMIN/metrics" | awk -v t="$t" '
+            /^tokenmeter_pool_[a-z_]+\{/ { sub(/\{.*/, "", $1); sub(/^tokenmeter_pool_/, "", $1); line = line " " $1 "=" $2 }
+            END { print t line }' >>"$tmp/$id.signal"
         sleep "$POLL"
     done
 }
@@ -273,10 +278,20 @@ for mode in $MODES; do
             | "\($a.requests) \(($a.goodput_ttft_tpot * $p.wall_time_s) | round) \($a.slo_met) \($a.errors)"' "$f")
         requests=$((requests + r)) met=$((met + m)) gap_met=$((gap_met + g)) errors=$((errors + e))
     done
+    # The SLOs met per minute of the profile, from its STEP-second steps (sessions aside).
+    per_minute=$(for f in "$tmp/$id"-step-*.json; do
+        k=${f##*-step-} k=${k%.json}
+        jq -r --arg k "$k" '.points[0] as $p | (([$p.classes[] | select(.class == "all")] | first) // $p.classes[0]) as $a
+            | "\($k) \($a.requests) \(($a.goodput_ttft_tpot * $p.wall_time_s) | round)"' "$f"
+    done | awk -v step="$STEP" '{ m = int($1 * step / 60); r[m] += $2; g[m] += $3; if (m > last) last = m }
+        END { printf "["; for (i = 0; i <= last; i++) printf "%s%.1f", (i ? "," : ""), (r[i] ? 100 * g[i] / r[i] : 0); print "]" }')
+    echo "$mode: SLOs met per minute $per_minute" >&2
     results=$(jq --arg mode "$mode" --argjson scale "$scale" --argjson requests "$requests" \
-        --argjson met "$met" --argjson gap "$gap_met" --argjson errors "$errors" --argjson acc "$results" -n '
+        --argjson met "$met" --argjson gap "$gap_met" --argjson errors "$errors" --argjson acc "$results" \
+        --argjson minutes "$per_minute" -n '
         $acc + [{mode: $mode, requests: $requests, errors: $errors,
-                 slo_met_pct: (100 * $met / $requests), gap_slo_met_pct: (100 * $gap / $requests)} + $scale]')
+                 slo_met_pct: (100 * $met / $requests), gap_slo_met_pct: (100 * $gap / $requests),
+                 slo_met_pct_per_minute: $minutes} + $scale]')
 done
 part=$(jq -n --arg workload "$WORKLOAD" --argjson results "$results" \
     '{base: '"$BASE"', peak: '"$((3 * BASE))"', lead_s: '"$LEAD"', ramp_s: '"$RAMP"', hold_s: '"$HOLD"',

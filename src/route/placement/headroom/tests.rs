@@ -40,6 +40,15 @@ fn learn_priors(backend: &Backend, n: u64) {
     }
 }
 
+/// A pool of `n` backends, each taught 50 requests at the priors.
+fn learned(n: usize) -> Members {
+    let pool = pool(n);
+    for backend in pool.backends().iter() {
+        learn_priors(backend, 50);
+    }
+    pool
+}
+
 fn settings() -> AutoscaleConfig {
     AutoscaleConfig {
         headroom: 1.25,
@@ -118,10 +127,7 @@ fn before_the_models_and_the_mix_are_known_the_count_holds_at_the_replicas_avail
 
 #[test]
 fn the_capacity_is_each_learned_backends_and_the_count_keeps_the_headroom_target() {
-    let pool = pool(3);
-    for backend in pool.backends().iter() {
-        learn_priors(backend, 50);
-    }
+    let pool = learned(3);
     let headroom = Headroom::new(settings(), None);
     // 20 requests a second.
     let (reading, _) = loaded(&headroom, &pool.backends(), Instant::now(), 200);
@@ -154,10 +160,7 @@ fn a_backend_not_yet_learned_counts_as_the_learned_ones_mean() {
 
 #[test]
 fn the_count_rises_at_once_and_falls_only_after_scale_down_after() {
-    let pool = pool(2);
-    for backend in pool.backends().iter() {
-        learn_priors(backend, 50);
-    }
+    let pool = learned(2);
     let each = one_backend();
     let headroom = Headroom::new(settings(), None);
     // 40 requests a second: ⌈40 x 1.25 / 9.8⌉ = 6 replicas asked at once.
@@ -185,10 +188,7 @@ fn the_count_rises_at_once_and_falls_only_after_scale_down_after() {
 
 #[test]
 fn with_every_backend_ejected_the_count_holds_where_it_was() {
-    let pool = pool(2);
-    for backend in pool.backends().iter() {
-        learn_priors(backend, 50);
-    }
+    let pool = learned(2);
     // No stabilising window: what holds the count is the hold itself.
     let headroom = Headroom::new(
         AutoscaleConfig {
@@ -217,10 +217,7 @@ fn with_every_backend_ejected_the_count_holds_where_it_was() {
 
 #[test]
 fn the_count_stays_within_its_bounds() {
-    let pool = pool(2);
-    for backend in pool.backends().iter() {
-        learn_priors(backend, 50);
-    }
+    let pool = learned(2);
     let headroom = Headroom::new(
         AutoscaleConfig {
             min_replicas: 2,
@@ -258,10 +255,7 @@ fn serve_judged(headroom: &Headroom, requests: u64, met: u64) {
 
 /// Two learned backends at the priors, and a headroom ticked once to start.
 fn calibrated_pool() -> (Members, Headroom, Instant) {
-    let pool = pool(2);
-    for backend in pool.backends().iter() {
-        learn_priors(backend, 50);
-    }
+    let pool = learned(2);
     let headroom = Headroom::new(settings(), None);
     let now = Instant::now();
     headroom.tick(&pool.backends(), targets(), now);
@@ -415,10 +409,7 @@ fn paced(
 
 #[test]
 fn a_rising_load_is_asked_for_one_cold_start_ahead_and_a_flat_one_as_it_is() {
-    let pool = pool(2);
-    for backend in pool.backends().iter() {
-        learn_priors(backend, 50);
-    }
+    let pool = learned(2);
     let cold_start = Duration::from_secs(30);
     let ahead = Headroom::new(
         AutoscaleConfig {
@@ -488,10 +479,7 @@ fn a_rising_load_is_asked_for_one_cold_start_ahead_and_a_flat_one_as_it_is() {
 
 #[test]
 fn a_load_at_the_edge_between_two_counts_does_not_move_it_down() {
-    let pool = pool(2);
-    for backend in pool.backends().iter() {
-        learn_priors(backend, 50);
-    }
+    let pool = learned(2);
     let each = one_backend();
     let headroom = Headroom::new(
         AutoscaleConfig {
@@ -536,10 +524,7 @@ fn a_load_at_the_edge_between_two_counts_does_not_move_it_down() {
 
 #[test]
 fn a_replica_that_joins_adds_its_capacity_at_once_and_asks_for_no_more() {
-    let pool = pool(4);
-    for backend in pool.backends().iter() {
-        learn_priors(backend, 50);
-    }
+    let pool = learned(4);
     let each = one_backend();
     let headroom = Headroom::new(settings(), None);
     let all = pool.backends();
