@@ -10,8 +10,9 @@
 //! [`TICK`]:
 //!
 //! - **offered**: the requests a second offered to the pool (placed, queued or shed alike: the
-//!   demand, not what got through), and its mix (uncached prompt tokens per request as placed,
-//!   output tokens per request as finished), each a moving average over `window`;
+//!   demand, not what got through), and its mix (uncached prompt tokens per request as placed and
+//!   the mean of their square, output tokens per request as finished), each a moving average
+//!   over `window`;
 //! - **capacity**: the sum over the pool's available backends of the rate each sustains with its
 //!   pool's targets met, read off its model at that mix ([`capacity`]; a backend whose model has
 //!   not learned from [`LEARNED`] requests yet counts as the learned ones' mean), times the
@@ -47,8 +48,9 @@
 //! ([`super::PoolSlo::with_headroom`]): an autoscaler must not read a config reload, or the
 //! replica it added through one, as a cold start.
 //!
-//! None of this is on the request path: placing a request adds to two counters and finishing one
-//! to two more (relaxed atomics); the models are read on the tick, off it.
+//! None of this is on the request path: placing a request adds to three counters and finishing
+//! one to two more (relaxed atomics); the models are read on the tick, off it.
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -58,7 +60,7 @@ use tokio::time::Instant;
 use crate::config::{AutoscaleConfig, SloTargets};
 use crate::route::backend::Backend;
 use average::Average;
-use calibration::{Calibration, Judged};
+use calibration::{Calibration, Judged, Modelled};
 use capacity::{Limits, Mix};
 use trend::Trend;
 
@@ -98,6 +100,10 @@ const MOST_FORECAST: f64 = 2.0;
 struct Counts {
     offered: AtomicU64,
     offered_tokens: AtomicU64,
+    /// The sum of the squares of the uncached prompt tokens offered: the mix's spread
+    /// ([`capacity`]'s queue, where chats wait behind documents). It wraps after some 10¹⁹
+    /// (a year of a hundred 100 000-token prompts a second), and a tick reads only its growth.
+    offered_token_squares: AtomicU64,
     finished: AtomicU64,
     output_tokens: AtomicU64,
     /// Requests judged against their SLO targets (those that finished whole, and those shed),
@@ -111,6 +117,7 @@ struct Counts {
 struct Totals {
     offered: u64,
     offered_tokens: u64,
+    offered_token_squares: u64,
     finished: u64,
     output_tokens: u64,
     judged: u64,
@@ -122,6 +129,7 @@ impl Counts {
         Totals {
             offered: self.offered.load(Ordering::Relaxed),
             offered_tokens: self.offered_tokens.load(Ordering::Relaxed),
+            offered_token_squares: self.offered_token_squares.load(Ordering::Relaxed),
             finished: self.finished.load(Ordering::Relaxed),
             output_tokens: self.output_tokens.load(Ordering::Relaxed),
             judged: self.judged.load(Ordering::Relaxed),
@@ -136,6 +144,7 @@ struct State {
     last: Option<(Instant, Totals)>,
     offered: Average,
     offered_tokens: Average,
+    offered_token_squares: Average,
     finished: Average,
     output_tokens: Average,
     /// The models' capacity a replica available, averaged. Not the pool's sum: averaged, a sum
@@ -150,8 +159,37 @@ struct State {
     /// The offered rate's trend, its samples timed from `origin`.
     trend: Trend,
     origin: Option<Instant>,
+    /// The models' capacity at each tick of the last minute (or `window`, if longer), oldest
+    /// first.
+    recent: VecDeque<(Instant, f64)>,
     /// The counts asked for.
     asked: count::Asked,
+}
+
+impl State {
+    /// The models' capacity as the calibration reads it: the least over the last `window`,
+    /// `modelled` now included, and the most over the last minute (see [`calibration`]).
+    fn modelled(&mut self, modelled: f64, now: Instant, window: Duration) -> Modelled {
+        let kept = window.max(calibration::ATTAINMENT_WINDOW);
+        while self
+            .recent
+            .front()
+            .is_some_and(|&(at, _)| now.saturating_duration_since(at) > kept)
+        {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((now, modelled));
+        let within = |span: Duration| {
+            self.recent
+                .iter()
+                .filter(move |&&(at, _)| now.saturating_duration_since(at) <= span)
+                .map(|&(_, capacity)| capacity)
+        };
+        Modelled {
+            least: within(window).fold(modelled, f64::min),
+            most: within(calibration::ATTAINMENT_WINDOW).fold(modelled, f64::max),
+        }
+    }
 }
 
 /// A `balance = "slo"` pool's headroom signal.
@@ -198,6 +236,9 @@ impl Headroom {
         self.counts
             .offered_tokens
             .fetch_add(uncached, Ordering::Relaxed);
+        self.counts
+            .offered_token_squares
+            .fetch_add(uncached.saturating_mul(uncached), Ordering::Relaxed);
     }
 
     /// A request of the pool finished with `output` tokens.
@@ -247,10 +288,15 @@ impl Headroom {
                     .observe(at, offered_per_second, window * TREND_WINDOWS);
             }
             let offered_tokens = per_second(totals.offered_tokens, before.offered_tokens);
+            let squares = totals
+                .offered_token_squares
+                .wrapping_sub(before.offered_token_squares) as f64
+                / elapsed.as_secs_f64();
             let finished = per_second(totals.finished, before.finished);
             let output_tokens = per_second(totals.output_tokens, before.output_tokens);
             let offered = state.offered.update(offered_per_second, elapsed, window);
             let offered_tokens = state.offered_tokens.update(offered_tokens, elapsed, window);
+            let squares = state.offered_token_squares.update(squares, elapsed, window);
             let finished = state.finished.update(finished, elapsed, window);
             let output_tokens = state.output_tokens.update(output_tokens, elapsed, window);
             state.calibration.observe(
@@ -266,6 +312,7 @@ impl Headroom {
             if offered > 0.0 && finished > 0.0 && totals.finished >= LEARNED {
                 state.mix = Some(Mix {
                     uncached: offered_tokens / offered / 1000.0,
+                    square: squares / offered / 1e6,
                     output: output_tokens / finished,
                 });
                 state.mix_since.get_or_insert(now);
@@ -275,7 +322,7 @@ impl Headroom {
         // whole, and one document in a pool's first second read as a mix of 8 000-token prompts
         // (a simulated pool asked for its 6 replicas 5 s after it started, docs/autoscaling.md).
         let warm = Self::warm(&state, now, window);
-        let offered = state.offered.0.unwrap_or(0.0);
+        let offered = state.offered.value().unwrap_or(0.0);
         let horizon = (window + self.settings.cold_start).as_secs_f64();
         let forecast = (offered + state.trend.rising() * horizon).min(MOST_FORECAST * offered);
         let available: Vec<&Arc<Backend>> = backends.iter().filter(|b| b.available(now)).collect();
@@ -288,7 +335,7 @@ impl Headroom {
         let modelled = sustained.map(|rate| {
             let each = rate / f64::from(ready.max(1));
             let each = if elapsed.is_zero() {
-                state.per_replica.0.unwrap_or(each)
+                state.per_replica.value().unwrap_or(each)
             } else {
                 state.per_replica.update(each, elapsed, window)
             };
@@ -296,9 +343,10 @@ impl Headroom {
         });
         if let Some(modelled) = modelled {
             let objective = self.settings.objective;
+            let read = state.modelled(modelled, now, window);
             state
                 .calibration
-                .hold(modelled, offered, objective, window, elapsed);
+                .hold(read, offered, objective, window, elapsed);
         }
         let calibration = state.calibration.value();
         let capacity = modelled.map(|modelled| modelled * calibration);

@@ -17,6 +17,15 @@
 //! - within the objective over the last minute ([`ATTAINMENT_WINDOW`]) at a load `u`, the pool
 //!   sustained `u`, and the calibration rises to it if it was lower.
 //!
+//! Each reads the models' capacity the way that moves the calibration least: a breach against
+//! the least they said over the last `window` (the requests judged now were placed up to a window
+//! ago, some on a smaller pool: a shortage that a replica joining ends is the smaller pool's),
+//! and a minute met against the most they said over that minute, and only once the calibration
+//! has watched a whole minute. A capacity read low for a tick (the first window's mix, a few
+//! documents more than usual) is not a pool that sustained more than its models: read so, a
+//! simulated pool's first 20 s raised the calibration to 1.77, and the replicas it asked for came
+//! 30 s late at the peak (docs/autoscaling.md).
+//!
 //! It never rises without such evidence (a pool kept within its capacity shows none above it),
 //! so a calibration learned in a breach holds: the fleet it asks for is the larger, never the
 //! smaller. Misses that no load causes would ratchet it down (measured on the simulated fleet
@@ -79,6 +88,17 @@ pub(super) struct Calibration {
     missed: Average,
     /// The factor (1 until a measurement says otherwise).
     value: Option<f64>,
+    /// How long it has watched: a minute's averages hold a minute only after one.
+    watched: Duration,
+}
+
+/// The models' capacity over the windows the calibration reads, requests a second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Modelled {
+    /// The least over the headroom's `window`: what the requests judged now were placed under.
+    pub least: f64,
+    /// The most over [`ATTAINMENT_WINDOW`]: what a minute met is read against.
+    pub most: f64,
 }
 
 impl Calibration {
@@ -91,6 +111,7 @@ impl Calibration {
             .update(tick.offered, elapsed, ATTAINMENT_WINDOW);
         self.judged.update(tick.judged, elapsed, ATTAINMENT_WINDOW);
         self.missed.update(tick.missed, elapsed, ATTAINMENT_WINDOW);
+        self.watched = self.watched.saturating_add(elapsed);
     }
 
     /// The factor the models' capacity is multiplied by.
@@ -98,34 +119,36 @@ impl Calibration {
         self.value.unwrap_or(1.0)
     }
 
-    /// Holds the models' capacity, `modelled` requests a second, against what the requests
-    /// measured at the load offered (`offered_now` a second, averaged over `window`), to
-    /// `objective`.
+    /// Holds the models' capacity, `modelled`, against what the requests measured at the load
+    /// offered (`offered_now` a second, averaged over `window`), to `objective`.
     pub fn hold(
         &mut self,
-        modelled: f64,
+        modelled: Modelled,
         offered_now: f64,
         objective: f64,
         window: Duration,
         elapsed: Duration,
     ) {
-        if modelled <= 0.0 {
+        if modelled.least <= 0.0 || modelled.most <= 0.0 {
             return;
         }
         let calibration = self.value();
         // The attainment a window measured, and how far below it the objective's own noise
         // reaches at that many judgements (two standard deviations of a share).
         let attainment = |judged: Average, missed: Average, window: Duration| {
-            let (judged, missed) = (judged.0?, missed.0?);
+            let (judged, missed) = (judged.value()?, missed.value()?);
             let count = judged * window.as_secs_f64();
             let noise = 2.0 * (objective * (1.0 - objective) / count.max(1.0)).sqrt();
             (count >= EVIDENCE).then(|| (1.0 - (missed / judged).clamp(0.0, 1.0), noise))
         };
         let now = attainment(self.judged_now, self.missed_now, window);
-        let sustained = attainment(self.judged, self.missed, ATTAINMENT_WINDOW).map(|(a, _)| a);
+        let sustained = attainment(self.judged, self.missed, ATTAINMENT_WINDOW)
+            .filter(|_| self.watched >= ATTAINMENT_WINDOW)
+            .map(|(a, _)| a);
         // The load now, and over the attainment's window, as shares of the models' capacity.
-        let load_now = offered_now / modelled;
-        let load = self.offered.0.unwrap_or(0.0) / modelled;
+        let offered = self.offered.value().unwrap_or(0.0);
+        let load_now = offered_now / modelled.least;
+        let load = offered / modelled.most;
         let mut next = calibration;
         if let Some((attained, _)) = now.filter(|&(a, noise)| a < objective - noise) {
             // A breach now, past the objective's noise, at a load that is not falling (a falling
@@ -133,7 +156,7 @@ impl Calibration {
             // sustain (misses at less are not the load's: a request no replica count would
             // serve in time, or a placement's): the pool sustains at most the load it meets its
             // objective at.
-            if load_now >= STEADY * load && load_now >= BUSY * calibration {
+            if offered_now >= STEADY * offered && load_now >= BUSY * calibration {
                 let target = load_now * attained.max(LEAST_ATTAINMENT) / objective;
                 if target < calibration {
                     let weight = 1.0 - (-elapsed.as_secs_f64() / LOWERING.as_secs_f64()).exp();

@@ -16,8 +16,16 @@
 //! The rate sustained is the largest `λ` whose steady state has its mean TTFT within
 //! `ttft target / TTFT_TAIL` and its mean TPOT within the TPOT target, found by bisection.
 //!
-//! A backstop bounds the rate whatever the slopes learned: a backend spends at most
-//! [`MOST_PREFILL_BUSY`] of its time prefilling, at the prefill rate its model learned.
+//! A backstop bounds the rate whatever the slopes learned, from the prefill rate alone (taught by
+//! every prompt, while the load's slopes are near zero at a light load): a backend spends at most
+//! [`MOST_PREFILL_BUSY`] of its time prefilling, and its prefills, served one after another, are
+//! a queue whose mean wait is the Pollaczek–Khinchine one, `λ·E[s²] / (2·(1 - ρ))` for a
+//! prefill of `s` seconds and `ρ = λ·E[s]`, which with its own prefill must fit the TTFT limit.
+//! The wait's `E[s²]` is the mix's spread: a chat that comes behind a document waits for it
+//! whole. On the testbed's mix (a tenth documents of 8 000 tokens, most of the rest chats of
+//! 400) it credits a replica with about 10 requests a second from its first window, where the
+//! busy share alone credited 15 to 18 until the slopes were learned under load; a fleet of two
+//! measured about 10.5 (docs/autoscaling.md, "What a replica sustains").
 //!
 //! Why a tail factor on TTFT and not on TPOT: TTFT is mostly a wait in a queue, and a queue's
 //! waits spread wide (an exponential wait's 95th percentile is 3x its mean), so a mean at the
@@ -53,6 +61,9 @@ const HALVINGS: usize = 24;
 pub(crate) struct Mix {
     /// Uncached prompt tokens per request, in thousands.
     pub uncached: f64,
+    /// The mean of their square, in thousands squared: at least `uncached²`, and far more for a
+    /// mix of chats and documents than for one of the same mean.
+    pub square: f64,
     /// Output tokens per request.
     pub output: f64,
 }
@@ -78,8 +89,8 @@ pub(crate) struct Steady {
 pub(crate) fn steady(model: &LatencyModel, mix: Mix, rate: f64, limits: Limits) -> Option<Steady> {
     // The backstop: no backend prefills more than its learned rate allows, whatever its queue's
     // slope says.
-    let prefill_busy = rate * mix.uncached * 1000.0 / model.prefill_rate();
-    if prefill_busy > MOST_PREFILL_BUSY {
+    let per_thousand = 1000.0 / model.prefill_rate();
+    if !prefill_fits(per_thousand, mix, rate, limits) {
         return None;
     }
     let (mut queued, mut streams) = (0.0_f64, 0.0_f64);
@@ -103,6 +114,17 @@ pub(crate) fn steady(model: &LatencyModel, mix: Mix, rate: f64, limits: Limits) 
         }
     }
     None
+}
+
+/// Whether prefilling `rate` requests a second of `mix` at `per_thousand` seconds a thousand
+/// tokens, alone, keeps within [`MOST_PREFILL_BUSY`] and the TTFT limit (see the module docs).
+fn prefill_fits(per_thousand: f64, mix: Mix, rate: f64, limits: Limits) -> bool {
+    let busy = rate * mix.uncached * per_thousand;
+    if busy > MOST_PREFILL_BUSY {
+        return false;
+    }
+    let wait = rate * per_thousand * per_thousand * mix.square / (2.0 * (1.0 - busy));
+    wait + per_thousand * mix.uncached <= limits.ttft
 }
 
 /// The most requests a second of `mix` that `model` sustains with its steady state within

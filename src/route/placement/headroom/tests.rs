@@ -68,6 +68,7 @@ fn settings() -> AutoscaleConfig {
 fn one_backend() -> f64 {
     let mix = Mix {
         uncached: 1.16,
+        square: 1.16 * 1.16,
         output: 150.0,
     };
     let limits = Limits {
@@ -236,6 +237,9 @@ fn the_moving_average_follows_a_step_with_its_time_constant() {
     let mut average = Average::default();
     let window = Duration::from_secs(10);
     assert_eq!(average.update(5.0, Duration::ZERO, window), 5.0);
+    for _ in 0..100 {
+        average.update(5.0, Duration::from_secs(1), window);
+    }
     // A step to 15: after one time constant, 1 - 1/e of the way there.
     let mut value = 0.0;
     for _ in 0..10 {
@@ -243,6 +247,31 @@ fn the_moving_average_follows_a_step_with_its_time_constant() {
     }
     let expected = 15.0 - 10.0 * (-1.0_f64).exp();
     assert!((value - expected).abs() < 1e-9, "{value} vs {expected}");
+}
+
+#[test]
+fn the_moving_average_starts_as_the_mean_of_what_it_has_seen() {
+    // A first second unlike the rest (a document among chats) weighs a second's share, not all
+    // of it: taken whole it would still weigh e^-1 of the average after a time constant.
+    let mut average = Average::default();
+    let window = Duration::from_secs(15);
+    assert_eq!(average.update(30.0, Duration::from_secs(1), window), 30.0);
+    let mut value = 30.0;
+    for _ in 0..14 {
+        value = average.update(10.0, Duration::from_secs(1), window);
+    }
+    let mean = (30.0 + 14.0 * 10.0) / 15.0;
+    assert!((value - mean).abs() < 1e-9, "{value} vs {mean}");
+    // Past a time constant it moves as the exponential average: a step covers 1 - 1/e of the
+    // way in one more.
+    for _ in 0..200 {
+        average.update(10.0, Duration::from_secs(1), window);
+    }
+    for _ in 0..15 {
+        value = average.update(20.0, Duration::from_secs(1), window);
+    }
+    let expected = 20.0 - 10.0 * (-1.0_f64).exp();
+    assert!((value - expected).abs() < 1e-4, "{value} vs {expected}");
 }
 
 /// Offers and finishes `requests` as [`serve`] does, `met` of them within their targets.
@@ -548,5 +577,75 @@ fn a_replica_that_joins_adds_its_capacity_at_once_and_asks_for_no_more() {
         after.iter().all(|r| r.desired == 2),
         "{:?}",
         after.iter().map(|r| r.desired).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn the_misses_of_a_shortage_are_judged_against_the_pool_that_had_it() {
+    let pool = pool(2);
+    for backend in pool.backends().iter() {
+        learn_priors(backend, 50);
+    }
+    let headroom = Headroom::new(settings(), None);
+    let all = pool.backends();
+    let (one, two) = (&all[..1], &all[..]);
+    let t0 = Instant::now();
+    headroom.tick(one, targets(), t0);
+    // 14 a second on one replica (1.4x what it sustains), 80 % met: short, and at that load the
+    // misses say nothing against the models (1.4 x 0.8 / 0.95 is above 1).
+    let tick = |backends: &[Arc<Backend>], second: u64| {
+        serve_judged(&headroom, 14, 11);
+        headroom.tick(backends, targets(), t0 + Duration::from_secs(second))
+    };
+    for second in 1..60 {
+        assert_eq!(tick(one, second).calibration, 1.0, "second {second}");
+    }
+    // A second replica joins; the requests that finish over the next window queued on one, and
+    // still miss: judged against the one replica they were placed on, not the two.
+    for second in 60..70 {
+        assert_eq!(tick(two, second).calibration, 1.0, "second {second}");
+    }
+    // Misses at that load a window after the join are the two replicas' own (0.7x what the
+    // models say they sustain): the calibration falls.
+    let mut calibration = 1.0;
+    for second in 70..100 {
+        calibration = tick(two, second).calibration;
+    }
+    assert!(calibration < 0.9, "{calibration}");
+}
+
+#[test]
+fn a_minute_met_raises_the_calibration_only_once_watched_whole_and_against_the_models_most() {
+    let (pool, headroom, mut now) = calibrated_pool();
+    let modelled = 2.0 * one_backend();
+    let all = pool.backends();
+    // 1.2x what the models say the two sustain, every request met: the pool sustains more than
+    // its models. But not before the calibration has watched a whole minute: a pool's first
+    // seconds read a minute's averages from a few ticks.
+    let rate = (1.2 * modelled).round() as u64;
+    for second in 1..60 {
+        serve_judged(&headroom, rate, rate);
+        now += Duration::from_secs(1);
+        let reading = headroom.tick(&all, targets(), now);
+        assert_eq!(reading.calibration, 1.0, "second {second}: {reading:?}");
+    }
+    let mut raised = 1.0;
+    for _ in 0..60 {
+        serve_judged(&headroom, rate, rate);
+        now += Duration::from_secs(1);
+        raised = headroom.tick(&all, targets(), now).calibration;
+    }
+    let load = rate as f64 / modelled;
+    assert!((raised - load).abs() < 0.02, "{raised}: load {load}");
+    // A replica out for a tick halves what the models say for it; the minute met is read
+    // against the most they said over it, so the calibration does not take the dip for a
+    // pool that sustained twice its models.
+    serve_judged(&headroom, rate, rate);
+    now += Duration::from_secs(1);
+    let dipped = headroom.tick(&all[..1], targets(), now);
+    assert_eq!(dipped.ready, 1);
+    assert!(
+        (dipped.calibration - raised).abs() < 1e-9,
+        "{dipped:?}: {raised}"
     );
 }

@@ -14,6 +14,14 @@ fn model() -> LatencyModel {
 /// request.
 const MIX: Mix = Mix {
     uncached: 1.16,
+    square: 1.16 * 1.16,
+    output: 150.0,
+};
+
+/// The same mean prompt as chats and documents: nine tenths of 400 tokens, a tenth of 8 000.
+const CHATS_AND_DOCUMENTS: Mix = Mix {
+    uncached: 0.9 * 0.4 + 0.1 * 8.0,
+    square: 0.9 * 0.4 * 0.4 + 0.1 * 8.0 * 8.0,
     output: 150.0,
 };
 
@@ -103,6 +111,7 @@ fn longer_prompts_and_longer_answers_lower_the_rate() {
     let base = sustained(&model(), MIX, limits);
     let documents = Mix {
         uncached: 4.0,
+        square: 16.0,
         ..MIX
     };
     assert!(sustained(&model(), documents, limits) < base / 2.0);
@@ -161,4 +170,40 @@ fn a_saturated_backend_does_not_settle() {
     // 1 / (a₁ U) = 17 requests a second fill the queue faster than it drains: no steady state
     // however loose the limits.
     assert!(steady(&model(), MIX, 20.0, LOOSE).is_none());
+}
+
+#[test]
+fn the_prefill_backstop_is_the_wait_of_one_prefill_after_another() {
+    // No load slope learned, the prefill's cost known (a₂ 50 ms a thousand: 20 000 tokens a
+    // second): the rate is where the Pollaczek–Khinchine wait and the request's own prefill
+    // reach the TTFT limit, λ·a₂²·E[U²] / (2·(1 - λ·a₂·U)) + a₂·U = L, solved for λ.
+    let free = LatencyModel::with_coefficients([0.0, 0.0, 0.050, 0.0], [0.008, 0.0, 0.0]);
+    let limits = Limits {
+        ttft: 0.8 / TTFT_TAIL,
+        tpot: 0.035,
+    };
+    let (a2, u, e) = (
+        0.050,
+        CHATS_AND_DOCUMENTS.uncached,
+        CHATS_AND_DOCUMENTS.square,
+    );
+    let room = limits.ttft - a2 * u;
+    let expected = room / (a2 * a2 * e / 2.0 + room * a2 * u);
+    let rate = sustained(&free, CHATS_AND_DOCUMENTS, limits);
+    assert!(
+        (rate - expected).abs() < 1e-4 * expected,
+        "{rate} vs {expected}"
+    );
+    // 10.3 a second, 60 % of the backend's time prefilling: short of the 80 % the busy share
+    // allows (13.8), because a chat that comes behind a document waits for it whole.
+    assert!((10.2..10.4).contains(&rate), "{rate}");
+    let busy = MOST_PREFILL_BUSY * 20_000.0 / (u * 1000.0);
+    assert!((13.7..13.9).contains(&busy), "{busy}");
+    // One prompt of the same mean: the busy share binds, as before.
+    let same_mean = Mix {
+        square: u * u,
+        ..CHATS_AND_DOCUMENTS
+    };
+    let rate = sustained(&free, same_mean, limits);
+    assert!((rate - busy).abs() < 1e-4 * busy, "{rate} vs {busy}");
 }
