@@ -543,3 +543,32 @@ async fn with_the_prefill_pool_down_a_document_is_placed_where_it_prefills() {
         assert!(placed.stalls_until.is_some(), "it stalls the streams there");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_stops_once_a_reloaded_pool_claims_the_headroom_it_ticked() {
+    // The pool before a reload lives on while its requests finish; the signal it kept must be
+    // ticked by the new pool's watcher alone, or each reload would add a tick a second.
+    let members = Arc::new(pool(1));
+    let settings = AutoscaleConfig::default();
+    let old = Arc::new(slo().with_headroom("p", settings.clone(), None, None));
+    let first = old.headroom().expect("every slo pool has one").claim();
+    let old_watcher = tokio::spawn(watch_headroom(
+        Arc::downgrade(&old),
+        Arc::clone(&members),
+        first,
+    ));
+    tokio::time::sleep(headroom::TICK * 3).await;
+    assert!(!old_watcher.is_finished(), "the only watcher ticks");
+    let new = Arc::new(slo().with_headroom("p", settings, None, Some(&old)));
+    let kept = new.headroom().expect("kept");
+    assert!(std::ptr::eq(kept, old.headroom().expect("built")));
+    let second = kept.claim();
+    let new_watcher = tokio::spawn(watch_headroom(Arc::downgrade(&new), members, second));
+    tokio::time::sleep(headroom::TICK * 3).await;
+    assert!(old_watcher.is_finished(), "the old pool's watcher stopped");
+    assert!(!new_watcher.is_finished(), "the new pool's watcher ticks");
+    drop(new);
+    tokio::time::sleep(headroom::TICK * 2).await;
+    assert!(new_watcher.is_finished(), "a dropped pool's watcher stops");
+    drop(old);
+}
