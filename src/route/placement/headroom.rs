@@ -62,12 +62,14 @@ use crate::route::backend::Backend;
 use average::Average;
 use calibration::{Calibration, Judged, Modelled};
 use capacity::{Limits, Mix};
+use counts::{Counts, Totals};
 use trend::Trend;
 
 mod average;
 pub(crate) mod calibration;
 pub(crate) mod capacity;
 mod count;
+mod counts;
 mod reading;
 mod series;
 mod trend;
@@ -94,49 +96,6 @@ const TREND_WINDOWS: u32 = 4;
 /// The most a forecast is, as a multiple of the load offered now: a trend extrapolated past a
 /// doubling is a burst's, not a ramp's.
 const MOST_FORECAST: f64 = 2.0;
-
-/// What the pool was offered and what finished, counted on the request path.
-#[derive(Debug, Default)]
-struct Counts {
-    offered: AtomicU64,
-    offered_tokens: AtomicU64,
-    /// The sum of the squares of the uncached prompt tokens offered: the mix's spread
-    /// ([`capacity`]'s queue, where chats wait behind documents). It wraps after some 10¹⁹
-    /// (a year of a hundred 100 000-token prompts a second), and a tick reads only its growth.
-    offered_token_squares: AtomicU64,
-    finished: AtomicU64,
-    output_tokens: AtomicU64,
-    /// Requests judged against their SLO targets (those that finished whole, and those shed),
-    /// and of them, those that missed.
-    judged: AtomicU64,
-    missed: AtomicU64,
-}
-
-/// The counts at one tick, as numbers.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Totals {
-    offered: u64,
-    offered_tokens: u64,
-    offered_token_squares: u64,
-    finished: u64,
-    output_tokens: u64,
-    judged: u64,
-    missed: u64,
-}
-
-impl Counts {
-    fn totals(&self) -> Totals {
-        Totals {
-            offered: self.offered.load(Ordering::Relaxed),
-            offered_tokens: self.offered_tokens.load(Ordering::Relaxed),
-            offered_token_squares: self.offered_token_squares.load(Ordering::Relaxed),
-            finished: self.finished.load(Ordering::Relaxed),
-            output_tokens: self.output_tokens.load(Ordering::Relaxed),
-            judged: self.judged.load(Ordering::Relaxed),
-            missed: self.missed.load(Ordering::Relaxed),
-        }
-    }
-}
 
 /// What the tick keeps between ticks.
 #[derive(Debug, Default)]
