@@ -25,7 +25,7 @@
 //! whole. On the testbed's mix (a tenth documents of 8 000 tokens, most of the rest chats of
 //! 400) it credits a replica with about 10 requests a second from its first window, where the
 //! busy share alone credited 15 to 18 until the slopes were learned under load; a fleet of two
-//! measured about 10.5 (docs/autoscaling.md, "What a replica sustains").
+//! measured 9 to 10 (docs/autoscaling.md, "What a replica sustains").
 //!
 //! Why a tail factor on TTFT and not on TPOT: TTFT is mostly a wait in a queue, and a queue's
 //! waits spread wide (an exponential wait's 95th percentile is 3x its mean), so a mean at the
