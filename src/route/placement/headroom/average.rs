@@ -37,4 +37,9 @@ impl Average {
     pub fn value(&self) -> Option<f64> {
         self.value
     }
+
+    /// The time its samples span.
+    pub fn seen(&self) -> Duration {
+        self.seen
+    }
 }

@@ -88,8 +88,6 @@ pub(super) struct Calibration {
     missed: Average,
     /// The factor (1 until a measurement says otherwise).
     value: Option<f64>,
-    /// How long it has watched: a minute's averages hold a minute only after one.
-    watched: Duration,
 }
 
 /// The models' capacity over the windows the calibration reads, requests a second.
@@ -111,7 +109,6 @@ impl Calibration {
             .update(tick.offered, elapsed, ATTAINMENT_WINDOW);
         self.judged.update(tick.judged, elapsed, ATTAINMENT_WINDOW);
         self.missed.update(tick.missed, elapsed, ATTAINMENT_WINDOW);
-        self.watched = self.watched.saturating_add(elapsed);
     }
 
     /// The factor the models' capacity is multiplied by.
@@ -143,7 +140,8 @@ impl Calibration {
         };
         let now = attainment(self.judged_now, self.missed_now, window);
         let sustained = attainment(self.judged, self.missed, ATTAINMENT_WINDOW)
-            .filter(|_| self.watched >= ATTAINMENT_WINDOW)
+            // A minute's averages hold a minute only once they have seen one.
+            .filter(|_| self.judged.seen() >= ATTAINMENT_WINDOW)
             .map(|(a, _)| a);
         // The load now, and over the attainment's window, as shares of the models' capacity.
         let offered = self.offered.value().unwrap_or(0.0);
